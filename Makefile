@@ -1,0 +1,65 @@
+# pdrouter — build, test and benchmark. Everything here needs only the Go toolchain (and gcc,
+# for the race detector); Go modules come from the module proxy at the versions pinned in go.mod.
+
+SHELL    := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+GO       ?= go
+BIN      ?= bin/router
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+PKGS     := ./...
+# BENCH selects benchmarks for `make bench` (a go test -bench regexp); BENCHTIME their duration.
+BENCH     ?= .
+BENCHTIME ?= 1s
+# FUZZTIME bounds each fuzz target in `make fuzz`.
+FUZZTIME  ?= 2m
+
+.PHONY: all build test test-unit test-integration test-imports bench fuzz fmt vet tidy clean
+
+all: build
+
+build: ## build bin/router
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/router
+
+# The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
+# real loopback HTTP without -race (they carry timing tolerances), and the import-boundary test.
+test: vet test-imports test-unit test-integration
+
+test-unit:
+	$(GO) test -race -count=1 $(PKGS)
+
+test-integration:
+	$(GO) test -count=1 -tags integration -run '^TestIntegration' $(PKGS)
+
+test-imports: ## ARCHITECTURE §2: who may import whom
+	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router
+
+vet:
+	$(GO) vet $(PKGS)
+
+# Benchmarks print go test's lines to bench.txt and a table to stdout: package headers, then one
+# row per benchmark with each reported metric as "value unit". A failure fails the target.
+BENCHTABLE = /^pkg: / { printf "\n%s\n", $$2; next } \
+	/^Benchmark/ { l = sprintf("  %-64s %12s", $$1, $$2); \
+		for (i = 3; i < NF; i += 2) l = l sprintf("  %14s %-10s", $$i, $$(i+1)); print l; next } \
+	/^(FAIL|--- FAIL|panic:)/ { print; f = 1 } END { exit f }
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count=1 $(PKGS) | tee bench.txt | awk '$(BENCHTABLE)'
+
+# Run every fuzz target for FUZZTIME each (their seed corpora already run in `make test`).
+fuzz:
+	@$(GO) list -f '{{.Dir}}' $(PKGS) | while read -r dir; do \
+		for f in $$(cd $$dir && $(GO) test -list '^Fuzz' . 2>/dev/null | grep '^Fuzz'); do \
+			echo "== fuzz $$dir $$f ($(FUZZTIME))"; \
+			(cd $$dir && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .) || exit 1; \
+		done; \
+	done
+
+fmt:
+	gofmt -s -w $$(git ls-files '*.go')
+
+tidy:
+	$(GO) mod tidy
+
+clean:
+	rm -rf bin bench.txt

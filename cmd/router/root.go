@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; "dev" otherwise.
+var version = "dev"
+
+// newRootCmd builds the command tree. Subcommands register themselves here as they are built.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "router",
+		Short: "Route, simulate and benchmark SGLang prefill/decode clusters",
+		Long: `router is one binary with several jobs for operators of SGLang clusters that split
+prefill and decode onto separate GPU pools (and for regular clusters too):
+
+  serve       a production router: cache-aware and DP-rank-aware load balancing, the exact
+              PD wire protocol, retries, circuit breakers, health checks, Prometheus metrics
+  sim         a discrete-event simulator of a whole PD cluster with the same router in the loop,
+              to tune cache_threshold and the balance thresholds against TTFT/TPOT
+  bench       a load generator reporting P50-P99 TTFT/TPOT/ITL/E2E against a live deployment
+  fakeworker  an SGLang-compatible fake worker, so a whole PD cluster runs on a laptop
+
+Every command explains its flags with --help.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the router version and the Go toolchain that built it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "router %s (%s, %s/%s)\n",
+				version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}
