@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// addWorkloadFlags registers the workload options (SPEC §7, plus the request form --api,
+// --model, --seed) and the load options (SPEC §5) on fs, bound to p and l. p and l should hold
+// workloads.DefaultParams() and workloads.DefaultLoadParams(): their values are the flags'
+// defaults. `router sim` and `router bench` both call it, so the two commands take the same
+// flags; call validateWorkloadFlags after parsing. --seed is skipped when fs already has it
+// (`router sim` also registers the router's flags, whose Config has a seed): the caller then
+// copies that seed into p.Seed.
+func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadParams) {
+	// request form
+	fs.StringVar(&p.Workload, "workload", p.Workload,
+		"workload: "+strings.Join(workloads.Workloads, ", "))
+	fs.Var((*apiValue)(&p.API), "api", "request form: chat (/v1/chat/completions), completions (/v1/completions) or generate (/generate)")
+	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests`)
+	if fs.Lookup("seed") == nil {
+		fs.Uint64Var(&p.Seed, "seed", p.Seed, "seed of all generated text, lengths and random arrivals (same seed, same run)")
+	}
+	fs.BoolVar(&p.IgnoreEOS, "ignore-eos", p.IgnoreEOS, "send ignore_eos so servers generate exactly the requested output tokens")
+
+	// traces
+	fs.StringVar(&p.TraceFile, "trace-file", p.TraceFile, "trace to replay: Mooncake JSONL (--workload mooncake) or Azure CSV (--workload azure)")
+	fs.Float64Var(&p.TimeScale, "time-scale", p.TimeScale, "multiply trace timestamps by this factor (0.5 = replay twice as fast)")
+
+	// multiturn
+	fs.IntVar(&p.Conversations, "conversations", p.Conversations, "multiturn: number of conversations")
+	fs.IntVar(&p.Turns, "turns", p.Turns, "multiturn: turns per conversation; each turn resends the whole history")
+	fs.IntVar(&p.SystemPromptLen, "system-prompt-len", p.SystemPromptLen, "multiturn: system prompt length in tokens (0 = none)")
+	fs.IntVar(&p.SharedSystemPrompts, "shared-system-prompts", p.SharedSystemPrompts, "multiturn: number of distinct system prompts; conversation i uses prompt i mod this")
+	fs.IntVar(&p.QuestionLen, "question-len", p.QuestionLen, "multiturn: tokens of each new user question")
+	fs.DurationVar(&p.ThinkTime, "think-time", p.ThinkTime, "multiturn: pause between a reply and the conversation's next turn (the client keeps its slot)")
+	fs.IntVar(&p.OutputLen, "output-len", p.OutputLen, "multiturn, random: output tokens per request (max_tokens)")
+	fs.Float64Var(&p.RangeRatio, "range-ratio", p.RangeRatio, "multiturn, random: lengths uniform in [max(1, L*ratio), L]; 1 = fixed (sglang's random uses 0)")
+
+	// random
+	fs.IntVar(&p.InputLen, "input-len", p.InputLen, "random: prompt tokens")
+	fs.IntVar(&p.NumPrompts, "num-prompts", p.NumPrompts, "random: number of requests")
+
+	// gsp
+	fs.IntVar(&p.GSPNumGroups, "gsp-num-groups", p.GSPNumGroups, "gsp: number of groups, each with its own system prompt")
+	fs.IntVar(&p.GSPPromptsPerGroup, "gsp-prompts-per-group", p.GSPPromptsPerGroup, "gsp: requests per group")
+	fs.IntVar(&p.GSPSystemPromptLen, "gsp-system-prompt-len", p.GSPSystemPromptLen, "gsp: system prompt tokens")
+	fs.IntVar(&p.GSPQuestionLen, "gsp-question-len", p.GSPQuestionLen, "gsp: question tokens")
+	fs.IntVar(&p.GSPOutputLen, "gsp-output-len", p.GSPOutputLen, "gsp: output tokens per request")
+	fs.BoolVar(&p.GSPOrdered, "gsp-ordered", p.GSPOrdered, "gsp: send group by group instead of shuffled")
+
+	// long-system-prompt
+	fs.IntVar(&p.LSPPrompts, "lsp-prompts", p.LSPPrompts, "long-system-prompt: number of requests")
+	fs.IntVar(&p.LSPSystemPromptLen, "lsp-system-prompt-len", p.LSPSystemPromptLen, "long-system-prompt: tokens of the one shared system prompt")
+	fs.IntVar(&p.LSPQuestionLen, "lsp-question-len", p.LSPQuestionLen, "long-system-prompt: question tokens")
+	fs.IntVar(&p.LSPOutputLen, "lsp-output-len", p.LSPOutputLen, "long-system-prompt: output tokens per request")
+
+	// load
+	fs.IntSliceVar(&l.Concurrency, "concurrency", l.Concurrency, "closed-loop levels: comma-separated client counts, e.g. 1,2,4,8 (with neither --concurrency nor --rate: 1 client; traces replay their timestamps)")
+	fs.Var((*rateList)(&l.Rates), "rate", "open-loop levels: comma-separated requests/s, or inf (every request at t=0)")
+	fs.StringVar(&l.Arrival, "arrival", l.Arrival, "open-loop arrival process: poisson, constant, gamma, or trace (the trace's own timestamps)")
+	fs.Float64Var(&l.Burstiness, "burstiness", l.Burstiness, "gamma arrivals: shape; 1 = Poisson, <1 burstier, >1 more regular (mean rate unchanged)")
+	fs.IntVar(&l.Requests, "requests", l.Requests, "recorded requests per level (0 = until the workload ends)")
+	fs.DurationVar(&l.Duration, "duration", l.Duration, "bound on each level's duration (0 = none)")
+	fs.IntVar(&l.Warmup, "warmup", l.Warmup, "unrecorded warm-up requests before each level")
+	fs.BoolVar(&l.FlushCache, "flush-cache", l.FlushCache, "flush router and worker caches between levels")
+}
+
+// validateWorkloadFlags checks both structs; errors name the flag at fault.
+func validateWorkloadFlags(p workloads.Params, l workloads.LoadParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return l.Validate(p.IsTrace())
+}
+
+// apiValue binds --api, rejecting unknown forms while parsing.
+type apiValue workloads.API
+
+func (a *apiValue) String() string { return string(*a) }
+func (a *apiValue) Type() string   { return "chat|completions|generate" }
+func (a *apiValue) Set(s string) error {
+	api, err := workloads.ParseAPI(s)
+	if err != nil {
+		return fmt.Errorf("not one of chat, completions, generate")
+	}
+	*a = apiValue(api)
+	return nil
+}
+
+// rateList binds --rate: comma-separated rates in requests/s, "inf" for a burst. Repeating the
+// flag appends.
+type rateList []float64
+
+func (r *rateList) String() string {
+	if len(*r) == 0 {
+		return ""
+	}
+	parts := make([]string, len(*r))
+	for i, v := range *r {
+		parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r *rateList) Type() string { return "R|inf,..." }
+
+func (r *rateList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if strings.EqualFold(part, "inf") {
+			*r = append(*r, math.Inf(1))
+			continue
+		}
+		v, err := strconv.ParseFloat(part, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%q is not a positive rate or inf", part)
+		}
+		*r = append(*r, v)
+	}
+	return nil
+}

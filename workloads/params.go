@@ -1,0 +1,139 @@
+package workloads
+
+import (
+	"fmt"
+	"time"
+)
+
+// Workload names accepted by --workload.
+const (
+	WorkloadMultiTurn        = "multiturn"
+	WorkloadGSP              = "gsp"
+	WorkloadLongSystemPrompt = "long-system-prompt"
+	WorkloadRandom           = "random"
+	WorkloadMooncake         = "mooncake"
+	WorkloadAzure            = "azure"
+)
+
+// Workloads lists every workload name, generators first.
+var Workloads = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom,
+	WorkloadMooncake, WorkloadAzure}
+
+// Params are the workload options of SPEC §7 (and the request form of §4/§5): everything a
+// Source needs. Lengths are content tokens of the shared tokenizer. Build with DefaultParams and
+// check with Validate; the zero value is not valid.
+type Params struct {
+	Workload  string  // --workload: one of Workloads; default "multiturn"
+	API       API     // --api: request form; default chat
+	Model     string  // --model: the "model" field of chat/completions bodies; default "default"
+	Seed      uint64  // --seed: all generated text and lengths derive from it; default 1
+	IgnoreEOS bool    // --ignore-eos: ask the server to honour the output length exactly; default true
+	TraceFile string  // --trace-file: JSONL (mooncake) or CSV (azure) path; required for those
+	TimeScale float64 // --time-scale: trace timestamps are multiplied by it; default 1
+
+	// multiturn
+	Conversations       int           // --conversations: number of conversations; default 64
+	Turns               int           // --turns: turns per conversation; default 4
+	SystemPromptLen     int           // --system-prompt-len: system prompt tokens (0: none); default 1024
+	SharedSystemPrompts int           // --shared-system-prompts: distinct system prompts, conversation i uses i mod G; default 8
+	QuestionLen         int           // --question-len: tokens of each user question; default 128
+	ThinkTime           time.Duration // --think-time: pause between a reply and the next turn; default 0
+
+	// multiturn and random
+	OutputLen  int     // --output-len: reply tokens per request (max_tokens); default 256
+	RangeRatio float64 // --range-ratio: lengths uniform in [max(1, L·r), L]; default 1 (fixed; sglang's random uses 0)
+
+	// random
+	InputLen   int // --input-len: prompt tokens; default 1024
+	NumPrompts int // --num-prompts: number of requests; default 1000
+
+	// gsp (sglang generated-shared-prefix)
+	GSPNumGroups       int  // --gsp-num-groups: default 64
+	GSPPromptsPerGroup int  // --gsp-prompts-per-group: default 16
+	GSPSystemPromptLen int  // --gsp-system-prompt-len: default 2048
+	GSPQuestionLen     int  // --gsp-question-len: default 128
+	GSPOutputLen       int  // --gsp-output-len: default 256
+	GSPOrdered         bool // --gsp-ordered: group by group instead of shuffled; default false
+
+	// long-system-prompt
+	LSPPrompts         int // --lsp-prompts: number of requests; default 1024
+	LSPSystemPromptLen int // --lsp-system-prompt-len: the one shared system prompt; default 16384
+	LSPQuestionLen     int // --lsp-question-len: default 32
+	LSPOutputLen       int // --lsp-output-len: default 128
+}
+
+// DefaultParams returns the documented defaults (multiturn over chat, seed 1).
+func DefaultParams() Params {
+	return Params{
+		Workload: WorkloadMultiTurn, API: APIChat, Model: "default", Seed: 1, IgnoreEOS: true,
+		TimeScale:     1,
+		Conversations: 64, Turns: 4, SystemPromptLen: 1024, SharedSystemPrompts: 8, QuestionLen: 128,
+		OutputLen: 256, RangeRatio: 1,
+		InputLen: 1024, NumPrompts: 1000,
+		GSPNumGroups: 64, GSPPromptsPerGroup: 16, GSPSystemPromptLen: 2048, GSPQuestionLen: 128,
+		GSPOutputLen: 256,
+		LSPPrompts:   1024, LSPSystemPromptLen: 16384, LSPQuestionLen: 32, LSPOutputLen: 128,
+	}
+}
+
+// IsTrace reports whether the workload reads a trace file (mooncake, azure).
+func (p Params) IsTrace() bool { return p.Workload == WorkloadMooncake || p.Workload == WorkloadAzure }
+
+// atLeast returns an error naming flag when v < lo.
+func atLeast(flag string, v, lo int) error {
+	if v < lo {
+		return fmt.Errorf("workloads: --%s %d must be ≥ %d", flag, v, lo)
+	}
+	return nil
+}
+
+// Validate returns the first invalid option, naming its flag, or nil. Options of workloads other
+// than the selected one are checked too, so a bad value never hides behind the workload choice.
+func (p Params) Validate() error {
+	known := false
+	for _, w := range Workloads {
+		known = known || p.Workload == w
+	}
+	if !known {
+		return fmt.Errorf("workloads: --workload %q is not one of %v", p.Workload, Workloads)
+	}
+	if _, err := ParseAPI(string(p.API)); err != nil {
+		return err
+	}
+	if p.IsTrace() && p.TraceFile == "" {
+		return fmt.Errorf("workloads: --trace-file is required by --workload %s", p.Workload)
+	}
+	if !(p.TimeScale > 0) {
+		return fmt.Errorf("workloads: --time-scale %g must be > 0", p.TimeScale)
+	}
+	if !(p.RangeRatio >= 0 && p.RangeRatio <= 1) {
+		return fmt.Errorf("workloads: --range-ratio %g is outside [0,1]", p.RangeRatio)
+	}
+	if p.ThinkTime < 0 {
+		return fmt.Errorf("workloads: --think-time %v must be ≥ 0", p.ThinkTime)
+	}
+	for _, c := range []struct {
+		flag   string
+		v, min int
+	}{
+		{"conversations", p.Conversations, 1}, {"turns", p.Turns, 1},
+		{"system-prompt-len", p.SystemPromptLen, 0}, {"shared-system-prompts", p.SharedSystemPrompts, 1},
+		{"question-len", p.QuestionLen, 1}, {"output-len", p.OutputLen, 1},
+		{"input-len", p.InputLen, 1}, {"num-prompts", p.NumPrompts, 1},
+		{"gsp-num-groups", p.GSPNumGroups, 1}, {"gsp-prompts-per-group", p.GSPPromptsPerGroup, 1},
+		{"gsp-system-prompt-len", p.GSPSystemPromptLen, 1}, {"gsp-question-len", p.GSPQuestionLen, 1},
+		{"gsp-output-len", p.GSPOutputLen, 1},
+		{"lsp-prompts", p.LSPPrompts, 1}, {"lsp-system-prompt-len", p.LSPSystemPromptLen, 1},
+		{"lsp-question-len", p.LSPQuestionLen, 1}, {"lsp-output-len", p.LSPOutputLen, 1},
+	} {
+		if err := atLeast(c.flag, c.v, c.min); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// form returns the per-request fields.
+func (p Params) form() requestForm {
+	return requestForm{api: p.API, model: p.Model, ignoreEOS: p.IgnoreEOS}
+}

@@ -1,0 +1,255 @@
+package workloads
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Turn is one request of a session, ready to send.
+type Turn struct {
+	Session     string        // the session's ID
+	Index       int           // 0-based turn number within the session
+	API         API           // the request form
+	Path        string        // HTTP path for API, e.g. "/v1/chat/completions"
+	Body        []byte        // JSON request body; owned by the caller
+	InputTokens int           // tokens of RenderPrompt(API, Body)
+	MaxTokens   int           // max_tokens / max_new_tokens requested (the output length)
+	ThinkTime   time.Duration // wait after the previous reply before sending (0 for turn 0)
+	PromptIDs   []uint32      // the prompt's token ids if the session tracks them, else nil
+}
+
+// Session is one conversation: a fixed number of turns whose prompts grow by the previous
+// reply and a new question. Arrival is the session's offset from the start of the run for
+// trace rows (scaled by --time-scale); generators leave it 0 and HasArrival false.
+// A Session is not safe for concurrent use; its turns are sequential by nature.
+type Session struct {
+	ID         string
+	Arrival    time.Duration
+	HasArrival bool
+
+	req    requestForm
+	sys    *shared // the opening system piece (shared within a group), or nil
+	turns  int
+	next   int
+	script func(k int) (question string, questionTokens, maxTokens int, think time.Duration)
+
+	hist   []byte // after sys: chat: encoded messages, comma-led; others: escaped prompt text
+	tokens int    // tokens of the history incl. sys (chat: without the generation prompt)
+
+	trackIDs bool
+	ids      []uint32 // token ids of the history incl. sys, when trackIDs
+}
+
+// TrackPromptIDs makes every later Turn carry PromptIDs, maintained incrementally (only the new
+// pieces are tokenized), so a simulator need not re-tokenize each turn's whole prompt; they equal
+// PromptIDs(turn.API, turn.Body). Call it before the first Next: later calls panic.
+func (s *Session) TrackPromptIDs() {
+	if s.next > 0 {
+		panic("workloads: TrackPromptIDs after the session's first turn")
+	}
+	if s.trackIDs {
+		return
+	}
+	s.trackIDs = true
+	if s.sys != nil {
+		if s.req.api == APIChat {
+			s.ids = AppendTokens(s.ids, chatStart+"system\n"+s.sys.text+chatEnd)
+		} else {
+			s.ids = AppendTokens(s.ids, s.sys.text)
+		}
+	}
+}
+
+// requestForm holds the per-request fields every body carries.
+type requestForm struct {
+	api       API
+	model     string
+	ignoreEOS bool
+}
+
+// newSession builds a session of turns turns. sys (may be nil) opens the conversation;
+// script gives turn k's question, its token count, the output length and the think time.
+func newSession(id string, req requestForm, sys *shared, turns int,
+	script func(k int) (string, int, int, time.Duration)) *Session {
+	s := &Session{ID: id, req: req, sys: sys, turns: turns, script: script}
+	if sys != nil {
+		s.tokens = sys.tokens
+	}
+	return s
+}
+
+// Turns returns the number of turns of the session.
+func (s *Session) Turns() int { return s.turns }
+
+// Next returns the next turn, or false once all turns were returned. prevReply is the reply to
+// the previous turn (ignored for turn 0): the bench passes the text it received, the simulator
+// ReplyText(prompt ids, MaxTokens). For chat it is appended as an assistant message; for
+// completions and generate it is appended to the prompt text after a "\n".
+func (s *Session) Next(prevReply string) (Turn, bool) {
+	if s.next >= s.turns {
+		return Turn{}, false
+	}
+	k := s.next
+	s.next++
+	if k > 0 {
+		s.appendPiece("assistant", prevReply, Count(prevReply))
+	}
+	q, qTokens, maxTokens, think := s.script(k)
+	s.appendPiece("user", q, qTokens)
+	if k == 0 {
+		think = 0
+	}
+	t := Turn{Session: s.ID, Index: k, API: s.req.api, Path: s.req.api.Path(),
+		MaxTokens: maxTokens, ThinkTime: think, InputTokens: s.tokens}
+	if s.req.api == APIChat {
+		t.InputTokens += genPromptTokens
+	}
+	t.Body = s.body(maxTokens)
+	if s.trackIDs {
+		t.PromptIDs = make([]uint32, len(s.ids), len(s.ids)+genPromptTokens)
+		copy(t.PromptIDs, s.ids)
+		if s.req.api == APIChat {
+			t.PromptIDs = AppendTokens(t.PromptIDs, chatGenPrompt)
+		}
+	}
+	return t, true
+}
+
+// reserve sizes the history for about tokens more tokens of generated text, sparing the
+// reallocations of a growing conversation.
+func (s *Session) reserve(tokens int) {
+	if need := tokens*5 + 64*s.turns; cap(s.hist)-len(s.hist) < need {
+		s.hist = append(make([]byte, 0, len(s.hist)+need), s.hist...)
+	}
+}
+
+// appendPiece adds one piece of content to the history.
+func (s *Session) appendPiece(role, text string, tokens int) {
+	nonEmpty := len(s.hist) > 0 || s.sys != nil
+	if s.req.api == APIChat {
+		if nonEmpty {
+			s.hist = append(s.hist, ',')
+		}
+		s.hist = append(s.hist, `{"role":"`...)
+		s.hist = append(s.hist, role...)
+		s.hist = append(s.hist, `","content":`...)
+		s.hist = appendJSONString(s.hist, text)
+		s.hist = append(s.hist, '}')
+		s.tokens += messageOverhead(role) + tokens
+		if s.trackIDs { // exact: content sits between the template's "\n" and "<"
+			s.ids = AppendTokens(s.ids, chatStart+role+"\n")
+			s.ids = AppendTokens(s.ids, text)
+			s.ids = AppendTokens(s.ids, chatEnd)
+		}
+		return
+	}
+	if nonEmpty {
+		s.hist = append(s.hist, `\n`...)
+		s.tokens += newlineTokens
+		if s.trackIDs {
+			s.ids = AppendTokens(s.ids, "\n")
+		}
+	}
+	if s.trackIDs { // exact: "\n" always ends a token
+		s.ids = AppendTokens(s.ids, text)
+	}
+	s.hist = appendJSONStringBody(s.hist, text)
+	s.tokens += tokens
+}
+
+// body renders the request body for the current history.
+func (s *Session) body(maxTokens int) []byte {
+	var sys []byte
+	if s.sys != nil {
+		sys = s.sys.enc
+	}
+	b := make([]byte, 0, len(sys)+len(s.hist)+2*len(s.req.model)+160)
+	switch s.req.api {
+	case APIChat:
+		b = append(b, `{"model":`...)
+		b = appendJSONString(b, s.req.model)
+		b = append(b, `,"messages":[`...)
+		b = append(b, sys...)
+		b = append(b, s.hist...)
+		b = append(b, `],"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(maxTokens), 10)
+		b = s.openAITail(b)
+	case APICompletions:
+		b = append(b, `{"model":`...)
+		b = appendJSONString(b, s.req.model)
+		b = append(b, `,"prompt":"`...)
+		b = append(b, sys...)
+		b = append(b, s.hist...)
+		b = append(b, `","max_tokens":`...)
+		b = strconv.AppendInt(b, int64(maxTokens), 10)
+		b = s.openAITail(b)
+	default: // generate: SGLang's native form has no model field
+		b = append(b, `{"text":"`...)
+		b = append(b, sys...)
+		b = append(b, s.hist...)
+		b = append(b, `","sampling_params":{"max_new_tokens":`...)
+		b = strconv.AppendInt(b, int64(maxTokens), 10)
+		if s.req.ignoreEOS {
+			b = append(b, `,"ignore_eos":true`...)
+		}
+		b = append(b, `},"stream":true}`...)
+	}
+	return b
+}
+
+func (s *Session) openAITail(b []byte) []byte {
+	if s.req.ignoreEOS {
+		b = append(b, `,"ignore_eos":true`...)
+	}
+	return append(b, `,"stream":true,"stream_options":{"include_usage":true}}`...)
+}
+
+// appendJSONString appends s as a quoted JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendJSONStringBody(dst, s)
+	return append(dst, '"')
+}
+
+// appendJSONStringBody appends s escaped for the inside of a JSON string; invalid UTF-8 becomes
+// U+FFFD as encoding/json does.
+func appendJSONStringBody(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
+}
