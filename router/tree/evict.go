@@ -1,0 +1,205 @@
+package tree
+
+import (
+	"container/heap"
+	"slices"
+)
+
+// Invariant the removal code relies on: a child's tenants are a subset of its parent's (Insert
+// stamps whole paths, a split copies the child's marks, removals only strip a tenant from nodes
+// where no child carries it). Hence a non-root node without tenants has no children.
+
+// RemoveTenant removes tenant from every node, unlinks the nodes left without tenants and
+// forgets its count. Removing an unknown tenant does nothing. A tenant inserted again later
+// keeps its original place in the first-seen order.
+func (t *Tree) RemoveTenant(tenant string) {
+	id, ok := t.lookup(tenant)
+	if !ok {
+		return
+	}
+	t.strip(t.root, id)
+	t.live[id] = false
+	t.chars[id] = 0
+}
+
+// strip removes id from n's subtree (n carries id), children first.
+func (t *Tree) strip(n *node, id uint32) {
+	for i := len(n.children) - 1; i >= 0; i-- {
+		if c := n.children[i]; c.has(id) {
+			t.strip(c, id)
+		}
+	}
+	t.unmark(n, id)
+}
+
+// unmark removes id's mark from n (which carries it and has no child carrying it) and unlinks n
+// if no tenant is left on it.
+func (t *Tree) unmark(n *node, id uint32) {
+	i, _ := n.mark(id)
+	n.marks = slices.Delete(n.marks, i, i+1)
+	t.chars[id] -= int(n.runes)
+	if len(n.marks) == 0 && n != t.root {
+		n.marks = nil
+		t.unlink(n)
+	}
+}
+
+// unlink removes childless n from its parent.
+func (t *Tree) unlink(n *node) {
+	p := n.parent
+	i, _ := p.find(n.key)
+	p.children = slices.Delete(p.children, i, i+1)
+	if len(p.children) == 0 {
+		p.children = nil
+	}
+	n.parent = nil
+	t.nodes--
+	t.total -= int(n.runes)
+}
+
+// childCarries reports whether any child of n carries id.
+func (n *node) childCarries(id uint32) bool {
+	for _, c := range n.children {
+		if c.has(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// Evict removes least-recently-used leaves of each tenant while that tenant owns more than
+// maxPerTenant runes, then least-recently-used leaves of the whole tree (with all their
+// tenants) while the edges hold more than maxTotal runes. A bound <= 0 is disabled. It returns
+// the number of edge runes freed (the drop of TotalChars).
+//
+// Per tenant, a leaf is a node carrying the tenant where no child does; evicting it removes the
+// tenant from the node (subtracting the edge from the tenant's count), unlinks the node if no
+// tenant is left, and may make the parent a leaf for that tenant. Overall, a leaf is a node
+// without children, aged by the newest stamp on it. The root is never removed, so tenants stay
+// registered. Ties cannot happen between stamps of different inserts; equal stamps (a split
+// copies them) are taken in depth-first order of keys.
+func (t *Tree) Evict(maxPerTenant, maxTotal int) int {
+	before := t.total
+	if maxPerTenant > 0 {
+		t.evictPerTenant(maxPerTenant)
+	}
+	if maxTotal > 0 && t.total > maxTotal {
+		t.evictTotal(maxTotal)
+	}
+	return before - t.total
+}
+
+func (t *Tree) evictPerTenant(limit int) {
+	over := make([]bool, len(t.chars))
+	some := false
+	for id, c := range t.chars {
+		if c > limit {
+			over[id], some = true, true
+		}
+	}
+	if !some {
+		return
+	}
+	h := &lruHeap{}
+	t.walk(func(n *node) {
+		for _, m := range n.marks {
+			if over[m.id] && !n.childCarries(m.id) {
+				h.push(m.at, m.id, n)
+			}
+		}
+	})
+	heap.Init(h)
+	for h.Len() > 0 {
+		e := heap.Pop(h).(lruEntry)
+		if t.chars[e.id] <= limit {
+			continue
+		}
+		p := e.n.parent
+		t.unmark(e.n, e.id)
+		if p != t.root && !p.childCarries(e.id) {
+			i, _ := p.mark(e.id)
+			h.push(p.marks[i].at, e.id, p)
+			heap.Fix(h, h.Len()-1)
+		}
+	}
+}
+
+func (t *Tree) evictTotal(limit int) {
+	h := &lruHeap{}
+	t.walk(func(n *node) {
+		if len(n.children) == 0 {
+			h.push(newest(n), 0, n)
+		}
+	})
+	heap.Init(h)
+	for t.total > limit && h.Len() > 0 {
+		n := heap.Pop(h).(lruEntry).n
+		p := n.parent
+		for _, m := range n.marks {
+			t.chars[m.id] -= int(n.runes)
+		}
+		n.marks = nil
+		t.unlink(n)
+		if p != t.root && len(p.children) == 0 {
+			h.push(newest(p), 0, p)
+			heap.Fix(h, h.Len()-1)
+		}
+	}
+}
+
+// newest is the newest stamp on n.
+func newest(n *node) uint64 {
+	var at uint64
+	for _, m := range n.marks {
+		at = max(at, m.at)
+	}
+	return at
+}
+
+// walk calls f on every node but the root, depth first in key order.
+func (t *Tree) walk(f func(*node)) {
+	var rec func(*node)
+	rec = func(n *node) {
+		for _, c := range n.children {
+			f(c)
+			rec(c)
+		}
+	}
+	rec(t.root)
+}
+
+// lruEntry is a candidate leaf: for tenant id (per-tenant eviction) or whole (id 0).
+type lruEntry struct {
+	at  uint64
+	seq uint64 // push order, for deterministic ties
+	id  uint32
+	n   *node
+}
+
+// lruHeap is a min-heap of leaves by (at, seq).
+type lruHeap struct {
+	entries []lruEntry
+	seq     uint64
+}
+
+// push appends without restoring the heap order (callers heap.Init or heap.Fix).
+func (h *lruHeap) push(at uint64, id uint32, n *node) {
+	h.entries = append(h.entries, lruEntry{at: at, seq: h.seq, id: id, n: n})
+	h.seq++
+}
+
+func (h *lruHeap) Len() int { return len(h.entries) }
+func (h *lruHeap) Less(i, j int) bool {
+	a, b := &h.entries[i], &h.entries[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+func (h *lruHeap) Swap(i, j int) { h.entries[i], h.entries[j] = h.entries[j], h.entries[i] }
+func (h *lruHeap) Push(x any)    { h.entries = append(h.entries, x.(lruEntry)) }
+func (h *lruHeap) Pop() any {
+	e := h.entries[len(h.entries)-1]
+	h.entries = h.entries[:len(h.entries)-1]
+	return e
+}

@@ -1,0 +1,263 @@
+package tree
+
+import (
+	"slices"
+	"strings"
+)
+
+// Tree is an approximate radix tree of routing texts, each node stamped with the tenants
+// (target names) whose texts pass through it. Lengths and counts are in runes (see the package
+// documentation for invalid UTF-8). The zero value is not usable; call New.
+//
+// Tree is not safe for concurrent use; the router guards it with its policy mutex.
+type Tree struct {
+	root  *node
+	clock uint64 // logical LRU clock, bumped once per Insert
+
+	ids   map[string]uint32 // tenant name → id; ids are never reused, so id order is first-seen order
+	names []string          // id → tenant name
+	live  []bool            // id → registered (inserted and not removed since)
+	chars []int             // id → runes on edges of nodes carrying the tenant (maintained)
+
+	total int // runes on all edges (maintained)
+	nodes int // nodes, root excluded (maintained)
+}
+
+// node is one edge of the tree. Children are sorted by key; marks by tenant id.
+type node struct {
+	edge     string // never empty except at the root; owned (cloned), never a caller's substring
+	parent   *node
+	children []*node
+	marks    []mark
+	runes    uint32 // runes in edge
+	key      int32  // firstKey(edge)
+}
+
+// mark says that a tenant carries a node, and when (logical clock) it last inserted through it.
+type mark struct {
+	id uint32
+	at uint64
+}
+
+// New returns an empty tree.
+func New() *Tree {
+	return &Tree{root: &node{}, ids: make(map[string]uint32)}
+}
+
+// find is the index of the child with key, or where it would be inserted.
+func (n *node) find(key int32) (int, bool) {
+	lo, hi := 0, len(n.children)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if n.children[m].key < key {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(n.children) && n.children[lo].key == key
+}
+
+// mark is the index of tenant id's mark on n, or where it would be inserted.
+func (n *node) mark(id uint32) (int, bool) {
+	lo, hi := 0, len(n.marks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if n.marks[m].id < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(n.marks) && n.marks[lo].id == id
+}
+
+func (n *node) has(id uint32) bool {
+	_, ok := n.mark(id)
+	return ok
+}
+
+// intern returns tenant's id, registering it.
+func (t *Tree) intern(tenant string) uint32 {
+	id, ok := t.ids[tenant]
+	if !ok {
+		id = uint32(len(t.names))
+		tenant = strings.Clone(tenant)
+		t.ids[tenant] = id
+		t.names = append(t.names, tenant)
+		t.live = append(t.live, false)
+		t.chars = append(t.chars, 0)
+	}
+	t.live[id] = true
+	return id
+}
+
+// lookup returns the id of a registered tenant.
+func (t *Tree) lookup(tenant string) (uint32, bool) {
+	id, ok := t.ids[tenant]
+	return id, ok && t.live[id]
+}
+
+// Insert stamps every node on text's path, root included, with tenant and a fresh LRU stamp,
+// adding the nodes and splitting the edge that text needs. Insert("", tenant) only registers
+// tenant at the root.
+func (t *Tree) Insert(text, tenant string) {
+	id := t.intern(tenant)
+	t.clock++
+	now := t.clock
+	n := t.root
+	t.stamp(n, id, now)
+	for len(text) > 0 {
+		key := firstKey(text)
+		i, ok := n.find(key)
+		if !ok {
+			leaf := &node{
+				edge:   strings.Clone(text),
+				parent: n,
+				marks:  []mark{{id: id, at: now}},
+				runes:  uint32(runeCount(text)),
+				key:    key,
+			}
+			n.children = slices.Insert(n.children, i, leaf)
+			t.nodes++
+			t.total += int(leaf.runes)
+			t.chars[id] += int(leaf.runes)
+			return
+		}
+		c := n.children[i]
+		j := commonPrefix(text, c.edge)
+		if j < len(c.edge) {
+			c = t.split(n, i, j)
+		}
+		t.stamp(c, id, now)
+		text = text[j:]
+		n = c
+	}
+}
+
+// stamp adds or refreshes tenant id's mark on n.
+func (t *Tree) stamp(n *node, id uint32, now uint64) {
+	i, ok := n.mark(id)
+	if ok {
+		n.marks[i].at = now
+		return
+	}
+	n.marks = slices.Insert(n.marks, i, mark{id: id, at: now})
+	t.chars[id] += int(n.runes)
+}
+
+// split cuts parent.children[i]'s edge after j bytes (a rune boundary, 0 < j < len(edge)) and
+// returns the new upper node, which inherits the child's tenants and stamps. Counts do not
+// change: every tenant of the child carries both halves.
+func (t *Tree) split(parent *node, i, j int) *node {
+	c := parent.children[i]
+	mid := &node{
+		edge:     strings.Clone(c.edge[:j]),
+		parent:   parent,
+		children: []*node{c},
+		marks:    slices.Clone(c.marks),
+		key:      c.key,
+	}
+	mid.runes = uint32(runeCount(mid.edge))
+	c.edge = strings.Clone(c.edge[j:])
+	c.runes -= mid.runes
+	c.key = firstKey(c.edge)
+	c.parent = mid
+	parent.children[i] = mid
+	t.nodes++
+	return mid
+}
+
+// PrefixMatch descends from the root while edges match text; a partial edge match counts the
+// shared runes and stops on that (partially matched) child. It returns the matched runes and
+// the tenants carrying the stop node, appended to dst[:0] in the order the tree first saw them.
+// An empty tree or empty text gives 0 and the root's tenants (every registered tenant).
+// PrefixMatch does not refresh stamps and does not allocate when dst has room.
+func (t *Tree) PrefixMatch(text string, dst []string) (matched int, tenants []string) {
+	n := t.root
+	for len(text) > 0 {
+		i, ok := n.find(firstKey(text))
+		if !ok {
+			break
+		}
+		c := n.children[i]
+		j := commonPrefix(text, c.edge)
+		n = c
+		if j < len(c.edge) {
+			matched += runeCount(c.edge[:j])
+			break
+		}
+		matched += int(c.runes)
+		text = text[j:]
+	}
+	tenants = dst[:0]
+	for _, m := range n.marks {
+		tenants = append(tenants, t.names[m.id])
+	}
+	return matched, tenants
+}
+
+// PrefixMatchTenant is the length in runes of the longest prefix of text stored for tenant: it
+// descends only into nodes that carry tenant. An unknown tenant gives 0. It does not refresh
+// stamps.
+func (t *Tree) PrefixMatchTenant(text, tenant string) int {
+	id, ok := t.lookup(tenant)
+	if !ok {
+		return 0
+	}
+	matched := 0
+	n := t.root
+	for len(text) > 0 {
+		i, ok := n.find(firstKey(text))
+		if !ok || !n.children[i].has(id) {
+			break
+		}
+		c := n.children[i]
+		j := commonPrefix(text, c.edge)
+		if j < len(c.edge) {
+			return matched + runeCount(c.edge[:j])
+		}
+		matched += int(c.runes)
+		text = text[j:]
+		n = c
+	}
+	return matched
+}
+
+// TenantChars is the number of runes tenant owns: the sum of the edge lengths of the nodes
+// carrying it (shared nodes count for each of their tenants). Unknown tenants own 0.
+func (t *Tree) TenantChars(tenant string) int {
+	id, ok := t.lookup(tenant)
+	if !ok {
+		return 0
+	}
+	return t.chars[id]
+}
+
+// TenantCounts returns a copy of TenantChars for every registered tenant (0 included).
+func (t *Tree) TenantCounts() map[string]int {
+	m := make(map[string]int)
+	for id, ok := range t.live {
+		if ok {
+			m[t.names[id]] = t.chars[id]
+		}
+	}
+	return m
+}
+
+// TotalChars is the number of runes stored on all edges: shared nodes count once.
+func (t *Tree) TotalChars() int { return t.total }
+
+// Nodes is the number of nodes, root excluded.
+func (t *Tree) Nodes() int { return t.nodes }
+
+// Tenants returns the registered tenants in the order the tree first saw them.
+func (t *Tree) Tenants() []string {
+	var out []string
+	for id, ok := range t.live {
+		if ok {
+			out = append(out, t.names[id])
+		}
+	}
+	return out
+}
