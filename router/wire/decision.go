@@ -1,0 +1,72 @@
+package wire
+
+import (
+	"math"
+	"strconv"
+)
+
+// DecisionTarget is one target of a routing decision as the decision log writes it.
+type DecisionTarget struct {
+	Worker string // worker base URL
+	Index  int    // the worker's position within its role in the target order
+	Rank   *int   // DP rank; nil without --dp-aware (written as null)
+}
+
+// DecisionLine is one line of --decision-log (SPEC §2). It is a plain struct so that serve and
+// sim, which both write it, produce comparable logs; nil targets are written as null.
+type DecisionLine struct {
+	Seq       uint64 // 1-based order of routed requests
+	ID        string // the client-visible request id
+	RID       string // the rid sent to workers (a batch: its first element)
+	Room      uint64 // bootstrap_room (a batch: its first element); 0 in regular mode
+	Route     string // the request path, e.g. "/v1/chat/completions"
+	Prefill   *DecisionTarget
+	Decode    *DecisionTarget
+	Regular   *DecisionTarget
+	Reason    string  // policy reason: cache_hit, cache_miss, imbalance, …
+	MatchRate float64 // predicted prefix match rate in [0,1]; NaN/Inf are written as null
+}
+
+// AppendDecisionLine appends d to dst as one JSON line, newline-terminated, with the keys in the
+// order seq, id, rid, room, route, prefill, decode, regular, reason, match_rate; each target is
+// {"worker","index","rank"}.
+func AppendDecisionLine(dst []byte, d *DecisionLine) []byte {
+	dst = append(dst, `{"seq":`...)
+	dst = strconv.AppendUint(dst, d.Seq, 10)
+	dst = append(dst, `,"id":`...)
+	dst = appendQuote(dst, d.ID)
+	dst = append(dst, `,"rid":`...)
+	dst = appendQuote(dst, d.RID)
+	dst = append(dst, `,"room":`...)
+	dst = strconv.AppendUint(dst, d.Room, 10)
+	dst = append(dst, `,"route":`...)
+	dst = appendQuote(dst, d.Route)
+	dst = append(dst, `,"prefill":`...)
+	dst = appendTarget(dst, d.Prefill)
+	dst = append(dst, `,"decode":`...)
+	dst = appendTarget(dst, d.Decode)
+	dst = append(dst, `,"regular":`...)
+	dst = appendTarget(dst, d.Regular)
+	dst = append(dst, `,"reason":`...)
+	dst = appendQuote(dst, d.Reason)
+	dst = append(dst, `,"match_rate":`...)
+	if math.IsNaN(d.MatchRate) || math.IsInf(d.MatchRate, 0) {
+		dst = append(dst, "null"...)
+	} else {
+		dst = strconv.AppendFloat(dst, d.MatchRate, 'g', -1, 64)
+	}
+	return append(dst, "}\n"...)
+}
+
+func appendTarget(dst []byte, t *DecisionTarget) []byte {
+	if t == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, `{"worker":`...)
+	dst = appendQuote(dst, t.Worker)
+	dst = append(dst, `,"index":`...)
+	dst = strconv.AppendInt(dst, int64(t.Index), 10)
+	dst = append(dst, `,"rank":`...)
+	dst = appendOptInt(dst, t.Rank)
+	return append(dst, '}')
+}

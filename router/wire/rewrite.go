@@ -1,0 +1,250 @@
+package wire
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Field is one top-level key to set when re-serialising a Body: Value is raw JSON (a number,
+// "null", a quoted string, an array, …) written as is.
+type Field struct {
+	Key   string
+	Value []byte
+}
+
+// Append appends the body to dst with the given fields set and returns the extended slice. The
+// result is the original object member by member (raw keys and values byte for byte, in order,
+// without the original's insignificant white space); a field whose key already exists replaces
+// the first occurrence in place (later duplicates of that key are dropped, so every JSON parser
+// sees our value); the other fields are appended in the order given. Keys in set must be
+// distinct.
+func (b *Body) Append(dst []byte, set ...Field) []byte {
+	var doneSmall [16]bool
+	done := doneSmall[:0]
+	if len(set) <= len(doneSmall) {
+		done = doneSmall[:len(set)]
+	} else {
+		done = make([]bool, len(set))
+	}
+	dst = append(dst, '{')
+	first := true
+	for _, m := range b.members {
+		key := b.Raw[m.k0:m.k1]
+		j := -1
+		for k := range set {
+			if keyIs(key, set[k].Key) {
+				j = k
+				break
+			}
+		}
+		var val []byte
+		switch {
+		case j < 0:
+			val = b.Raw[m.v0:m.v1]
+		case !done[j]:
+			val, done[j] = set[j].Value, true
+		default:
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, key...)
+		dst = append(dst, ':')
+		dst = append(dst, val...)
+	}
+	for k, f := range set {
+		if done[k] {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = appendQuote(dst, f.Key)
+		dst = append(dst, ':')
+		dst = append(dst, f.Value...)
+	}
+	return append(dst, '}')
+}
+
+// WithDPRank returns the body for a regular-mode DP target (SPEC §1.5): the original plus
+// "data_parallel_rank": rank, appended to dst. No rid is injected.
+func (b *Body) WithDPRank(dst []byte, rank int) []byte {
+	var num [20]byte
+	return b.Append(dst, Field{"data_parallel_rank", strconv.AppendInt(num[:0], int64(rank), 10)})
+}
+
+// FieldStyle selects the names of the DP-rank fields injected on PD legs
+// (--dp-rank-fields). The zero value is Legacy.
+type FieldStyle uint8
+
+// The DP-rank field styles (SPEC §1.4 step 4).
+const (
+	// Legacy: prefill leg "data_parallel_rank" (only when the prefill target has a rank);
+	// decode leg always "data_parallel_rank" (prefill's rank or null) and
+	// "data_parallel_rank_decode" (decode's rank or null).
+	Legacy FieldStyle = iota
+	// Routed: the newer SGLang names. Prefill leg "routed_dp_rank" (only when the prefill
+	// target has a rank, like Legacy's prefill field); decode leg always "routed_dp_rank"
+	// (decode's rank or null) and "disagg_prefill_dp_rank" (prefill's rank or null).
+	Routed
+)
+
+// ParseFieldStyle parses "legacy" or "routed".
+func ParseFieldStyle(s string) (FieldStyle, error) {
+	switch s {
+	case "legacy":
+		return Legacy, nil
+	case "routed":
+		return Routed, nil
+	}
+	return 0, errors.New("wire: --dp-rank-fields " + strconv.Quote(s) + " is not legacy or routed")
+}
+
+// String returns "legacy" or "routed".
+func (s FieldStyle) String() string {
+	if s == Routed {
+		return "routed"
+	}
+	return "legacy"
+}
+
+// PDOptions are the per-attempt inputs of PD injection.
+type PDOptions struct {
+	Host        string     // bootstrap_host: BootstrapHost(prefill URL)
+	Port        *int       // bootstrap_port; nil → JSON null (the --prefill URL none form)
+	PrefillRank *int       // DP rank of the prefill target; nil without --dp-aware
+	DecodeRank  *int       // DP rank of the decode target; nil without --dp-aware
+	Style       FieldStyle // names of the DP-rank fields
+}
+
+// PDLegs are the two rewritten bodies of one PD attempt and the ids they carry.
+type PDLegs struct {
+	Prefill []byte   // body for the prefill worker
+	Decode  []byte   // body for the decode worker
+	RIDs    []string // rid per element (length Body.Size()): the client's, or generated
+	Rooms   []uint64 // bootstrap_room per element, the same on both legs
+}
+
+// PD builds both PD legs (SPEC §1.4 step 4). Both legs get rid, bootstrap_host,
+// bootstrap_port and bootstrap_room (one room shared by both legs); the DP-rank fields follow
+// o.Style. For a batch (Body.Batch > 0) the four fields are arrays of the batch size with a
+// fresh rid and room per element; host and port repeat. The client's rid (or rid list) is kept
+// as sent, in place; otherwise rids come from g. Random draws, for reproducibility: for each element in order, its
+// rid (when generated) then its room. Call PD once per attempt: each call draws fresh ids.
+func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
+	n := b.Size()
+	legs := PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
+	g.mu.Lock()
+	for i := range n {
+		switch {
+		case b.Batch > 0 && b.RIDs != nil:
+			legs.RIDs[i] = b.RIDs[i]
+		case b.Batch == 0 && b.HasRID:
+			legs.RIDs[i] = b.RID
+		default:
+			legs.RIDs[i] = g.ridLocked(b.Route)
+		}
+		legs.Rooms[i] = g.roomLocked()
+	}
+	g.mu.Unlock()
+
+	// All injected values live in one scratch buffer; fields slice into it.
+	batch := b.Batch > 0
+	vals := make([]byte, 0, n*(len(legs.RIDs[0])+len(o.Host)+40)+64)
+	mark := func() int { return len(vals) }
+	open := func() {
+		if batch {
+			vals = append(vals, '[')
+		}
+	}
+	closeArr := func() {
+		if batch {
+			vals = append(vals, ']')
+		}
+	}
+	sep := func(i int) {
+		if i > 0 {
+			vals = append(vals, ',')
+		}
+	}
+	r0 := mark()
+	open()
+	for i, rid := range legs.RIDs {
+		sep(i)
+		vals = appendQuote(vals, rid)
+	}
+	closeArr()
+	h0 := mark()
+	open()
+	for i := range n {
+		sep(i)
+		vals = appendQuote(vals, o.Host)
+	}
+	closeArr()
+	p0 := mark()
+	open()
+	for i := range n {
+		sep(i)
+		vals = appendOptInt(vals, o.Port)
+	}
+	closeArr()
+	m0 := mark()
+	open()
+	for i, room := range legs.Rooms {
+		sep(i)
+		vals = strconv.AppendUint(vals, room, 10)
+	}
+	closeArr()
+	pr0 := mark()
+	vals = appendOptInt(vals, o.PrefillRank)
+	dr0 := mark()
+	vals = appendOptInt(vals, o.DecodeRank)
+	end := mark()
+
+	common := [4]Field{
+		{"rid", vals[r0:h0]},
+		{"bootstrap_host", vals[h0:p0]},
+		{"bootstrap_port", vals[p0:m0]},
+		{"bootstrap_room", vals[m0:pr0]},
+	}
+	prefillRank, decodeRank := vals[pr0:dr0], vals[dr0:end]
+	var pf, df [6]Field
+	copy(pf[:], common[:])
+	copy(df[:], common[:])
+	np, nd := 4, 6
+	if b.HasRID { // the client's rid stays as it was sent, byte for byte
+		copy(pf[:], common[1:])
+		copy(df[:], common[1:])
+		np, nd = 3, 5
+	}
+	// prefillKey is the prefill leg's own rank field; the decode leg always carries two.
+	prefillKey := "data_parallel_rank"
+	df[nd-2] = Field{"data_parallel_rank", prefillRank}
+	df[nd-1] = Field{"data_parallel_rank_decode", decodeRank}
+	if o.Style == Routed {
+		prefillKey = "routed_dp_rank"
+		df[nd-2] = Field{"routed_dp_rank", decodeRank}
+		df[nd-1] = Field{"disagg_prefill_dp_rank", prefillRank}
+	}
+	if o.PrefillRank != nil {
+		pf[np] = Field{prefillKey, prefillRank}
+		np++
+	}
+	size := len(b.Raw) + len(vals) + 160
+	out := make([]byte, 0, 2*size)
+	out = b.Append(out, pf[:np]...)
+	legs.Prefill = out[:len(out):len(out)]
+	out = b.Append(out[len(out):], df[:nd]...)
+	legs.Decode = out
+	return legs
+}
+
+func appendOptInt(dst []byte, v *int) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendInt(dst, int64(*v), 10)
+}
