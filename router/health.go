@@ -1,0 +1,45 @@
+package router
+
+// HealthConfig parameterises a [Health] machine (SPEC §1.6).
+type HealthConfig struct {
+	// FailureThreshold consecutive failed probes mark a healthy worker unhealthy (default 3).
+	FailureThreshold int
+	// SuccessThreshold consecutive passed probes mark an unhealthy worker healthy (default 2).
+	SuccessThreshold int
+}
+
+// Health is one worker's health-threshold machine, fed by probe results. A new worker starts
+// healthy: it is registered only after it answered discovery. Not safe for concurrent use: the
+// [Router] guards it.
+type Health struct {
+	cfg       HealthConfig
+	healthy   bool
+	failures  int // consecutive failed probes
+	successes int // consecutive passed probes
+}
+
+// NewHealth returns a healthy machine.
+func NewHealth(cfg HealthConfig) *Health { return &Health{cfg: cfg, healthy: true} }
+
+// Healthy reports the current verdict.
+func (h *Health) Healthy() bool { return h.healthy }
+
+// Observe feeds one probe result and reports whether the verdict flipped.
+func (h *Health) Observe(ok bool) (flipped bool) {
+	if ok {
+		h.failures = 0
+		h.successes++
+		if !h.healthy && h.successes >= h.cfg.SuccessThreshold {
+			h.healthy = true
+			return true
+		}
+		return false
+	}
+	h.successes = 0
+	h.failures++
+	if h.healthy && h.failures >= h.cfg.FailureThreshold {
+		h.healthy = false
+		return true
+	}
+	return false
+}

@@ -1,0 +1,121 @@
+package router
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Pick is a policy's choice among the available targets it was given.
+type Pick struct {
+	Index     int     // into the targets slice passed to Pick
+	Reason    Reason  // why
+	MatchRate float64 // cache_aware: matched chars / text chars; 0 for the other policies
+}
+
+// Policy chooses among available targets. Pick is called with at least one target, in target
+// order, under the router's lock (implementations need no locking of their own and may keep
+// state). It must not retain ts.
+type Policy interface {
+	// Name returns the --policy name.
+	Name() string
+	// Pick returns the chosen index into ts; ties are broken towards the lowest index.
+	Pick(now time.Time, req *Request, ts []*Target) (Pick, error)
+}
+
+// Optional policy capabilities, discovered by the router.
+type (
+	targetAdder   interface{ AddTarget(t *Target) }
+	targetRemover interface{ RemoveTarget(name string) }
+	evicter       interface{ Evict() }
+	treeStatser   interface{ TreeStats() (chars, nodes int) }
+)
+
+// NewPolicy builds the named policy. Each call returns an independent instance (PD mode builds
+// one per role, so cache-aware prefill and decode keep separate trees). rng is shared with the
+// router and used under its lock.
+func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
+	switch name {
+	case PolicyRandom:
+		return &Random{rng: rng}, nil
+	case PolicyRoundRobin:
+		return &RoundRobin{}, nil
+	case PolicyPowerOfTwo:
+		return &PowerOfTwo{rng: rng}, nil
+	case PolicyCacheAware:
+		return NewCacheAware(CacheAwareConfig{
+			CacheThreshold:      cfg.CacheThreshold,
+			BalanceAbsThreshold: int64(cfg.BalanceAbsThreshold),
+			BalanceRelThreshold: cfg.BalanceRelThreshold,
+			MaxTreeSize:         cfg.MaxTreeSize,
+			MaxTreeTotalChars:   cfg.MaxTreeTotalChars,
+		}), nil
+	}
+	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))
+}
+
+// leastLoaded returns the index of the target with the lowest load, the lowest index on ties.
+func leastLoaded(ts []*Target) int {
+	best, bestLoad := 0, ts[0].Load()
+	for i := 1; i < len(ts); i++ {
+		if l := ts[i].Load(); l < bestLoad {
+			best, bestLoad = i, l
+		}
+	}
+	return best
+}
+
+// Random picks uniformly among the available targets.
+type Random struct{ rng *rand.Rand }
+
+var _ Policy = (*Random)(nil)
+
+// Name returns "random".
+func (*Random) Name() string { return PolicyRandom }
+
+// Pick draws one index uniformly.
+func (p *Random) Pick(_ time.Time, _ *Request, ts []*Target) (Pick, error) {
+	return Pick{Index: p.rng.IntN(len(ts)), Reason: ReasonRandom}, nil
+}
+
+// RoundRobin cycles a counter over the available targets (the index is into the current
+// available list, so the cycle shifts when availability changes, as in sgl-router).
+type RoundRobin struct{ next uint64 }
+
+var _ Policy = (*RoundRobin)(nil)
+
+// Name returns "round_robin".
+func (*RoundRobin) Name() string { return PolicyRoundRobin }
+
+// Pick returns counter mod len(ts) and advances the counter.
+func (p *RoundRobin) Pick(_ time.Time, _ *Request, ts []*Target) (Pick, error) {
+	i := int(p.next % uint64(len(ts)))
+	p.next++
+	return Pick{Index: i, Reason: ReasonRoundRobin}, nil
+}
+
+// PowerOfTwo samples two distinct available targets and takes the less loaded (the first
+// sample on a tie). With one target it takes it without drawing.
+type PowerOfTwo struct{ rng *rand.Rand }
+
+var _ Policy = (*PowerOfTwo)(nil)
+
+// Name returns "power_of_two".
+func (*PowerOfTwo) Name() string { return PolicyPowerOfTwo }
+
+// Pick draws two distinct indices and keeps the lower load.
+func (p *PowerOfTwo) Pick(_ time.Time, _ *Request, ts []*Target) (Pick, error) {
+	if len(ts) == 1 {
+		return Pick{Index: 0, Reason: ReasonOnlyTarget}, nil
+	}
+	a := p.rng.IntN(len(ts))
+	b := p.rng.IntN(len(ts) - 1)
+	if b >= a {
+		b++
+	}
+	if ts[b].Load() < ts[a].Load() {
+		a = b
+	}
+	return Pick{Index: a, Reason: ReasonPowerOfTwo}, nil
+}

@@ -1,0 +1,414 @@
+package router
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Request is the routing view of one request: what the policies look at. It never holds an
+// *http.Request, so the simulator can build one from a body alone.
+type Request struct {
+	// Text is the routing text (SPEC §1.2), extracted by router/wire.
+	Text string
+	// Model is the requested model name (informational; one tree per policy instance).
+	Model string
+}
+
+// Router is the routing core shared by `serve` and `sim`. It is safe for concurrent use.
+type Router struct {
+	cfg   Config
+	clock Clock
+
+	mu        sync.Mutex // protects everything below; target loads are atomics
+	rng       *rand.Rand
+	workers   [numRoles][]*Worker // in registration order
+	targets   [numRoles][]*Target // role's targets in target order (worker order, then rank)
+	policies  [numRoles]Policy
+	lastEvict time.Time
+	avail     [numRoles][]*Target // scratch for Route, reused under mu
+}
+
+// New builds a router for cfg (which must pass [Config.Validate]) reading time from clock and
+// randomness from rng. Workers are added with [Router.AddWorker]: registration needs discovery
+// (dp_size), which is the driver's business.
+func New(cfg Config, clock Clock, rng *rand.Rand) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil || rng == nil {
+		return nil, fmt.Errorf("router: New needs a clock and a random source")
+	}
+	r := &Router{cfg: cfg, clock: clock, rng: rng, lastEvict: clock.Now()}
+	roles := []Role{Regular}
+	if cfg.PDDisaggregation {
+		roles = []Role{Prefill, Decode}
+	}
+	for _, role := range roles {
+		p, err := NewPolicy(cfg.PolicyFor(role), cfg, rng)
+		if err != nil {
+			return nil, err
+		}
+		r.policies[role] = p
+	}
+	return r, nil
+}
+
+// Config returns the configuration the router was built with.
+func (r *Router) Config() Config { return r.cfg }
+
+// PD reports whether the router runs in prefill/decode mode.
+func (r *Router) PD() bool { return r.cfg.PDDisaggregation }
+
+// Policy returns the policy instance of role (nil if the mode has no such role).
+func (r *Router) Policy(role Role) Policy {
+	if role >= numRoles {
+		return nil
+	}
+	return r.policies[role]
+}
+
+// AddWorker registers a worker and its targets at the end of its role's order. Under
+// --dp-aware it creates DPSize targets "url@0"…; otherwise one target named by the URL.
+func (r *Router) AddWorker(s WorkerSpec) error {
+	if err := CheckWorkerURL(s.URL); err != nil {
+		return fmt.Errorf("router: add worker: %w", err)
+	}
+	if s.Role >= numRoles || r.policies[s.Role] == nil {
+		mode := "regular"
+		if r.cfg.PDDisaggregation {
+			mode = "PD"
+		}
+		return fmt.Errorf("router: add worker %s: role %s is not served in %s mode", s.URL, s.Role, mode)
+	}
+	if s.BootstrapPort != nil && s.Role != Prefill {
+		return fmt.Errorf("router: add worker %s: bootstrap port is only for prefill workers", s.URL)
+	}
+	w := &Worker{url: s.URL, role: s.Role, health: NewHealth(r.cfg.Health()), breaker: NewBreaker(r.cfg.Breaker())}
+	if s.BootstrapPort != nil {
+		p := *s.BootstrapPort
+		w.bootstrapPort = &p
+	}
+	if r.cfg.DPAware {
+		if s.DPSize < 1 {
+			return fmt.Errorf("router: add worker %s: --dp-aware needs its dp_size (got %d)", s.URL, s.DPSize)
+		}
+		w.dpSize = s.DPSize
+		for rank := range s.DPSize {
+			w.targets = append(w.targets, &Target{name: TargetName(s.URL, rank), worker: w, rank: rank})
+		}
+	} else {
+		w.targets = []*Target{{name: s.URL, worker: w, rank: -1}}
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, _, ok := r.findLocked(s.URL); ok {
+		return fmt.Errorf("router: add worker %s: already registered", s.URL)
+	}
+	r.workers[s.Role] = append(r.workers[s.Role], w)
+	r.rebuildLocked(s.Role)
+	if a, ok := r.policies[s.Role].(targetAdder); ok {
+		for _, t := range w.targets {
+			a.AddTarget(t)
+		}
+	}
+	return nil
+}
+
+// RemoveWorker unregisters the worker with url and drops its tenants from the policy's tree.
+// In-flight decisions keep their targets; their Done calls still balance the counters.
+func (r *Router) RemoveWorker(url string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	role, i, ok := r.findLocked(url)
+	if !ok {
+		return fmt.Errorf("router: remove worker %s: not registered", url)
+	}
+	w := r.workers[role][i]
+	r.workers[role] = append(r.workers[role][:i:i], r.workers[role][i+1:]...)
+	r.rebuildLocked(role)
+	if rm, ok := r.policies[role].(targetRemover); ok {
+		for _, t := range w.targets {
+			rm.RemoveTarget(t.name)
+		}
+	}
+	return nil
+}
+
+func (r *Router) findLocked(url string) (Role, int, bool) {
+	for role := range numRoles {
+		for i, w := range r.workers[role] {
+			if w.url == url {
+				return role, i, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// rebuildLocked recomputes role's target order: workers in registration order, then rank.
+// The slice is rebuilt, never edited in place, so snapshots handed out stay valid.
+func (r *Router) rebuildLocked(role Role) {
+	var ts []*Target
+	for _, w := range r.workers[role] {
+		ts = append(ts, w.targets...)
+	}
+	r.targets[role] = ts
+}
+
+// Route picks the target(s) for req and increments their loads: in PD mode a prefill and a
+// decode target (the prefill policy runs first), otherwise one regular target. It fails with
+// a *[NoTargetError] when a role has no available target; then nothing is incremented and no
+// policy state changes.
+func (r *Router) Route(req *Request) (*Decision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	roles := [2]Role{Regular}
+	n := 1
+	if r.cfg.PDDisaggregation {
+		roles, n = [2]Role{Prefill, Decode}, 2
+	}
+	for _, role := range roles[:n] {
+		r.avail[role] = r.availableLocked(role, now, r.avail[role][:0])
+		if len(r.avail[role]) == 0 {
+			return nil, &NoTargetError{Role: role, Registered: len(r.targets[role])}
+		}
+	}
+	d := &Decision{r: r}
+	for i, role := range roles[:n] {
+		ts := r.avail[role]
+		p, err := r.policies[role].Pick(now, req, ts)
+		if err != nil {
+			return nil, fmt.Errorf("router: %s policy %s: %w", role, r.policies[role].Name(), err)
+		}
+		if p.Index < 0 || p.Index >= len(ts) {
+			panic(fmt.Sprintf("router: policy %s picked %d of %d targets", r.policies[role].Name(), p.Index, len(ts)))
+		}
+		t := ts[p.Index]
+		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate}
+		if i == 0 {
+			d.Reason, d.MatchRate = p.Reason, p.MatchRate
+		}
+	}
+	for _, role := range roles[:n] {
+		d.legs[role].target.load.Add(1)
+	}
+	d.Regular, d.Prefill, d.Decode = d.legs[Regular].target, d.legs[Prefill].target, d.legs[Decode].target
+	return d, nil
+}
+
+func (r *Router) availableLocked(role Role, now time.Time, dst []*Target) []*Target {
+	for _, t := range r.targets[role] {
+		if w := t.worker; w.health.Healthy() && w.breaker.Allow(now) {
+			dst = append(dst, t)
+		}
+	}
+	return dst
+}
+
+// workerIndexLocked is t's worker's position within its role: the "index" of decision logs.
+func (r *Router) workerIndexLocked(t *Target) int {
+	for i, w := range r.workers[t.worker.role] {
+		if w == t.worker {
+			return i
+		}
+	}
+	return -1 // removed since the snapshot; cannot happen under mu
+}
+
+// ObserveHealth feeds one probe result of the worker with url (at now) into its health
+// machine and reports whether its verdict flipped.
+func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	role, i, found := r.findLocked(url)
+	if !found {
+		return false, fmt.Errorf("router: health of %s: not registered", url)
+	}
+	_ = now // the health machine counts probes; now is kept for symmetry with the breaker
+	return r.workers[role][i].health.Observe(ok), nil
+}
+
+// RecordOutcome feeds an outcome that is not tied to a decision (e.g. a proxied GET) into the
+// breaker of the worker with url. Unknown URLs are ignored.
+func (r *Router) RecordOutcome(url string, o Outcome) {
+	if o == Cancelled {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if role, i, ok := r.findLocked(url); ok {
+		r.workers[role][i].breaker.Record(o == Success, r.clock.Now())
+	}
+}
+
+// Tick runs time-driven upkeep at now: cache-aware tree eviction once every
+// --eviction-interval-secs. Drivers call it periodically (serve: a ticker; sim: virtual time).
+func (r *Router) Tick(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.lastEvict) < r.cfg.EvictionInterval() {
+		return
+	}
+	r.lastEvict = now
+	for _, p := range r.policies {
+		if e, ok := p.(evicter); ok {
+			e.Evict()
+		}
+	}
+}
+
+// Targets returns a snapshot of every target in target order (regular, prefill, decode; then
+// registration order; then rank).
+func (r *Router) Targets() []TargetInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	var out []TargetInfo
+	for role := range numRoles {
+		for _, t := range r.targets[role] {
+			w := t.worker
+			out = append(out, TargetInfo{Name: t.name, URL: w.url, Role: role, Rank: t.rank, Load: t.Load(),
+				Healthy: w.health.Healthy() && w.breaker.Allow(now)})
+		}
+	}
+	return out
+}
+
+// Workers returns a snapshot of every worker in target order.
+func (r *Router) Workers() []WorkerInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	var out []WorkerInfo
+	for role := range numRoles {
+		for _, w := range r.workers[role] {
+			wi := WorkerInfo{URL: w.url, Role: role, BootstrapPort: w.bootstrapPort, DPSize: w.dpSize,
+				Healthy: w.health.Healthy(), Breaker: w.breaker.State(now)}
+			for _, t := range w.targets {
+				wi.Load += t.Load()
+			}
+			out = append(out, wi)
+		}
+	}
+	return out
+}
+
+// Ready reports whether requests can be routed: a healthy regular worker, or in PD mode a
+// healthy prefill and a healthy decode worker.
+func (r *Router) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	has := func(role Role) bool {
+		for _, w := range r.workers[role] {
+			if w.health.Healthy() && w.breaker.Allow(now) {
+				return true
+			}
+		}
+		return false
+	}
+	if r.cfg.PDDisaggregation {
+		return has(Prefill) && has(Decode)
+	}
+	return has(Regular)
+}
+
+// TreeStats returns the size of role's cache-aware tree (runes stored, nodes); ok is false
+// when the role's policy keeps no tree.
+func (r *Router) TreeStats(role Role) (chars, nodes int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if role >= numRoles {
+		return 0, 0, false
+	}
+	if s, isTree := r.policies[role].(treeStatser); isTree {
+		chars, nodes = s.TreeStats()
+		return chars, nodes, true
+	}
+	return 0, 0, false
+}
+
+// NewRetrier returns a fresh retry budget for one request (SPEC §1.6).
+func (r *Router) NewRetrier() *Retrier { return &Retrier{r: r, cfg: r.cfg.Retry()} }
+
+func (r *Router) backoff(cfg RetryConfig, attempt int) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return cfg.Backoff(attempt, r.rng)
+}
+
+// leg is one role's part of a decision.
+type leg struct {
+	target      *Target
+	workerIndex int
+	reason      Reason
+	matchRate   float64
+	done        atomic.Bool
+}
+
+// Leg describes one role's part of a [Decision].
+type Leg struct {
+	Target *Target
+	// WorkerIndex is the worker's position within its role at routing time (decision logs).
+	WorkerIndex int
+	Reason      Reason
+	MatchRate   float64
+}
+
+// Decision is what Route chose. Each leg's load stays incremented until [Decision.Done] is
+// called for that role. A Decision is safe for concurrent use (the two legs of a PD request
+// usually finish on different goroutines).
+type Decision struct {
+	// Prefill and Decode are set in PD mode, Regular otherwise.
+	Prefill, Decode, Regular *Target
+	// Reason and MatchRate are the first leg's (prefill in PD mode): the decision that decides
+	// the prefix-cache hit. Per-leg values are in [Decision.Leg].
+	Reason    Reason
+	MatchRate float64
+
+	r    *Router
+	legs [numRoles]leg
+}
+
+// Leg returns role's part of the decision; ok is false if the decision has no such leg.
+func (d *Decision) Leg(role Role) (Leg, bool) {
+	if role >= numRoles || d.legs[role].target == nil {
+		return Leg{}, false
+	}
+	l := &d.legs[role]
+	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate}, true
+}
+
+// Done reports that role's leg finished with outcome o: it decrements the leg's target load
+// and feeds the worker's breaker (unless o is Cancelled). It acts exactly once per leg and
+// returns true then; later calls, and calls for a role the decision does not have, are
+// no-ops returning false.
+func (d *Decision) Done(role Role, o Outcome) bool {
+	if role >= numRoles || d.legs[role].target == nil || !d.legs[role].done.CompareAndSwap(false, true) {
+		return false
+	}
+	t := d.legs[role].target
+	t.load.Add(-1)
+	if o != Cancelled {
+		r := d.r
+		r.mu.Lock()
+		t.worker.breaker.Record(o == Success, r.clock.Now())
+		r.mu.Unlock()
+	}
+	return true
+}
+
+// Finished reports whether every leg of the decision has been reported done.
+func (d *Decision) Finished() bool {
+	for i := range d.legs {
+		if d.legs[i].target != nil && !d.legs[i].done.Load() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,142 @@
+package router
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Worker is one server process: a base URL with a role, its health and its circuit breaker.
+// Its fields are fixed at registration; its state machines are guarded by the [Router].
+type Worker struct {
+	url           string
+	role          Role
+	bootstrapPort *int
+	dpSize        int // 0 when the router is not DP-aware
+	health        *Health
+	breaker       *Breaker
+	targets       []*Target
+}
+
+// URL returns the worker's base URL as registered.
+func (w *Worker) URL() string { return w.url }
+
+// Role returns the worker's role.
+func (w *Worker) Role() Role { return w.role }
+
+// BootstrapPort returns the prefill bootstrap port, nil for none (sent as JSON null).
+func (w *Worker) BootstrapPort() *int { return w.bootstrapPort }
+
+// DPSize returns the number of DP ranks the router addresses (0 when not DP-aware).
+func (w *Worker) DPSize() int { return w.dpSize }
+
+// Target is what a policy chooses: a worker, or one DP rank of it under --dp-aware. It owns the
+// in-flight load counter and the cache-aware tenant. A Target must not be copied.
+type Target struct {
+	name   string // url, or url@rank
+	worker *Worker
+	rank   int // -1 without a DP rank
+	load   atomic.Int64
+
+	// Scratch of the role's policy, guarded by the router's mutex (a target belongs to one
+	// role, and each role has one policy instance).
+	pickEpoch uint64
+	pickIndex int
+}
+
+// Name returns "url" or "url@rank": the tenant name in the cache-aware tree.
+func (t *Target) Name() string { return t.name }
+
+// Worker returns the worker this target belongs to.
+func (t *Target) Worker() *Worker { return t.worker }
+
+// URL returns the worker's base URL (requests go there, with the rank in the body).
+func (t *Target) URL() string { return t.worker.url }
+
+// Role returns the worker's role.
+func (t *Target) Role() Role { return t.worker.role }
+
+// Rank returns the DP rank and whether the target has one.
+func (t *Target) Rank() (int, bool) { return t.rank, t.rank >= 0 }
+
+// RankPtr returns the DP rank, or nil without one (the shape the wire format wants).
+func (t *Target) RankPtr() *int {
+	if t.rank < 0 {
+		return nil
+	}
+	r := t.rank
+	return &r
+}
+
+// Load returns the number of requests routed to the target and not yet finished. Safe to call
+// without the router's lock.
+func (t *Target) Load() int64 { return t.load.Load() }
+
+// TargetName returns the target name of a worker URL and rank (rank < 0: the URL itself).
+func TargetName(url string, rank int) string {
+	if rank < 0 {
+		return url
+	}
+	return url + "@" + strconv.Itoa(rank)
+}
+
+// SplitTargetName splits "url@rank" at the last '@' (so IPv6 URLs work). A name without a
+// numeric "@rank" suffix is returned whole with rank -1.
+func SplitTargetName(name string) (url string, rank int) {
+	i := strings.LastIndexByte(name, '@')
+	if i < 0 {
+		return name, -1
+	}
+	r, err := strconv.Atoi(name[i+1:])
+	if err != nil || r < 0 || strings.ContainsAny(name[i+1:], "+-") {
+		return name, -1
+	}
+	return name[:i], r
+}
+
+// WorkerSpec describes a worker to register.
+type WorkerSpec struct {
+	URL  string
+	Role Role
+	// BootstrapPort is the prefill bootstrap port; nil means none (JSON null on the wire).
+	BootstrapPort *int
+	// DPSize is the worker's dp_size from /get_server_info; used only when the router is
+	// DP-aware, where it must be ≥ 1.
+	DPSize int
+}
+
+// TargetInfo is a snapshot of one target for /get_loads and metrics.
+type TargetInfo struct {
+	Name    string
+	URL     string
+	Role    Role
+	Rank    int // -1 without a DP rank
+	Load    int64
+	Healthy bool // worker healthy and its breaker not open
+}
+
+// WorkerInfo is a snapshot of one worker for /workers and metrics.
+type WorkerInfo struct {
+	URL           string
+	Role          Role
+	BootstrapPort *int
+	DPSize        int
+	Healthy       bool
+	Breaker       BreakerState
+	Load          int64 // sum over the worker's targets
+}
+
+// NoTargetError is returned by [Router.Route] when a role has no available target (all
+// unhealthy, all circuits open, or none registered). Serve answers 503.
+type NoTargetError struct {
+	Role       Role
+	Registered int // targets registered for the role
+}
+
+func (e *NoTargetError) Error() string {
+	if e.Registered == 0 {
+		return fmt.Sprintf("no %s workers registered", e.Role)
+	}
+	return fmt.Sprintf("no available %s workers (%d registered, all unhealthy or circuit open)", e.Role, e.Registered)
+}
