@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultChunkedPrefillSize   = 8192             // tokens per prefill step (SGLang --chunked-prefill-size)
+	DefaultMaxRunningRequests   = 1024             // per rank (SGLang --max-running-requests)
+	DefaultReservedDecodeTokens = 512              // decode prealloc reserve beyond the prompt (SGLANG_NUM_RESERVED_DECODE_TOKENS)
+	DefaultBootstrapTimeout     = 30 * time.Second // SPEC §3 --bootstrap-timeout
+	DefaultLinkBandwidth        = 50e9             // bytes/s: one 400 Gb/s RDMA NIC
+)
+
+// Config describes one server. Zero fields take the defaults named on them.
+type Config struct {
+	Role        Role
+	DPSize      int     // DP ranks; 0 → 1
+	Profile     Profile // step-time model (see Presets, Roofline, ConstantProfile, Instant)
+	DPAttention bool    // lockstep: all ranks step together, each step as long as the busiest rank's (ignored by Constant profiles)
+
+	LinkBandwidth        float64       // prefill: KV transfer bandwidth per room, bytes/s; 0 → DefaultLinkBandwidth (no contention is modelled)
+	PageSize             int           // tokens per KV page; 0 → 1
+	MaxTotalTokens       int           // KV capacity per rank, tokens; 0 → Profile.MaxTotalTokens
+	ChunkedPrefillSize   int           // token budget of a prefill step; 0 → DefaultChunkedPrefillSize
+	MaxRunningRequests   int           // per rank, requests being prefilled or decoded (unified, decode); 0 → DefaultMaxRunningRequests
+	ReservedDecodeTokens int           // decode: output tokens reserved at prealloc beyond the prompt; 0 → DefaultReservedDecodeTokens
+	BootstrapTimeout     time.Duration // PD: Handshake (prefill) / KVArrived (decode) deadline after Submit; 0 → DefaultBootstrapTimeout; < 0 → never
+	Speedup              float64       // every model duration (steps, transfers, TTFT, ITL) is divided by it; 0 → 1. A slow factor f is Speedup 1/f.
+	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (see SetNeverSignalKV)
+}
+
+func (c Config) withDefaults() Config {
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.LinkBandwidth == 0 {
+		c.LinkBandwidth = DefaultLinkBandwidth
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 1
+	}
+	if c.MaxTotalTokens == 0 {
+		c.MaxTotalTokens = c.Profile.MaxTotalTokens
+	}
+	if c.ChunkedPrefillSize == 0 {
+		c.ChunkedPrefillSize = DefaultChunkedPrefillSize
+	}
+	if c.MaxRunningRequests == 0 {
+		c.MaxRunningRequests = DefaultMaxRunningRequests
+	}
+	if c.ReservedDecodeTokens == 0 {
+		c.ReservedDecodeTokens = DefaultReservedDecodeTokens
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = DefaultBootstrapTimeout
+	}
+	if c.Speedup == 0 {
+		c.Speedup = 1
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults), naming it.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Role > RoleDecode:
+		return fmt.Errorf("engine: role %d is not prefill, decode or unified", c.Role)
+	case c.DPSize < 1:
+		return fmt.Errorf("engine: dp size %d < 1", c.DPSize)
+	case c.PageSize < 1:
+		return fmt.Errorf("engine: page size %d < 1", c.PageSize)
+	case c.MaxTotalTokens < c.PageSize:
+		return fmt.Errorf("engine: max total tokens %d is smaller than a page (%d); set it or use a profile that derives it", c.MaxTotalTokens, c.PageSize)
+	case c.ChunkedPrefillSize < 1:
+		return fmt.Errorf("engine: chunked prefill size %d < 1", c.ChunkedPrefillSize)
+	case c.MaxRunningRequests < 1:
+		return fmt.Errorf("engine: max running requests %d < 1", c.MaxRunningRequests)
+	case c.ReservedDecodeTokens < 1:
+		return fmt.Errorf("engine: reserved decode tokens %d < 1", c.ReservedDecodeTokens)
+	case !(c.Speedup > 0):
+		return fmt.Errorf("engine: speedup %g must be > 0", c.Speedup)
+	case c.LinkBandwidth < 0:
+		return fmt.Errorf("engine: link bandwidth %g bytes/s < 0", c.LinkBandwidth)
+	case c.Profile.Constant && (c.Profile.TTFT < 0 || c.Profile.ITL < 0):
+		return fmt.Errorf("engine: profile %s: negative ttft or itl", c.Profile.Name)
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// The event loop: at each model instant, step ends (rank order), then timers (time, push order),
+// then scheduling; plus the bookkeeping shared by every path that ends a request.
+
+// next is the earliest internal event, stale timers dropped.
+func (s *Server) next() (time.Time, bool) {
+	var t time.Time
+	ok := false
+	take := func(u time.Time) {
+		if !ok || u.Before(t) {
+			t, ok = u, true
+		}
+	}
+	if s.kick {
+		take(s.kickAt)
+	}
+	for len(s.timers.h) > 0 && !s.timerValid(&s.timers.h[0]) {
+		s.timers.pop()
+	}
+	if len(s.timers.h) > 0 {
+		take(s.timers.h[0].at)
+	}
+	if s.cfg.DPAttention {
+		if s.stepping {
+			take(s.stepEnd)
+		}
+	} else {
+		for _, rk := range s.ranks {
+			if rk.stepKind != stepNone {
+				take(rk.stepEnd)
+			}
+		}
+	}
+	return t, ok
+}
+
+// processAt handles every event due at t: step ends (rank order), timers (time, sequence), then
+// scheduling on every rank.
+func (s *Server) processAt(t time.Time) {
+	if s.kick && !s.kickAt.After(t) {
+		s.kick = false
+	}
+	if s.cfg.DPAttention {
+		if s.stepping && s.stepEnd.Equal(t) {
+			s.stepping = false
+			for _, rk := range s.ranks {
+				s.finishStep(rk, t)
+			}
+		}
+	} else {
+		for _, rk := range s.ranks {
+			if rk.stepKind != stepNone && rk.stepEnd.Equal(t) {
+				s.finishStep(rk, t)
+			}
+		}
+	}
+	for len(s.timers.h) > 0 && !s.timers.h[0].at.After(t) {
+		tm := s.timers.pop()
+		if s.timerValid(&tm) {
+			s.fire(tm, t)
+		}
+	}
+	s.schedule(t)
+}
+
+func (s *Server) timerValid(tm *timer) bool {
+	switch tm.kind {
+	case tTimeout:
+		q := tm.r.queue
+		return !tm.r.done && (q == QueueBootstrap || q == QueuePrealloc || q == QueueTransfer)
+	case tTransfer, tStuck:
+		return !tm.r.done && tm.r.queue == QueueInflight
+	case tToken:
+		return !tm.r.done && tm.r.queue == QueueRunning
+	case tEarly:
+		at, ok := s.early[tm.room]
+		return ok && at.Equal(tm.at)
+	}
+	return false
+}
+
+func (s *Server) fire(tm timer, t time.Time) {
+	r := tm.r
+	switch tm.kind {
+	case tTimeout:
+		if s.cfg.Role == RolePrefill {
+			s.fail(r, t, fmt.Sprintf("bootstrap timeout: no decode handshake within %s", s.cfg.BootstrapTimeout))
+		} else {
+			s.fail(r, t, fmt.Sprintf("bootstrap timeout: KV from the prefill server did not arrive within %s", s.cfg.BootstrapTimeout))
+		}
+	case tStuck:
+		s.fail(r, t, fmt.Sprintf("kv transfer did not complete within %s", s.cfg.BootstrapTimeout))
+	case tTransfer:
+		r.state = StateSuccess
+		s.emit(Output{Kind: KindTransferDone, At: t, Room: r.room, Rank: r.rk.id, CachedTokens: r.cached, FirstToken: r.firstTok})
+		r.generated = 1
+		s.complete(r, t)
+	case tToken:
+		s.parallelToken(r, t)
+	case tEarly:
+		delete(s.early, tm.room)
+	}
+}
+
+// schedule runs every rank's scheduler at t: decode preallocation, then new steps on idle ranks
+// (all ranks together under DP attention).
+func (s *Server) schedule(t time.Time) {
+	if s.dead {
+		return
+	}
+	if s.cfg.Role == RoleDecode && !s.parallel {
+		for _, rk := range s.ranks {
+			s.preallocate(rk, t)
+		}
+	}
+	if s.parallel {
+		return
+	}
+	if s.cfg.Role == RoleDecode {
+		// Forming a decode batch can free KV (a room with MaxNew 1 ends as it joins), so
+		// preallocation gets a second chance.
+		defer func() {
+			for _, rk := range s.ranks {
+				s.preallocate(rk, t)
+			}
+		}()
+	}
+	if s.cfg.DPAttention {
+		if s.stepping {
+			return
+		}
+		var longest time.Duration
+		any := false
+		for _, rk := range s.ranks {
+			if d, ok := s.formStep(rk, t); ok {
+				any = true
+				longest = max(longest, d)
+			}
+		}
+		if any {
+			s.stepping, s.stepEnd = true, t.Add(longest)
+			for _, rk := range s.ranks {
+				rk.stepEnd = s.stepEnd
+			}
+		}
+		return
+	}
+	for _, rk := range s.ranks {
+		if rk.stepKind == stepNone {
+			if d, ok := s.formStep(rk, t); ok {
+				rk.stepEnd = t.Add(d)
+			}
+		}
+	}
+}
+
+// formStep builds rank rk's next batch at t and returns its duration; false when idle.
+func (s *Server) formStep(rk *rank, t time.Time) (time.Duration, bool) {
+	switch s.cfg.Role {
+	case RolePrefill:
+		return s.formPrefill(rk, t)
+	case RoleDecode:
+		return s.formDecode(rk, t)
+	}
+	if d, ok := s.formPrefill(rk, t); ok { // prefill-first
+		return d, true
+	}
+	return s.formDecode(rk, t)
+}
+
+func (s *Server) finishStep(rk *rank, t time.Time) {
+	switch rk.stepKind {
+	case stepPrefill:
+		s.finishPrefillStep(rk, t)
+	case stepDecode:
+		s.finishDecodeStep(rk, t)
+	}
+	rk.stepKind = stepNone
+}
+
+// setQueue moves r to queue q, keeping the per-rank counters.
+func (s *Server) setQueue(r *request, q Queue) {
+	if r.queue != 0 {
+		r.rk.n[r.queue]--
+	}
+	r.queue = q
+	if q != 0 {
+		r.rk.n[q]++
+	}
+}
+
+// release frees r's KV and forgets it.
+func (s *Server) release(r *request) {
+	rk := r.rk
+	if r.node != nil {
+		rk.cache.unlockPath(r.node)
+		r.node = nil
+	}
+	rk.private -= r.alloc
+	r.alloc = 0
+	s.setQueue(r, 0)
+	r.done = true
+	delete(s.rooms, r.room)
+	r.prev.next, r.next.prev = r.next, r.prev
+	r.prev, r.next = nil, nil
+}
+
+func (s *Server) fail(r *request, t time.Time, why string) {
+	r.state = StateFailed
+	s.emit(Output{Kind: KindFailed, At: t, Room: r.room, Rank: r.rk.id, Reason: fmt.Sprintf("room %d: %s", r.room, why)})
+	s.release(r)
+}
+
+func (s *Server) complete(r *request, t time.Time) {
+	s.emit(Output{Kind: KindFinished, At: t, Room: r.room, Rank: r.rk.id,
+		Usage: Usage{PromptTokens: len(r.prompt), CompletionTokens: r.generated, CachedTokens: r.cached}})
+	if s.cfg.Role == RoleUnified && len(r.output) > 0 && r.generated > 1 {
+		s.cacheFinished(r)
+	}
+	s.release(r)
+}
+
+// cacheFinished inserts prompt + the outputs whose KV was computed (all but the last token) into
+// the tree. The new tokens come out of r's private KV (its outputs and partial page), so KV in
+// use does not grow; in the Constant profiles the cache is trimmed back to capacity instead.
+func (s *Server) cacheFinished(r *request) {
+	rk := r.rk
+	n := min(r.generated-1, len(r.output))
+	seq := make([]uint32, 0, len(r.prompt)+n)
+	seq = append(append(seq, r.prompt...), r.output[:n]...)
+	if s.parallel {
+		rk.cache.insert(seq)
+		if over := rk.cache.size - rk.capacity; over > 0 {
+			rk.cache.evict(over)
+		}
+		return
+	}
+	_, added := rk.cache.insert(seq)
+	rk.private -= added
+	r.alloc -= added
+}
+
+func (s *Server) token(r *request, t time.Time) {
+	s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: r.generated})
+	r.generated++
+}

@@ -1,0 +1,285 @@
+package engine
+
+// The radix KV cache of one rank: SGLang's RadixCache over token ids. Keys are page-aligned;
+// each node holds the KV of its key's tokens. Nodes referenced by a running request are locked
+// (lock > 0) along their whole path to the root; unlocked leaves are evictable, least recently
+// used first (ties: oldest node). Access order is a counter, not a clock, so the cache is
+// deterministic whatever the driver's time resolution.
+
+// node is one edge of the tree with the tokens on it.
+type node struct {
+	key      []uint32
+	parent   *node
+	children map[uint64]*node // by childKey of the first page; nil when empty
+	lock     int32            // running requests referencing this node or a descendant
+	last     uint64           // access counter at the last match or insert through this node
+	id       uint64           // creation order, for deterministic ties
+	heapIdx  int              // position in radix.heap, -1 when not an evictable leaf
+}
+
+// radix is one rank's prefix cache. Not safe for concurrent use.
+type radix struct {
+	root      *node
+	page      int    // tokens per page (≥ 1); keys and matches are multiples of it
+	size      int    // tokens held in the tree
+	evictable int    // tokens in unlocked nodes
+	tick      uint64 // access counter
+	nextID    uint64
+	nodes     int
+	heap      []*node // evictable leaves, min-heap by (last, id)
+}
+
+func newRadix(page int) *radix {
+	if page < 1 {
+		page = 1
+	}
+	c := &radix{page: page}
+	c.reset()
+	return c
+}
+
+// reset empties the cache (flush_cache, or a server restart).
+func (c *radix) reset() {
+	c.root = &node{heapIdx: -1}
+	c.size, c.evictable, c.nodes = 0, 0, 0
+	c.heap = c.heap[:0]
+}
+
+// childKey identifies a child by its first page: the token itself for page size 1, an FNV-1a
+// hash of the page otherwise (a collision only costs a missed match: keys are compared).
+func (c *radix) childKey(tok []uint32) uint64 {
+	if c.page == 1 {
+		return uint64(tok[0])
+	}
+	h := uint64(14695981039346656037)
+	for _, t := range tok[:c.page] {
+		h ^= uint64(t)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// commonPrefix returns the length of the common prefix of a and b, rounded down to a page.
+func (c *radix) commonPrefix(a, b []uint32) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i - i%c.page
+}
+
+// match finds the longest cached prefix of tok (whole pages only), marks the path as accessed
+// and returns its length and the node ending exactly there (a node is split if needed, so the
+// caller can lock precisely the matched prefix).
+func (c *radix) match(tok []uint32) (int, *node) {
+	c.tick++
+	x, n := c.root, 0
+	for len(tok)-n >= c.page && x.children != nil {
+		ch := x.children[c.childKey(tok[n:])]
+		if ch == nil {
+			break
+		}
+		l := c.commonPrefix(ch.key, tok[n:])
+		if l == 0 {
+			break
+		}
+		c.touch(ch)
+		if l < len(ch.key) {
+			ch = c.split(ch, l)
+		}
+		n += l
+		x = ch
+	}
+	return n, x
+}
+
+// insert adds tok (its whole pages) to the cache and returns the node ending at its last whole
+// page and the number of tokens newly added.
+func (c *radix) insert(tok []uint32) (*node, int) {
+	tok = tok[:len(tok)-len(tok)%c.page]
+	c.tick++
+	x, n := c.root, 0
+	for n < len(tok) {
+		var ch *node
+		if x.children != nil {
+			ch = x.children[c.childKey(tok[n:])]
+		}
+		l := 0
+		if ch != nil {
+			l = c.commonPrefix(ch.key, tok[n:])
+		}
+		if l == 0 {
+			if ch != nil { // hash collision on the first page: keep the old node, do not cache
+				return x, 0
+			}
+			leaf := c.newLeaf(x, tok[n:])
+			return leaf, len(tok) - n
+		}
+		c.touch(ch)
+		if l < len(ch.key) {
+			ch = c.split(ch, l)
+		}
+		n += l
+		x = ch
+	}
+	return x, 0
+}
+
+func (c *radix) newLeaf(parent *node, key []uint32) *node {
+	c.nextID++
+	c.nodes++
+	leaf := &node{key: append([]uint32(nil), key...), parent: parent, last: c.tick, id: c.nextID, heapIdx: -1}
+	if parent.children == nil {
+		parent.children = make(map[uint64]*node, 2)
+	}
+	parent.children[c.childKey(key)] = leaf
+	if parent.heapIdx >= 0 {
+		c.heapRemove(parent)
+	}
+	c.size += len(key)
+	c.evictable += len(key)
+	c.heapPush(leaf)
+	return leaf
+}
+
+// split cuts ch after l tokens and returns the new upper node (which takes ch's place).
+func (c *radix) split(ch *node, l int) *node {
+	c.nextID++
+	c.nodes++
+	up := &node{key: ch.key[:l:l], parent: ch.parent, lock: ch.lock, last: ch.last, id: c.nextID, heapIdx: -1}
+	ch.parent.children[c.childKey(ch.key)] = up
+	ch.key = ch.key[l:]
+	ch.parent = up
+	up.children = map[uint64]*node{c.childKey(ch.key): ch}
+	return up
+}
+
+// touch marks x as just accessed.
+func (c *radix) touch(x *node) {
+	x.last = c.tick
+	if x.heapIdx >= 0 {
+		c.heapFix(x.heapIdx)
+	}
+}
+
+// lockPath makes x and its ancestors unevictable.
+func (c *radix) lockPath(x *node) {
+	for ; x != c.root && x != nil; x = x.parent {
+		x.lock++
+		if x.lock == 1 {
+			c.evictable -= len(x.key)
+			if x.heapIdx >= 0 {
+				c.heapRemove(x)
+			}
+		}
+	}
+}
+
+// unlockPath undoes lockPath.
+func (c *radix) unlockPath(x *node) {
+	for ; x != c.root && x != nil; x = x.parent {
+		x.lock--
+		if x.lock == 0 {
+			c.evictable += len(x.key)
+			if len(x.children) == 0 {
+				c.heapPush(x)
+			}
+		}
+	}
+}
+
+// evict removes least recently used unlocked leaves until at least need tokens are freed or
+// nothing is evictable; it returns the tokens freed.
+func (c *radix) evict(need int) int {
+	freed := 0
+	for freed < need && len(c.heap) > 0 {
+		x := c.heap[0]
+		c.heapRemove(x)
+		p := x.parent
+		delete(p.children, c.childKey(x.key))
+		c.size -= len(x.key)
+		c.evictable -= len(x.key)
+		c.nodes--
+		freed += len(x.key)
+		x.parent = nil
+		if p != c.root && p.lock == 0 && len(p.children) == 0 {
+			c.heapPush(p)
+		}
+	}
+	return freed
+}
+
+// The evictable-leaf heap, ordered by (last, id).
+
+func (c *radix) less(i, j int) bool {
+	a, b := c.heap[i], c.heap[j]
+	if a.last != b.last {
+		return a.last < b.last
+	}
+	return a.id < b.id
+}
+
+func (c *radix) swap(i, j int) {
+	c.heap[i], c.heap[j] = c.heap[j], c.heap[i]
+	c.heap[i].heapIdx = i
+	c.heap[j].heapIdx = j
+}
+
+func (c *radix) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !c.less(i, p) {
+			return
+		}
+		c.swap(i, p)
+		i = p
+	}
+}
+
+func (c *radix) down(i int) bool {
+	start := i
+	n := len(c.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && c.less(r, l) {
+			m = r
+		}
+		if !c.less(m, i) {
+			break
+		}
+		c.swap(i, m)
+		i = m
+	}
+	return i > start
+}
+
+func (c *radix) heapPush(x *node) {
+	x.heapIdx = len(c.heap)
+	c.heap = append(c.heap, x)
+	c.up(x.heapIdx)
+}
+
+func (c *radix) heapRemove(x *node) {
+	i := x.heapIdx
+	last := len(c.heap) - 1
+	if i != last {
+		c.swap(i, last)
+	}
+	c.heap[last] = nil
+	c.heap = c.heap[:last]
+	x.heapIdx = -1
+	if i != last {
+		c.heapFix(i)
+	}
+}
+
+func (c *radix) heapFix(i int) {
+	if !c.down(i) {
+		c.up(i)
+	}
+}

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// checkRadix recounts size, evictable tokens, nodes and heap membership.
+func checkRadix(c *radix) error {
+	size, evictable, nodes := 0, 0, 0
+	var walk func(x *node) error
+	walk = func(x *node) error {
+		for k, ch := range x.children {
+			if c.childKey(ch.key) != k || ch.parent != x {
+				return fmt.Errorf("bad child link")
+			}
+			if len(ch.key) == 0 || len(ch.key)%c.page != 0 {
+				return fmt.Errorf("key of %d tokens, page %d", len(ch.key), c.page)
+			}
+			if ch.lock < 0 || (x != c.root && ch.lock > x.lock) {
+				return fmt.Errorf("lock %d under parent lock %d", ch.lock, x.lock)
+			}
+			nodes++
+			size += len(ch.key)
+			if ch.lock == 0 {
+				evictable += len(ch.key)
+			}
+			if want := ch.lock == 0 && len(ch.children) == 0; (ch.heapIdx >= 0) != want {
+				return fmt.Errorf("heap membership %v, want %v", ch.heapIdx >= 0, want)
+			}
+			if err := walk(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(c.root); err != nil {
+		return err
+	}
+	if size != c.size || evictable != c.evictable || nodes != c.nodes {
+		return fmt.Errorf("size/evictable/nodes %d/%d/%d, recount %d/%d/%d", c.size, c.evictable, c.nodes, size, evictable, nodes)
+	}
+	for i := 1; i < len(c.heap); i++ {
+		if c.less(i, (i-1)/2) {
+			return fmt.Errorf("heap order broken at %d", i)
+		}
+	}
+	return nil
+}
+
+func TestRadixMatchInsert(t *testing.T) {
+	t.Parallel()
+	c := newRadix(1)
+	_, added := c.insert([]uint32{1, 2, 3, 4, 5})
+	assert.Equal(t, 5, added)
+	_, added = c.insert([]uint32{1, 2, 3, 9, 9, 9})
+	assert.Equal(t, 3, added, "shares 1 2 3, splits the edge")
+	_, added = c.insert([]uint32{1, 2})
+	assert.Equal(t, 0, added, "a prefix of what is cached")
+	require.NoError(t, checkRadix(c))
+	assert.Equal(t, 8, c.size)
+	tests := []struct {
+		q    []uint32
+		want int
+	}{
+		{[]uint32{1, 2, 3, 4, 5, 6}, 5},
+		{[]uint32{1, 2, 3, 9}, 4},
+		{[]uint32{1, 7}, 1},
+		{[]uint32{2}, 0},
+		{nil, 0},
+	}
+	for _, tc := range tests {
+		n, _ := c.match(tc.q)
+		assert.Equal(t, tc.want, n, "match %v", tc.q)
+	}
+	require.NoError(t, checkRadix(c))
+}
+
+func TestRadixPages(t *testing.T) {
+	t.Parallel()
+	c := newRadix(4)
+	_, added := c.insert(prompt(0, 10))
+	assert.Equal(t, 8, added, "only whole pages are cached")
+	n, _ := c.match(prompt(0, 10))
+	assert.Equal(t, 8, n)
+	q := prompt(0, 10)
+	q[5] = 999 // diverges inside the second page
+	n, _ = c.match(q)
+	assert.Equal(t, 4, n)
+	require.NoError(t, checkRadix(c))
+}
+
+func TestRadixLRU(t *testing.T) {
+	t.Parallel()
+	c := newRadix(1)
+	c.insert(prompt(100, 10)) // A
+	c.insert(prompt(200, 10)) // B
+	c.insert(prompt(300, 10)) // C
+	c.match(prompt(100, 3))   // touch A (splits it: A = 3 + 7)
+	freed := c.evict(1)
+	assert.Equal(t, 10, freed, "whole least recently used leaf: B")
+	n, _ := c.match(prompt(200, 10))
+	assert.Zero(t, n)
+	n, _ = c.match(prompt(100, 10))
+	assert.Equal(t, 10, n, "A survives")
+	c.evict(1)
+	n, _ = c.match(prompt(300, 10))
+	assert.Zero(t, n, "C went next")
+	require.NoError(t, checkRadix(c))
+}
+
+func TestRadixLockPreventsEviction(t *testing.T) {
+	t.Parallel()
+	c := newRadix(1)
+	nd, _ := c.insert(prompt(0, 10))
+	c.insert(prompt(0, 5))
+	c.lockPath(nd)
+	assert.Zero(t, c.evictable)
+	assert.Zero(t, c.evict(100))
+	c.insert(prompt(500, 4))
+	assert.Equal(t, 4, c.evict(100), "only the unlocked leaf")
+	c.unlockPath(nd)
+	assert.Equal(t, 10, c.evict(100))
+	assert.Zero(t, c.size)
+	require.NoError(t, checkRadix(c))
+}
+
+// FuzzRadix runs random inserts, matches, locks, unlocks and evictions over a small alphabet and
+// checks the bookkeeping after each, and that without eviction a match equals the longest common
+// page-aligned prefix with any inserted sequence (brute force).
+func FuzzRadix(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, uint8(1))
+	f.Add([]byte{3, 3, 3, 1, 0, 200, 100, 7, 7, 2, 9, 41, 1, 2, 3}, uint8(2))
+	f.Fuzz(func(t *testing.T, ops []byte, page uint8) {
+		pg := int(page%3) + 1
+		c := newRadix(pg)
+		var inserted [][]uint32
+		var locked []*node
+		evicted := false
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%5, ops[i+1]
+			seq := make([]uint32, int(arg%13))
+			for j := range seq {
+				seq[j] = uint32((int(arg) + j*int(op+1)) % 3) // small alphabet: many shared prefixes
+			}
+			switch op {
+			case 0, 1:
+				c.insert(seq)
+				inserted = append(inserted, seq)
+			case 2:
+				n, nd := c.match(seq)
+				if !evicted {
+					best := 0
+					for _, s := range inserted {
+						l := 0
+						for l < len(s) && l < len(seq) && s[l] == seq[l] {
+							l++
+						}
+						l = min(l-l%pg, len(s)-len(s)%pg)
+						best = max(best, l)
+					}
+					require.Equal(t, best, n, "match %v in %v", seq, inserted)
+				}
+				if arg%2 == 0 {
+					c.lockPath(nd)
+					locked = append(locked, nd)
+				}
+			case 3:
+				if len(locked) > 0 {
+					c.unlockPath(locked[0])
+					locked = locked[1:]
+				}
+			case 4:
+				if c.evict(int(arg%7)) > 0 {
+					evicted = true
+				}
+			}
+			require.NoError(t, checkRadix(c))
+		}
+	})
+}

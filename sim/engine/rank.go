@@ -1,0 +1,172 @@
+package engine
+
+import "time"
+
+// rank is one DP rank: its KV pool, prefix cache and scheduler queues.
+type rank struct {
+	id       int
+	capacity int    // max_total_num_tokens
+	cache    *radix // nil on decode servers (their KV comes from the prefill side)
+	private  int    // KV tokens held by requests outside the tree: invariant cache.size + private ≤ capacity
+
+	waiting   fifo       // prefill queue (prefill, unified) or admission queue (decode)
+	prealloc  fifo       // decode: waiting for a KV reservation
+	retracted fifo       // decode: retracted from the running batch, waiting for KV again
+	running   []*request // decode batch (decode, unified), in admission order
+	chunked   *request   // the request whose prefill continues in the next step
+	batch     []chunk    // the prefill step in progress
+	stepKind  uint8
+	stepEnd   time.Time
+
+	n [QueueInflight + 1]int // live requests per queue
+
+	promptTokens, cachedTokens int64 // prefix-hit accounting of admitted requests
+	retractions                int
+}
+
+// chunk is one request's share of a prefill step.
+type chunk struct {
+	r *request
+	n int
+}
+
+const (
+	stepNone uint8 = iota
+	stepPrefill
+	stepDecode
+)
+
+// free is the KV the rank could hand out without evicting.
+func (rk *rank) free() int {
+	f := rk.capacity - rk.private
+	if rk.cache != nil {
+		f -= rk.cache.size
+	}
+	return f
+}
+
+// reserve takes need tokens of KV for a request, evicting unreferenced cache leaves if needed.
+func (rk *rank) reserve(need int) bool {
+	f := rk.free()
+	if f < need && rk.cache != nil && f+rk.cache.evictable >= need {
+		rk.cache.evict(need - f)
+		f = rk.free()
+	}
+	if f < need {
+		return false
+	}
+	rk.private += need
+	return true
+}
+
+// fifo is a queue of requests with lazy deletion: entries of ended requests are skipped.
+type fifo struct {
+	items []*request
+	head  int
+}
+
+func (q *fifo) push(r *request) { q.items = append(q.items, r) }
+
+// pushFront puts a retracted request back at the head.
+func (q *fifo) pushFront(r *request) {
+	if q.head > 0 {
+		q.head--
+		q.items[q.head] = r
+		return
+	}
+	q.items = append(q.items, nil)
+	copy(q.items[1:], q.items)
+	q.items[0] = r
+}
+
+// peek returns the first live request, dropping ended ones.
+func (q *fifo) peek() *request {
+	for q.head < len(q.items) {
+		if r := q.items[q.head]; !r.done {
+			return r
+		}
+		q.pop()
+	}
+	return nil
+}
+
+func (q *fifo) pop() {
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head >= 64 && q.head*2 >= len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+}
+
+// Timers: a min-heap by (at, seq); entries are validated when they fire (lazy cancellation).
+const (
+	tTimeout  uint8 = iota + 1 // bootstrap timeout (prefill: no Handshake; decode: no KVArrived)
+	tTransfer                  // prefill: KV transfer of the room completes
+	tStuck                     // prefill with NeverSignalKV: the transfer gives up
+	tToken                     // Constant profile: the room's next token is due
+	tEarly                     // an early Handshake is forgotten
+)
+
+type timer struct {
+	at   time.Time
+	seq  uint64
+	kind uint8
+	r    *request
+	room uint64
+}
+
+// timerHeap orders timers by time, then by push order, so equal times fire deterministically.
+type timerHeap struct {
+	h   []timer
+	seq uint64
+}
+
+func (h *timerHeap) less(i, j int) bool {
+	a, b := &h.h[i], &h.h[j]
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	return a.seq < b.seq
+}
+
+func (h *timerHeap) push(t timer) {
+	h.seq++
+	t.seq = h.seq
+	h.h = append(h.h, t)
+	for i := len(h.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.h[i], h.h[p] = h.h[p], h.h[i]
+		i = p
+	}
+}
+
+func (h *timerHeap) pop() timer {
+	t := h.h[0]
+	n := len(h.h) - 1
+	h.h[0] = h.h[n]
+	h.h[n] = timer{}
+	h.h = h.h[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.h[i], h.h[m] = h.h[m], h.h[i]
+		i = m
+	}
+	return t
+}

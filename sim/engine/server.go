@@ -1,0 +1,378 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// Server is one SGLang server (ARCHITECTURE §4): a role, DPSize ranks each with a radix KV cache
+// and a scheduler, driven by explicit calls carrying the model time. A Server is not safe for
+// concurrent use: one goroutine drives it at a time. Times passed to its methods must not
+// decrease; an earlier time is treated as the latest time seen.
+type Server struct {
+	cfg      Config
+	parallel bool // Constant profile: per-request timers, no batching
+	ranks    []*rank
+	rooms    map[uint64]*request // live requests; lookups only, never iterated
+	live     request             // sentinel of the live list, in Submit order (Kill iterates it)
+	timers   timerHeap
+	pending  []Output // produced, not yet returned by Advance
+	early    map[uint64]time.Time
+	last     time.Time // latest time seen
+	kick     bool      // scheduling pending at kickAt
+	kickAt   time.Time
+	rr       int // unified round-robin cursor
+	dead     bool
+	neverKV  bool
+	stepping bool      // lockstep: a server-wide step is in progress
+	stepEnd  time.Time // lockstep: its end
+}
+
+// request is the server's record of a room.
+type request struct {
+	room       uint64
+	rk         *rank
+	prompt     []uint32
+	output     []uint32 // optional reply ids, cached on finish (unified)
+	maxNew     int
+	state      State
+	queue      Queue
+	done       bool
+	prev, next *request // live list
+
+	admitted  bool  // the prefix hit has been measured
+	cached    int   // reported cached tokens (prefill/unified: own hit; decode: from KVArrived)
+	node      *node // locked cache node (prefill, unified)
+	alloc     int   // KV tokens held outside the tree (rank.private share)
+	target    int   // tokens to prefill: prompt (+ generated after a retraction)
+	prefilled int   // tokens of target with KV (cached + computed)
+	generated int   // output tokens produced
+	firstTok  time.Time
+	earlyKV   bool // decode: KVArrived came while still in prealloc
+}
+
+// New returns a server for cfg, or an error naming the invalid field.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time), neverKV: cfg.NeverSignalKV}
+	s.live.next, s.live.prev = &s.live, &s.live
+	s.ranks = make([]*rank, cfg.DPSize)
+	for i := range s.ranks {
+		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens}
+		if cfg.Role != RoleDecode {
+			s.ranks[i].cache = newRadix(cfg.PageSize)
+		}
+	}
+	return s, nil
+}
+
+// Config returns the server's configuration with defaults filled in (page size,
+// max_total_num_tokens per rank and so on, for /get_server_info).
+func (s *Server) Config() Config { return s.cfg }
+
+// dur converts a model duration into server time (Speedup applied).
+func (s *Server) dur(d time.Duration) time.Duration {
+	if s.cfg.Speedup == 1 {
+		return d
+	}
+	return time.Duration(float64(d) / s.cfg.Speedup)
+}
+
+func (s *Server) emit(o Output) { s.pending = append(s.pending, o) }
+
+func (s *Server) setKick(t time.Time) {
+	if !s.kick || t.Before(s.kickAt) {
+		s.kick, s.kickAt = true, t
+	}
+}
+
+// sync clamps now to the latest time seen and processes every event before it, so a call never
+// changes the past. Events at exactly now wait for Advance, so calls made at one instant are
+// scheduled together (two Handshakes at t can share a batch).
+func (s *Server) sync(now time.Time) time.Time {
+	if now.Before(s.last) {
+		now = s.last
+	}
+	s.last = now
+	for {
+		t, ok := s.next()
+		if !ok || !t.Before(now) {
+			return now
+		}
+		s.processAt(t)
+	}
+}
+
+// Submit hands the server a request at now. Outputs (including an immediate Failed for an
+// invalid request, a dead server or a duplicate live room) come from the next Advance.
+func (s *Server) Submit(now time.Time, req Req) {
+	now = s.sync(now)
+	fail := func(why string) {
+		s.emit(Output{Kind: KindFailed, At: now, Room: req.Room, Rank: req.Rank, Reason: fmt.Sprintf("room %d: %s", req.Room, why)})
+	}
+	switch {
+	case s.dead:
+		fail("server is dead")
+		return
+	case len(req.Prompt) == 0:
+		fail("empty prompt")
+		return
+	case req.Rank >= len(s.ranks):
+		fail(fmt.Sprintf("dp rank %d out of range [0,%d)", req.Rank, len(s.ranks)))
+		return
+	case s.rooms[req.Room] != nil:
+		fail("duplicate room: a request with this room is still live")
+		return
+	}
+	rank := req.Rank
+	if rank < 0 {
+		if s.cfg.Role == RoleUnified {
+			rank = s.rr
+			s.rr = (s.rr + 1) % len(s.ranks)
+		} else {
+			rank = int(req.Room % uint64(len(s.ranks)))
+		}
+	}
+	r := &request{room: req.Room, rk: s.ranks[rank], prompt: req.Prompt, output: req.Output, maxNew: max(req.MaxNew, 1), target: len(req.Prompt)}
+	s.rooms[r.room] = r
+	r.prev, r.next = s.live.prev, &s.live
+	s.live.prev.next = r
+	s.live.prev = r
+	switch s.cfg.Role {
+	case RoleUnified:
+		r.state = StateWaitingForInput
+		if s.parallel {
+			s.startParallel(r, now)
+			return
+		}
+		s.setQueue(r, QueueWaiting)
+		r.rk.waiting.push(r)
+	case RolePrefill:
+		if _, ok := s.early[r.room]; ok {
+			delete(s.early, r.room)
+			s.handshake(r, now)
+			return
+		}
+		r.state = StateBootstrapping
+		s.setQueue(r, QueueBootstrap)
+		s.armTimeout(r, now)
+	case RoleDecode:
+		r.state = StateBootstrapping
+		s.armTimeout(r, now)
+		if s.parallel {
+			s.preallocated(r, now)
+			return
+		}
+		s.setQueue(r, QueuePrealloc)
+		r.rk.prealloc.push(r)
+	}
+	s.setKick(now)
+}
+
+func (s *Server) armTimeout(r *request, now time.Time) {
+	if s.cfg.BootstrapTimeout > 0 {
+		s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tTimeout, r: r})
+	}
+}
+
+// Handshake tells a prefill server that the decode side registered room and preallocated its KV;
+// only then may the room be prefilled. A Handshake before the room's Submit is remembered (for
+// BootstrapTimeout). Ignored on other roles, for unknown rooms past that and when dead.
+func (s *Server) Handshake(now time.Time, room uint64) {
+	now = s.sync(now)
+	if s.dead || s.cfg.Role != RolePrefill {
+		return
+	}
+	r := s.rooms[room]
+	if r == nil {
+		s.early[room] = now.Add(s.cfg.BootstrapTimeout)
+		if s.cfg.BootstrapTimeout > 0 {
+			s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tEarly, room: room})
+		}
+		return
+	}
+	if r.queue == QueueBootstrap {
+		s.handshake(r, now)
+	}
+}
+
+func (s *Server) handshake(r *request, now time.Time) {
+	r.state = StateWaitingForInput
+	if s.parallel {
+		s.admitParallel(r)
+		r.firstTok = now.Add(s.dur(s.cfg.Profile.TTFT))
+		s.startTransfer(r, now, r.firstTok)
+		return
+	}
+	s.setQueue(r, QueueWaiting)
+	r.rk.waiting.push(r)
+	s.setKick(now)
+}
+
+// KVArrived tells a decode server that room's KV and first token landed; cachedTokens is the
+// prefill server's prefix hit, reported in the room's Usage. A KVArrived while the room still
+// waits for its preallocation is applied right after it. Ignored on other roles, for unknown
+// rooms and when dead.
+func (s *Server) KVArrived(now time.Time, room uint64, cachedTokens int) {
+	now = s.sync(now)
+	if s.dead || s.cfg.Role != RoleDecode {
+		return
+	}
+	r := s.rooms[room]
+	if r == nil {
+		return
+	}
+	switch r.queue {
+	case QueuePrealloc:
+		r.earlyKV, r.cached = true, cachedTokens
+	case QueueTransfer:
+		r.cached = cachedTokens
+		s.kvArrived(r, now)
+	}
+}
+
+func (s *Server) kvArrived(r *request, now time.Time) {
+	r.state = StateSuccess
+	r.admitted = true
+	r.rk.promptTokens += int64(len(r.prompt))
+	r.rk.cachedTokens += int64(r.cached)
+	if s.parallel {
+		s.setQueue(r, QueueRunning)
+		s.parallelToken(r, now)
+		return
+	}
+	s.setQueue(r, QueueWaiting)
+	r.rk.waiting.push(r)
+	s.setKick(now)
+}
+
+// Abort ends room at now with a Failed output whose reason includes why, freeing its KV.
+// Unknown rooms are ignored (a pending early Handshake for room is dropped).
+func (s *Server) Abort(now time.Time, room uint64, why string) {
+	now = s.sync(now)
+	delete(s.early, room)
+	if r := s.rooms[room]; r != nil {
+		s.fail(r, now, "aborted: "+why)
+		s.setKick(now)
+	}
+}
+
+// Kill simulates the server dying at now: every live room fails, caches and queues are lost, and
+// later Submits fail until Restart.
+func (s *Server) Kill(now time.Time) {
+	now = s.sync(now)
+	for r := s.live.next; r != &s.live; {
+		nx := r.next
+		s.fail(r, now, "server killed")
+		r = nx
+	}
+	for _, rk := range s.ranks {
+		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache}
+		if rk.cache != nil {
+			rk.cache.reset()
+		}
+	}
+	clear(s.timers.h)
+	s.timers.h = s.timers.h[:0]
+	clear(s.early)
+	s.stepping, s.kick, s.dead = false, false, true
+}
+
+// Restart brings a killed server back, empty. No-op on a live server.
+func (s *Server) Restart(now time.Time) {
+	s.sync(now)
+	s.dead = false
+}
+
+// Dead reports whether the server was killed and not restarted.
+func (s *Server) Dead() bool { return s.dead }
+
+// SetNeverSignalKV turns the "transfer never completes" failure hook on or off (prefill): rooms
+// whose prefill completes while it is on stay Transferring, and the decode side times out; the
+// prefill side fails them after BootstrapTimeout.
+func (s *Server) SetNeverSignalKV(on bool) { s.neverKV = on }
+
+// FlushCache empties every rank's prefix cache, as SGLang's /flush_cache, and reports whether it
+// did: like SGLang it refuses while any request is live.
+func (s *Server) FlushCache() bool {
+	if s.live.next != &s.live {
+		return false
+	}
+	for _, rk := range s.ranks {
+		if rk.cache != nil {
+			rk.cache.reset()
+		}
+	}
+	return true
+}
+
+// Room reports a live room's state and queue; ok is false for unknown or ended rooms.
+func (s *Server) Room(room uint64) (state State, queue Queue, ok bool) {
+	r := s.rooms[room]
+	if r == nil {
+		return 0, 0, false
+	}
+	return r.state, r.queue, true
+}
+
+// Live returns the number of live (not yet finished or failed) rooms.
+func (s *Server) Live() int { return len(s.rooms) }
+
+// Loads returns a snapshot of every rank, in rank order.
+func (s *Server) Loads() []RankLoad {
+	out := make([]RankLoad, len(s.ranks))
+	for i, rk := range s.ranks {
+		used := rk.private
+		if rk.cache != nil {
+			used += rk.cache.size
+		}
+		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting],
+			Inflight: rk.n[QueueInflight], KVTokens: used, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),
+			Retractions: rk.retractions}
+		if rk.promptTokens > 0 {
+			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
+		}
+		out[i] = l
+	}
+	return out
+}
+
+// NextEvent returns the model time of the next thing the server will do on its own (a step
+// ending, a transfer finishing, a timeout, or outputs already waiting), and false when it has
+// nothing scheduled. The driver calls Advance at that time (or earlier on a new call).
+func (s *Server) NextEvent() (time.Time, bool) {
+	if len(s.pending) > 0 {
+		return s.last, true
+	}
+	return s.next()
+}
+
+// Advance processes everything due up to now and returns the outputs produced since the last
+// Advance, in the order they happened. The slice is newly allocated; see AppendAdvance to reuse
+// one.
+func (s *Server) Advance(now time.Time) []Output {
+	return s.AppendAdvance(nil, now)
+}
+
+// AppendAdvance is Advance appending to dst, for drivers that reuse a buffer.
+func (s *Server) AppendAdvance(dst []Output, now time.Time) []Output {
+	now = s.sync(now)
+	// Outputs go straight into dst: what earlier calls produced first, then this Advance's.
+	dst = append(dst, s.pending...)
+	clear(s.pending)
+	spare := s.pending[:0]
+	s.pending = dst
+	for {
+		t, ok := s.next()
+		if !ok || t.After(now) {
+			break
+		}
+		s.processAt(t)
+	}
+	dst = s.pending
+	s.pending = spare
+	return dst
+}
