@@ -1,0 +1,331 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// serveFlagHelp documents every router.Config field, keyed by its json name; the flag is the
+// same name with dashes. A test checks that every field has an entry, so a new setting cannot
+// ship without a flag and help text.
+var serveFlagHelp = map[string]string{
+	"host":                          "address to listen on",
+	"port":                          "port to listen on",
+	"worker_urls":                   "regular-mode worker URLs (space-separated after the flag, or repeated)",
+	"pd_disaggregation":             "prefill/decode disaggregated mode: give --prefill and --decode workers",
+	"prefill":                       "prefill worker: URL [BOOTSTRAP_PORT|none] (repeatable; none or omitted sends bootstrap_port null)",
+	"decode":                        "decode worker URL (repeatable)",
+	"worker_url_allow":              "hosts or CIDRs that workers added at run time must match (empty: any)",
+	"policy":                        "routing policy: cache_aware, round_robin, random or power_of_two",
+	"prefill_policy":                "PD: policy for prefill workers (default: --policy)",
+	"decode_policy":                 "PD: policy for decode workers (default: --policy)",
+	"cache_threshold":               "cache_aware: route to the best-matching worker when matched/total chars is above this, in [0,1]",
+	"balance_abs_threshold":         "cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)",
+	"balance_rel_threshold":         "cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)",
+	"eviction_interval_secs":        "cache_aware: seconds between tree evictions",
+	"max_tree_size":                 "cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction",
+	"max_tree_total_chars":          "cache_aware: characters one tree may hold in all before LRU eviction (memory guard)",
+	"dp_aware":                      "route to DP ranks: read dp_size from /get_server_info and address url@rank targets",
+	"dp_rank_fields":                "DP rank fields sent to workers: legacy (data_parallel_rank…) or routed (routed_dp_rank…)",
+	"worker_startup_timeout_secs":   "seconds to keep retrying discovery of a starting worker",
+	"worker_startup_check_interval": "seconds between discovery attempts of a starting worker",
+	"api_key":                       "require Authorization: Bearer KEY on inference and admin routes (never logged)",
+	"request_timeout_secs":          "upper bound on one request, stream included, in seconds",
+	"max_payload_size":              "largest accepted request body in bytes (larger: 413)",
+	"retry_max_retries":             "attempts per request including the first",
+	"retry_initial_backoff_ms":      "wait before the first retry, ms",
+	"retry_max_backoff_ms":          "cap on the wait between retries, ms",
+	"retry_backoff_multiplier":      "growth of the wait per retry",
+	"retry_jitter_factor":           "random spread of each wait, ±fraction in [0,1]",
+	"disable_retries":               "one attempt per request",
+	"upstream_idle_timeout_ms":      "close idle upstream connections after this many ms (keep it below the workers' keep-alive)",
+	"cb_failure_threshold":          "consecutive failures that open a worker's circuit breaker",
+	"cb_success_threshold":          "consecutive half-open successes that close it again",
+	"cb_timeout_duration_secs":      "seconds an open breaker waits before letting a probe request through",
+	"cb_window_duration_secs":       "accepted for sgl-router compatibility; unused (breakers count consecutive failures)",
+	"disable_circuit_breaker":       "never open circuit breakers",
+	"health_check_interval_secs":    "seconds between health probes of each worker",
+	"health_check_timeout_secs":     "timeout of one health probe, seconds",
+	"health_failure_threshold":      "consecutive failed probes that mark a worker unhealthy",
+	"health_success_threshold":      "consecutive passed probes that mark it healthy again",
+	"health_check_endpoint":         "path probed on each worker",
+	"max_concurrent_requests":       "requests served at once (-1: no limit); others wait in the queue",
+	"queue_size":                    "requests that may wait for a slot (full: 429)",
+	"queue_timeout_secs":            "seconds a request may wait for a slot (then 408)",
+	"shutdown_timeout_secs":         "seconds to drain in-flight requests on SIGTERM",
+	"request_id_headers":            "headers whose first present value is the request id (space-separated or repeated)",
+	"cors_allowed_origins":          "allowed CORS origins (space-separated or repeated; empty: any)",
+	"prometheus_host":               "address of the Prometheus /metrics listener",
+	"prometheus_port":               "port of the Prometheus /metrics listener",
+	"log_level":                     "debug, info, warn or error",
+	"log_json":                      "log JSON lines instead of text",
+	"decision_log":                  "file receiving one JSON line per routing decision (same format as router sim)",
+	"access_log":                    "file receiving one line per HTTP request (- for stderr)",
+	"seed":                          "seed for rooms, rids and random policies: deterministic runs (default: random)",
+}
+
+// serveFlagAliases are other spellings sgl-router versions used for the same setting.
+var serveFlagAliases = map[string]string{
+	"json-log":            "log-json",
+	"eviction-interval":   "eviction-interval-secs",
+	"policy-prefill":      "prefill-policy",
+	"policy-decode":       "decode-policy",
+	"prometheus-hostname": "prometheus-host",
+}
+
+// ignoredSGLangFlags are sgl-router flags we accept so existing command lines keep working,
+// with what each would have done; the value says whether the flag takes values (0: a switch,
+// 1: one value, -1: any number of values).
+var ignoredSGLangFlags = map[string]struct {
+	arity int
+	what  string
+}{
+	"log-dir":                      {1, "log files (we log to stderr)"},
+	"service-discovery":            {0, "Kubernetes service discovery"},
+	"selector":                     {-1, "Kubernetes service discovery"},
+	"prefill-selector":             {-1, "Kubernetes service discovery"},
+	"decode-selector":              {-1, "Kubernetes service discovery"},
+	"service-discovery-port":       {1, "Kubernetes service discovery"},
+	"service-discovery-namespace":  {1, "Kubernetes service discovery"},
+	"bootstrap-port-annotation":    {1, "Kubernetes service discovery"},
+	"client-cert-path":             {1, "mTLS to workers"},
+	"client-key-path":              {1, "mTLS to workers"},
+	"ca-cert-paths":                {-1, "mTLS to workers"},
+	"enable-igw":                   {0, "multi-model gateway"},
+	"backend":                      {1, "non-SGLang backends"},
+	"mini-lb":                      {0, "the Python mini load balancer"},
+	"model-path":                   {1, "tokenizer/gRPC features"},
+	"tokenizer-path":               {1, "tokenizer/gRPC features"},
+	"chat-template":                {1, "tokenizer/gRPC features"},
+	"reasoning-parser":             {1, "tokenizer/gRPC features"},
+	"tool-call-parser":             {1, "tokenizer/gRPC features"},
+	"mcp-config-path":              {1, "tokenizer/gRPC features"},
+	"history-backend":              {1, "the Responses API"},
+	"enable-trace":                 {0, "OpenTelemetry tracing"},
+	"otlp-traces-endpoint":         {1, "OpenTelemetry tracing"},
+	"rate-limit-tokens-per-second": {1, "token-bucket refill (our admission holds a permit per request)"},
+	"prometheus-duration-buckets":  {-1, "custom histogram buckets"},
+}
+
+// multiValueServeFlags take several space-separated values after the flag (argparse nargs).
+var multiValueServeFlags = map[string]bool{
+	"worker-urls": true, "request-id-headers": true, "cors-allowed-origins": true,
+	"worker-url-allow": true, "prefill": true,
+}
+
+// normalizeServeArgs rewrites sgl-router's argparse forms into what pflag parses:
+// "--prefill URL 9001" → "--prefill=URL 9001" (one value holding both tokens),
+// "--worker-urls a b" → "--worker-urls=a --worker-urls=b", and ignored sgl-router flags are
+// removed (returned separately, for the warning). Values of a multi-value flag run until the
+// next token starting with "-".
+func normalizeServeArgs(args []string) (out, ignored []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...), ignored
+		}
+		if !strings.HasPrefix(a, "--") {
+			out = append(out, a)
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if alias, ok := serveFlagAliases[name]; ok {
+			a = "--" + alias + strings.TrimPrefix(a, "--"+name)
+			name = alias
+		}
+		if ig, ok := ignoredSGLangFlags[name]; ok {
+			ignored = append(ignored, "--"+name)
+			if !hasValue {
+				for n := 0; i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && (ig.arity < 0 || n < ig.arity); n++ {
+					i++
+				}
+			}
+			continue
+		}
+		if !multiValueServeFlags[name] || hasValue {
+			out = append(out, a)
+			continue
+		}
+		var vals []string
+		for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			i++
+			vals = append(vals, args[i])
+		}
+		switch {
+		case len(vals) == 0:
+			out = append(out, a) // pflag reports the missing value
+		case name == "prefill":
+			out = append(out, "--prefill="+strings.Join(vals, " "))
+		default:
+			for _, v := range vals {
+				out = append(out, "--"+name+"="+v)
+			}
+		}
+	}
+	return out, ignored
+}
+
+// ignoredWarning is the one warning naming every ignored sgl-router flag and what is lost.
+func ignoredWarning(ignored []string) string {
+	if len(ignored) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, f := range ignored {
+		parts = append(parts, fmt.Sprintf("%s (%s)", f, ignoredSGLangFlags[strings.TrimPrefix(f, "--")].what))
+	}
+	return "warning: ignoring sgl-router flags pdrouter does not implement: " + strings.Join(parts, ", ")
+}
+
+// flagName turns a Config json key into its flag name.
+func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "-") }
+
+// serveFlags binds one flag per router.Config field (named after its json key) to cfg, which
+// should hold the defaults: they show in --help.
+func serveFlags(fs *pflag.FlagSet, cfg *router.Config) {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		key := t.Field(i).Tag.Get("json")
+		name, help := flagName(key), serveFlagHelp[key]
+		switch p := v.Field(i).Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, name, *p, help)
+		case *int:
+			fs.IntVar(p, name, *p, help)
+		case *int64:
+			fs.Int64Var(p, name, *p, help)
+		case *float64:
+			fs.Float64Var(p, name, *p, help)
+		case *bool:
+			fs.BoolVar(p, name, *p, help)
+		case *[]string:
+			fs.Var(&stringList{p: p}, name, help)
+		case *[]router.PrefillWorker:
+			fs.Var(&prefillList{p}, name, help)
+		case **int64:
+			fs.Var(&optionalInt64{p}, name, help)
+		default:
+			panic(fmt.Sprintf("serveFlags: no flag type for Config.%s", t.Field(i).Name))
+		}
+	}
+}
+
+// stringList collects every value given (space-separated values in one token too); the first
+// value given replaces the default list.
+type stringList struct {
+	p   *[]string
+	set bool
+}
+
+func (s *stringList) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return strings.Join(*s.p, " ")
+}
+func (s *stringList) Type() string { return "strings" }
+func (s *stringList) Set(v string) error {
+	if !s.set {
+		*s.p, s.set = nil, true
+	}
+	*s.p = append(*s.p, strings.Fields(v)...)
+	return nil
+}
+
+// prefillList parses "URL [BOOTSTRAP_PORT|none]" values.
+type prefillList struct{ p *[]router.PrefillWorker }
+
+func (s *prefillList) String() string { return "" }
+func (s *prefillList) Type() string   { return "URL [PORT|none]" }
+func (s *prefillList) Set(v string) error {
+	f := strings.Fields(v)
+	if len(f) == 0 || len(f) > 2 {
+		return fmt.Errorf("want URL [BOOTSTRAP_PORT|none], got %q", v)
+	}
+	w := router.PrefillWorker{URL: f[0]}
+	if len(f) == 2 && !strings.EqualFold(f[1], "none") {
+		port, err := strconv.Atoi(f[1])
+		if err != nil {
+			return fmt.Errorf("bootstrap port %q of %s is not a number or none", f[1], f[0])
+		}
+		w.BootstrapPort = &port
+	}
+	*s.p = append(*s.p, w)
+	return nil
+}
+
+// optionalInt64 is an int64 flag whose absence is nil.
+type optionalInt64 struct{ p **int64 }
+
+func (s *optionalInt64) String() string {
+	if s.p == nil || *s.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(**s.p, 10)
+}
+func (s *optionalInt64) Type() string { return "int" }
+func (s *optionalInt64) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", v)
+	}
+	*s.p = &n
+	return nil
+}
+
+// loadConfigFile reads a YAML or JSON settings file (YAML is a superset, so one decoder reads
+// both) over the defaults. Unknown keys are errors naming the key, so a typo never silently
+// falls back to a default.
+func loadConfigFile(path string) (router.Config, error) {
+	cfg := router.DefaultConfig()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("--config: %w", err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return cfg, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if doc == nil {
+		return cfg, nil
+	}
+	asJSON, err := json.Marshal(doc)
+	if err != nil {
+		return cfg, fmt.Errorf("--config %s: %w", path, err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(asJSON)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("--config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg:
+// flags override the file, except worker lists, which are appended to the file's.
+func mergeServeFlags(fs *pflag.FlagSet, fileCfg, flagCfg router.Config) router.Config {
+	dst, src := reflect.ValueOf(&fileCfg).Elem(), reflect.ValueOf(flagCfg)
+	t := dst.Type()
+	for i := range t.NumField() {
+		key := t.Field(i).Tag.Get("json")
+		if !fs.Changed(flagName(key)) {
+			continue
+		}
+		switch key {
+		case "worker_urls", "prefill", "decode":
+			dst.Field(i).Set(reflect.AppendSlice(dst.Field(i), src.Field(i)))
+		default:
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
+	return fileCfg
+}

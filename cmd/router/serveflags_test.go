@@ -1,0 +1,144 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parseServe runs the serve flag pipeline on an sgl-router style command line.
+func parseServe(t *testing.T, args ...string) (router.Config, []string, error) {
+	t.Helper()
+	norm, ignored := normalizeServeArgs(args)
+	cfg := router.DefaultConfig()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.SetOutput(&strings.Builder{})
+	serveFlags(fs, &cfg)
+	err := fs.Parse(norm)
+	return cfg, ignored, err
+}
+
+func TestEveryConfigFieldHasAFlagWithHelp(t *testing.T) {
+	typ := reflect.TypeOf(router.Config{})
+	require.Len(t, serveFlagHelp, typ.NumField(), "serveFlagHelp and router.Config disagree")
+	cfg := router.DefaultConfig()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	serveFlags(fs, &cfg)
+	for i := range typ.NumField() {
+		key := typ.Field(i).Tag.Get("json")
+		f := fs.Lookup(flagName(key))
+		require.NotNil(t, f, key)
+		require.NotEmpty(t, f.Usage, key)
+	}
+}
+
+func TestSGLangCommandLineParses(t *testing.T) {
+	// The issue's example, unchanged.
+	cfg, ignored, err := parseServe(t, strings.Fields(`--pd-disaggregation --policy random
+		--prefill http://127.0.0.1:30001 none --decode http://127.0.0.1:30002
+		--host 127.0.0.1 --port 58887 --log-level debug`)...)
+	require.NoError(t, err)
+	require.Empty(t, ignored)
+	require.NoError(t, cfg.Validate())
+	assert.True(t, cfg.PDDisaggregation)
+	assert.Equal(t, "random", cfg.Policy)
+	assert.Equal(t, []router.PrefillWorker{{URL: "http://127.0.0.1:30001"}}, cfg.Prefill)
+	assert.Equal(t, []string{"http://127.0.0.1:30002"}, cfg.Decode)
+	assert.Equal(t, 58887, cfg.Port)
+	assert.Equal(t, "debug", cfg.LogLevel)
+}
+
+func TestMultiValueFlags(t *testing.T) {
+	cfg, ignored, err := parseServe(t, strings.Fields(`--pd-disaggregation
+		--prefill http://p1:30001 9001 --prefill http://p2:30001 --prefill http://[::1]:30001 NONE
+		--decode http://d1:1 --decode http://d2:1
+		--request-id-headers x-a x-b --cors-allowed-origins https://a https://b
+		--log-dir /tmp/x --enable-igw --selector app=a tier=b --ca-cert-paths a b --json-log --seed 7`)...)
+	require.NoError(t, err)
+	port := 9001
+	assert.Equal(t, []router.PrefillWorker{{URL: "http://p1:30001", BootstrapPort: &port}, {URL: "http://p2:30001"}, {URL: "http://[::1]:30001"}}, cfg.Prefill)
+	assert.Equal(t, []string{"http://d1:1", "http://d2:1"}, cfg.Decode)
+	assert.Equal(t, []string{"x-a", "x-b"}, cfg.RequestIDHeaders, "the first value replaces the defaults")
+	assert.Equal(t, []string{"https://a", "https://b"}, cfg.CORSAllowedOrigins)
+	assert.True(t, cfg.LogJSON, "--json-log is an alias")
+	require.NotNil(t, cfg.Seed)
+	assert.Equal(t, int64(7), *cfg.Seed)
+	assert.Equal(t, []string{"--log-dir", "--enable-igw", "--selector", "--ca-cert-paths"}, ignored)
+	w := ignoredWarning(ignored)
+	assert.Contains(t, w, "--log-dir (log files")
+	assert.Contains(t, w, "--enable-igw (multi-model gateway)")
+
+	cfg, _, err = parseServe(t, strings.Fields(`--worker-urls http://a:1 http://b:1 --worker-urls http://c:1 --policy round_robin`)...)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://a:1", "http://b:1", "http://c:1"}, cfg.WorkerURLs)
+	assert.Equal(t, "round_robin", cfg.Policy)
+}
+
+func TestBadServeFlagsNameTheFlag(t *testing.T) {
+	_, _, err := parseServe(t, "--pd-disaggregation", "--prefill", "http://p:1", "port")
+	require.ErrorContains(t, err, `bootstrap port "port" of http://p:1 is not a number or none`)
+	_, _, err = parseServe(t, "--prefill", "a", "1", "2")
+	require.ErrorContains(t, err, "--prefill")
+	_, _, err = parseServe(t, "--cache-threshold", "high")
+	require.ErrorContains(t, err, "--cache-threshold")
+	cfg, _, err := parseServe(t, "--prefill", "http://p:1", "--cache-threshold", "1.7")
+	require.NoError(t, err)
+	require.ErrorContains(t, cfg.Validate(), "--prefill needs --pd-disaggregation")
+	_, _, err = parseServe(t, "--no-such-flag")
+	require.ErrorContains(t, err, "no-such-flag")
+}
+
+func TestConfigFileAndFlagPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	yamlPath := filepath.Join(dir, "tuned.yaml")
+	require.NoError(t, os.WriteFile(yamlPath, []byte(`
+pd_disaggregation: true
+cache_threshold: 0.6
+balance_abs_threshold: 16
+prefill:
+  - url: http://file-p:1
+    bootstrap_port: 8998
+seed: 11
+`), 0o644))
+	fileCfg, err := loadConfigFile(yamlPath)
+	require.NoError(t, err)
+	require.Equal(t, 0.6, fileCfg.CacheThreshold)
+	require.Equal(t, 1.5, fileCfg.BalanceRelThreshold, "defaults stay for keys the file omits")
+
+	args := strings.Fields(`--config ` + yamlPath + ` --cache-threshold 0.4 --prefill http://flag-p:1 --decode http://d:1`)
+	norm, _ := normalizeServeArgs(args)
+	flagCfg := router.DefaultConfig()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.String("config", "", "")
+	serveFlags(fs, &flagCfg)
+	require.NoError(t, fs.Parse(norm))
+	cfg := mergeServeFlags(fs, fileCfg, flagCfg)
+	require.NoError(t, cfg.Validate())
+	assert.Equal(t, 0.4, cfg.CacheThreshold, "flags override the file")
+	assert.Equal(t, 16, cfg.BalanceAbsThreshold, "the file overrides defaults")
+	assert.Len(t, cfg.Prefill, 2, "worker lists from flags are appended")
+	assert.Equal(t, "http://file-p:1", cfg.Prefill[0].URL)
+	assert.Equal(t, int64(11), *cfg.Seed)
+
+	// JSON files read the same; unknown keys are named.
+	jsonPath := filepath.Join(dir, "c.json")
+	require.NoError(t, os.WriteFile(jsonPath, []byte(`{"cache_treshold": 0.5}`), 0o644))
+	_, err = loadConfigFile(jsonPath)
+	require.ErrorContains(t, err, `unknown field "cache_treshold"`)
+	require.NoError(t, os.WriteFile(jsonPath, []byte(`{"policy": "round_robin"}`), 0o644))
+	cfg, err = loadConfigFile(jsonPath)
+	require.NoError(t, err)
+	require.Equal(t, "round_robin", cfg.Policy)
+	_, err = loadConfigFile(filepath.Join(dir, "missing.yaml"))
+	require.ErrorContains(t, err, "--config")
+	require.NoError(t, os.WriteFile(yamlPath, []byte("cache_threshold: [1"), 0o644))
+	_, err = loadConfigFile(yamlPath)
+	require.ErrorContains(t, err, yamlPath)
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// waitFor polls cond until it holds or a generous deadline passes (no fixed sleeps).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAdmissionLimitQueueAndTimeout(t *testing.T) {
+	t.Parallel()
+	a := NewAdmission(2, 1, time.Hour)
+	fire := make(chan time.Time)
+	a.after = func(time.Duration) <-chan time.Time { return fire }
+	ctx := context.Background()
+
+	r1, err := a.Acquire(ctx)
+	require.NoError(t, err)
+	r2, err := a.Acquire(ctx)
+	require.NoError(t, err)
+
+	// The third waits in the queue; the fourth finds the queue full.
+	got := make(chan error, 1)
+	var r3 func()
+	go func() {
+		var err error
+		r3, err = a.Acquire(ctx)
+		got <- err
+	}()
+	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
+	_, err = a.Acquire(ctx)
+	require.ErrorIs(t, err, ErrQueueFull)
+
+	// A release admits the waiter; double release is harmless.
+	r1()
+	r1()
+	require.NoError(t, <-got)
+	running, waiting := a.InUse()
+	require.Equal(t, 2, running)
+	require.Equal(t, 0, waiting)
+
+	// A waiter whose timer fires gets ErrQueueTimeout.
+	go func() {
+		_, err := a.Acquire(ctx)
+		got <- err
+	}()
+	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
+	fire <- time.Time{}
+	require.ErrorIs(t, <-got, ErrQueueTimeout)
+
+	// A cancelled client leaves the queue.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := a.Acquire(cctx)
+		got <- err
+	}()
+	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+
+	r2()
+	r3()
+	running, waiting = a.InUse()
+	require.Zero(t, running)
+	require.Zero(t, waiting)
+}
+
+func TestAdmissionZeroQueueRejectsAtOnce(t *testing.T) {
+	t.Parallel()
+	a := NewAdmission(1, 0, time.Hour)
+	r, err := a.Acquire(context.Background())
+	require.NoError(t, err)
+	_, err = a.Acquire(context.Background())
+	require.ErrorIs(t, err, ErrQueueFull)
+	r()
+}
+
+func TestAdmissionDisabled(t *testing.T) {
+	t.Parallel()
+	a := NewAdmission(-1, 100, time.Second)
+	require.Nil(t, a)
+	for range 1000 {
+		r, err := a.Acquire(context.Background())
+		require.NoError(t, err)
+		defer r()
+	}
+	running, waiting := a.InUse()
+	require.Zero(t, running+waiting)
+}

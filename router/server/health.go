@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+)
+
+// HealthChecker probes every registered worker's health endpoint and feeds the results into
+// the router core's health-threshold machines (SPEC §1.6). Unhealthy workers are skipped by
+// the policies, never removed.
+type HealthChecker struct {
+	Router   *router.Router
+	Client   *http.Client
+	Endpoint string        // --health-check-endpoint, e.g. /health
+	Timeout  time.Duration // --health-check-timeout-secs, per probe
+	Interval time.Duration // --health-check-interval-secs, between rounds
+	APIKey   string        // sent as a bearer token when set
+	Now      func() time.Time
+	// OnFlip, if set, is called when a worker's verdict changes (for logs).
+	OnFlip func(url string, healthy bool)
+}
+
+// CheckAll probes every worker once, concurrently, and returns when all probes are done.
+func (h *HealthChecker) CheckAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, w := range h.Router.Workers() {
+		wg.Add(1)
+		go func(url string) {
+			defer wg.Done()
+			ok := h.probe(ctx, url)
+			if ctx.Err() != nil {
+				return // shutting down: a cancelled probe says nothing about the worker
+			}
+			flipped, err := h.Router.ObserveHealth(url, ok, h.Now())
+			if err == nil && flipped && h.OnFlip != nil {
+				h.OnFlip(url, ok)
+			}
+		}(w.URL)
+	}
+	wg.Wait()
+}
+
+func (h *HealthChecker) probe(ctx context.Context, url string) bool {
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+h.Endpoint, nil)
+	if err != nil {
+		return false
+	}
+	if h.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+h.APIKey)
+	}
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
+}
+
+// Run probes every Interval until ctx is done.
+func (h *HealthChecker) Run(ctx context.Context) {
+	t := time.NewTicker(h.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.CheckAll(ctx)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHealthCheckerFlipsAtThresholds(t *testing.T) {
+	t.Parallel()
+	var failing atomic.Bool
+	sick := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "/health", r.URL.Path)
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer sick.Close()
+	fine := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer fine.Close()
+
+	cfg := router.DefaultConfig()
+	cfg.HealthFailureThreshold, cfg.HealthSuccessThreshold = 2, 2
+	clock := router.NewManualClock(time.Unix(0, 0))
+	r, err := router.New(cfg, clock, rand.New(rand.NewPCG(1, 1)))
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: sick.URL, Role: router.Regular}))
+	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: fine.URL, Role: router.Regular}))
+
+	var mu sync.Mutex
+	var flips []bool
+	h := &HealthChecker{Router: r, Client: http.DefaultClient, Endpoint: "/health", Timeout: 5 * time.Second,
+		Interval: time.Hour, Now: clock.Now, OnFlip: func(url string, ok bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, sick.URL, url)
+			flips = append(flips, ok)
+		}}
+	healthy := func() bool { return r.Workers()[0].Healthy }
+
+	failing.Store(true)
+	h.CheckAll(context.Background())
+	require.True(t, healthy(), "one failure is below the threshold")
+	h.CheckAll(context.Background())
+	require.False(t, healthy())
+	require.True(t, r.Workers()[1].Healthy)
+
+	failing.Store(false)
+	h.CheckAll(context.Background())
+	require.False(t, healthy())
+	h.CheckAll(context.Background())
+	require.True(t, healthy())
+	require.Equal(t, []bool{false, true}, flips)
+
+	// An unreachable worker fails its probes too.
+	sick.Close()
+	h.CheckAll(context.Background())
+	h.CheckAll(context.Background())
+	require.False(t, healthy())
+}

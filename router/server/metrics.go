@@ -1,0 +1,125 @@
+package server
+
+import (
+	"strconv"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// durationBuckets spans 1 ms … 240 s like sgl-router's duration histograms.
+var durationBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 240}
+
+// ratioBuckets cover [0,1] in tenths.
+var ratioBuckets = []float64{0, .1, .2, .3, .4, .5, .6, .7, .8, .9, 1}
+
+// Metrics are the router's Prometheus metrics (SPEC §2), prefixed pdrouter_ and in base units.
+// Gauges that mirror router state (loads, health, breakers, trees) are read from the router
+// at scrape time, so they can never drift from it. Safe for concurrent use.
+type Metrics struct {
+	Requests          *prometheus.CounterVec   // requests_total{route,code}
+	RequestDuration   *prometheus.HistogramVec // request_duration_seconds{route}
+	TTFT              *prometheus.HistogramVec // ttft_seconds{route}: first SSE event with text
+	Retries           *prometheus.CounterVec   // retries_total{route}
+	Errors            *prometheus.CounterVec   // errors_total{kind}
+	PolicyDecisions   *prometheus.CounterVec   // policy_decisions_total{policy,role,reason}
+	PrefillFailures   prometheus.Counter       // pd_prefill_failures_total
+	DecodeFailures    prometheus.Counter       // pd_decode_failures_total
+	PrefixMatchRatio  prometheus.Histogram     // prefix_match_ratio: the router's predicted match rate
+	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
+}
+
+// NewMetrics registers the metrics on reg, reading state gauges from r at scrape time.
+func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_requests_total", Help: "Requests answered, by route and HTTP status code."},
+			[]string{"route", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pdrouter_request_duration_seconds", Help: "Time from request arrival to the end of the response, stream included.",
+			Buckets: durationBuckets}, []string{"route"}),
+		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pdrouter_ttft_seconds", Help: "Router-observed time to the first SSE event carrying text.",
+			Buckets: durationBuckets}, []string{"route"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_retries_total", Help: "Retried attempts, by route."}, []string{"route"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_errors_total", Help: "Errors by kind (bad_request, no_workers, upstream_status, upstream_transport, timeout, client_disconnect, …)."},
+			[]string{"kind"}),
+		PolicyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_policy_decisions_total", Help: "Routing decisions by policy, role and reason (cache_hit, cache_miss, imbalance, …)."},
+			[]string{"policy", "role", "reason"}),
+		PrefillFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_pd_prefill_failures_total", Help: "PD requests whose prefill leg failed."}),
+		DecodeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_pd_decode_failures_total", Help: "PD requests whose decode leg failed."}),
+		PrefixMatchRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pdrouter_prefix_match_ratio", Help: "The router's predicted prefix match rate per routed request (cache_aware).",
+			Buckets: ratioBuckets}),
+		WorkerCachedRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pdrouter_worker_cached_token_ratio", Help: "cached_tokens/prompt_tokens as reported by the worker, beside the router's prediction.",
+			Buckets: ratioBuckets}),
+	}
+	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
+		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, &stateCollector{r: r})
+	return m
+}
+
+// stateCollector exports the router's current state at scrape time.
+type stateCollector struct{ r *router.Router }
+
+var (
+	descTargetLoad = prometheus.NewDesc("pdrouter_target_load", "Requests routed to the target and not finished (the router's own count).",
+		[]string{"target", "role"}, nil)
+	descWorkerHealthy = prometheus.NewDesc("pdrouter_worker_healthy", "1 when the worker passes its health checks.",
+		[]string{"worker", "role"}, nil)
+	descCBState = prometheus.NewDesc("pdrouter_cb_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
+		[]string{"worker"}, nil)
+	descTreeChars = prometheus.NewDesc("pdrouter_tree_chars", "Characters held by the cache-aware tree.", []string{"role"}, nil)
+	descTreeNodes = prometheus.NewDesc("pdrouter_tree_nodes", "Nodes of the cache-aware tree.", []string{"role"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descTreeChars, descTreeNodes} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.r.Targets() {
+		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), t.Name, t.Role.String())
+	}
+	for _, w := range c.r.Workers() {
+		healthy := 0.0
+		if w.Healthy {
+			healthy = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descWorkerHealthy, prometheus.GaugeValue, healthy, w.URL, w.Role.String())
+		ch <- prometheus.MustNewConstMetric(descCBState, prometheus.GaugeValue, float64(w.Breaker), w.URL)
+	}
+	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+		if chars, nodes, ok := c.r.TreeStats(role); ok {
+			ch <- prometheus.MustNewConstMetric(descTreeChars, prometheus.GaugeValue, float64(chars), role.String())
+			ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(nodes), role.String())
+		}
+	}
+}
+
+// ObserveDecision counts one routing decision per leg and records the predicted match rate.
+func (m *Metrics) ObserveDecision(r *router.Router, d *router.Decision) {
+	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+		if l, ok := d.Leg(role); ok {
+			m.PolicyDecisions.WithLabelValues(r.Policy(role).Name(), role.String(), string(l.Reason)).Inc()
+		}
+	}
+	if r.Policy(router.Prefill) != nil && r.Policy(router.Prefill).Name() == router.PolicyCacheAware ||
+		r.Policy(router.Regular) != nil && r.Policy(router.Regular).Name() == router.PolicyCacheAware {
+		m.PrefixMatchRatio.Observe(d.MatchRate)
+	}
+}
+
+// ObserveRequest counts one answered request.
+func (m *Metrics) ObserveRequest(route string, code int, seconds float64) {
+	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.RequestDuration.WithLabelValues(route).Observe(seconds)
+}
