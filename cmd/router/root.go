@@ -10,6 +10,10 @@ import (
 // version is set at build time with -ldflags "-X main.version=…"; "dev" otherwise.
 var version = "dev"
 
+// subcommands holds the constructors of the top-level commands. Each command's file adds its
+// own in an init function, so commands are added without editing this file.
+var subcommands []func() *cobra.Command
+
 // newRootCmd builds the command tree. Subcommands register themselves here as they are built.
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -30,6 +34,9 @@ Every command explains its flags with --help.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd())
+	for _, c := range subcommands {
+		root.AddCommand(c())
+	}
 	return root
 }
 

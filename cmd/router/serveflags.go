@@ -190,11 +190,36 @@ func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "
 
 // serveFlags binds one flag per router.Config field (named after its json key) to cfg, which
 // should hold the defaults: they show in --help.
-func serveFlags(fs *pflag.FlagSet, cfg *router.Config) {
+func serveFlags(fs *pflag.FlagSet, cfg *router.Config) { configFlags(fs, cfg, nil) }
+
+// notRoutingSettings are the Config keys that describe a live deployment (listeners, worker
+// lists, secrets, logging) rather than routing behaviour; `router sim` leaves them out.
+var notRoutingSettings = map[string]bool{
+	"host": true, "port": true, "worker_urls": true, "prefill": true, "decode": true,
+	"worker_url_allow": true, "worker_startup_timeout_secs": true, "worker_startup_check_interval": true,
+	"api_key": true, "request_timeout_secs": true, "max_payload_size": true, "upstream_idle_timeout_ms": true,
+	"health_check_interval_secs": true, "health_check_timeout_secs": true, "health_check_endpoint": true,
+	"max_concurrent_requests": true, "queue_size": true, "queue_timeout_secs": true, "shutdown_timeout_secs": true,
+	"request_id_headers": true, "cors_allowed_origins": true, "prometheus_host": true, "prometheus_port": true,
+	"log_level": true, "log_json": true, "access_log": true,
+}
+
+// routingFlags binds only the routing settings (policy, thresholds, tree, DP awareness, retry,
+// breaker and health thresholds, seed, decision log, mode): the flags `router sim` shares
+// with serve, under the same names, so one settings file serves both.
+func routingFlags(fs *pflag.FlagSet, cfg *router.Config) {
+	configFlags(fs, cfg, func(key string) bool { return !notRoutingSettings[key] })
+}
+
+// configFlags binds the Config fields whose json key passes include (nil: all).
+func configFlags(fs *pflag.FlagSet, cfg *router.Config, include func(key string) bool) {
 	v := reflect.ValueOf(cfg).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
 		key := t.Field(i).Tag.Get("json")
+		if include != nil && !include(key) {
+			continue
+		}
 		name, help := flagName(key), serveFlagHelp[key]
 		switch p := v.Field(i).Addr().Interface().(type) {
 		case *string:
@@ -214,7 +239,7 @@ func serveFlags(fs *pflag.FlagSet, cfg *router.Config) {
 		case **int64:
 			fs.Var(&optionalInt64{p}, name, help)
 		default:
-			panic(fmt.Sprintf("serveFlags: no flag type for Config.%s", t.Field(i).Name))
+			panic(fmt.Sprintf("configFlags: no flag type for Config.%s", t.Field(i).Name))
 		}
 	}
 }

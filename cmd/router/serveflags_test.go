@@ -142,3 +142,19 @@ seed: 11
 	_, err = loadConfigFile(yamlPath)
 	require.ErrorContains(t, err, yamlPath)
 }
+
+func TestRoutingFlagsLeaveOutDeploymentSettings(t *testing.T) {
+	cfg := router.DefaultConfig()
+	fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+	routingFlags(fs, &cfg)
+	for _, name := range []string{"policy", "cache-threshold", "balance-abs-threshold", "dp-aware", "seed",
+		"decision-log", "pd-disaggregation", "cb-failure-threshold", "max-tree-total-chars", "dp-rank-fields"} {
+		require.NotNil(t, fs.Lookup(name), name)
+	}
+	for _, name := range []string{"prefill", "decode", "worker-urls", "port", "api-key", "prometheus-port"} {
+		require.Nil(t, fs.Lookup(name), name)
+	}
+	for key := range notRoutingSettings {
+		require.Contains(t, serveFlagHelp, key, "notRoutingSettings names a Config key")
+	}
+}
