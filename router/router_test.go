@@ -296,3 +296,13 @@ func TestNoTargetErrorIsTyped(t *testing.T) {
 	require.True(t, errors.As(err, &nt))
 	require.Equal(t, 2, nt.Registered)
 }
+
+func TestNewRandIsDeterministicPerSeed(t *testing.T) {
+	t.Parallel()
+	a, b, c := NewRand(7), NewRand(7), NewRand(8)
+	for range 10 {
+		x := a.Uint64()
+		require.Equal(t, x, b.Uint64())
+		require.NotEqual(t, x, c.Uint64())
+	}
+}

@@ -137,3 +137,10 @@ func formatIPv6(a [16]byte) string {
 	}
 	return string(b)
 }
+
+// NewRand returns the wire format's random source for seed (rids and rooms). Serve and sim
+// both build it from --seed, separately from the router's source, so rooms and rids are the
+// same in both whatever the policies draw.
+func NewRand(seed int64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), 0x77697265)) // "wire"
+}
