@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+)
+
+func init() { subcommands = append(subcommands, newServeCmd) }
+
+const serveLong = `Serve an SGLang cluster: a drop-in replacement for the SGLang router (sgl-router)
+with the same flags, endpoints and wire format toward workers.
+
+Regular mode routes to --worker-urls. PD mode (--pd-disaggregation) pairs a prefill and a decode
+worker per request and sends both legs at once with the bootstrap fields SGLang expects; a
+failure of either leg is answered at once and cancels the other.
+
+Settings come from the defaults, then --config FILE (YAML or JSON, the same keys as the flags
+with underscores — the file 'router sim sweep --write-config' writes), then the flags. Worker
+lists from flags are added to the file's. sgl-router flags pdrouter does not implement are
+accepted with one warning.`
+
+const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router takes it
+  router serve --pd-disaggregation --dp-aware \
+    --prefill http://10.0.0.1:30001 9001 --prefill http://10.0.0.2:30001 none \
+    --decode http://10.0.0.3:30002 --host 0.0.0.0 --port 30000
+
+  # apply settings tuned with 'router sim sweep --write-config tuned.yaml'
+  router serve --config tuned.yaml --prefill http://10.0.0.1:30001 --decode http://10.0.0.3:30002
+
+  # check what would run, then exit
+  router serve --config tuned.yaml --worker-urls http://a:30000 http://b:30000 --print-config`
+
+func newServeCmd() *cobra.Command {
+	flagCfg := router.DefaultConfig()
+	var configPath string
+	var printConfig bool
+	cmd := &cobra.Command{
+		Use:     "serve [flags]",
+		Short:   "Route requests to an SGLang cluster (regular or prefill/decode)",
+		Long:    serveLong,
+		Example: serveExample,
+		// sgl-router's argparse forms (--prefill URL PORT, --worker-urls A B) are normalized
+		// before the flags are parsed, so cobra must not parse them first.
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			norm, ignored := normalizeServeArgs(args)
+			fs := cmd.Flags()
+			if err := fs.Parse(norm); err != nil {
+				return fmt.Errorf("serve: %w (see router serve --help)", err)
+			}
+			if help, _ := fs.GetBool("help"); help {
+				return cmd.Help()
+			}
+			if fs.NArg() > 0 {
+				return fmt.Errorf("serve: unexpected argument %q (flags take the form --name value)", fs.Arg(0))
+			}
+			if w := ignoredWarning(ignored); w != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), w)
+			}
+			cfg := flagCfg
+			if configPath != "" {
+				fileCfg, err := loadConfigFile(configPath)
+				if err != nil {
+					return err
+				}
+				cfg = mergeServeFlags(fs, fileCfg, flagCfg)
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if printConfig {
+				out, err := yaml.Marshal(cfg.Redacted())
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(out)
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServe(ctx, cfg, cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().SortFlags = false
+	cmd.Flags().StringVar(&configPath, "config", "", "settings file (YAML or JSON) read before the flags; flags override it")
+	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective settings as YAML and exit")
+	serveFlags(cmd.Flags(), &flagCfg)
+	cmd.Flags().BoolP("help", "h", false, "help for serve")
+	return cmd
+}
+
+// runServe runs the router until ctx is cancelled, then drains in-flight requests.
+func runServe(ctx context.Context, cfg router.Config, stderr io.Writer) error {
+	logger := newLogger(cfg, stderr)
+	seed := randomSeed()
+	if cfg.Seed != nil {
+		seed = *cfg.Seed
+	}
+	opts := server.Options{Config: cfg, Seed: seed, LocalIP: localIP(), Logger: logger}
+	closeAll := func() {}
+	if cfg.DecisionLog != "" {
+		f, err := os.Create(cfg.DecisionLog)
+		if err != nil {
+			return fmt.Errorf("--decision-log: %w", err)
+		}
+		opts.DecisionLog = f
+		closeAll = func() { f.Close() }
+	}
+	defer func() { closeAll() }()
+	switch cfg.AccessLog {
+	case "":
+	case "-":
+		opts.AccessLog = stderr
+	default:
+		f, err := os.OpenFile(cfg.AccessLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--access-log: %w", err)
+		}
+		opts.AccessLog = f
+		prev := closeAll
+		closeAll = func() { prev(); f.Close() }
+	}
+	s, err := server.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("--host/--port: %w", err)
+	}
+	mln, err := net.Listen("tcp", net.JoinHostPort(cfg.PrometheusHost, strconv.Itoa(cfg.PrometheusPort)))
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--prometheus-host/--prometheus-port: %w", err)
+	}
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer func() { cancelBG(); s.Wait() }()
+	logger.Info("registering workers", "mode", mode(cfg), "policy", cfg.Policy, "seed", seed)
+	if err := s.Start(bg); err != nil {
+		ln.Close()
+		mln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- msrv.Serve(mln) }()
+	// One parseable line for scripts and tests that start the router on port 0.
+	fmt.Fprintf(stderr, "router listening on http://%s (metrics on http://%s/metrics)\n", ln.Addr(), mln.Addr())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	logger.Info("shutting down: draining in-flight requests", "timeout_secs", cfg.ShutdownTimeoutSecs)
+	dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeoutSecs)*time.Second)
+	defer cancel()
+	err = srv.Shutdown(dctx)
+	_ = msrv.Close()
+	if errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("drain timeout reached; closing remaining connections")
+		_ = srv.Close()
+		return nil
+	}
+	return err
+}
+
+func mode(cfg router.Config) string {
+	if cfg.PDDisaggregation {
+		return "pd"
+	}
+	return "regular"
+}
+
+func newLogger(cfg router.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	switch cfg.LogLevel {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// randomSeed picks a seed when --seed is not given.
+func randomSeed() int64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return time.Now().UnixNano()
+	}
+	return int64(binary.LittleEndian.Uint64(b[:]) >> 1)
+}
+
+// localIP finds the address this host uses for outbound traffic, as sgl-router does: a UDP
+// "connect" picks a route without sending any packet. It falls back to 127.0.0.1.
+func localIP() string {
+	conn, err := net.Dial("udp", "192.0.2.1:9") // TEST-NET-1; connect() on UDP sends nothing
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer conn.Close()
+	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsUnspecified() {
+		return a.IP.String()
+	}
+	return "127.0.0.1"
+}

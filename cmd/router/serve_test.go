@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestServePrintConfig(t *testing.T) {
+	out, err := run(t, strings.Fields(`serve --pd-disaggregation --policy random --prefill http://127.0.0.1:30001 none
+		--decode http://127.0.0.1:30002 --host 127.0.0.1 --port 58887 --log-level debug --api-key s3cret --print-config`)...)
+	require.NoError(t, err)
+	for _, want := range []string{"pd_disaggregation: true", "policy: random", "url: http://127.0.0.1:30001",
+		"bootstrap_port: null", "port: 58887", "log_level: debug", "cache_threshold: 0.3", "api_key: <redacted>"} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "s3cret")
+}
+
+func TestServeConfigFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tuned.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("pd_disaggregation: true\npolicy: cache_aware\ncache_threshold: 0.7\nbalance_abs_threshold: 8\n"), 0o644))
+	out, err := run(t, "serve", "--config", path, "--prefill", "http://p:1", "--decode", "http://d:1", "--balance-rel-threshold", "2", "--print-config")
+	require.NoError(t, err)
+	assert.Contains(t, out, "cache_threshold: 0.7")
+	assert.Contains(t, out, "balance_abs_threshold: 8")
+	assert.Contains(t, out, "balance_rel_threshold: 2")
+	assert.Contains(t, out, "url: http://p:1")
+}
+
+func TestServeBadCombinationsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--prefill", "http://p:1", "--print-config"}, "--prefill needs --pd-disaggregation"},
+		{[]string{"serve", "--cache-threshold", "1.7", "--print-config"}, "--cache-threshold 1.7 is outside [0,1]"},
+		{[]string{"serve", "--policy", "nope", "--print-config"}, "--policy"},
+		{[]string{"serve", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"serve", "stray"}, `unexpected argument "stray"`},
+		{[]string{"serve", "--config", "/nonexistent.yaml"}, "--config"},
+	} {
+		_, err := run(t, tc.args...)
+		require.Error(t, err, tc.args)
+		assert.Contains(t, err.Error(), tc.want, tc.args)
+	}
+}
+
+func TestServeWarnsAboutIgnoredSGLangFlags(t *testing.T) {
+	out, err := run(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config")
+	require.NoError(t, err)
+	assert.Contains(t, out, "warning: ignoring sgl-router flags pdrouter does not implement: --log-dir (log files")
+}
+
+// TestServeEndToEnd runs the real command in-process on port 0 in front of two recording
+// workers, sends a PD request, then stops it with a cancelled context.
+func TestServeEndToEnd(t *testing.T) {
+	worker := func() *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = w.Write([]byte(`{"text":"ok","meta_info":{}}`))
+		}))
+	}
+	p, d := worker(), worker()
+	defer p.Close()
+	defer d.Close()
+	dlog := filepath.Join(t.TempDir(), "decisions.jsonl")
+
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	var stdout bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(pw)
+	cmd.SetArgs([]string{"serve", "--pd-disaggregation", "--prefill", p.URL, "9001", "--decode", d.URL,
+		"--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1", "--prometheus-port", "0",
+		"--seed", "7", "--decision-log", dlog})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+
+	addr := regexp.MustCompile(`router listening on (http://\S+) \(metrics on (http://\S+)\)`)
+	sc := bufio.NewScanner(pr)
+	var base, metrics string
+	for sc.Scan() {
+		if m := addr.FindStringSubmatch(sc.Text()); m != nil {
+			base, metrics = m[1], m[2]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.NotEmpty(t, base, "serve never printed its address")
+
+	resp, err := http.Post(base+"/generate", "application/json", strings.NewReader(`{"text":"hello"}`))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"text":"ok","meta_info":{}}`, string(body))
+
+	mresp, err := http.Get(metrics)
+	require.NoError(t, err)
+	mbody, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	assert.Contains(t, string(mbody), `pdrouter_requests_total{code="200",route="/generate"} 1`)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop after cancellation")
+	}
+	raw, err := os.ReadFile(dlog)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"seq":1`)
+	assert.Contains(t, string(raw), `"route":"/generate"`)
+}

@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// passthrough forwards other POST routes to a target chosen by the policy in regular mode,
+// and answers 501 in PD mode, which has no meaning for them (SPEC §1.4 step 9, §1.5).
+func (s *Server) passthrough(path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if s.r.PD() {
+			writeError(w, http.StatusNotImplemented, typeNotImpl, path+" is not supported in PD mode (prefill/decode disaggregation serves generation routes only)")
+			return
+		}
+		raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, s.cfg.MaxPayloadSize))
+		if err != nil {
+			writeError(w, http.StatusRequestEntityTooLarge, typeTooLarge, fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize))
+			return
+		}
+		d, err := s.r.Route(&router.Request{})
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, typeUnavailable, err.Error())
+			return
+		}
+		t := d.Regular
+		resp, err := send(req.Context(), s.clients[router.Regular], http.MethodPost, t.URL()+path, raw, s.forwardHeaders(req), "regular", t.URL())
+		if err != nil {
+			ue := err.(*upstreamError)
+			d.Done(router.Regular, legOutcome(ue))
+			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
+			return
+		}
+		defer resp.Body.Close()
+		copyResponseHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, err = io.Copy(w, resp.Body)
+		if err != nil {
+			d.Done(router.Regular, router.Cancelled)
+			return
+		}
+		d.Done(router.Regular, router.Success)
+	}
+}
+
+// firstHealthy returns the URL of the first available worker of role, or "".
+func (s *Server) firstHealthy(role router.Role) string {
+	for _, t := range s.r.Targets() {
+		if t.Role == role && t.Healthy {
+			return t.URL
+		}
+	}
+	return ""
+}
+
+// infoRole is the role whose workers answer informational GETs: prefill in PD mode.
+func (s *Server) infoRole() router.Role {
+	if s.r.PD() {
+		return router.Prefill
+	}
+	return router.Regular
+}
+
+// proxyGet forwards an informational GET to the first healthy (prefill) worker.
+func (s *Server) proxyGet(path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		u := s.firstHealthy(s.infoRole())
+		if u == "" {
+			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker to answer %s", s.infoRole(), path))
+			return
+		}
+		resp, err := send(req.Context(), s.admin, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
+		if err != nil {
+			ue := err.(*upstreamError)
+			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
+			return
+		}
+		defer resp.Body.Close()
+		copyResponseHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}
+}
+
+// readiness answers 200 with healthy/total counts, 503 when requests cannot be routed.
+func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
+	counts := map[string]map[string]int{}
+	for _, wi := range s.r.Workers() {
+		c := counts[wi.Role.String()]
+		if c == nil {
+			c = map[string]int{"healthy": 0, "total": 0}
+			counts[wi.Role.String()] = c
+		}
+		c["total"]++
+		if wi.Healthy && wi.Breaker != router.BreakerOpen {
+			c["healthy"]++
+		}
+	}
+	status, state := http.StatusOK, "ready"
+	if !s.r.Ready() {
+		status, state = http.StatusServiceUnavailable, "not ready"
+	}
+	writeJSON(w, status, map[string]any{"status": state, "workers": counts})
+}
+
+// loadEntry is one element of /get_loads (SPEC §2).
+type loadEntry struct {
+	Worker  string `json:"worker"`
+	Target  string `json:"target"`
+	Role    string `json:"role"`
+	DPRank  *int   `json:"dp_rank"`
+	Load    int64  `json:"load"`
+	Healthy bool   `json:"healthy"`
+}
+
+// getLoads reports the router's own in-flight counts per target.
+func (s *Server) getLoads(w http.ResponseWriter, _ *http.Request) {
+	out := []loadEntry{}
+	for _, t := range s.r.Targets() {
+		e := loadEntry{Worker: t.URL, Target: t.Name, Role: t.Role.String(), Load: t.Load, Healthy: t.Healthy}
+		if t.Rank >= 0 {
+			r := t.Rank
+			e.DPRank = &r
+		}
+		out = append(out, e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": out})
+}
+
+// fanOut runs method path on every worker concurrently and returns the failures by URL.
+func (s *Server) fanOut(ctx context.Context, method, path string, urls []string) map[string]string {
+	var mu sync.Mutex
+	failed := map[string]string{}
+	var wg sync.WaitGroup
+	for _, u := range urls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var body []byte
+			if method == http.MethodPost {
+				body = []byte("{}")
+			}
+			resp, err := send(ctx, s.admin, method, u+path, body, nil, "worker", u)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return
+			}
+			mu.Lock()
+			failed[u] = err.Error()
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+func (s *Server) workerURLs() []string {
+	var urls []string
+	for _, w := range s.r.Workers() {
+		urls = append(urls, w.URL)
+	}
+	return urls
+}
+
+// flushCache fans POST /flush_cache out to every worker: 200, or 206 listing the failures.
+func (s *Server) flushCache(w http.ResponseWriter, req *http.Request) {
+	urls := s.workerURLs()
+	failed := s.fanOut(req.Context(), http.MethodPost, "/flush_cache", urls)
+	if len(failed) == 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"flushed": len(urls)})
+		return
+	}
+	writeJSON(w, http.StatusPartialContent, map[string]any{"flushed": len(urls) - len(failed), "failed": failed})
+}
+
+// healthGenerate probes a worker (PD: a prefill and a decode worker) with /health_generate.
+func (s *Server) healthGenerate(w http.ResponseWriter, req *http.Request) {
+	roles := []router.Role{router.Regular}
+	if s.r.PD() {
+		roles = []router.Role{router.Prefill, router.Decode}
+	}
+	var urls []string
+	for _, role := range roles {
+		u := s.firstHealthy(role)
+		if u == "" {
+			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker", role))
+			return
+		}
+		urls = append(urls, u)
+	}
+	if failed := s.fanOut(req.Context(), http.MethodGet, "/health_generate", urls); len(failed) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unhealthy", "failed": failed})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "workers": urls})
+}
+
+// workerJSON is a worker as /workers lists it, and what POST /workers accepts.
+type workerJSON struct {
+	URL           string `json:"url"`
+	WorkerType    string `json:"worker_type"`
+	BootstrapPort *int   `json:"bootstrap_port"`
+	DPSize        int    `json:"dp_size,omitempty"`
+	Healthy       bool   `json:"healthy"`
+	Load          int64  `json:"load"`
+	Breaker       string `json:"circuit_breaker"`
+}
+
+func toWorkerJSON(wi router.WorkerInfo) workerJSON {
+	return workerJSON{URL: wi.URL, WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
+		Healthy: wi.Healthy, Load: wi.Load, Breaker: wi.Breaker.String()}
+}
+
+func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
+	out := []workerJSON{}
+	for _, wi := range s.r.Workers() {
+		out = append(out, toWorkerJSON(wi))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workers": out})
+}
+
+func (s *Server) getWorker(w http.ResponseWriter, req *http.Request) {
+	u := workerPathURL(req)
+	for _, wi := range s.r.Workers() {
+		if wi.URL == u {
+			writeJSON(w, http.StatusOK, toWorkerJSON(wi))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not registered", u))
+}
+
+// workerPathURL reads the worker URL from /workers/{url...}, URL-encoded or not.
+func workerPathURL(req *http.Request) string {
+	u := req.PathValue("url")
+	if dec, err := url.PathUnescape(u); err == nil {
+		u = dec
+	}
+	// A raw "http://x" in a path is cleaned to "http:/x" by some clients: restore it.
+	for _, scheme := range []string{"http:/", "https:/"} {
+		if strings.HasPrefix(u, scheme) && !strings.HasPrefix(u, scheme+"/") {
+			u = scheme + "/" + u[len(scheme):]
+		}
+	}
+	return strings.TrimSuffix(u, "/")
+}
+
+func (s *Server) deleteWorker(w http.ResponseWriter, req *http.Request) {
+	s.removeWorker(w, workerPathURL(req))
+}
+
+func (s *Server) removeWorker(w http.ResponseWriter, u string) {
+	if err := s.r.RemoveWorker(u); err != nil {
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
+		return
+	}
+	s.log.Info("worker removed", "url", u)
+	writeJSON(w, http.StatusOK, map[string]any{"removed": u})
+}
+
+// addWorkerJSON handles POST /workers {"url", "worker_type", "bootstrap_port"}.
+func (s *Server) addWorkerJSON(w http.ResponseWriter, req *http.Request) {
+	var in workerJSON
+	dec := json.NewDecoder(io.LimitReader(req.Body, 1<<20))
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "POST /workers wants {\"url\", \"worker_type\", \"bootstrap_port\"}: "+err.Error())
+		return
+	}
+	s.addWorker(w, req.Context(), in.URL, in.WorkerType, in.BootstrapPort)
+}
+
+// addWorkerLegacy handles POST /add_worker?url=…[&role=prefill&bootstrap_port=N].
+func (s *Server) addWorkerLegacy(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	var port *int
+	if p := q.Get("bootstrap_port"); p != "" && !strings.EqualFold(p, "none") {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, fmt.Sprintf("bootstrap_port %q is not a number", p))
+			return
+		}
+		port = &n
+	}
+	s.addWorker(w, req.Context(), q.Get("url"), q.Get("role"), port)
+}
+
+func (s *Server) removeWorkerLegacy(w http.ResponseWriter, req *http.Request) {
+	s.removeWorker(w, req.URL.Query().Get("url"))
+}
+
+func (s *Server) listWorkersLegacy(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"urls": s.workerURLs()})
+}
+
+// addWorker registers a worker at run time, after the URL checks of SPEC §1.7 and discovery.
+func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleName string, port *int) {
+	u = strings.TrimSuffix(u, "/")
+	if err := router.CheckWorkerURL(u); err != nil {
+		writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
+		return
+	}
+	if !s.allowedWorker(u) {
+		writeError(w, http.StatusForbidden, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not allowed by --worker-url-allow", u))
+		return
+	}
+	role := router.Regular
+	if s.r.PD() {
+		role = router.Decode
+	}
+	if roleName != "" {
+		r, err := router.ParseRole(roleName)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
+			return
+		}
+		role = r
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	dp, err := s.discover(ctx, u)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, wire.TypeUpstream, err.Error())
+		return
+	}
+	if err := s.r.AddWorker(router.WorkerSpec{URL: u, Role: role, BootstrapPort: port, DPSize: dp}); err != nil {
+		status := http.StatusBadRequest
+		if strings.Contains(err.Error(), "already registered") {
+			status = http.StatusConflict
+		}
+		writeError(w, status, wire.TypeInvalidRequest, err.Error())
+		return
+	}
+	s.log.Info("worker added", "url", u, "role", role.String(), "dp_size", dp)
+	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
+}
+
+// allowedWorker applies --worker-url-allow (hosts or CIDRs; empty allows any).
+func (s *Server) allowedWorker(raw string) bool {
+	if len(s.cfg.WorkerURLAllow) == 0 {
+		return true
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	ip := net.ParseIP(host)
+	for _, a := range s.cfg.WorkerURLAllow {
+		if _, cidr, err := net.ParseCIDR(a); err == nil {
+			if ip != nil && cidr.Contains(ip) {
+				return true
+			}
+			continue
+		}
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// drainTimeout is how long Shutdown waits for in-flight requests.
+func (s *Server) drainTimeout() time.Duration {
+	return time.Duration(s.cfg.ShutdownTimeoutSecs) * time.Second
+}

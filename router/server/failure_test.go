@@ -1,0 +1,243 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func noRetries(cfg router.Config) router.Config {
+	cfg.DisableRetries = true
+	return cfg
+}
+
+// A prefill failure is answered at once with prefill's status, naming the prefill worker, and
+// the decode leg (which would otherwise wait for a bootstrap timeout) is cancelled.
+func TestPDPrefillFailureFailsFast(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, statusReply(http.StatusInternalServerError, "prefill exploded"))
+	dw := newWorker(t, hangReply(nil))
+	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
+	status, _, body := tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, nil)
+	require.Equal(t, http.StatusInternalServerError, status)
+	assert.Contains(t, body, "prefill worker "+pw.URL())
+	assert.Contains(t, body, "prefill exploded")
+	assert.Contains(t, body, `"type":"upstream_error"`)
+	waitFor(t, func() bool { return dw.cancelledCount() == 1 })
+	tr.requireLoadsZero(t)
+}
+
+// A prefill transport error answers 502.
+func TestPDPrefillTransportError(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, hangReply(nil))
+	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
+	pw.srv.Close()
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusBadGateway, status, body)
+	assert.Contains(t, body, "prefill worker")
+	tr.requireLoadsZero(t)
+}
+
+// A decode failure cancels the prefill leg and answers with decode's error.
+func TestPDDecodeFailureCancelsPrefill(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, hangReply(nil))
+	dw := newWorker(t, statusReply(http.StatusServiceUnavailable, "decode full"))
+	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
+	status, _, body := tr.post(t, "/v1/completions", `{"prompt":"x"}`, nil)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, "decode worker "+dw.URL())
+	waitFor(t, func() bool { return pw.cancelledCount() == 1 })
+	tr.requireLoadsZero(t)
+}
+
+// A 4xx from a worker is the client's fault: not retried, relayed as is.
+func TestPDClientErrorNotRetried(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, statusReply(http.StatusBadRequest, "max_tokens too large"))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "max_tokens too large")
+	assert.Contains(t, body, `"type":"invalid_request_error"`)
+	require.Len(t, dw.callsTo("/generate"), 1)
+	tr.requireLoadsZero(t)
+}
+
+// A retryable failure is retried with a fresh rid and room on re-selected targets.
+func TestPDRetryThenSuccess(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		if n.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		jsonReply(genReply)(w, r, c)
+	})
+	cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+	cfg.RetryInitialBackoffMs = 1
+	tr := startRouter(t, cfg)
+	status, hdr, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	calls := dw.callsTo("/generate")
+	require.Len(t, calls, 2)
+	assert.NotEqual(t, calls[0].body["rid"], calls[1].body["rid"], "each attempt gets a fresh rid")
+	assert.NotEqual(t, calls[0].body["bootstrap_room"], calls[1].body["bootstrap_room"])
+	assert.Equal(t, calls[0].body["rid"], hdr.Get("X-Request-Id"), "the client-visible id stays the first")
+	assert.Equal(t, 2, strings.Count(tr.dlog.String(), "\n"), "one decision line per attempt")
+	tr.requireLoadsZero(t)
+}
+
+// Non-streaming logprob merge: prefill's input_token_logprobs are prepended to decode's.
+func TestPDLogprobMerge(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, jsonReply(`{"meta_info":{"input_token_logprobs":[[-1,1],[-2,2]]}}`))
+	dw := newWorker(t, jsonReply(`{"text":"ok","meta_info":{"input_token_logprobs":[[-3,3]]}}`))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	status, _, body := tr.post(t, "/generate", `{"text":"x","return_logprob":true}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.JSONEq(t, `{"text":"ok","meta_info":{"input_token_logprobs":[[-1,1],[-2,2],[-3,3]]}}`, body)
+
+	// Without logprobs asked for, decode's body is relayed untouched.
+	status, _, body = tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.JSONEq(t, `{"text":"ok","meta_info":{"input_token_logprobs":[[-3,3]]}}`, body)
+	tr.requireLoadsZero(t)
+}
+
+// Streaming: prefill's SSE answer carries the logprobs; every decode event gets them merged.
+func TestPDStreamLogprobMerge(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, sseReply([]string{`data: {"meta_info":{"input_token_logprobs":[[-1,1]]}}`, "data: [DONE]"}, nil))
+	dw := newWorker(t, sseReply([]string{
+		`data: {"text":"a","meta_info":{"input_token_logprobs":[[-2,2]]}}`,
+		`data: {"text":"ab","meta_info":{"input_token_logprobs":[[-2,2]]}}`,
+		"data: [DONE]"}, nil))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	status, hdr, body := tr.post(t, "/generate", `{"text":"x","stream":true,"return_logprob":true}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "text/event-stream", hdr.Get("Content-Type"))
+	events := dataEvents(body)
+	require.Len(t, events, 3)
+	assert.JSONEq(t, `{"text":"a","meta_info":{"input_token_logprobs":[[-1,1],[-2,2]]}}`, events[0])
+	assert.JSONEq(t, `{"text":"ab","meta_info":{"input_token_logprobs":[[-1,1],[-2,2]]}}`, events[1])
+	assert.Equal(t, "[DONE]", events[2])
+	tr.requireLoadsZero(t)
+}
+
+func dataEvents(body string) []string {
+	var out []string
+	for _, ev := range strings.Split(strings.TrimSpace(body), "\n\n") {
+		out = append(out, strings.TrimPrefix(ev, "data: "))
+	}
+	return out
+}
+
+// A decode stream that breaks after it started ends with an error event and [DONE].
+func TestPDMidStreamFailure(t *testing.T) {
+	t.Parallel()
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, func(w http.ResponseWriter, r *http.Request, _ call) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "data: {\"text\":\"a\"}\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // cut the chunked stream mid-way
+		}
+	})
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	status, _, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	events := dataEvents(body)
+	require.Len(t, events, 3, body)
+	assert.JSONEq(t, `{"text":"a"}`, events[0])
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(events[1]), &e))
+	assert.Equal(t, "upstream_error", e.Error.Type)
+	assert.Contains(t, e.Error.Message, dw.URL())
+	assert.Equal(t, "[DONE]", events[2])
+	tr.requireLoadsZero(t)
+}
+
+// A client that disconnects mid-stream cancels both legs and aborts its rid on both workers.
+func TestPDClientDisconnectAborts(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	defer close(gate)
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, sseReply([]string{`data: {"text":"a"}`, `data: {"text":"b"}`, "data: [DONE]"}, map[int]<-chan struct{}{1: gate}))
+	for _, w := range []*testWorker{pw, dw} {
+		inner := w.handle
+		w.handle = func(rw http.ResponseWriter, r *http.Request, c call) {
+			if r.URL.Path == "/abort_request" {
+				return
+			}
+			inner(rw, r, c)
+		}
+	}
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tr.srv.URL+"/generate", strings.NewReader(`{"text":"x","stream":true}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "data: {\"text\":\"a\"}\n", line)
+	cancel()
+	resp.Body.Close()
+
+	rid := dw.callsTo("/generate")[0].body["rid"]
+	for _, w := range []*testWorker{pw, dw} {
+		waitFor(t, func() bool { return len(w.callsTo("/abort_request")) == 1 })
+		assert.Equal(t, rid, w.callsTo("/abort_request")[0].body["rid"])
+	}
+	waitFor(t, func() bool { return dw.cancelledCount() == 1 })
+	tr.requireLoadsZero(t)
+}
+
+// Headers are held until prefill has succeeded: a stream whose prefill fails before decode's
+// first event gets the prefill error, not a 200.
+func TestPDHeadersHeldUntilPrefillOrFirstEvent(t *testing.T) {
+	t.Parallel()
+	prefillGate := make(chan struct{})
+	pw := newWorker(t, func(w http.ResponseWriter, r *http.Request, _ call) {
+		<-prefillGate
+		http.Error(w, "late prefill failure", http.StatusInternalServerError)
+	})
+	dw := newWorker(t, func(w http.ResponseWriter, r *http.Request, _ call) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK) // headers at once, events only after prefill
+		w.(http.Flusher).Flush()
+		close(prefillGate)
+		<-r.Context().Done()
+	})
+	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
+	status, _, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
+	require.Equal(t, http.StatusInternalServerError, status, body)
+	assert.Contains(t, body, "late prefill failure")
+	tr.requireLoadsZero(t)
+
+}

@@ -1,0 +1,296 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+)
+
+// Error types of the OpenAI-style bodies the router itself writes.
+const (
+	typeUnavailable = "service_unavailable_error"
+	typeRateLimit   = "rate_limit_error"
+	typeTimeout     = "timeout_error"
+	typeTooLarge    = "request_too_large"
+	typeAuth        = "authentication_error"
+	typeNotImpl     = "not_implemented_error"
+)
+
+// writeError answers with an OpenAI-style JSON error.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(wire.ErrorBody(status, typ, msg))
+}
+
+// errClientGone ends an attempt whose client went away (or whose request timed out).
+var errClientGone = errors.New("client disconnected")
+
+// attemptResult is how one routed attempt ended.
+type attemptResult struct {
+	// failed is set when the attempt failed before any byte reached the client: the caller
+	// may retry it.
+	failed *upstreamError
+	// gone is set when the client disconnected or the request timed out.
+	gone bool
+}
+
+// legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
+// counts as a success (the worker answered correctly), as in sgl-router's PD path.
+func legOutcome(err error) router.Outcome {
+	var ue *upstreamError
+	if errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 {
+		return router.Success
+	}
+	return router.Failure
+}
+
+// forwardHeaders picks the client headers forwarded to workers.
+func (s *Server) forwardHeaders(req *http.Request) http.Header {
+	h := http.Header{}
+	for _, k := range forwardedHeaders {
+		if v := req.Header.Values(k); len(v) > 0 {
+			h[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	for _, k := range s.cfg.RequestIDHeaders {
+		if v := req.Header.Values(k); len(v) > 0 {
+			h[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return h
+}
+
+// clientRequestID returns the first configured request-id header present, or "".
+func (s *Server) clientRequestID(req *http.Request) string {
+	for _, k := range s.cfg.RequestIDHeaders {
+		if v := req.Header.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// inference serves /generate, /v1/chat/completions and /v1/completions (SPEC §1.4, §1.5).
+func (s *Server) inference(route wire.Route) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		id := s.clientRequestID(req)
+		raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, s.cfg.MaxPayloadSize))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				s.fail(w, id, route, http.StatusRequestEntityTooLarge, typeTooLarge,
+					fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize), "payload_too_large")
+				return
+			}
+			s.fail(w, id, route, http.StatusBadRequest, wire.TypeInvalidRequest, "cannot read request body: "+err.Error(), "bad_request")
+			return
+		}
+		body, err := wire.Parse(route, raw)
+		if err != nil {
+			var we *wire.Error
+			if errors.As(err, &we) {
+				s.fail(w, id, route, we.Status, we.Type, we.Message, "bad_request")
+			} else {
+				s.fail(w, id, route, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error(), "bad_request")
+			}
+			return
+		}
+		release, err := s.adm.Acquire(req.Context())
+		switch {
+		case errors.Is(err, ErrQueueFull):
+			s.fail(w, id, route, http.StatusTooManyRequests, typeRateLimit, err.Error(), "queue_full")
+			return
+		case errors.Is(err, ErrQueueTimeout):
+			s.fail(w, id, route, http.StatusRequestTimeout, typeTimeout, err.Error(), "queue_timeout")
+			return
+		case err != nil:
+			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
+			return
+		}
+		defer release()
+		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		defer cancel()
+		code := s.route(ctx, w, req, body, id, start)
+		s.metrics.ObserveRequest(route.String(), code, time.Since(start).Seconds())
+	}
+}
+
+// fail answers a request the router rejects before routing it.
+func (s *Server) fail(w http.ResponseWriter, id string, route wire.Route, status int, typ, msg, kind string) {
+	if id == "" {
+		id = s.reqIDs.RID(route)
+	}
+	w.Header().Set("X-Request-Id", id)
+	writeError(w, status, typ, msg)
+	s.metrics.Errors.WithLabelValues(kind).Inc()
+	s.metrics.ObserveRequest(route.String(), status, 0)
+}
+
+// route runs the retry loop: route, attempt, and on a failure before any byte reached the
+// client, back off and route again (SPEC §1.6). It returns the status answered.
+func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Request, b *wire.Body, id string, start time.Time) int {
+	rt := s.r.NewRetrier()
+	hdr := s.forwardHeaders(req)
+	retriedReuse := false
+	if id == "" && !s.r.PD() {
+		id = s.reqIDs.RID(b.Route)
+	}
+	for attempt := 0; ; attempt++ {
+		d, err := s.r.Route(&router.Request{Text: b.Text, Model: b.Model})
+		if err != nil {
+			if id == "" {
+				id = s.reqIDs.RID(b.Route)
+			}
+			w.Header().Set("X-Request-Id", id)
+			s.metrics.Errors.WithLabelValues("no_workers").Inc()
+			writeError(w, http.StatusServiceUnavailable, typeUnavailable, err.Error())
+			return http.StatusServiceUnavailable
+		}
+		s.metrics.ObserveDecision(s.r, d)
+		var res attemptResult
+		var code int
+		if s.r.PD() {
+			res, code = s.attemptPD(ctx, w, b, d, hdr, &id, start)
+		} else {
+			res, code = s.attemptRegular(ctx, w, b, d, hdr, id, start)
+		}
+		switch {
+		case res.gone:
+			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
+			return 499
+		case res.failed == nil:
+			return code
+		}
+		ue := res.failed
+		s.metrics.Errors.WithLabelValues(errorKind(ue)).Inc()
+		s.log.Debug("attempt failed", "id", id, "attempt", attempt, "err", ue.Error())
+		var wait time.Duration
+		retry := false
+		if ue.Status == 0 && ue.reused && !retriedReuse {
+			// A reset on a reused keep-alive connection: the worker closed it as we sent.
+			retriedReuse, retry = true, true
+		} else {
+			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
+		}
+		if !retry || ctx.Err() != nil {
+			w.Header().Set("X-Request-Id", id)
+			status := ue.clientStatus()
+			typ := wire.TypeUpstream
+			if status >= 400 && status < 500 {
+				typ = wire.TypeInvalidRequest
+			}
+			writeError(w, status, typ, ue.Error())
+			return status
+		}
+		s.metrics.Retries.WithLabelValues(b.Route.String()).Inc()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return 499
+			}
+		}
+	}
+}
+
+func errorKind(ue *upstreamError) string {
+	if ue.Status == 0 {
+		if errors.Is(ue.Err, context.DeadlineExceeded) {
+			return "timeout"
+		}
+		return ue.Role + "_transport"
+	}
+	return ue.Role + "_status"
+}
+
+// isEventStream reports whether a worker response is an SSE stream.
+func isEventStream(resp *http.Response, b *wire.Body) bool {
+	ct := resp.Header.Get("Content-Type")
+	return b.Stream || len(ct) >= 17 && ct[:17] == "text/event-stream"
+}
+
+// commitHeaders writes the response head relayed from a worker.
+func commitHeaders(w http.ResponseWriter, resp *http.Response, id string, stream bool) {
+	copyResponseHeaders(w.Header(), resp.Header)
+	w.Header().Set("X-Request-Id", id)
+	if stream {
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "text/event-stream")
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	w.WriteHeader(resp.StatusCode)
+}
+
+// relayStream copies an SSE body event by event until it ends, the client goes away or ctx is
+// done. It returns how the stream ended: nil after a complete stream, errClientGone, or the
+// upstream error (after which an error event and [DONE] were written).
+func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, chunks <-chan relayChunk, sw *streamWriter, held [][]byte, worker string) error {
+	for _, c := range held {
+		if err := sw.write(c); err != nil {
+			return errClientGone
+		}
+	}
+	if len(held) > 0 && len(chunks) == 0 {
+		sw.flush()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return errClientGone
+		case c, ok := <-chunks:
+			if !ok || c.err == io.EOF {
+				if err := sw.close(); err != nil {
+					return errClientGone
+				}
+				sw.flush()
+				return nil
+			}
+			if c.err != nil {
+				if ctx.Err() != nil {
+					return errClientGone
+				}
+				msg := fmt.Sprintf("worker %s: stream failed: %v", worker, c.err)
+				_, _ = w.Write(wire.StreamError(http.StatusBadGateway, msg))
+				sw.flush()
+				return &upstreamError{Worker: worker, Role: "decode", Err: c.err}
+			}
+			if err := sw.write(c.data); err != nil {
+				return errClientGone
+			}
+			if len(chunks) == 0 {
+				sw.flush()
+			}
+		}
+	}
+}
+
+// abort asks workers to drop rids (best effort, in the background, SPEC §1.4 step 8).
+func (s *Server) abort(urls []string, rids []string) {
+	for _, u := range urls {
+		for _, rid := range rids {
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
+				resp, err := send(ctx, s.admin, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const genReply = `{"text":"ok","meta_info":{"prompt_tokens":3,"completion_tokens":1,"cached_tokens":0}}`
+
+// TestPDWireConformance checks both legs' bodies and headers against SPEC §1.4 for every
+// route, with and without DP, both rank-field styles, and `--prefill URL none` vs a port.
+func TestPDWireConformance(t *testing.T) {
+	t.Parallel()
+	routes := []struct {
+		path, body, ridPrefix string
+		batch                 int
+	}{
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"x_unknown":{"a":[1,2]}}`, "chatcmpl-", 0},
+		{"/v1/completions", `{"model":"m","prompt":"hello","x_unknown":{"a":[1,2]}}`, "cmpl-", 0},
+		{"/generate", `{"text":"hello","sampling_params":{"max_new_tokens":4},"x_unknown":{"a":[1,2]}}`, "gnt-", 0},
+		{"/generate", `{"text":["a","b","c"],"x_unknown":{"a":[1,2]}}`, "gnt-", 3},
+		{"/v1/completions", `{"prompt":["a","b"],"x_unknown":{"a":[1,2]}}`, "cmpl-", 2},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"n":2,"x_unknown":{"a":[1,2]}}`, "chatcmpl-", 2},
+	}
+	port := 9001
+	for _, dp := range []bool{false, true} {
+		for _, style := range []string{router.DPRankFieldsLegacy, router.DPRankFieldsRouted} {
+			for _, bport := range []*int{nil, &port} {
+				name := fmt.Sprintf("dp=%v/style=%s/port=%v", dp, style, bport != nil)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					pw := newWorker(t, jsonReply(genReply))
+					dw := newWorker(t, jsonReply(genReply))
+					pw.dpSize, dw.dpSize = 2, 4
+					cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, bport)
+					cfg.DPAware = dp
+					cfg.DPRankFields = style
+					cfg.Policy = router.PolicyRoundRobin
+					tr := startRouter(t, cfg)
+					for i, rt := range routes {
+						status, hdr, out := tr.post(t, rt.path, rt.body, map[string]string{
+							"Authorization": "Bearer client", "Traceparent": "00-abc-def-01", "X-Request-Id": fmt.Sprintf("req-%d", i)})
+						require.Equal(t, http.StatusOK, status, out)
+						require.Equal(t, fmt.Sprintf("req-%d", i), hdr.Get("X-Request-Id"))
+						p, d := pw.callsTo(rt.path), dw.callsTo(rt.path)
+						require.NotEmpty(t, p)
+						require.NotEmpty(t, d)
+						pb, db := p[len(p)-1], d[len(d)-1]
+						checkLegs(t, pb, db, rt.ridPrefix, rt.batch, bport, dp, style)
+						for _, c := range []call{pb, db} {
+							assert.Equal(t, "Bearer client", c.header.Get("Authorization"))
+							assert.Equal(t, "00-abc-def-01", c.header.Get("Traceparent"))
+							assert.Equal(t, fmt.Sprintf("req-%d", i), c.header.Get("X-Request-Id"))
+							assert.JSONEq(t, `{"a":[1,2]}`, string(mustJSON(t, c.body["x_unknown"])), "unknown fields kept")
+						}
+					}
+					tr.requireLoadsZero(t)
+				})
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+func checkLegs(t *testing.T, pb, db call, ridPrefix string, batch int, port *int, dp bool, style string) {
+	t.Helper()
+	for _, c := range []call{pb, db} {
+		host, bp, room, rid := c.body["bootstrap_host"], c.body["bootstrap_port"], c.body["bootstrap_room"], c.body["rid"]
+		if batch > 0 {
+			require.Len(t, host, batch)
+			require.Len(t, bp, batch)
+			require.Len(t, room, batch)
+			require.Len(t, rid, batch)
+			host, bp, room, rid = host.([]any)[0], bp.([]any)[0], room.([]any)[0], rid.([]any)[0]
+		}
+		assert.Equal(t, "127.0.0.1", host)
+		if port == nil {
+			assert.Nil(t, bp, "--prefill URL none sends bootstrap_port null")
+			assert.Contains(t, string(c.raw), `"bootstrap_port":`)
+		} else {
+			assert.Equal(t, float64(*port), bp)
+		}
+		assert.True(t, strings.HasPrefix(rid.(string), ridPrefix), rid)
+		assert.True(t, strings.HasSuffix(rid.(string), "-127.0.0.1"), rid)
+		_ = room
+	}
+	// Same room(s) and rid(s) on both legs; a fresh room per batch element.
+	assert.Equal(t, string(mustJSON(t, pb.body["bootstrap_room"])), string(mustJSON(t, db.body["bootstrap_room"])))
+	assert.Equal(t, pb.body["rid"], db.body["rid"])
+	if batch > 1 {
+		rooms := pb.body["bootstrap_room"].([]any)
+		assert.NotEqual(t, rooms[0], rooms[1])
+	}
+	// DP fields exactly where SPEC §1.4 puts them.
+	_, pHasLegacy := pb.body["data_parallel_rank"]
+	_, pHasRouted := pb.body["routed_dp_rank"]
+	switch style {
+	case router.DPRankFieldsLegacy:
+		assert.Equal(t, dp, pHasLegacy, "prefill data_parallel_rank only with a rank")
+		assert.False(t, pHasRouted)
+		require.Contains(t, db.body, "data_parallel_rank")
+		require.Contains(t, db.body, "data_parallel_rank_decode")
+		if dp {
+			assert.Equal(t, pb.body["data_parallel_rank"], db.body["data_parallel_rank"], "decode carries prefill's rank")
+			assert.NotNil(t, db.body["data_parallel_rank_decode"])
+		} else {
+			assert.Nil(t, db.body["data_parallel_rank"])
+			assert.Nil(t, db.body["data_parallel_rank_decode"])
+		}
+	case router.DPRankFieldsRouted:
+		assert.False(t, pHasLegacy)
+		assert.Equal(t, dp, pHasRouted)
+		require.Contains(t, db.body, "routed_dp_rank")
+		require.Contains(t, db.body, "disagg_prefill_dp_rank")
+		assert.NotContains(t, db.body, "data_parallel_rank")
+		if dp {
+			assert.Equal(t, pb.body["routed_dp_rank"], db.body["disagg_prefill_dp_rank"])
+		}
+	}
+}
+
+func TestPDClientRIDKept(t *testing.T) {
+	t.Parallel()
+	pw, dw := newWorker(t, jsonReply(genReply)), newWorker(t, jsonReply(genReply))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	status, hdr, _ := tr.post(t, "/generate", `{"text":"x","rid":"my-rid"}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "my-rid", pw.callsTo("/generate")[0].body["rid"])
+	require.Equal(t, "my-rid", dw.callsTo("/generate")[0].body["rid"])
+	require.Equal(t, "my-rid", hdr.Get("X-Request-Id"), "without a request-id header the rid is the id")
+	// The decision log has one line naming both legs.
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(tr.dlog.String())), &line))
+	require.Equal(t, float64(1), line["seq"])
+	require.Equal(t, "/generate", line["route"])
+	require.Equal(t, pw.URL(), line["prefill"].(map[string]any)["worker"])
+	require.Nil(t, line["regular"])
+}

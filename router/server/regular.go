@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+)
+
+// attemptRegular proxies one attempt to the regular target d chose (SPEC §1.5): the body as
+// sent, plus data_parallel_rank under --dp-aware. Streams are relayed event by event.
+func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *wire.Body, d *router.Decision, hdr http.Header, id string, start time.Time) (attemptResult, int) {
+	t := d.Regular
+	body := b.Raw
+	if rank, ok := t.Rank(); ok {
+		body = b.WithDPRank(nil, rank)
+	}
+	path := b.Route.String()
+	s.logDecision(id, "", 0, path, d)
+	resp, err := send(ctx, s.clients[router.Regular], http.MethodPost, t.URL()+path, body, hdr, "regular", t.URL())
+	if err != nil {
+		ue := err.(*upstreamError)
+		if ctx.Err() != nil {
+			d.Done(router.Regular, router.Cancelled)
+			return attemptResult{gone: true}, 0
+		}
+		d.Done(router.Regular, legOutcome(ue))
+		return attemptResult{failed: ue}, 0
+	}
+	defer resp.Body.Close()
+	stream := isEventStream(resp, b)
+	commitHeaders(w, resp, id, stream)
+	if !stream {
+		_, err := io.Copy(w, resp.Body)
+		switch {
+		case err == nil:
+			d.Done(router.Regular, router.Success)
+		case ctx.Err() != nil:
+			d.Done(router.Regular, router.Cancelled)
+			return attemptResult{gone: true}, 0
+		default:
+			d.Done(router.Regular, router.Failure)
+		}
+		return attemptResult{}, resp.StatusCode
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	sw := newStreamWriter(w, nil, start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
+	err = s.relayStream(ctx, w, startReader(resp.Body, stop), sw, nil, t.URL())
+	switch {
+	case errors.Is(err, errClientGone):
+		d.Done(router.Regular, router.Cancelled)
+		return attemptResult{gone: true}, 0
+	case err != nil:
+		d.Done(router.Regular, router.Failure)
+	default:
+		d.Done(router.Regular, router.Success)
+	}
+	return attemptResult{}, resp.StatusCode
+}

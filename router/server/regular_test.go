@@ -1,0 +1,206 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func regularConfig(ws ...*testWorker) router.Config {
+	cfg := router.DefaultConfig()
+	for _, w := range ws {
+		cfg.WorkerURLs = append(cfg.WorkerURLs, w.URL())
+	}
+	return cfg
+}
+
+// Regular mode proxies the body as sent (no rid), adding data_parallel_rank under --dp-aware.
+func TestRegularProxyAndDPRank(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, jsonReply(`{"id":"x","choices":[]}`))
+	w.dpSize = 2
+	cfg := regularConfig(w)
+	cfg.DPAware = true
+	cfg.Policy = router.PolicyRoundRobin
+	tr := startRouter(t, cfg)
+	for range 2 {
+		status, hdr, body := tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"zz":1}`, nil)
+		require.Equal(t, http.StatusOK, status)
+		assert.JSONEq(t, `{"id":"x","choices":[]}`, body)
+		assert.True(t, strings.HasPrefix(hdr.Get("X-Request-Id"), "chatcmpl-"), hdr.Get("X-Request-Id"))
+	}
+	calls := w.callsTo("/v1/chat/completions")
+	require.Len(t, calls, 2)
+	assert.Equal(t, float64(0), calls[0].body["data_parallel_rank"])
+	assert.Equal(t, float64(1), calls[1].body["data_parallel_rank"], "round robin over url@0, url@1")
+	assert.NotContains(t, calls[0].body, "rid")
+	assert.NotContains(t, calls[0].body, "bootstrap_room")
+	assert.Equal(t, float64(1), calls[0].body["zz"])
+	tr.requireLoadsZero(t)
+}
+
+func TestRegularStreamPassesThrough(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, sseReply([]string{`data: {"choices":[{"delta":{"content":"a"}}]}`, ": keep-alive", "data: [DONE]"}, nil))
+	tr := startRouter(t, regularConfig(w))
+	status, hdr, body := tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "text/event-stream", hdr.Get("Content-Type"))
+	assert.Equal(t, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n: keep-alive\n\ndata: [DONE]\n\n", body, "byte for byte")
+	tr.requireLoadsZero(t)
+}
+
+func TestRejectionsNeverReachWorkers(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, jsonReply(`{}`))
+	cfg := regularConfig(w)
+	cfg.MaxPayloadSize = 64
+	cfg.APIKey = "sekret"
+	tr := startRouter(t, cfg)
+	auth := map[string]string{"Authorization": "Bearer sekret"}
+
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusUnauthorized, status)
+	assert.Contains(t, body, "API key")
+	status, _, body = tr.post(t, "/generate", `{"text":`, auth)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, `"type":"invalid_request_error"`)
+	status, _, _ = tr.post(t, "/v1/chat/completions", `{"messages":[]}`, auth)
+	assert.Equal(t, http.StatusBadRequest, status)
+	status, _, body = tr.post(t, "/generate", `{"text":"`+strings.Repeat("x", 100)+`"}`, auth)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status)
+	assert.Contains(t, body, "--max-payload-size 64")
+	assert.Empty(t, w.callsTo("/generate"))
+
+	// Health stays open without the key.
+	resp, err := http.Get(tr.srv.URL + "/health")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestNoWorkersAnd501InPD(t *testing.T) {
+	t.Parallel()
+	cfg := router.DefaultConfig()
+	cfg.PDDisaggregation = true
+	tr := startRouter(t, cfg)
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, "no prefill workers registered")
+	status, _, body = tr.post(t, "/v1/embeddings", `{"input":"x"}`, nil)
+	assert.Equal(t, http.StatusNotImplemented, status)
+	assert.Contains(t, body, "not supported in PD mode")
+	resp, err := http.Get(tr.srv.URL + "/readiness")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+func TestAdmissionQueueFull(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	w := newWorker(t, func(rw http.ResponseWriter, r *http.Request, c call) {
+		hangReply(release)(rw, r, c)
+		jsonReply(`{}`)(rw, r, c)
+	})
+	cfg := regularConfig(w)
+	cfg.MaxConcurrentRequests = 1
+	cfg.QueueSize = 0
+	tr := startRouter(t, cfg)
+	done := make(chan int)
+	go func() {
+		status, _, _ := tr.post(t, "/generate", `{"text":"x"}`, nil)
+		done <- status
+	}()
+	waitFor(t, func() bool { return len(w.callsTo("/generate")) == 1 })
+	status, _, body := tr.post(t, "/generate", `{"text":"y"}`, nil)
+	assert.Equal(t, http.StatusTooManyRequests, status)
+	assert.Contains(t, body, "queue is full")
+	close(release)
+	assert.Equal(t, http.StatusOK, <-done)
+	tr.requireLoadsZero(t)
+}
+
+func TestWorkerManagementAPI(t *testing.T) {
+	t.Parallel()
+	p := newWorker(t, jsonReply(genReply))
+	d := newWorker(t, jsonReply(genReply))
+	p.dpSize, d.dpSize = 2, 1
+	cfg := router.DefaultConfig()
+	cfg.PDDisaggregation = true
+	cfg.DPAware = true
+	tr := startRouter(t, cfg)
+
+	// Add through the JSON API and the legacy form.
+	resp, err := http.Post(tr.srv.URL+"/workers", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"url":%q,"worker_type":"prefill","bootstrap_port":8998}`, p.URL())))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Post(tr.srv.URL+"/add_worker?role=decode&url="+url.QueryEscape(d.URL()), "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Post(tr.srv.URL+"/add_worker?role=decode&url="+url.QueryEscape(d.URL()), "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+	resp, err = http.Post(tr.srv.URL+"/add_worker?url=ftp://x", "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	// /get_loads has the SPEC §2 shape, one entry per DP target.
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	r, err := http.Get(tr.srv.URL + "/get_loads")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	var loads struct {
+		Workers []map[string]any `json:"workers"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &loads))
+	require.Len(t, loads.Workers, 3)
+	assert.Equal(t, map[string]any{"worker": p.URL(), "target": p.URL() + "@0", "role": "prefill", "dp_rank": float64(0), "load": float64(0), "healthy": true}, loads.Workers[0])
+	assert.Equal(t, float64(8998), p.callsTo("/generate")[0].body["bootstrap_port"])
+
+	// Readiness, listing, removal.
+	r, err = http.Get(tr.srv.URL + "/readiness")
+	require.NoError(t, err)
+	r.Body.Close()
+	assert.Equal(t, http.StatusOK, r.StatusCode)
+	r, err = http.Get(tr.srv.URL + "/list_workers")
+	require.NoError(t, err)
+	raw, _ = io.ReadAll(r.Body)
+	r.Body.Close()
+	assert.JSONEq(t, fmt.Sprintf(`{"urls":[%q,%q]}`, p.URL(), d.URL()), string(raw))
+	req, _ := http.NewRequest(http.MethodDelete, tr.srv.URL+"/workers/"+url.PathEscape(d.URL()), nil)
+	r, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	r.Body.Close()
+	assert.Equal(t, http.StatusOK, r.StatusCode)
+	r, err = http.Get(tr.srv.URL + "/readiness")
+	require.NoError(t, err)
+	r.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, r.StatusCode, "no decode worker left")
+}
+
+func TestFlushCacheFanOut(t *testing.T) {
+	t.Parallel()
+	good := newWorker(t, jsonReply(`{}`))
+	bad := newWorker(t, statusReply(http.StatusInternalServerError, "nope"))
+	tr := startRouter(t, regularConfig(good, bad))
+	status, _, body := tr.post(t, "/flush_cache", ``, nil)
+	assert.Equal(t, http.StatusPartialContent, status)
+	assert.Contains(t, body, bad.URL())
+	assert.Len(t, good.callsTo("/flush_cache"), 1)
+}

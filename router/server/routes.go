@@ -1,0 +1,139 @@
+package server
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the router's HTTP API (SPEC §2).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range wire.Routes {
+		mux.Handle("POST "+r.String(), s.protected(s.inference(r)))
+	}
+	for _, p := range []string{"/v1/embeddings", "/v1/rerank", "/v1/responses", "/v1/classify", "/v1/score"} {
+		mux.Handle("POST "+p, s.protected(s.passthrough(p)))
+	}
+	for _, p := range []string{"/v1/models", "/get_model_info", "/get_server_info"} {
+		mux.Handle("GET "+p, s.protected(s.proxyGet(p)))
+	}
+	ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+	mux.HandleFunc("GET /health", ok)
+	mux.HandleFunc("GET /liveness", ok)
+	mux.HandleFunc("GET /readiness", s.readiness)
+	mux.Handle("GET /health_generate", s.protected(http.HandlerFunc(s.healthGenerate)))
+	mux.Handle("GET /get_loads", s.protected(http.HandlerFunc(s.getLoads)))
+	mux.Handle("POST /flush_cache", s.protected(http.HandlerFunc(s.flushCache)))
+	mux.Handle("GET /workers", s.protected(http.HandlerFunc(s.listWorkers)))
+	mux.Handle("POST /workers", s.protected(http.HandlerFunc(s.addWorkerJSON)))
+	mux.Handle("GET /workers/{url...}", s.protected(http.HandlerFunc(s.getWorker)))
+	mux.Handle("DELETE /workers/{url...}", s.protected(http.HandlerFunc(s.deleteWorker)))
+	mux.Handle("POST /add_worker", s.protected(http.HandlerFunc(s.addWorkerLegacy)))
+	mux.Handle("POST /remove_worker", s.protected(http.HandlerFunc(s.removeWorkerLegacy)))
+	mux.Handle("GET /list_workers", s.protected(http.HandlerFunc(s.listWorkersLegacy)))
+	return s.cors(s.accessLog(mux))
+}
+
+// MetricsHandler serves /metrics for the --prometheus-port listener.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// protected requires the API key (constant-time compare) when one is configured (SPEC §1.7).
+func (s *Server) protected(h http.Handler) http.Handler {
+	if s.cfg.APIKey == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.cfg.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			s.metrics.Errors.WithLabelValues("unauthorized").Inc()
+			writeError(w, http.StatusUnauthorized, typeAuth, "missing or invalid API key: send Authorization: Bearer <key>")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// cors answers preflights and sets CORS headers (any origin when none are configured).
+func (s *Server) cors(h http.Handler) http.Handler {
+	allowed := map[string]bool{}
+	for _, o := range s.cfg.CORSAllowedOrigins {
+		allowed[o] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin != "" {
+			switch {
+			case len(allowed) == 0:
+				w.Header().Set("Access-Control-Allow-Origin", "*")
+			case allowed[origin]:
+				w.Header().Set("Access-Control-Allow-Origin", origin)
+				w.Header().Add("Vary", "Origin")
+			}
+			w.Header().Set("Access-Control-Expose-Headers", "x-request-id")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+			w.Header().Set("Access-Control-Allow-Headers", "content-type, authorization, x-request-id")
+			w.Header().Set("Access-Control-Max-Age", "3600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter records the status for the access log and keeps Flush working.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// accessLog writes one line per request when --access-log is set: time, method, path,
+// status, duration and request id. Bodies and secrets are never logged.
+func (s *Server) accessLog(h http.Handler) http.Handler {
+	if s.access == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		line := fmt.Sprintf("%s %s %s %d %.3fms id=%s\n", start.UTC().Format(time.RFC3339Nano), r.Method, r.URL.Path,
+			sw.status, float64(time.Since(start).Microseconds())/1000, strings.ReplaceAll(w.Header().Get("X-Request-Id"), " ", "_"))
+		s.amu.Lock()
+		_, _ = s.access.Write([]byte(line))
+		s.amu.Unlock()
+	})
+}

@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure a [Server].
+type Options struct {
+	// Config is the validated router configuration (SPEC §2).
+	Config router.Config
+	// Seed seeds the router's policies and the rid/room generator (router.NewRand,
+	// wire.NewRand), so a run with --seed takes the same decisions as `router sim --seed`.
+	Seed int64
+	// LocalIP suffixes generated rids (SPEC §1.4); "" means 127.0.0.1.
+	LocalIP string
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// Registry receives the Prometheus metrics; nil creates a private registry.
+	Registry *prometheus.Registry
+	// DecisionLog, if set, receives one JSON line per routing decision (SPEC §2).
+	DecisionLog io.Writer
+	// AccessLog, if set, receives one line per HTTP request.
+	AccessLog io.Writer
+}
+
+// Server is the live router: an http.Handler driving the router core with the wall clock.
+// Create it with [New], register the configured workers with [Server.Start], serve
+// [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
+type Server struct {
+	cfg     router.Config
+	r       *router.Router
+	ids     *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
+	reqIDs  *wire.IDGen // client-visible ids that are not sent to workers
+	style   wire.FieldStyle
+	clients [3]*http.Client // per role: regular, prefill, decode
+	admin   *http.Client    // probes, aborts, flush, proxied GETs
+	adm     *Admission
+	metrics *Metrics
+	reg     *prometheus.Registry
+	log     *slog.Logger
+	disc    *Discoverer
+	access  io.Writer
+
+	dmu      sync.Mutex // protects dlog, dseq, dbuf
+	dlog     io.Writer
+	dseq     uint64
+	dbuf     []byte
+	amu      sync.Mutex // protects access writes
+	bg       sync.WaitGroup
+	regMu    sync.Mutex // serialises worker registration (discovery may be slow)
+	ticker   *time.Ticker
+	stopTick chan struct{}
+}
+
+// New builds a server for opts.Config (which must pass Validate). It registers no workers:
+// call Start.
+func New(opts Options) (*Server, error) {
+	cfg := opts.Config
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r, err := router.New(cfg, router.ClockFunc(time.Now), router.NewRand(opts.Seed))
+	if err != nil {
+		return nil, err
+	}
+	style, err := wire.ParseFieldStyle(cfg.DPRankFields)
+	if err != nil {
+		return nil, fmt.Errorf("router: --dp-rank-fields: %w", err)
+	}
+	host := opts.LocalIP
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	idle := time.Duration(cfg.UpstreamIdleTimeoutMs) * time.Millisecond
+	s := &Server{
+		cfg:     cfg,
+		r:       r,
+		ids:     wire.NewIDGen(wire.NewRand(opts.Seed), host),
+		reqIDs:  wire.NewIDGen(rand.New(rand.NewPCG(uint64(opts.Seed), 0x7265716964)), host),
+		style:   style,
+		admin:   &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
+		adm:     NewAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
+		metrics: NewMetrics(reg, r),
+		reg:     reg,
+		log:     logger,
+		dlog:    opts.DecisionLog,
+		access:  opts.AccessLog,
+	}
+	for i := range s.clients {
+		s.clients[i] = &http.Client{Transport: newTransport(idle)}
+	}
+	s.disc = &Discoverer{
+		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
+		APIKey:   cfg.APIKey,
+		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
+		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
+	}
+	return s, nil
+}
+
+// Router returns the routing core the server drives.
+func (s *Server) Router() *router.Router { return s.r }
+
+// Start registers the configured workers (discovering dp_size under --dp-aware, retrying while
+// they start) and runs the health checks and the router's Tick until ctx is done. It returns
+// once every configured worker is registered, or the first registration error.
+func (s *Server) Start(ctx context.Context) error {
+	type spec struct {
+		url  string
+		role router.Role
+		port *int
+	}
+	var specs []spec
+	for _, u := range s.cfg.WorkerURLs {
+		specs = append(specs, spec{u, router.Regular, nil})
+	}
+	for _, p := range s.cfg.Prefill {
+		specs = append(specs, spec{p.URL, router.Prefill, p.BootstrapPort})
+	}
+	for _, u := range s.cfg.Decode {
+		specs = append(specs, spec{u, router.Decode, nil})
+	}
+	// Discover concurrently, register in the given order (target order is registration order).
+	sizes := make([]int, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, sp := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sizes[i], errs[i] = s.discover(ctx, sp.url)
+		}()
+	}
+	wg.Wait()
+	for i, sp := range specs {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i]}); err != nil {
+			return err
+		}
+		s.log.Info("worker registered", "url", sp.url, "role", sp.role.String(), "dp_size", sizes[i])
+	}
+	if s.cfg.PDDisaggregation && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
+		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
+	}
+	hc := &HealthChecker{Router: s.r, Client: s.admin, Endpoint: s.cfg.HealthCheckEndpoint,
+		Timeout: time.Duration(s.cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(s.cfg.HealthCheckIntervalSecs) * time.Second,
+		APIKey: s.cfg.APIKey, Now: time.Now, OnFlip: func(url string, ok bool) {
+			s.log.Warn("worker health changed", "url", url, "healthy", ok)
+		}}
+	s.bg.Add(2)
+	go func() { defer s.bg.Done(); hc.Run(ctx) }()
+	go func() {
+		defer s.bg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				s.r.Tick(now)
+			}
+		}
+	}()
+	return nil
+}
+
+// discover returns the worker's dp_size under --dp-aware, 0 otherwise.
+func (s *Server) discover(ctx context.Context, url string) (int, error) {
+	if !s.cfg.DPAware {
+		return 0, nil
+	}
+	return s.disc.DPSize(ctx, url)
+}
+
+// Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped;
+// call it after cancelling Start's context.
+func (s *Server) Wait() { s.bg.Wait() }
+
+// logDecision writes one decision-log line for d (nothing without a decision log).
+func (s *Server) logDecision(id, rid string, room uint64, path string, d *router.Decision) {
+	if s.dlog == nil {
+		return
+	}
+	line := wire.DecisionLine{ID: id, RID: rid, Room: room, Route: path, Reason: string(d.Reason), MatchRate: d.MatchRate}
+	for _, leg := range []struct {
+		role router.Role
+		dst  **wire.DecisionTarget
+	}{{router.Regular, &line.Regular}, {router.Prefill, &line.Prefill}, {router.Decode, &line.Decode}} {
+		if l, ok := d.Leg(leg.role); ok {
+			*leg.dst = &wire.DecisionTarget{Worker: l.Target.URL(), Index: l.WorkerIndex, Rank: l.Target.RankPtr()}
+		}
+	}
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	s.dseq++
+	line.Seq = s.dseq
+	s.dbuf = wire.AppendDecisionLine(s.dbuf[:0], &line)
+	if _, err := s.dlog.Write(s.dbuf); err != nil {
+		s.log.Error("decision log write failed", "err", err)
+	}
+}

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"time"
+)
+
+// newTransport returns the shared transport of one upstream role: generous pools, no
+// compression (SSE must not be buffered by gzip), and idle connections closed before SGLang's
+// keep-alive (5 s) can close them under us (SPEC §1.6).
+func newTransport(idle time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // workers are addressed directly; never via HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       idle,
+		DisableCompression:    true,
+		ExpectContinueTimeout: 0,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// forwardedHeaders are copied from the client's request to workers (SPEC §1.4 step 5), besides
+// the configured request-id headers.
+var forwardedHeaders = []string{"Authorization", "Traceparent", "Tracestate"}
+
+// hopHeaders are not relayed from worker responses to clients.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	"Content-Encoding": true, "X-Request-Id": true,
+}
+
+// upstreamError describes a failed leg: a transport error (Status 0) or a non-2xx answer.
+type upstreamError struct {
+	Worker string
+	Role   string
+	Status int    // 0: transport error
+	Body   []byte // a bounded prefix of the worker's error body
+	Err    error  // transport error
+	reused bool   // the request went out on a reused connection
+}
+
+func (e *upstreamError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("%s worker %s: %v", e.Role, e.Worker, e.Err)
+	}
+	msg := strings.TrimSpace(string(e.Body))
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return fmt.Sprintf("%s worker %s answered %d: %s", e.Role, e.Worker, e.Status, msg)
+}
+
+// clientStatus is the status to answer the client with: the worker's, or 502 for a transport
+// error (504 when it was our request timeout).
+func (e *upstreamError) clientStatus() int {
+	switch {
+	case e.Status != 0:
+		return e.Status
+	case errors.Is(e.Err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// send POSTs (or GETs, body nil) to url and returns the response once its headers arrived. A
+// non-2xx answer is returned as an *upstreamError with its body read (bounded) and closed.
+func send(ctx context.Context, client *http.Client, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, &upstreamError{Worker: worker, Role: role, Err: err}
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	ue := &upstreamError{Worker: worker, Role: role}
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { ue.reused = info.Reused },
+	}))
+	resp, err := client.Do(req)
+	if err != nil {
+		ue.Err = err
+		return nil, ue
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		ue.Status = resp.StatusCode
+		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		return nil, ue
+	}
+	return resp, nil
+}
+
+// copyResponseHeaders copies a worker's response headers to the client, minus hop-by-hop ones.
+func copyResponseHeaders(dst, src http.Header) {
+	for k, v := range src {
+		if !hopHeaders[k] {
+			dst[k] = v
+		}
+	}
+}
