@@ -15,6 +15,9 @@ type Request struct {
 	Text string
 	// Model is the requested model name (informational; one tree per policy instance).
 	Model string
+	// Avoid lists worker URLs to skip if any other target of the role is available: a retry
+	// passes the workers that already failed this request, so it moves to another target.
+	Avoid []string
 }
 
 // Router is the routing core shared by `serve` and `sim`. It is safe for concurrent use.
@@ -174,6 +177,9 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 	}
 	for _, role := range roles[:n] {
 		r.avail[role] = r.availableLocked(role, now, r.avail[role][:0])
+		if len(req.Avoid) > 0 {
+			r.avail[role] = avoid(r.avail[role], req.Avoid)
+		}
 		if len(r.avail[role]) == 0 {
 			return nil, &NoTargetError{Role: role, Registered: len(r.targets[role])}
 		}
@@ -199,6 +205,35 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 	}
 	d.Regular, d.Prefill, d.Decode = d.legs[Regular].target, d.legs[Prefill].target, d.legs[Decode].target
 	return d, nil
+}
+
+// avoid removes targets of the avoided workers from ts in place, unless that would leave none.
+func avoid(ts []*Target, urls []string) []*Target {
+	keep := 0
+	for _, t := range ts {
+		if !contains(urls, t.worker.url) {
+			keep++
+		}
+	}
+	if keep == 0 {
+		return ts
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if !contains(urls, t.worker.url) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Router) availableLocked(role Role, now time.Time, dst []*Target) []*Target {

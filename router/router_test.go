@@ -306,3 +306,26 @@ func TestNewRandIsDeterministicPerSeed(t *testing.T) {
 		require.NotEqual(t, x, c.Uint64())
 	}
 }
+
+func TestRouteAvoidMovesToAnotherTarget(t *testing.T) {
+	t.Parallel()
+	cfg := pdConfig()
+	cfg.DPAware = true
+	r := newTestRouter(t, cfg)
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://p0:1", Role: Prefill, DPSize: 1}))
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://d0:1", Role: Decode, DPSize: 2}))
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://d1:1", Role: Decode, DPSize: 2}))
+	// The text is cached on d0 after the first route; avoiding d0 moves the retry to d1, while
+	// the only prefill worker is kept even though it is "avoided".
+	d, err := r.Route(&Request{Text: "same prompt"})
+	require.NoError(t, err)
+	require.Equal(t, "http://d0:1", d.Decode.URL())
+	d.Done(Prefill, Success)
+	d.Done(Decode, Failure)
+	d, err = r.Route(&Request{Text: "same prompt", Avoid: []string{"http://d0:1", "http://p0:1"}})
+	require.NoError(t, err)
+	require.Equal(t, "http://d1:1", d.Decode.URL())
+	require.Equal(t, "http://p0:1", d.Prefill.URL())
+	d.Done(Prefill, Success)
+	d.Done(Decode, Success)
+}

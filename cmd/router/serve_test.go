@@ -127,3 +127,75 @@ func TestServeEndToEnd(t *testing.T) {
 	assert.Contains(t, string(raw), `"seq":1`)
 	assert.Contains(t, string(raw), `"route":"/generate"`)
 }
+
+// startServe runs `router serve args…` in-process and returns its base URL, a stop function
+// (the SIGTERM path: cancel the command's context) and the command's result channel.
+func startServe(t *testing.T, args ...string) (base string, stop context.CancelFunc, done <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(pw)
+	cmd.SetArgs(append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1", "--prometheus-port", "0"}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- cmd.ExecuteContext(ctx); pw.Close() }()
+	addr := regexp.MustCompile(`router listening on (http://\S+)`)
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if m := addr.FindStringSubmatch(sc.Text()); m != nil {
+			base = m[1]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	require.NotEmpty(t, base, "serve never printed its address")
+	t.Cleanup(cancel)
+	return base, cancel, ch
+}
+
+// SIGTERM with a stream in flight: the stream completes, new requests are refused, the
+// process exits.
+func TestServeGracefulShutdown(t *testing.T) {
+	gate := make(chan struct{})
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"text\":\"a\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-gate
+		_, _ = io.WriteString(w, "data: {\"text\":\"ab\"}\n\ndata: [DONE]\n\n")
+	}))
+	defer worker.Close()
+	base, stop, done := startServe(t, "--worker-urls", worker.URL, "--shutdown-timeout-secs", "20")
+
+	resp, err := http.Post(base+"/generate", "application/json", strings.NewReader(`{"text":"x","stream":true}`))
+	require.NoError(t, err)
+	rd := bufio.NewReader(resp.Body)
+	first, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "data: {\"text\":\"a\"}\n", first)
+
+	stop() // what SIGTERM does
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := http.Get(base + "/health")
+		if err != nil {
+			break // the listener is closed: new requests are refused
+		}
+		c.Body.Close()
+		require.True(t, time.Now().Before(deadline), "listener still accepting after shutdown began")
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(gate)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "\ndata: {\"text\":\"ab\"}\n\ndata: [DONE]\n\n", string(rest), "the in-flight stream completed")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit")
+	}
+}

@@ -143,8 +143,9 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 	if id == "" && !s.r.PD() {
 		id = s.reqIDs.RID(b.Route)
 	}
+	rreq := &router.Request{Text: b.Text, Model: b.Model}
 	for attempt := 0; ; attempt++ {
-		d, err := s.r.Route(&router.Request{Text: b.Text, Model: b.Model})
+		d, err := s.r.Route(rreq)
 		if err != nil {
 			if id == "" {
 				id = s.reqIDs.RID(b.Route)
@@ -170,6 +171,7 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			return code
 		}
 		ue := res.failed
+		rreq.Avoid = append(rreq.Avoid, ue.Worker) // the retry moves to another target if it can
 		s.metrics.Errors.WithLabelValues(errorKind(ue)).Inc()
 		s.log.Debug("attempt failed", "id", id, "attempt", attempt, "err", ue.Error())
 		var wait time.Duration

@@ -37,6 +37,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /add_worker", s.protected(http.HandlerFunc(s.addWorkerLegacy)))
 	mux.Handle("POST /remove_worker", s.protected(http.HandlerFunc(s.removeWorkerLegacy)))
 	mux.Handle("GET /list_workers", s.protected(http.HandlerFunc(s.listWorkersLegacy)))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
 	return s.cors(s.accessLog(mux))
 }
 
