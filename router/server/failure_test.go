@@ -24,8 +24,9 @@ func noRetries(cfg router.Config) router.Config {
 // the decode leg (which would otherwise wait for a bootstrap timeout) is cancelled.
 func TestPDPrefillFailureFailsFast(t *testing.T) {
 	t.Parallel()
-	pw := newWorker(t, statusReply(http.StatusInternalServerError, "prefill exploded"))
-	dw := newWorker(t, hangReply(nil))
+	waiting := make(chan struct{})
+	pw := newWorker(t, after(waiting, statusReply(http.StatusInternalServerError, "prefill exploded")))
+	dw := newWorker(t, arrivedThen(waiting, hangReply(nil)))
 	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
 	status, _, body := tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, nil)
 	require.Equal(t, http.StatusInternalServerError, status)
@@ -52,8 +53,9 @@ func TestPDPrefillTransportError(t *testing.T) {
 // A decode failure cancels the prefill leg and answers with decode's error.
 func TestPDDecodeFailureCancelsPrefill(t *testing.T) {
 	t.Parallel()
-	pw := newWorker(t, hangReply(nil))
-	dw := newWorker(t, statusReply(http.StatusServiceUnavailable, "decode full"))
+	waiting := make(chan struct{})
+	pw := newWorker(t, arrivedThen(waiting, hangReply(nil)))
+	dw := newWorker(t, after(waiting, statusReply(http.StatusServiceUnavailable, "decode full")))
 	tr := startRouter(t, noRetries(pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)))
 	status, _, body := tr.post(t, "/v1/completions", `{"prompt":"x"}`, nil)
 	require.Equal(t, http.StatusServiceUnavailable, status)

@@ -229,3 +229,25 @@ func (tr *testRouter) requireLoadsZero(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// arrivedThen returns a handler that signals on entry (first call closes arrived) and then
+// runs next: the scenario "the other leg is already waiting" without races.
+func arrivedThen(arrived chan struct{}, next func(http.ResponseWriter, *http.Request, call)) func(http.ResponseWriter, *http.Request, call) {
+	var once sync.Once
+	return func(w http.ResponseWriter, r *http.Request, c call) {
+		once.Do(func() { close(arrived) })
+		next(w, r, c)
+	}
+}
+
+// after returns a handler that waits for ch (or the request's end) and then runs next.
+func after(ch <-chan struct{}, next func(http.ResponseWriter, *http.Request, call)) func(http.ResponseWriter, *http.Request, call) {
+	return func(w http.ResponseWriter, r *http.Request, c call) {
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+			return
+		}
+		next(w, r, c)
+	}
+}
