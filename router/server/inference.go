@@ -234,47 +234,48 @@ func commitHeaders(w http.ResponseWriter, resp *http.Response, id string, stream
 	w.WriteHeader(resp.StatusCode)
 }
 
-// relayStream copies an SSE body event by event until it ends, the client goes away or ctx is
-// done. It returns how the stream ended: nil after a complete stream, errClientGone, or the
-// upstream error (after which an error event and [DONE] were written).
-func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, chunks <-chan relayChunk, sw *streamWriter, held [][]byte, worker string) error {
+// relayStream writes held (already read) chunks, then copies the SSE body event by event on
+// the calling goroutine until it ends or the client goes away, flushing after each read. It
+// returns nil after a complete stream, errClientGone, or the upstream error (after which an
+// error event and [DONE] were written). end, if not nil, is how the held part ended (io.EOF or
+// a read error): then body is not read.
+func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io.Reader, sw *streamWriter, held [][]byte, end error, worker, role string) error {
 	for _, c := range held {
 		if err := sw.write(c); err != nil {
 			return errClientGone
 		}
 	}
-	if len(held) > 0 && len(chunks) == 0 {
+	if len(held) > 0 {
 		sw.flush()
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return errClientGone
-		case c, ok := <-chunks:
-			if !ok || c.err == io.EOF {
-				if err := sw.close(); err != nil {
-					return errClientGone
-				}
-				sw.flush()
-				return nil
-			}
-			if c.err != nil {
-				if ctx.Err() != nil {
-					return errClientGone
-				}
-				msg := fmt.Sprintf("worker %s: stream failed: %v", worker, c.err)
-				_, _ = w.Write(wire.StreamError(http.StatusBadGateway, msg))
-				sw.flush()
-				return &upstreamError{Worker: worker, Role: "decode", Err: c.err}
-			}
-			if err := sw.write(c.data); err != nil {
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
+	err := end
+	for err == nil {
+		var n int
+		n, err = body.Read(buf)
+		if n > 0 {
+			if werr := sw.write(buf[:n]); werr != nil {
 				return errClientGone
 			}
-			if len(chunks) == 0 {
-				sw.flush()
-			}
+			sw.flush()
 		}
 	}
+	if err == io.EOF {
+		if werr := sw.close(); werr != nil {
+			return errClientGone
+		}
+		sw.flush()
+		return nil
+	}
+	if ctx.Err() != nil {
+		return errClientGone
+	}
+	msg := fmt.Sprintf("%s worker %s: stream failed: %v", role, worker, err)
+	_, _ = w.Write(wire.StreamError(http.StatusBadGateway, msg))
+	sw.flush()
+	return &upstreamError{Worker: worker, Role: role, Err: err}
 }
 
 // abort asks workers to drop rids (best effort, in the background, SPEC §1.4 step 8).

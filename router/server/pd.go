@@ -146,18 +146,22 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	defer resp.Body.Close()
 	stop := make(chan struct{})
 	defer close(stop)
-	chunks := startReader(resp.Body, stop)
 	stream := isEventStream(resp, b)
+	chunks := readFirst(resp.Body, stream, stop)
 
 	// 2. Hold decode's head until prefill succeeded or decode's first complete event arrived
 	// (with logprobs asked for, prefill's answer is needed before anything is relayed).
 	var held [][]byte
-	var probe wire.Parser
+	// sawEvent: the reader stopped after decode's first event (it owns the body until then);
+	// ended: decode's body ended (io.EOF) or broke (readErr) while held.
 	sawEvent, ended := false, false
 	var readErr error
 	for {
-		ready := (pref != nil || sawEvent) && (!b.Logprobs || pref != nil)
-		if ready || ended && (pref != nil || readErr != nil) {
+		stopped := sawEvent || ended
+		// A complete non-stream decode answer implies prefill's KV arrived: no need to wait for
+		// prefill's own HTTP answer unless its logprobs are needed.
+		ready := (pref != nil && !stream || sawEvent || ended && !stream && readErr == nil) && (!b.Logprobs || pref != nil)
+		if stopped && (ready || ended && (pref != nil || readErr != nil)) {
 			break
 		}
 		var prefCh <-chan legResult
@@ -165,7 +169,7 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 			prefCh = prefDone
 		}
 		var chunkCh <-chan relayChunk
-		if !ended {
+		if !ended && !sawEvent {
 			chunkCh = chunks
 		}
 		select {
@@ -176,18 +180,16 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 			pref = &pr
 		case c, ok := <-chunkCh:
 			switch {
-			case !ok || c.err == io.EOF:
+			case !ok:
+				if !ended {
+					sawEvent = true // the reader stopped after the first event
+				}
+			case c.err == io.EOF:
 				ended = true
 			case c.err != nil:
 				ended, readErr = true, c.err
 			default:
 				held = append(held, c.data)
-				if stream {
-					probe.Feed(c.data)
-					for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
-						sawEvent = sawEvent || ev.HasData()
-					}
-				}
 			}
 		case <-ctx.Done():
 			r, c := gone()
@@ -213,32 +215,8 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	}
 
 	// 3. Commit and relay.
-	if !stream {
+	if !stream { // the reader read it all
 		body := collect(held)
-		for !ended {
-			select {
-			case c, ok := <-chunks:
-				switch {
-				case !ok || c.err == io.EOF:
-					ended = true
-				case c.err != nil:
-					ended, readErr = true, c.err
-				default:
-					body = append(body, c.data...)
-				}
-			case <-ctx.Done():
-				r, c := gone()
-				finish()
-				return r, c
-			}
-		}
-		if readErr != nil {
-			cancel()
-			finish()
-			d.Done(router.Decode, router.Failure)
-			s.metrics.DecodeFailures.Inc()
-			return attemptResult{failed: &upstreamError{Worker: dt.URL(), Role: "decode", Err: readErr}}, 0
-		}
 		if pre != nil {
 			body = wire.MergeLogprobs(pref.body, body)
 		}
@@ -255,16 +233,14 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 
 	commitHeaders(w, resp, *id, true)
 	sw := newStreamWriter(w, pre, start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(b.Route.String()).Observe(ttft.Seconds()) })
+	var end error // how the held part ended, if the body ended while held
 	if ended {
-		// The whole stream arrived (or broke) while the head was held: replay its end.
-		rest := make(chan relayChunk, 1)
+		end = io.EOF
 		if readErr != nil {
-			rest <- relayChunk{err: readErr}
+			end = readErr
 		}
-		close(rest)
-		chunks = rest
 	}
-	err := s.relayStream(ctx, w, chunks, sw, held, dt.URL())
+	err := s.relayStream(ctx, w, resp.Body, sw, held, end, dt.URL(), "decode")
 	switch {
 	case errors.Is(err, errClientGone):
 		cancel()

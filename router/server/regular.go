@@ -47,10 +47,8 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 		}
 		return attemptResult{}, resp.StatusCode
 	}
-	stop := make(chan struct{})
-	defer close(stop)
 	sw := newStreamWriter(w, nil, start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
-	err = s.relayStream(ctx, w, startReader(resp.Body, stop), sw, nil, t.URL())
+	err = s.relayStream(ctx, w, resp.Body, sw, nil, nil, t.URL(), "regular")
 	switch {
 	case errors.Is(err, errClientGone):
 		d.Done(router.Regular, router.Cancelled)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router/wire"
@@ -16,23 +17,33 @@ type relayChunk struct {
 	err  error // io.EOF at a clean end
 }
 
-// relayBufferChunks × relayChunkSize bound what the relay holds per stream: a slow client
-// makes the reader block, which pushes back on the worker through TCP (no unbounded buffering).
-const (
-	relayBufferChunks = 8
-	relayChunkSize    = 32 << 10
-)
+// relayBufSize is the read buffer of one relayed stream. One read returns everything the
+// upstream connection has buffered (up to this size), so flushing after each read is
+// flushing "when the upstream has nothing more buffered" (SPEC §1.4).
+const relayBufSize = 16 << 10
 
-// startReader reads body into a bounded channel until EOF, an error or done is closed. The
-// channel is closed after the last chunk.
-func startReader(body io.Reader, done <-chan struct{}) <-chan relayChunk {
-	ch := make(chan relayChunk, relayBufferChunks)
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+
+// readFirst reads body on its own goroutine while the PD path holds decode's head (it must
+// also watch the prefill leg and the client): for a stream, until the first complete event
+// with data (or the end); otherwise to the end. It sends every chunk, then the end (io.EOF
+// or an error) if it saw one, and closes the channel; after that the caller owns body.
+func readFirst(body io.Reader, stream bool, done <-chan struct{}) <-chan relayChunk {
+	ch := make(chan relayChunk, 4)
 	go func() {
 		defer close(ch)
+		var probe wire.Parser
 		for {
-			buf := make([]byte, relayChunkSize)
+			buf := make([]byte, 4<<10)
 			n, err := body.Read(buf)
+			first := false
 			if n > 0 {
+				if stream {
+					probe.Feed(buf[:n])
+					for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
+						first = first || ev.HasData()
+					}
+				}
 				select {
 				case ch <- relayChunk{data: buf[:n]}:
 				case <-done:
@@ -44,6 +55,9 @@ func startReader(body io.Reader, done <-chan struct{}) <-chan relayChunk {
 				case ch <- relayChunk{err: err}:
 				case <-done:
 				}
+				return
+			}
+			if first {
 				return
 			}
 		}

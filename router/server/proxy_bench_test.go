@@ -1,0 +1,442 @@
+package server
+
+// Proxy benchmarks (issue 6): the router, as its own process, against a direct-to-worker
+// baseline and nginx (proxy_buffering off, upstream keepalive) in one run, with the same
+// instant SSE worker and load generator. Each experiment runs once per invocation: run with
+// -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
+// missing nginx fails the benchmark.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router/wire"
+)
+
+// smallChat is the "small request": chat, ~100-character prompt, 16 output tokens, streamed.
+const smallChat = `{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"Summarise the plot of a short story about a lighthouse keeper who finds a map."}]}`
+
+// instantWorker answers every chat request at once: 16 content chunks, a final chunk, [DONE],
+// flushing per event like SGLang; a PD prefill leg (bootstrap fields, prefill role) gets a
+// small JSON body. held > 0 makes it keep streams open after the first chunk until release.
+type instantWorker struct {
+	srv     *http.Server
+	release chan struct{}
+	hold    atomic.Bool
+}
+
+func newInstantWorker(tb testing.TB, prefill bool) (*instantWorker, string) {
+	tb.Helper()
+	w := &instantWorker{release: make(chan struct{})}
+	chunks := make([][]byte, 0, 20)
+	chunks = append(chunks, []byte(`data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`+"\n\n"))
+	for i := range 16 {
+		chunks = append(chunks, fmt.Appendf(nil, `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" w%d"}}]}`+"\n\n", i))
+	}
+	chunks = append(chunks, []byte(`data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`+"\n\n"), []byte("data: [DONE]\n\n"))
+	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/get_server_info" {
+			_, _ = io.WriteString(rw, `{"dp_size":1}`)
+			return
+		}
+		if prefill {
+			rw.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(rw, `{"meta_info":{"prompt_tokens":20,"cached_tokens":0}}`)
+			return
+		}
+		rw.Header().Set("Content-Type", "text/event-stream")
+		f := rw.(http.Flusher)
+		for i, c := range chunks {
+			_, _ = rw.Write(c)
+			f.Flush()
+			if i == 0 && w.hold.Load() {
+				select {
+				case <-w.release:
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.srv = &http.Server{Handler: h}
+	go func() { _ = w.srv.Serve(ln) }()
+	tb.Cleanup(func() { _ = w.srv.Close() })
+	return w, "http://" + ln.Addr().String()
+}
+
+// proc is a proxy under test running as its own process.
+type proc struct {
+	url string
+	pid int
+}
+
+// cpu returns the process's user+system CPU time so far (from /proc, in clock ticks of 10 ms).
+func (p proc) cpu(tb testing.TB) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// rss returns the process's resident set in bytes.
+func (p proc) rss(tb testing.TB) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p.pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pages, _ := strconv.ParseInt(strings.Fields(string(raw))[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+var (
+	buildOnce  sync.Once
+	routerBin  string
+	buildError error
+)
+
+// buildRouter builds the router binary once per test binary (or uses $PDROUTER_BENCH_BIN).
+func buildRouter(tb testing.TB) string {
+	tb.Helper()
+	if bin := os.Getenv("PDROUTER_BENCH_BIN"); bin != "" {
+		return bin
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pdrouter-bench")
+		if err != nil {
+			buildError = err
+			return
+		}
+		routerBin = filepath.Join(dir, "router")
+		cmd := exec.Command("go", "build", "-o", routerBin, "./cmd/router")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildError = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildError != nil {
+		tb.Fatal(buildError)
+	}
+	return routerBin
+}
+
+var listenLine = regexp.MustCompile(`router listening on (http://\S+)`)
+
+func startRouterProc(tb testing.TB, args ...string) proc {
+	tb.Helper()
+	bin := buildRouter(tb)
+	cmd := exec.Command(bin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1",
+		"--prometheus-port", "0", "--log-level", "error", "--seed", "1"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
+			go func() { _, _ = io.Copy(io.Discard, stderr) }()
+			return proc{url: m[1], pid: cmd.Process.Pid}
+		}
+	}
+	tb.Fatal("router did not start")
+	return proc{}
+}
+
+func freePort(tb testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNginx runs nginx in the foreground, one process, proxying to upstream.
+func startNginx(tb testing.TB, upstream string) proc {
+	tb.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			tb.Fatal("nginx is not installed: `make bench` installs Debian's nginx (apt-get install nginx)")
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	dir := tb.TempDir()
+	port := freePort(tb)
+	conf := fmt.Sprintf(`daemon off; master_process off; worker_processes 1; pid %[1]s/nginx.pid; error_log stderr error;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body; proxy_temp_path %[1]s/proxy; fastcgi_temp_path %[1]s/fcgi;
+  uwsgi_temp_path %[1]s/uwsgi; scgi_temp_path %[1]s/scgi;
+  upstream worker { server %[2]s; keepalive 512; }
+  server {
+    listen 127.0.0.1:%[3]d;
+    location / {
+      proxy_pass http://worker; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off; proxy_request_buffering off;
+    }
+  }
+}`, dir, strings.TrimPrefix(upstream, "http://"), port)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", path, "-p", dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return proc{url: url, pid: cmd.Process.Pid}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("nginx did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// loadClient sends small streamed chat requests and times the first content event.
+type loadClient struct{ c *http.Client }
+
+func newLoadClient() *loadClient {
+	return &loadClient{c: &http.Client{Transport: &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout: 90 * time.Second, DisableCompression: true}}}
+}
+
+// one sends a request and returns its TTFT (first data event carrying content text).
+func (l *loadClient) one(url string) (time.Duration, error) {
+	start := time.Now()
+	resp, err := l.c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(smallChat))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var p wire.Parser
+	var ttft time.Duration
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		p.Feed(buf[:n])
+		for ev, ok := p.Next(); ok; ev, ok = p.Next() {
+			if ttft == 0 && ev.HasData() && bytes.Contains(ev.Data, []byte(`"content":" `)) {
+				ttft = time.Since(start)
+			}
+		}
+		if err == io.EOF {
+			return ttft, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// result of one load phase.
+type result struct {
+	ttfts    []time.Duration
+	errors   int
+	requests int
+	elapsed  time.Duration
+}
+
+func (r result) pct(q float64) time.Duration {
+	if len(r.ttfts) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.ttfts)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func (r *result) add(d time.Duration, err error, mu *sync.Mutex) {
+	mu.Lock()
+	defer mu.Unlock()
+	r.requests++
+	if err != nil {
+		r.errors++
+		return
+	}
+	r.ttfts = append(r.ttfts, d)
+}
+
+// closed runs conc clients back to back for dur.
+func (l *loadClient) closed(url string, conc int, dur time.Duration) result {
+	var res result
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(dur)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				d, err := l.one(url)
+				res.add(d, err, &mu)
+			}
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
+// open sends rate requests per second for dur, each on its own goroutine.
+func (l *loadClient) open(url string, rate float64, dur time.Duration) result {
+	var res result
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	n := int(rate * dur.Seconds())
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := l.one(url)
+			res.add(d, err, &mu)
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
+type target struct {
+	name string
+	url  string
+	proc *proc // nil for the direct baseline
+}
+
+// BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular) and router (PD),
+// each at closed loop 1 and 64 streams and open loop 1,000 req/s, and reports TTFT P50/P99,
+// TTFT added versus direct, proxy CPU per request, throughput and memory per held stream.
+func BenchmarkProxy(b *testing.B) {
+	wk, wurl := newInstantWorker(b, false)
+	_, purl := newInstantWorker(b, true)
+	rp := startRouterProc(b, "--worker-urls", wurl, "--policy", "round_robin")
+	pd := startRouterProc(b, "--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin")
+	ng := startNginx(b, wurl)
+	targets := []target{{"direct", wurl, nil}, {"nginx", ng.url, &ng}, {"router", rp.url, &rp}, {"router-pd", pd.url, &pd}}
+	lc := newLoadClient()
+	for _, t := range targets { // warm connections and caches
+		lc.closed(t.url, 8, 300*time.Millisecond)
+	}
+	type phase struct {
+		name string
+		run  func(url string) result
+	}
+	phases := []phase{
+		{"closed1", func(u string) result { return lc.closed(u, 1, 2*time.Second) }},
+		{"closed64", func(u string) result { return lc.closed(u, 64, 3*time.Second) }},
+		{"open1000", func(u string) result { return lc.open(u, 1000, 3*time.Second) }},
+	}
+	base := map[string]result{}
+	for _, ph := range phases {
+		for _, t := range targets {
+			b.Run(fmt.Sprintf("load=%s/target=%s", ph.name, t.name), func(b *testing.B) {
+				var cpu0 time.Duration
+				if t.proc != nil {
+					cpu0 = t.proc.cpu(b)
+				}
+				r := ph.run(t.url)
+				if t.name == "direct" {
+					base[ph.name] = r
+				}
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(float64(r.pct(0.5).Microseconds()), "ttft-p50-µs")
+				b.ReportMetric(float64(r.pct(0.99).Microseconds()), "ttft-p99-µs")
+				if d, ok := base[ph.name]; ok && t.name != "direct" {
+					b.ReportMetric(float64((r.pct(0.5) - d.pct(0.5)).Microseconds()), "added-p50-µs")
+					b.ReportMetric(float64((r.pct(0.99) - d.pct(0.99)).Microseconds()), "added-p99-µs")
+				}
+				b.ReportMetric(float64(r.requests)/r.elapsed.Seconds(), "req/s")
+				b.ReportMetric(float64(r.errors), "errors")
+				if t.proc != nil && r.requests > 0 {
+					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/float64(r.requests), "cpu-µs/req")
+				}
+			})
+		}
+	}
+	// Memory per in-flight stream: hold 500 streams open after their first chunk.
+	for _, t := range targets[1:3] {
+		b.Run(fmt.Sprintf("load=held500/target=%s", t.name), func(b *testing.B) {
+			wk.hold.Store(true)
+			wk.release = make(chan struct{})
+			before := t.proc.rss(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var started atomic.Int32
+			for range 500 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url+"/v1/chat/completions", strings.NewReader(smallChat))
+					resp, err := lc.c.Do(req)
+					if err != nil {
+						return
+					}
+					defer resp.Body.Close()
+					buf := make([]byte, 512)
+					if _, err := resp.Body.Read(buf); err == nil {
+						started.Add(1)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}()
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for started.Load() < 500 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			during := t.proc.rss(b)
+			close(wk.release)
+			wk.hold.Store(false)
+			wg.Wait()
+			cancel()
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(started.Load()), "streams")
+			b.ReportMetric(float64(during-before)/float64(max(1, started.Load())), "B/stream")
+		})
+	}
+}
