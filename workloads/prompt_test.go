@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -101,7 +102,7 @@ func TestReplyText(t *testing.T) {
 
 func TestAppendJSONString(t *testing.T) {
 	t.Parallel()
-	got := string(appendJSONString(nil, "a\"b\\c\nd\te\x01f\xffg<>é"))
+	got := string(wire.AppendJSONString(nil, "a\"b\\c\nd\te\x01f\xffg<>é"))
 	assert.Equal(t, `"a\"b\\c\nd\te\u0001f\ufffdg<>é"`, got)
 }
 

@@ -3,7 +3,8 @@ package workloads
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // Turn is one request of a session, ready to send.
@@ -134,7 +135,7 @@ func (s *Session) appendPiece(role, text string, tokens int) {
 		s.hist = append(s.hist, `{"role":"`...)
 		s.hist = append(s.hist, role...)
 		s.hist = append(s.hist, `","content":`...)
-		s.hist = appendJSONString(s.hist, text)
+		s.hist = wire.AppendJSONString(s.hist, text)
 		s.hist = append(s.hist, '}')
 		s.tokens += messageOverhead(role) + tokens
 		if s.trackIDs { // exact: content sits between the template's "\n" and "<"
@@ -154,7 +155,7 @@ func (s *Session) appendPiece(role, text string, tokens int) {
 	if s.trackIDs { // exact: "\n" always ends a token
 		s.ids = AppendTokens(s.ids, text)
 	}
-	s.hist = appendJSONStringBody(s.hist, text)
+	s.hist = wire.AppendJSONStringBody(s.hist, text)
 	s.tokens += tokens
 }
 
@@ -168,7 +169,7 @@ func (s *Session) body(maxTokens int) []byte {
 	switch s.req.api {
 	case APIChat:
 		b = append(b, `{"model":`...)
-		b = appendJSONString(b, s.req.model)
+		b = wire.AppendJSONString(b, s.req.model)
 		b = append(b, `,"messages":[`...)
 		b = append(b, sys...)
 		b = append(b, s.hist...)
@@ -177,7 +178,7 @@ func (s *Session) body(maxTokens int) []byte {
 		b = s.openAITail(b)
 	case APICompletions:
 		b = append(b, `{"model":`...)
-		b = appendJSONString(b, s.req.model)
+		b = wire.AppendJSONString(b, s.req.model)
 		b = append(b, `,"prompt":"`...)
 		b = append(b, sys...)
 		b = append(b, s.hist...)
@@ -203,53 +204,4 @@ func (s *Session) openAITail(b []byte) []byte {
 		b = append(b, `,"ignore_eos":true`...)
 	}
 	return append(b, `,"stream":true,"stream_options":{"include_usage":true}}`...)
-}
-
-// appendJSONString appends s as a quoted JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	dst = appendJSONStringBody(dst, s)
-	return append(dst, '"')
-}
-
-// appendJSONStringBody appends s escaped for the inside of a JSON string; invalid UTF-8 becomes
-// U+FFFD as encoding/json does.
-func appendJSONStringBody(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(dst, s[start:]...)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 	"weak"
+
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // Source is a lazy stream of sessions. Next returns io.EOF after the last session (any other
@@ -120,10 +122,10 @@ func (c *sharedCache) get(key uint64, build func() *shared) *shared {
 func systemPiece(p Params, dom, group uint64, n int) *shared {
 	text := genText(p.Seed, dom, group, 0, n)
 	if p.API == APIChat {
-		b := append([]byte(`{"role":"system","content":`), appendJSONString(nil, text)...)
+		b := append([]byte(`{"role":"system","content":`), wire.AppendJSONString(nil, text)...)
 		return &shared{text: text, enc: append(b, '}'), tokens: messageOverhead("system") + n}
 	}
-	return &shared{text: text, enc: appendJSONStringBody(nil, text), tokens: n}
+	return &shared{text: text, enc: wire.AppendJSONStringBody(nil, text), tokens: n}
 }
 
 // lengthRand returns the generator of lengths for (session, turn).

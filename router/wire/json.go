@@ -511,12 +511,23 @@ func hex4(s []byte, i int) rune {
 	return r
 }
 
-// appendQuote appends s as a JSON string. It escapes what JSON requires plus U+2028/U+2029
-// (so the output is also safe JavaScript) and replaces invalid UTF-8 with U+FFFD. HTML
-// characters are left alone: these bodies never reach a browser as HTML.
-func appendQuote(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
+// appendQuote appends s as a JSON string (see AppendJSONString).
+func appendQuote(dst []byte, s string) []byte { return AppendJSONString(dst, s) }
+
+// AppendJSONString appends s as a quoted JSON string. It escapes what JSON requires plus
+// U+2028/U+2029 (so the output is also safe JavaScript) and replaces invalid UTF-8 with
+// U+FFFD, as encoding/json does. HTML characters are left alone: these bodies never reach a
+// browser as HTML. It is the one JSON string encoder of the repository's hand-built bodies.
+func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	dst = AppendJSONStringBody(dst, s)
+	return append(dst, '"')
+}
+
+// AppendJSONStringBody appends s escaped for the inside of a JSON string (no quotes), so
+// callers can build a string from pieces.
+func AppendJSONStringBody(dst []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -559,8 +570,7 @@ func appendQuote(dst []byte, s string) []byte {
 		}
 		i += size
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, s[start:]...)
 }
 
 // kind classifies a raw JSON value by its first byte.
