@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func init() { subcommands = append(subcommands, newFakeworkerCmd) }
+
+// fakeworkerFlags are the flags shared by `fakeworker` and `fakeworker cluster`.
+type fakeworkerFlags struct {
+	profile, logLevel string
+	ttft, itl         time.Duration
+	cfg               fakeworker.Config
+}
+
+func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
+	c := &f.cfg
+	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&c.DPSize, "dp-size", 1, "data-parallel ranks per worker")
+	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP-attention lockstep: all ranks step together, as long as the busiest")
+	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, or a preset listed by \"router fakeworker profiles\"")
+	fs.DurationVar(&f.ttft, "ttft", 0, "constant profile: time to first token (default 100ms)")
+	fs.DurationVar(&f.itl, "itl", 0, "constant profile: time between output tokens (default 20ms)")
+	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", 30*time.Second, "PD: fail a room whose peer has not shown up within this long")
+	fs.Float64Var(&c.LinkGbps, "link-gbps", 0, "prefill: KV transfer link bandwidth in Gbit/s (0: 400)")
+	fs.Float64Var(&c.Speedup, "speedup", 1, "divide every model duration by this")
+	fs.IntVar(&c.PageSize, "page-size", 1, "tokens per KV page")
+	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", 0, "KV capacity per rank in tokens (0: the profile's)")
+	fs.StringVar(&c.ModelPath, "model-path", fakeworker.DefaultModelPath, "model path and id the worker reports")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of failure-injection draws and generated ids")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl := &c.Failures
+	fs.Float64Var(&fl.ErrorRate, "error-rate", 0, "failure: fraction of inference requests answered at once with --error-status")
+	fs.IntVar(&fl.ErrorStatus, "error-status", 500, "failure: HTTP status of injected errors")
+	fs.Float64Var(&fl.HangRate, "hang-rate", 0, "failure: fraction of inference requests never answered")
+	fs.IntVar(&fl.CrashAfter, "crash-after", 0, "failure: die (drop every connection) on inference request N+1 (0: never)")
+	fs.Float64Var(&fl.SlowFactor, "slow-factor", 1, "failure: multiply every model duration by this")
+	fs.IntVar(&fl.CutStreamAfter, "cut-stream-after", 0, "failure: drop streams after N tokens, without [DONE] (0: never)")
+	fs.BoolVar(&fl.NeverSignalKV, "never-signal-kv", false, "failure (prefill): compute, then never finish the KV transfer")
+	fs.DurationVar(&fl.FailHealthAfter, "fail-health-after", 0, "failure: /health answers 503 from this long after start (0: never)")
+}
+
+// resolve fills the profile and logger into the config.
+func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error) {
+	c := f.cfg
+	if !cmd.Flags().Changed("profile") && (f.ttft != 0 || f.itl != 0) {
+		f.profile = "constant"
+	}
+	p, err := fakeworker.ResolveProfile(f.profile, f.ttft, f.itl)
+	if err != nil {
+		return c, err
+	}
+	c.Profile = p
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return c, fmt.Errorf("fakeworker: --log-level %q is not debug, info, warn or error", f.logLevel)
+	}
+	c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+	return c, nil
+}
+
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
+func newFakeworkerCmd() *cobra.Command {
+	var f fakeworkerFlags
+	var mode, cpuProfile string
+	cmd := &cobra.Command{
+		Use:   "fakeworker",
+		Short: "Run an SGLang-compatible fake worker (regular, prefill or decode) driven by the engine model",
+		Long: `fakeworker serves SGLang's HTTP API (/generate, /v1/chat/completions, /v1/completions,
+/get_server_info, /get_load, /metrics, ...) with timings from the same engine model the simulator
+uses. A prefill worker also runs the fake KV bootstrap server on --bootstrap-port; a decode
+worker registers each room there, so a PD pair behaves like real SGLang disaggregation.
+It stops cleanly on SIGINT/SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			if c.Mode, err = parseMode(mode); err != nil {
+				return err
+			}
+			if c.Mode != engine.RolePrefill && !cmd.Flags().Changed("bootstrap-port") {
+				c.BootstrapPort = 0
+			}
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			w, err := fakeworker.Start(ctx, c)
+			if err != nil {
+				return err
+			}
+			bp := "-"
+			if p := w.BootstrapPort(); p != 0 {
+				bp = fmt.Sprint(p)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s bootstrap_port=%s dp_size=%d\n", fakeworker.ModeName(w.Mode()), w.URL(), bp, c.DPSize)
+			return w.Wait()
+		},
+	}
+	fs := cmd.Flags()
+	f.register(fs)
+	fs.StringVar(&mode, "mode", "regular", "regular, prefill or decode")
+	fs.IntVar(&f.cfg.Port, "port", 30000, "HTTP port (0: any free port)")
+	fs.IntVar(&f.cfg.BootstrapPort, "bootstrap-port", fakeworker.DefaultBootstrapPort, "prefill: port of the KV bootstrap server")
+	fs.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
+	cmd.AddCommand(newFakeworkerClusterCmd(), newFakeworkerProfilesCmd())
+	return cmd
+}
+
+// startCPUProfile profiles the process into path until the returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("fakeworker: --cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fakeworker: --cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func parseMode(s string) (engine.Role, error) {
+	switch s {
+	case "regular", "prefill", "decode":
+		return engine.ParseRole(s)
+	}
+	return 0, fmt.Errorf("fakeworker: --mode %q is not regular, prefill or decode", s)
+}
+
+func newFakeworkerClusterCmd() *cobra.Command {
+	var f fakeworkerFlags
+	var cc fakeworker.ClusterConfig
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Run a whole local cluster of fake workers in one process and print the matching router serve line",
+		Long: `cluster starts --prefill N prefill and --decode M decode workers (and --regular K regular
+ones), prints every worker URL with its role and bootstrap port, then the router serve command
+line that routes to them. Ports: prefill workers get --base-port, --base-port+1, ..., then the
+decode workers, then the regular ones, then the prefill bootstrap ports (--base-port 0: any free
+ports). It stops cleanly on SIGINT/SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			cc.Worker = c
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			cl, err := fakeworker.StartCluster(ctx, cc)
+			if err != nil {
+				return err
+			}
+			if err := cl.Describe(cmd.OutOrStdout()); err != nil {
+				cl.Stop()
+			}
+			return cl.Wait()
+		},
+	}
+	fs := cmd.Flags()
+	f.register(fs)
+	fs.IntVar(&cc.Prefill, "prefill", 0, "prefill workers")
+	fs.IntVar(&cc.Decode, "decode", 0, "decode workers")
+	fs.IntVar(&cc.Regular, "regular", 0, "regular (non-disaggregated) workers")
+	fs.IntVar(&cc.BasePort, "base-port", 30001, "first port; the others follow (0: any free ports)")
+	return cmd
+}
+
+func newFakeworkerProfilesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "profiles",
+		Short: "List the timing presets, one per line, name first, with their coefficients",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets())
+			return err
+		},
+	}
+}

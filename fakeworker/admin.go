@@ -1,0 +1,229 @@
+package fakeworker
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// queryTimeout bounds admin round trips to the engine loop.
+const queryTimeout = 5 * time.Second
+
+// routes is the worker's HTTP API (SPEC §3).
+func (w *Worker) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range wire.Routes {
+		mux.Handle(rt.String(), w.serveInference(rt))
+	}
+	mux.HandleFunc("GET /health", w.serveHealth)
+	mux.HandleFunc("GET /health_generate", w.serveHealthGenerate)
+	mux.HandleFunc("GET /get_server_info", w.serveServerInfo)
+	mux.HandleFunc("GET /server_info", w.serveServerInfo)
+	mux.HandleFunc("GET /get_model_info", w.serveModelInfo)
+	mux.HandleFunc("GET /model_info", w.serveModelInfo)
+	mux.HandleFunc("GET /v1/models", w.serveModels)
+	mux.HandleFunc("GET /get_load", w.serveLoad)
+	mux.HandleFunc("/flush_cache", w.serveFlush)
+	mux.HandleFunc("POST /abort_request", w.serveAbort)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		writeError(rw, http.StatusNotFound, "fakeworker: no route "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// healthy reports whether health checks pass (false once --fail-health-after has elapsed).
+func (w *Worker) healthy() bool {
+	t := w.cfg.Failures.FailHealthAfter
+	return t <= 0 || time.Since(w.started) < t
+}
+
+func (w *Worker) serveHealth(rw http.ResponseWriter, _ *http.Request) {
+	if !w.healthy() {
+		writeError(rw, http.StatusServiceUnavailable, "fakeworker: unhealthy (--fail-health-after "+w.cfg.Failures.FailHealthAfter.String()+")")
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+}
+
+// serveHealthGenerate checks health and a round trip through the engine loop (SGLang runs a
+// one-token generation).
+func (w *Worker) serveHealthGenerate(rw http.ResponseWriter, r *http.Request) {
+	if !w.healthy() {
+		writeError(rw, http.StatusServiceUnavailable, "fakeworker: unhealthy (--fail-health-after "+w.cfg.Failures.FailHealthAfter.String()+")")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	dead := false
+	if !w.loop.query(ctx, func(l *loop, _ time.Time) { dead = l.srv.Dead() }) || dead {
+		writeError(rw, http.StatusServiceUnavailable, "fakeworker: engine is not running")
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+}
+
+// loads returns the engine's per-rank snapshot, or nil when the loop is gone.
+func (w *Worker) loads(ctx context.Context) []engine.RankLoad {
+	var out []engine.RankLoad
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	if !w.loop.query(ctx, func(l *loop, _ time.Time) { out = l.srv.Loads() }) {
+		return nil
+	}
+	return out
+}
+
+func (w *Worker) maxTotalTokens() int {
+	if w.cfg.MaxTotalTokens > 0 {
+		return w.cfg.MaxTotalTokens
+	}
+	return w.cfg.Profile.MaxTotalTokens
+}
+
+func (w *Worker) pageSize() int { return max(w.cfg.PageSize, 1) }
+
+func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
+	info := map[string]any{
+		"model_path":                      w.cfg.ModelPath,
+		"tokenizer_path":                  w.cfg.ModelPath,
+		"served_model_name":               w.cfg.ModelPath,
+		"host":                            w.cfg.Host,
+		"port":                            w.ln.Addr().(*net.TCPAddr).Port,
+		"tp_size":                         1,
+		"dp_size":                         w.cfg.DPSize,
+		"enable_dp_attention":             w.cfg.DPAttention,
+		"disaggregation_mode":             disaggregationMode(w.cfg.Mode),
+		"disaggregation_bootstrap_port":   w.infoBootstrapPort(),
+		"disaggregation_transfer_backend": "fake",
+		"page_size":                       w.pageSize(),
+		"max_total_num_tokens":            w.maxTotalTokens(),
+		"chunked_prefill_size":            engine.DefaultChunkedPrefillSize,
+		"max_running_requests":            engine.DefaultMaxRunningRequests,
+		"bootstrap_timeout_s":             w.cfg.BootstrapTimeout.Seconds(),
+		"profile":                         w.cfg.Profile.Name,
+		"speedup":                         w.cfg.Speedup,
+		"version":                         "pdrouter-fakeworker",
+		"internal_states":                 []any{map[string]any{"last_gen_throughput": 0.0}},
+	}
+	if ls := w.loads(r.Context()); ls != nil {
+		info["load"] = loadEntries(ls)
+	}
+	body, _ := json.Marshal(info)
+	writeJSON(rw, http.StatusOK, body)
+}
+
+// infoBootstrapPort is disaggregation_bootstrap_port: the bound port on a prefill worker, the
+// SGLang default elsewhere.
+func (w *Worker) infoBootstrapPort() int {
+	if p := w.BootstrapPort(); p != 0 {
+		return p
+	}
+	return DefaultBootstrapPort
+}
+
+func (w *Worker) serveModelInfo(rw http.ResponseWriter, _ *http.Request) {
+	body, _ := json.Marshal(map[string]any{
+		"model_path": w.cfg.ModelPath, "tokenizer_path": w.cfg.ModelPath, "is_generation": true,
+		"preferred_sampling_params": nil, "weight_version": "default", "has_image_understanding": false,
+	})
+	writeJSON(rw, http.StatusOK, body)
+}
+
+func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
+	body, _ := json.Marshal(map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": w.cfg.ModelPath, "object": "model", "created": w.started.Unix(), "owned_by": "sglang",
+		"root": w.cfg.ModelPath, "max_model_len": w.maxTotalTokens(),
+	}}})
+	writeJSON(rw, http.StatusOK, body)
+}
+
+// loadEntry is one DP rank in /get_load, as SGLang reports it.
+type loadEntry struct {
+	DPRank         int `json:"dp_rank"`
+	NumReqs        int `json:"num_reqs"`         // running + queued
+	NumWaitingReqs int `json:"num_waiting_reqs"` // queued (bootstrap, prealloc, transfer, waiting)
+	NumTokens      int `json:"num_tokens"`       // KV tokens in use
+}
+
+func loadEntries(ls []engine.RankLoad) []loadEntry {
+	out := make([]loadEntry, len(ls))
+	for i, l := range ls {
+		out[i] = loadEntry{DPRank: l.Rank, NumReqs: l.Running + l.Queued + l.Inflight, NumWaitingReqs: l.Queued, NumTokens: l.KVTokens}
+	}
+	return out
+}
+
+func (w *Worker) serveLoad(rw http.ResponseWriter, r *http.Request) {
+	ls := w.loads(r.Context())
+	if ls == nil {
+		writeError(rw, http.StatusServiceUnavailable, "fakeworker: engine is not running")
+		return
+	}
+	body, _ := json.Marshal(loadEntries(ls))
+	writeJSON(rw, http.StatusOK, body)
+}
+
+// serveFlush empties the prefix caches; like SGLang it refuses (400) while requests are live.
+func (w *Worker) serveFlush(rw http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		writeError(rw, http.StatusMethodNotAllowed, "fakeworker: /flush_cache takes GET or POST")
+		return
+	}
+	ok := false
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	if !w.loop.query(ctx, func(l *loop, _ time.Time) { ok = l.srv.FlushCache() }) {
+		writeError(rw, http.StatusServiceUnavailable, "fakeworker: engine is not running")
+		return
+	}
+	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !ok {
+		rw.WriteHeader(http.StatusBadRequest)
+		rw.Write([]byte("Cache not flushed. Please check for pending requests. (There are requests still running.)\n"))
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+	rw.Write([]byte("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"))
+}
+
+// serveAbort aborts the live request with the body's rid ({"rid": …}), or every live request
+// with {"abort_all": true}. Unknown rids are ignored, as in SGLang; the answer is always 200.
+func (w *Worker) serveAbort(rw http.ResponseWriter, r *http.Request) {
+	raw, err := readBody(rw, r, 1<<16)
+	var req struct {
+		RID      string `json:"rid"`
+		AbortAll bool   `json:"abort_all"`
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &req)
+	}
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "fakeworker: /abort_request body must be {\"rid\": string}: "+err.Error())
+		return
+	}
+	var rooms []uint64
+	w.ridMu.Lock()
+	if req.AbortAll {
+		for _, room := range w.rids {
+			rooms = append(rooms, room)
+		}
+	} else if room, ok := w.rids[req.RID]; ok {
+		rooms = append(rooms, room)
+	}
+	w.ridMu.Unlock()
+	if len(rooms) > 0 {
+		w.loop.do(r.Context(), func(l *loop, now time.Time) {
+			for _, room := range rooms {
+				l.srv.Abort(now, room, abortByRequest)
+			}
+		})
+	}
+	rw.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,183 @@
+package fakeworker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pdrouter/pdrouter/sim/engine"
+)
+
+// Defaults of Config fields (SPEC §3).
+const (
+	DefaultBootstrapPort = 8998 // SGLang's --disaggregation-bootstrap-port; a null bootstrap_port means it
+	DefaultMaxNewTokens  = 128  // output tokens when the request sets no max_tokens / max_new_tokens
+	DefaultModelPath     = "pdrouter/fake-model"
+	DefaultErrorStatus   = 500
+)
+
+// Failures are the failure-injection knobs of one worker (SPEC §3). The zero value injects
+// nothing.
+type Failures struct {
+	ErrorRate       float64       // fraction in [0,1] of inference requests answered at once with ErrorStatus
+	ErrorStatus     int           // HTTP status of injected errors; 0 → DefaultErrorStatus (500)
+	HangRate        float64       // fraction in [0,1] of inference requests accepted and never answered (until the client goes away or the worker stops)
+	CrashAfter      int           // the worker dies (engine killed, listeners and connections closed) on inference request CrashAfter+1; 0: never
+	SlowFactor      float64       // every model duration is multiplied by it; 0 → 1
+	CutStreamAfter  int           // streams are cut (connection dropped, no [DONE]) after this many tokens; 0: never
+	NeverSignalKV   bool          // prefill: compute, then never finish the KV transfer (decode times out)
+	FailHealthAfter time.Duration // /health and /health_generate answer 503 from this long after start; 0: never
+}
+
+// Config describes one fake worker. Zero fields take the defaults named on them.
+type Config struct {
+	Mode          engine.Role // RoleUnified (SGLang's "regular", disaggregation_mode "null"), RolePrefill or RoleDecode
+	Host          string      // address to listen on; "" → 127.0.0.1
+	Port          int         // HTTP port; 0: the OS picks one (see Worker.URL)
+	BootstrapPort int         // prefill: port of the bootstrap server; 0: the OS picks one (the CLI defaults to DefaultBootstrapPort)
+
+	DPSize           int            // DP ranks; 0 → 1
+	DPAttention      bool           // DP-attention lockstep (engine.Config.DPAttention)
+	Profile          engine.Profile // step-time model; zero → engine.Instant()
+	BootstrapTimeout time.Duration  // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
+	LinkGbps         float64        // prefill: KV link bandwidth in Gbit/s; 0 → the engine default (400 Gb/s)
+	Speedup          float64        // every model duration is divided by it; 0 → 1
+	PageSize         int            // tokens per KV page; 0 → 1
+	MaxTotalTokens   int            // KV capacity per rank in tokens; 0 → the profile's
+	ModelPath        string         // reported model_path and model id; "" → DefaultModelPath
+	Seed             uint64         // seeds failure injection (error and hang draws) and generated ids; same seed, same draws
+
+	Failures Failures
+	Logger   *slog.Logger // nil: discard
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.Profile.Name == "" && !c.Profile.Constant && c.Profile.A0 == 0 && c.Profile.B0 == 0 {
+		c.Profile = engine.Instant()
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = engine.DefaultBootstrapTimeout
+	}
+	if c.Speedup == 0 {
+		c.Speedup = 1
+	}
+	if c.ModelPath == "" {
+		c.ModelPath = DefaultModelPath
+	}
+	if c.Failures.ErrorStatus == 0 {
+		c.Failures.ErrorStatus = DefaultErrorStatus
+	}
+	if c.Failures.SlowFactor == 0 {
+		c.Failures.SlowFactor = 1
+	}
+	return c
+}
+
+// engineConfig is the sim/engine configuration of the worker (after withDefaults).
+func (c Config) engineConfig() engine.Config {
+	return engine.Config{
+		Role:             c.Mode,
+		DPSize:           c.DPSize,
+		Profile:          c.Profile,
+		DPAttention:      c.DPAttention,
+		LinkBandwidth:    c.LinkGbps * 1e9 / 8,
+		PageSize:         c.PageSize,
+		MaxTotalTokens:   c.MaxTotalTokens,
+		BootstrapTimeout: c.BootstrapTimeout,
+		Speedup:          c.Speedup / c.Failures.SlowFactor,
+		NeverSignalKV:    c.Failures.NeverSignalKV,
+	}
+}
+
+// Validate reports the first invalid field of c (after defaults), naming the flag at fault.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	f := c.Failures
+	switch {
+	case c.Mode > engine.RoleDecode:
+		return fmt.Errorf("fakeworker: --mode %d is not regular, prefill or decode", c.Mode)
+	case c.Port < 0 || c.Port > 65535:
+		return fmt.Errorf("fakeworker: --port %d is outside [0,65535]", c.Port)
+	case c.BootstrapPort < 0 || c.BootstrapPort > 65535:
+		return fmt.Errorf("fakeworker: --bootstrap-port %d is outside [0,65535]", c.BootstrapPort)
+	case c.DPSize < 1:
+		return fmt.Errorf("fakeworker: --dp-size %d must be at least 1", c.DPSize)
+	case c.LinkGbps < 0:
+		return fmt.Errorf("fakeworker: --link-gbps %g must not be negative", c.LinkGbps)
+	case !(c.Speedup > 0):
+		return fmt.Errorf("fakeworker: --speedup %g must be > 0", c.Speedup)
+	case f.ErrorRate < 0 || f.ErrorRate > 1:
+		return fmt.Errorf("fakeworker: --error-rate %g is outside [0,1]", f.ErrorRate)
+	case f.ErrorStatus < 400 || f.ErrorStatus > 599:
+		return fmt.Errorf("fakeworker: --error-status %d is not a 4xx or 5xx status", f.ErrorStatus)
+	case f.HangRate < 0 || f.HangRate > 1:
+		return fmt.Errorf("fakeworker: --hang-rate %g is outside [0,1]", f.HangRate)
+	case f.CrashAfter < 0:
+		return fmt.Errorf("fakeworker: --crash-after %d must not be negative", f.CrashAfter)
+	case !(f.SlowFactor > 0):
+		return fmt.Errorf("fakeworker: --slow-factor %g must be > 0", f.SlowFactor)
+	case f.CutStreamAfter < 0:
+		return fmt.Errorf("fakeworker: --cut-stream-after %d must not be negative", f.CutStreamAfter)
+	case f.NeverSignalKV && c.Mode != engine.RolePrefill:
+		return fmt.Errorf("fakeworker: --never-signal-kv needs --mode prefill")
+	case f.FailHealthAfter < 0:
+		return fmt.Errorf("fakeworker: --fail-health-after %s must not be negative", f.FailHealthAfter)
+	}
+	if err := c.engineConfig().Validate(); err != nil {
+		return fmt.Errorf("fakeworker: %w", err)
+	}
+	return nil
+}
+
+// ResolveProfile returns the profile called name: "constant" with the given ttft and itl (zero:
+// engine.DefaultTTFT, engine.DefaultITL), "instant", or a preset of engine.Presets. ttft and itl
+// are accepted only with "constant".
+func ResolveProfile(name string, ttft, itl time.Duration) (engine.Profile, error) {
+	if name != "constant" && (ttft != 0 || itl != 0) {
+		return engine.Profile{}, fmt.Errorf("fakeworker: --ttft and --itl need --profile constant (got %q)", name)
+	}
+	switch name {
+	case "constant":
+		if ttft < 0 || itl < 0 {
+			return engine.Profile{}, fmt.Errorf("fakeworker: --ttft %s and --itl %s must not be negative", ttft, itl)
+		}
+		if ttft == 0 {
+			ttft = engine.DefaultTTFT
+		}
+		if itl == 0 {
+			itl = engine.DefaultITL
+		}
+		return engine.ConstantProfile(ttft, itl), nil
+	case "instant":
+		return engine.Instant(), nil
+	}
+	p, err := engine.LookupProfile(name)
+	if err != nil {
+		return engine.Profile{}, fmt.Errorf("fakeworker: --profile: %w", err)
+	}
+	return p, nil
+}
+
+// ModeName returns the SGLang name of a worker mode: "regular", "prefill" or "decode".
+func ModeName(m engine.Role) string {
+	if m == engine.RoleUnified {
+		return "regular"
+	}
+	return m.String()
+}
+
+// disaggregationMode is /get_server_info's disaggregation_mode: SGLang's string "null",
+// "prefill" or "decode".
+func disaggregationMode(m engine.Role) string {
+	if m == engine.RoleUnified {
+		return "null"
+	}
+	return m.String()
+}
