@@ -131,6 +131,12 @@ func TestServeEndToEnd(t *testing.T) {
 // startServe runs `router serve args…` in-process and returns its base URL, a stop function
 // (the SIGTERM path: cancel the command's context) and the command's result channel.
 func startServe(t *testing.T, args ...string) (base string, stop context.CancelFunc, done <-chan error) {
+	base, _, stop, done = startServeMetrics(t, args...)
+	return base, stop, done
+}
+
+// startServeMetrics is startServe that also returns the /metrics URL.
+func startServeMetrics(t *testing.T, args ...string) (base, metrics string, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	cmd := newRootCmd()
@@ -140,18 +146,23 @@ func startServe(t *testing.T, args ...string) (base string, stop context.CancelF
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	go func() { ch <- cmd.ExecuteContext(ctx); pw.Close() }()
-	addr := regexp.MustCompile(`router listening on (http://\S+)`)
+	addr := regexp.MustCompile(`router listening on (http://\S+) \(metrics on (http://\S+)\)`)
 	sc := bufio.NewScanner(pr)
+	var lines []string
 	for sc.Scan() {
+		lines = append(lines, sc.Text())
 		if m := addr.FindStringSubmatch(sc.Text()); m != nil {
-			base = m[1]
+			base, metrics = m[1], m[2]
 			break
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	require.NotEmpty(t, base, "serve never printed its address")
+	if base == "" {
+		err := <-ch
+		t.Fatalf("serve never printed its address: %v\n%s", err, strings.Join(lines, "\n"))
+	}
 	t.Cleanup(cancel)
-	return base, cancel, ch
+	return base, metrics, cancel, ch
 }
 
 // SIGTERM with a stream in flight: the stream completes, new requests are refused, the
