@@ -76,7 +76,7 @@ func TestIntegrationServeFakeworkerCluster(t *testing.T) {
 	if !slices.Contains(args, "--dp-aware") {
 		args = append(args, "--dp-aware")
 	}
-	base, stop, done := startServe(t, args...)
+	base, metricsURL, stop, done := startServeMetrics(t, args...)
 	const targets = 16 // (2 prefill + 2 decode) × dp 4
 
 	chat := `{"model":"m","max_tokens":8,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}]`
@@ -127,6 +127,26 @@ func TestIntegrationServeFakeworkerCluster(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, body)
 		assert.Contains(t, body, "data: [DONE]")
 		requireServeLoadsZero(t, base, targets)
+	})
+
+	t.Run("metrics move", func(t *testing.T) {
+		resp, err := http.Get(metricsURL)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := string(raw)
+		for _, want := range []string{
+			`pdrouter_requests_total{code="200",route="/v1/chat/completions"} 2`,
+			`pdrouter_policy_decisions_total{policy="cache_aware",reason="cache_miss",role="prefill"}`,
+			`pdrouter_target_load{role="decode",target="` + cl.Workers()[2].URL() + `@0"} 0`,
+			`pdrouter_worker_healthy{role="prefill",worker="` + cl.Workers()[0].URL() + `"} 1`,
+			`pdrouter_cb_state{worker=`, `pdrouter_tree_chars{role="prefill"}`, `pdrouter_tree_nodes{role="decode"}`,
+			`pdrouter_ttft_seconds_count{route="/v1/chat/completions"} 1`, `pdrouter_prefix_match_ratio_count 6`,
+			`pdrouter_request_duration_seconds_count{route="/generate"} 2`,
+		} {
+			assert.Contains(t, m, want)
+		}
+		assert.Regexp(t, `pdrouter_worker_cached_token_ratio_count [1-9]`, m, "worker-reported cache hits are observed")
 	})
 
 	t.Run("bad request", func(t *testing.T) {

@@ -267,6 +267,9 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 			return errClientGone
 		}
 		sw.flush()
+		if sw.usage != nil {
+			s.observeCached(sw.usage)
+		}
 		return nil
 	}
 	if ctx.Err() != nil {

@@ -222,6 +222,7 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		}
 		commitHeaders(w, resp, *id, false)
 		_, werr := w.Write(body)
+		s.observeCached(body)
 		finish()
 		if werr != nil {
 			d.Done(router.Decode, router.Cancelled)

@@ -35,9 +35,12 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 	stream := isEventStream(resp, b)
 	commitHeaders(w, resp, id, stream)
 	if !stream {
-		_, err := io.Copy(w, resp.Body)
+		// Keep a bounded copy of the reply to read the worker's cache hit from.
+		var tee limitedBuffer
+		_, err := io.Copy(w, io.TeeReader(resp.Body, &tee))
 		switch {
 		case err == nil:
+			s.observeCached(tee.b)
 			d.Done(router.Regular, router.Success)
 		case ctx.Err() != nil:
 			d.Done(router.Regular, router.Cancelled)
@@ -59,4 +62,14 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 		d.Done(router.Regular, router.Success)
 	}
 	return attemptResult{}, resp.StatusCode
+}
+
+// limitedBuffer keeps the first 1 MiB written to it and drops the rest.
+type limitedBuffer struct{ b []byte }
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 1<<20 - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
 }

@@ -78,6 +78,9 @@ type streamWriter struct {
 	firstText func(time.Duration)
 	sawText   bool
 	sawDone   bool
+	// usage keeps the last data event that reported cached_tokens (SGLang repeats meta_info
+	// in every /generate event; OpenAI streams send one usage chunk): read at the end.
+	usage []byte
 }
 
 func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, firstText func(time.Duration)) *streamWriter {
@@ -102,7 +105,10 @@ func (s *streamWriter) drain() error {
 	for ev, ok := s.parser.Next(); ok; ev, ok = s.parser.Next() {
 		if ev.IsDone() {
 			s.sawDone = true
-		} else if !s.sawText && ev.HasData() && hasText(ev.Data) {
+		} else if ev.HasData() && bytes.Contains(ev.Data, []byte(`"cached_tokens"`)) {
+			s.usage = append(s.usage[:0], ev.Data...)
+		}
+		if !s.sawText && ev.HasData() && !ev.IsDone() && hasText(ev.Data) {
 			s.sawText = true
 			if s.firstText != nil {
 				s.firstText(time.Since(s.started))
