@@ -1,0 +1,440 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/sim"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+func init() { subcommands = append(subcommands, newSimCmd) }
+
+const simLong = `sim runs a discrete-event simulation of a whole SGLang cluster — prefill and decode
+servers (or regular ones), their DP ranks, the KV transfer and the bootstrap handshake — with the
+real router core in the loop, in virtual time: the same policies, thresholds, retries and circuit
+breakers as 'router serve', fed the very request bodies 'router bench' would send.
+
+With no flags it simulates the embedded default: a PD cluster of 2 prefill + 2 decode servers
+(profile llama3-8b-h100, dp-size 1, 400 Gb/s KV link, 100µs network hops), cache_aware routing
+with sgl-router's default thresholds, and the multiturn workload (64 conversations of 4 turns,
+1,024-token system prompts shared by groups of 8, 128-token questions, 256-token replies) at
+concurrency 16 (a trace workload replays its own timestamps instead). --regular K simulates a regular (non-PD) cluster of K servers instead.
+
+The router flags are serve's, under the same names, and --config reads the same settings file
+(flags override it). --write-config FILE writes the routing settings (mode included, no worker
+lists) for 'router serve --config FILE --prefill … --decode …'.
+
+Same flags and seed give byte-identical results. Results: the metrics table of 'router bench'
+plus the engine-side cache hit rate beside the router's predicted match rate, the per-target
+load spread and the engine-side queueing delay; --out DIR writes results.json and
+requests.jsonl. Simulated workers are named http://sim-prefill-0:30000, http://sim-decode-1:30000,
+http://sim-regular-0:30000 …, e.g. for --kill http://sim-decode-0:30000@30s.`
+
+// simFlags holds everything `router sim` and `router sim sweep` parse.
+type simFlags struct {
+	cfg         router.Config
+	params      workloads.Params
+	load        workloads.LoadParams
+	cluster     sim.Cluster
+	clusterFile string
+	configFile  string
+	format      string
+	out         string
+	writeConfig string
+	slo         string
+	kills       []string
+}
+
+// bindSimFlags registers the sim flags on fs: router flags first (they own --seed), then the
+// workload and load flags shared with bench, then the cluster and output flags.
+func bindSimFlags(fs *pflag.FlagSet) *simFlags {
+	f := &simFlags{cfg: router.DefaultConfig(), params: workloads.DefaultParams(), load: workloads.DefaultLoadParams()}
+	f.cfg.PDDisaggregation = true
+	f.load.Concurrency = []int{16}
+	routingFlags(fs, &f.cfg)
+	addWorkloadFlags(fs, &f.params, &f.load)
+	fs.StringVar(&f.configFile, "config", "", "router settings file (YAML or JSON, serve's format); flags override it")
+	c := &f.cluster
+	fs.IntVar(&c.Prefill, "prefill", 0, "prefill servers (PD mode; default 2)")
+	fs.IntVar(&c.Decode, "decode", 0, "decode servers (PD mode; default 2)")
+	fs.IntVar(&c.Regular, "regular", 0, "regular servers: simulate a regular (non-PD) cluster (default 4 when --pd-disaggregation=false)")
+	fs.IntVar(&c.DPSize, "dp-size", 1, "DP ranks per server")
+	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP-attention lockstep: a server's ranks step together, as long as the busiest")
+	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server (router fakeworker profiles lists them)")
+	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")
+	fs.StringVar(&c.DecodeProfile, "decode-profile", "", "engine profile of decode servers (default --profile)")
+	fs.DurationVar(&c.TTFT, "ttft", 100*time.Millisecond, "--profile constant: time to first token")
+	fs.DurationVar(&c.ITL, "itl", 20*time.Millisecond, "--profile constant: time between tokens")
+	fs.Float64Var(&c.LinkGbps, "link-gbps", sim.DefaultLinkGbps, "KV transfer bandwidth per room, Gb/s")
+	fs.DurationVar(&c.NetLatency, "net-latency", sim.DefaultNetLatency, "one-way latency of each network hop (client, router, servers); negative: none")
+	fs.Float64Var(&c.Speedup, "speedup", 1, "divide every model duration by this factor (as fakeworker)")
+	fs.StringVar(&f.clusterFile, "cluster", "", "cluster file (YAML or JSON with the cluster flags' names, underscores for dashes); flags override it")
+	fs.StringVar(&f.format, "format", "table", "output format: table, json, md, csv")
+	fs.StringVar(&f.out, "out", "", "directory receiving results.json and requests.jsonl")
+	fs.StringVar(&f.writeConfig, "write-config", "", "write the router settings (serve --config format) to this file")
+	fs.StringVar(&f.slo, "slo", "", "service-level objectives ttft=MS,tpot=MS: goodput per level (sweep: filter)")
+	fs.StringArrayVar(&f.kills, "kill", nil, "WORKER@T: the simulated worker dies at virtual time T (repeatable), e.g. http://sim-decode-0:30000@30s")
+	return f
+}
+
+// resolve turns the parsed flags into a sim.Config.
+func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error) {
+	rc := f.cfg
+	if f.configFile != "" {
+		fileCfg, err := loadConfigFile(f.configFile)
+		if err != nil {
+			return sim.Config{}, err
+		}
+		rc = mergeServeFlags(fs, fileCfg, f.cfg)
+	}
+	cl := f.cluster
+	if f.clusterFile != "" {
+		fileCl, err := loadSimCluster(f.clusterFile)
+		if err != nil {
+			return sim.Config{}, err
+		}
+		cl = mergeSimCluster(fs, fileCl, f.cluster)
+	}
+	for _, n := range []struct {
+		flag string
+		v    float64
+	}{{"dp-size", float64(cl.DPSize)}, {"speedup", cl.Speedup}, {"link-gbps", cl.LinkGbps}} {
+		if fs.Changed(n.flag) && !(n.v > 0) {
+			return sim.Config{}, fmt.Errorf("sim: --%s %g must be > 0", n.flag, n.v)
+		}
+	}
+	if cl.Regular > 0 && !fs.Changed("pd-disaggregation") {
+		rc.PDDisaggregation = false
+	}
+	if !fs.Changed("concurrency") && (fs.Changed("rate") || f.params.IsTrace() || f.load.Arrival == workloads.ArrivalTrace) {
+		f.load.Concurrency = nil // the default concurrency gives way to --rate and to trace timestamps
+	}
+	seed := int64(1)
+	if rc.Seed != nil {
+		seed = *rc.Seed
+	}
+	rc.Seed = &seed
+	f.params.Seed = uint64(seed)
+	if err := validateWorkloadFlags(f.params, f.load); err != nil {
+		return sim.Config{}, err
+	}
+	if err := rc.Validate(); err != nil {
+		return sim.Config{}, err
+	}
+	if err := cl.Validate(rc.PDDisaggregation); err != nil {
+		return sim.Config{}, err
+	}
+	cfg := sim.Config{Cluster: cl, Router: rc, Workload: f.params, Load: f.load, Version: version}
+	for _, k := range f.kills {
+		kill, err := sim.ParseKill(k)
+		if err != nil {
+			return sim.Config{}, err
+		}
+		cfg.Kills = append(cfg.Kills, kill)
+	}
+	if f.slo != "" {
+		slo, err := parseSimSLO(f.slo)
+		if err != nil {
+			return sim.Config{}, err
+		}
+		cfg.SLO = slo
+	}
+	return cfg, nil
+}
+
+func newSimCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a PD (or regular) SGLang cluster with the real router in the loop",
+		Long:  simLong,
+		Args:  cobra.NoArgs,
+	}
+	f := bindSimFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := f.resolve(cmd.Flags(), version)
+		if err != nil {
+			return err
+		}
+		if path := cfg.Router.DecisionLog; path != "" {
+			file, err := os.Create(path)
+			if err != nil {
+				return fmt.Errorf("--decision-log: %w", err)
+			}
+			defer file.Close()
+			bw := bufio.NewWriterSize(file, 1<<16)
+			defer bw.Flush()
+			cfg.DecisionLog = bw
+		}
+		prog := newSimProgress(cmd.ErrOrStderr())
+		cfg.Progress = func(level string, done int, virtual time.Duration) {
+			prog.update(fmt.Sprintf("sim: level %s, %d requests done, %.1f s virtual", level, done, virtual.Seconds()))
+		}
+		res, err := sim.Run(cfg)
+		prog.finish()
+		if err != nil {
+			return err
+		}
+		if err := writeSimOutput(cmd.OutOrStdout(), f.format, res.Results); err != nil {
+			return err
+		}
+		if f.out != "" {
+			if err := reports.WriteDir(f.out, res.Results, res.Records); err != nil {
+				return err
+			}
+		}
+		if f.writeConfig != "" {
+			return writeSimConfig(f.writeConfig, cfg.Router)
+		}
+		return nil
+	}
+	cmd.AddCommand(newSimSweepCmd())
+	return cmd
+}
+
+func newSimSweepCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sweep --vary KEY=v1,v2,... [--vary ...]",
+		Short: "Simulate a grid of router settings in parallel and rank them by P95 TTFT",
+		Long: `sweep runs 'router sim' once per point of the grid given by --vary (the cartesian
+product; KEY is a router setting under its config-file name, e.g. cache_threshold,
+balance_abs_threshold, balance_rel_threshold, policy, dp_aware, or a cluster key such as dp_size),
+in parallel on all cores, each run deterministic, and prints the configurations ranked by the
+last level's P95 TTFT with P95 TPOT and throughput beside (runs with errors rank last).
+--slo ttft=MS,tpot=MS drops configurations missing it; --write-config FILE writes the winner
+in 'router serve --config' form and --out DIR its results. Every other flag is sim's.`,
+		Args: cobra.NoArgs,
+	}
+	f := bindSimFlags(cmd.Flags())
+	var varies []string
+	parallel := runtime.GOMAXPROCS(0)
+	cmd.Flags().StringArrayVar(&varies, "vary", nil, "KEY=v1,v2,...: one sweep dimension (repeatable)")
+	cmd.Flags().IntVar(&parallel, "parallel", parallel, "runs at once (default: one per core)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if len(varies) == 0 {
+			return fmt.Errorf("sweep: give at least one --vary KEY=v1,v2,...")
+		}
+		if f.format != "table" {
+			return fmt.Errorf("sweep: --format %s: a sweep prints a table (use --out DIR for the best run's results)", f.format)
+		}
+		base, err := f.resolve(cmd.Flags(), version)
+		if err != nil {
+			return err
+		}
+		var vars []sim.Vary
+		for _, s := range varies {
+			v, err := sim.ParseVary(s)
+			if err != nil {
+				return err
+			}
+			vars = append(vars, v)
+		}
+		prog := newSimProgress(cmd.ErrOrStderr())
+		pts, err := sim.Sweep(base, vars, parallel, func(done, total int) {
+			prog.update(fmt.Sprintf("sim sweep: %d/%d runs done", done, total))
+		})
+		prog.finish()
+		if err != nil {
+			return err
+		}
+		for _, p := range pts {
+			if p.Err != nil {
+				return fmt.Errorf("sweep: %s: %w", p.Label(vars), p.Err)
+			}
+		}
+		ranked := sim.Rank(pts, base.SLO)
+		if err := writeSweepTable(cmd.OutOrStdout(), vars, ranked, len(pts)); err != nil {
+			return err
+		}
+		if f.out != "" && len(ranked) > 0 {
+			if err := reports.WriteDir(f.out, ranked[0].Result.Results, ranked[0].Result.Records); err != nil {
+				return err
+			}
+		}
+		if f.writeConfig != "" {
+			if len(ranked) == 0 {
+				return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
+			}
+			if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// writeSweepTable prints the ranked points.
+func writeSweepTable(w io.Writer, vars []sim.Vary, ranked []sim.Point, total int) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"rank"}
+	for _, v := range vars {
+		head = append(head, v.Key)
+	}
+	head = append(head, "TTFT p95 ms", "TPOT p95 ms", "req/s", "errs", "cache", "spread")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for i, p := range ranked {
+		l := p.Last()
+		row := []string{strconv.Itoa(i + 1)}
+		row = append(row, p.Values...)
+		cache := "-"
+		if l.CacheHitRate != nil {
+			cache = fmt.Sprintf("%.1f%%", 100**l.CacheHitRate)
+		}
+		spread := "-"
+		if l.Sim != nil {
+			spread = fmt.Sprintf("%.2f", l.Sim.LoadSpread)
+		}
+		row = append(row, fmt.Sprintf("%.1f", l.TTFTMs.P95), fmt.Sprintf("%.2f", l.TPOTMs.P95),
+			fmt.Sprintf("%.1f", l.Throughput.ReqS), strconv.Itoa(l.Errors), cache, spread)
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(ranked) < total {
+		_, err := fmt.Fprintf(w, "(%d of %d configurations miss the SLO)\n", total-len(ranked), total)
+		return err
+	}
+	return nil
+}
+
+// writeSimOutput renders results in format.
+func writeSimOutput(w io.Writer, format string, res *reports.Results) error {
+	f, err := reports.ParseFormat(format)
+	if err != nil {
+		return err
+	}
+	if f == reports.FormatJSON {
+		return reports.EncodeResults(w, res)
+	}
+	return reports.Render(w, f, res)
+}
+
+// writeSimConfig writes the routing settings of rc in serve --config form: every setting and
+// the mode, without worker lists, listen addresses, secrets, the sim's decision-log path or
+// its seed (a live router should draw fresh rooms).
+func writeSimConfig(path string, rc router.Config) error {
+	rc = rc.RoutingOnly()
+	rc.DecisionLog, rc.Seed = "", nil
+	b, err := yaml.Marshal(rc)
+	if err != nil {
+		return fmt.Errorf("--write-config: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("--write-config: %w", err)
+	}
+	return nil
+}
+
+// parseSimSLO parses "ttft=MS,tpot=MS[,e2e=MS]".
+func parseSimSLO(s string) (*reports.SLO, error) {
+	slo := &reports.SLO{}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.ParseFloat(strings.TrimSuffix(v, "ms"), 64)
+		if !ok || err != nil || !(n > 0) {
+			return nil, fmt.Errorf("--slo %q: want ttft=MS,tpot=MS with positive numbers", s)
+		}
+		switch strings.ToLower(k) {
+		case "ttft":
+			slo.TTFTMs = n
+		case "tpot":
+			slo.TPOTMs = n
+		case "e2e":
+			slo.E2EMs = n
+		default:
+			return nil, fmt.Errorf("--slo %q: unknown objective %q (ttft, tpot, e2e)", s, k)
+		}
+	}
+	return slo, nil
+}
+
+// loadSimCluster reads a --cluster file: YAML or JSON keyed like the cluster flags with
+// underscores (prefill, decode, dp_size, profile, net_latency: "100us", …). Unknown keys are
+// errors.
+func loadSimCluster(path string) (sim.Cluster, error) {
+	var cl sim.Cluster
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cl, fmt.Errorf("--cluster: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return cl, fmt.Errorf("--cluster %s: %w", path, err)
+	}
+	for _, k := range []string{"ttft", "itl", "net_latency"} {
+		if s, ok := doc[k].(string); ok {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return cl, fmt.Errorf("--cluster %s: %s: %w", path, k, err)
+			}
+			doc[k] = int64(d)
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return cl, fmt.Errorf("--cluster %s: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cl); err != nil {
+		return cl, fmt.Errorf("--cluster %s: %w", path, err)
+	}
+	return cl, nil
+}
+
+// mergeSimCluster applies the cluster flags the user set onto the file's cluster.
+func mergeSimCluster(fs *pflag.FlagSet, file, flags sim.Cluster) sim.Cluster {
+	dst, src := reflect.ValueOf(&file).Elem(), reflect.ValueOf(flags)
+	t := dst.Type()
+	for i := range t.NumField() {
+		if fs.Changed(strings.ReplaceAll(t.Field(i).Tag.Get("json"), "_", "-")) {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
+	return file
+}
+
+// simProgress prints a progress line on stderr once a run has taken more than 2 s of wall
+// time, at most twice a second — the only wall-clock use of `router sim`, outside the results.
+type simProgress struct {
+	w       io.Writer
+	start   time.Time
+	last    time.Time
+	printed bool
+}
+
+func newSimProgress(w io.Writer) *simProgress { return &simProgress{w: w, start: time.Now()} }
+
+func (p *simProgress) update(msg string) {
+	now := time.Now()
+	if now.Sub(p.start) < 2*time.Second || now.Sub(p.last) < 500*time.Millisecond {
+		return
+	}
+	p.last, p.printed = now, true
+	fmt.Fprintf(p.w, "\r%s, %.1f s wall ", msg, now.Sub(p.start).Seconds())
+}
+
+func (p *simProgress) finish() {
+	if p.printed {
+		fmt.Fprintln(p.w)
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/reports"
+)
+
+// simSmall are workload flags for quick runs.
+var simSmall = []string{"--workload", "multiturn", "--conversations", "8", "--turns", "2", "--system-prompt-len", "128",
+	"--question-len", "32", "--output-len", "16", "--concurrency", "4"}
+
+func TestSimDefaultRunPrintsTable(t *testing.T) {
+	start := time.Now()
+	out, err := run(t, "sim", "--workload", "multiturn")
+	require.NoError(t, err)
+	t.Logf("router sim --workload multiturn: %v wall\n%s", time.Since(start), out)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	for _, want := range []string{"sim  workload=multiturn  seed=1", "c16", "TTFT ms", "predicted", "load spread", "engine queue ms"} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func TestSimHelpDescribesTheDefaults(t *testing.T) {
+	out, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, want := range []string{"2 prefill + 2 decode", "llama3-8b-h100", "64 conversations", "--cache-threshold",
+		"--balance-abs-threshold", "--dp-aware", "--kill", "--concurrency", "--net-latency", "--speedup", "--write-config"} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func TestSimJSONDeterministic(t *testing.T) {
+	args := append([]string{"sim", "--format", "json"}, simSmall...)
+	a, err := run(t, args...)
+	require.NoError(t, err)
+	b, err := run(t, args...)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	c, err := run(t, append(args, "--seed", "7")...)
+	require.NoError(t, err)
+	require.NotEqual(t, a, c)
+	res, err := reports.DecodeResults(strings.NewReader(a))
+	require.NoError(t, err)
+	assert.Equal(t, reports.ToolSim, res.Meta.Tool)
+	require.Len(t, res.Levels, 1)
+	assert.Equal(t, 16, res.Levels[0].Requests)
+	var cluster map[string]any
+	require.NoError(t, json.Unmarshal(res.Meta.Cluster, &cluster))
+	assert.EqualValues(t, 2, cluster["prefill"])
+}
+
+func TestSimOutDirDecisionLogAndRegularMode(t *testing.T) {
+	dir := t.TempDir()
+	dlog := filepath.Join(dir, "decisions.jsonl")
+	args := append([]string{"sim", "--regular", "3", "--policy", "round_robin", "--out", dir, "--decision-log", dlog}, simSmall...)
+	out, err := run(t, args...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "c4")
+	res, recs, err := reports.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, recs, 16)
+	assert.Contains(t, string(res.Meta.Router), `"pd_disaggregation":false`)
+	require.NotNil(t, recs[0].Targets.Regular)
+	assert.Contains(t, *recs[0].Targets.Regular, "http://sim-regular-")
+	raw, err := os.ReadFile(dlog)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.Len(t, lines, 16)
+	assert.Contains(t, lines[0], `"seq":1,`)
+	assert.Contains(t, lines[0], `"regular":{"worker":"http://sim-regular-0:30000","index":0,"rank":null}`)
+	assert.Contains(t, lines[0], `"reason":"round_robin"`)
+}
+
+func TestSimFlagErrorsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--kill", "http://sim-decode-0:30000"}, "--kill"},
+		{[]string{"sim", "--kill", "http://nobody:1@1s"}, "no simulated worker"},
+		{[]string{"sim", "--cache-threshold", "2"}, "--cache-threshold"},
+		{[]string{"sim", "--dp-size", "0"}, "--dp-size"},
+		{[]string{"sim", "--profile", "nope"}, "unknown profile"},
+		{[]string{"sim", "--slo", "ttft"}, "--slo"},
+		{[]string{"sim", "sweep"}, "--vary"},
+		{[]string{"sim", "sweep", "--vary", "nope=1"}, "nope"},
+	} {
+		_, err := run(t, tc.args...)
+		require.Error(t, err, tc.args)
+		assert.Contains(t, err.Error(), tc.want, tc.args)
+	}
+}
+
+func TestSimConfigFileAndKill(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "in.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("pd_disaggregation: true\npolicy: round_robin\ncache_threshold: 0.5\n"), 0o644))
+	written := filepath.Join(dir, "out.yaml")
+	args := append([]string{"sim", "--config", cfgPath, "--cache-threshold", "0.6", "--decode", "3",
+		"--kill", "http://sim-decode-1:30000@500ms", "--format", "json", "--write-config", written}, simSmall...)
+	out, err := run(t, args...)
+	require.NoError(t, err)
+	res, err := reports.DecodeResults(strings.NewReader(out))
+	require.NoError(t, err)
+	assert.Contains(t, string(res.Meta.Router), `"policy":"round_robin"`)
+	assert.Contains(t, string(res.Meta.Router), `"cache_threshold":0.6`)
+	b, err := os.ReadFile(written)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "cache_threshold: 0.6")
+	assert.Contains(t, string(b), "policy: round_robin")
+}
+
+// TestSimSweepWriteConfigThenServe is the tuning loop: sweep on a PD cluster, write the winner,
+// and `router serve --config` it with live workers.
+func TestSimSweepWriteConfigThenServe(t *testing.T) {
+	dir := t.TempDir()
+	best := filepath.Join(dir, "best.yaml")
+	args := append([]string{"sim", "sweep", "--prefill", "2", "--decode", "2", "--out", dir,
+		"--vary", "cache_threshold=0.2,0.8", "--vary", "balance_abs_threshold=1,64", "--vary", "policy=cache_aware,round_robin",
+		"--write-config", best}, simSmall...)
+	out, err := run(t, args...)
+	require.NoError(t, err)
+	t.Log(out)
+	assert.Contains(t, out, "TTFT p95 ms")
+	assert.Contains(t, out, "wrote the best configuration")
+	// The winner is the first ranked row.
+	var winner []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[0] == "1" {
+			winner = f[1:4]
+			break
+		}
+	}
+	require.Len(t, winner, 3, out)
+	res, _, err := reports.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Contains(t, string(res.Meta.Router), `"policy":"`+winner[2]+`"`)
+
+	served, err := run(t, "serve", "--config", best, "--prefill", "http://10.0.0.1:30001", "none",
+		"--decode", "http://10.0.0.2:30002", "--print-config")
+	require.NoError(t, err)
+	assert.Contains(t, served, "pd_disaggregation: true")
+	assert.Contains(t, served, "cache_threshold: "+winner[0])
+	assert.Contains(t, served, "balance_abs_threshold: "+winner[1])
+	assert.Contains(t, served, "policy: "+winner[2])
+	assert.Contains(t, served, "url: http://10.0.0.1:30001")
+	assert.Contains(t, served, "http://10.0.0.2:30002")
+}
+
+func TestSimTraceReplaysItsTimestamps(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(`{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [0, 1]}
+{"timestamp": 500, "input_length": 700, "output_length": 4, "hash_ids": [0, 2]}
+{"timestamp": 1000, "input_length": 300, "output_length": 4, "hash_ids": [0]}
+`), 0o644))
+	out, err := run(t, "sim", "--workload", "mooncake", "--trace-file", trace, "--format", "json")
+	require.NoError(t, err)
+	res, err := reports.DecodeResults(strings.NewReader(out))
+	require.NoError(t, err)
+	require.Len(t, res.Levels, 1)
+	assert.Equal(t, "trace", res.Levels[0].Label)
+	assert.Equal(t, 3, res.Levels[0].Requests)
+	assert.Greater(t, res.Levels[0].DurationS, 1.0, "the last request starts at 1 s")
+}

@@ -1,0 +1,113 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+func last(res *Result) *reports.Level { return &res.Results.Levels[len(res.Results.Levels)-1] }
+
+// gspConfig: sglang's generated-shared-prefix workload on 4 prefill + 2 decode servers.
+func gspConfig(policy string) Config {
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode = 4, 2
+	cfg.Router.Policy = policy
+	p := &cfg.Workload
+	p.Workload = workloads.WorkloadGSP
+	p.GSPNumGroups, p.GSPPromptsPerGroup, p.GSPSystemPromptLen, p.GSPQuestionLen, p.GSPOutputLen = 16, 8, 1024, 64, 16
+	cfg.Load.Concurrency = []int{8}
+	return cfg
+}
+
+func TestCacheAwareBeatsRoundRobinOnGSP(t *testing.T) {
+	t.Parallel()
+	ca := last(mustRun(t, gspConfig(router.PolicyCacheAware)))
+	rr := last(mustRun(t, gspConfig(router.PolicyRoundRobin)))
+	t.Logf("gsp engine cache hit rate: cache_aware %.3f, round_robin %.3f (predicted %.3f / %.3f)",
+		*ca.CacheHitRate, *rr.CacheHitRate, ca.Sim.PredictedMatchRate, rr.Sim.PredictedMatchRate)
+	assert.Greater(t, *ca.CacheHitRate, *rr.CacheHitRate+0.1)
+}
+
+// dpConfig: multi-turn conversations sharing system prompts on DP-attention servers.
+func dpConfig(dpAware bool) Config {
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode, cfg.Cluster.DPSize, cfg.Cluster.DPAttention = 2, 2, 4, true
+	cfg.Router.DPAware = dpAware
+	p := &cfg.Workload
+	// A short shared system prompt: a new conversation matches below cache_threshold and goes
+	// to the least-loaded target; its later turns match their own history and stay there.
+	p.Conversations, p.Turns, p.SystemPromptLen, p.SharedSystemPrompts, p.QuestionLen, p.OutputLen = 64, 4, 128, 4, 512, 64
+	cfg.Load.Concurrency = []int{32}
+	return cfg
+}
+
+func TestDPAwareLowersTTFTUnderLockstep(t *testing.T) {
+	t.Parallel()
+	on := last(mustRun(t, dpConfig(true)))
+	off := last(mustRun(t, dpConfig(false)))
+	t.Logf("dp-attention lockstep TTFT P95: dp-aware %.1f ms, not dp-aware %.1f ms (cache hit %.3f / %.3f)",
+		on.TTFTMs.P95, off.TTFTMs.P95, *on.CacheHitRate, *off.CacheHitRate)
+	assert.Less(t, on.TTFTMs.P95, off.TTFTMs.P95)
+}
+
+// lspConfig: one long shared system prompt, short questions, Poisson arrivals near capacity:
+// the cache-aware hot spot.
+func lspConfig(policy string) Config {
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode = 4, 4
+	cfg.Router.Policy = policy
+	p := &cfg.Workload
+	p.Workload = workloads.WorkloadLongSystemPrompt
+	p.LSPPrompts, p.LSPSystemPromptLen, p.LSPQuestionLen, p.LSPOutputLen = 256, 4096, 256, 32
+	cfg.Load.Concurrency = nil
+	cfg.Load.Rates = []float64{400}
+	return cfg
+}
+
+func TestLongSystemPromptHotSpot(t *testing.T) {
+	t.Parallel()
+	ca := last(mustRun(t, lspConfig(router.PolicyCacheAware)))
+	rr := last(mustRun(t, lspConfig(router.PolicyRoundRobin)))
+	t.Logf("long-system-prompt: cache_aware spread %.2f TTFT P95 %.1f ms; round_robin spread %.2f TTFT P95 %.1f ms",
+		ca.Sim.LoadSpread, ca.TTFTMs.P95, rr.Sim.LoadSpread, rr.TTFTMs.P95)
+	assert.Greater(t, ca.Sim.LoadSpread, rr.Sim.LoadSpread+0.5)
+	assert.Greater(t, ca.TTFTMs.P95, rr.TTFTMs.P95)
+
+	vars := []Vary{
+		{Key: "cache_threshold", Values: []string{"0.3", "0.99"}},
+		{Key: "balance_abs_threshold", Values: []string{"1", "64"}},
+		{Key: "balance_rel_threshold", Values: []string{"1.0", "1.5"}},
+	}
+	pts, err := Sweep(lspConfig(router.PolicyCacheAware), vars, 0, nil)
+	require.NoError(t, err)
+	ranked := Rank(pts, nil)
+	require.Len(t, ranked, 8)
+	best := ranked[0].Last()
+	t.Logf("best of the sweep: %s TTFT P95 %.1f ms spread %.2f", ranked[0].Label(vars), best.TTFTMs.P95, best.Sim.LoadSpread)
+	assert.Less(t, best.TTFTMs.P95, rr.TTFTMs.P95)
+	assert.Less(t, best.TTFTMs.P95, ca.TTFTMs.P95)
+}
+
+func TestKillDecodeWorker(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode = 2, 3
+	cfg.Workload.Conversations = 64
+	cfg.Kills = []Kill{{Worker: WorkerURL(router.Decode, 1), At: 1_500_000_000}}
+	res := mustRun(t, cfg)
+	lv := last(res)
+	t.Logf("kill: %d requests, %d errors %v, %d attempts", lv.Requests, lv.Errors, lv.ErrorsByKind, res.Stats.Attempts)
+	assert.Greater(t, res.Stats.Attempts, res.Stats.Requests, "requests on the killed worker were retried")
+	for _, r := range res.Records {
+		if r.Error != nil {
+			assert.Contains(t, *r.Error, "decode "+WorkerURL(router.Decode, 1)+": room ")
+			assert.Contains(t, *r.Error, "server killed")
+		}
+	}
+}

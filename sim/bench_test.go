@@ -1,0 +1,62 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// speedConfig is the speed acceptance run, scaled by conversations: multiturn at
+// concurrency 512 (4 turns, 1,000-token system prompts shared by groups of 16, 200-token
+// questions, 128-token replies) on 16 prefill + 16 decode servers with dp 8.
+func speedConfig(conversations int) Config {
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode, cfg.Cluster.DPSize = 16, 16, 8
+	p := &cfg.Workload
+	p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen = conversations, 4, 1000, 200, 128
+	p.SharedSystemPrompts = (conversations + 15) / 16
+	cfg.Load.Concurrency = []int{512}
+	return cfg
+}
+
+// BenchmarkRun reports the simulator's speed: events/s and simulated requests/s of wall time.
+func BenchmarkRun(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		convs int
+	}{{"requests=10000", 2500}, {"requests=100000", 25000}} {
+		b.Run(tc.name, func(b *testing.B) {
+			if tc.convs > 2500 && testing.Short() {
+				b.Skip("large run")
+			}
+			b.ReportAllocs()
+			cfg := speedConfig(tc.convs)
+			var events, reqs uint64
+			for b.Loop() {
+				res, err := Run(cfg)
+				require.NoError(b, err)
+				events += res.Stats.Events
+				reqs += uint64(res.Stats.Requests)
+			}
+			s := b.Elapsed().Seconds()
+			b.ReportMetric(float64(events)/s, "events/s")
+			b.ReportMetric(float64(reqs)/s, "requests/s")
+		})
+	}
+}
+
+// BenchmarkSweep runs a 16-point grid (cache_threshold × balance_abs_threshold), one run per
+// core at a time, and reports runs/s.
+func BenchmarkSweep(b *testing.B) {
+	b.ReportAllocs()
+	cfg := speedConfig(256)
+	vars := []Vary{{Key: "cache_threshold", Values: []string{"0.1", "0.3", "0.5", "0.7"}},
+		{Key: "balance_abs_threshold", Values: []string{"1", "8", "32", "64"}}}
+	runs := 0
+	for b.Loop() {
+		pts, err := Sweep(cfg, vars, 0, nil)
+		require.NoError(b, err)
+		runs += len(pts)
+	}
+	b.ReportMetric(float64(runs)/b.Elapsed().Seconds(), "runs/s")
+}

@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// Defaults of the embedded cluster (what `router sim` runs with no cluster flags).
+const (
+	DefaultPrefill    = 2                      // prefill servers in PD mode
+	DefaultDecode     = 2                      // decode servers in PD mode
+	DefaultRegular    = 4                      // servers in regular mode
+	DefaultProfile    = "llama3-8b-h100"       // engine profile of every server
+	DefaultNetLatency = 100 * time.Microsecond // one-way latency between any two nodes
+	DefaultLinkGbps   = 400.0                  // KV transfer link per room, Gb/s (one 400 Gb/s NIC)
+)
+
+// Cluster describes the simulated servers. Zero fields take the defaults named on them; JSON
+// keys are the `router sim` flag names with underscores (meta.cluster of results.json and the
+// --cluster file).
+type Cluster struct {
+	// Prefill and Decode are the server counts of PD mode; Regular the count of regular mode
+	// (Config.Router.PDDisaggregation decides the mode).
+	Prefill int `json:"prefill" yaml:"prefill"`
+	Decode  int `json:"decode" yaml:"decode"`
+	Regular int `json:"regular" yaml:"regular"`
+	// DPSize is the DP ranks of every server; 0 → 1.
+	DPSize int `json:"dp_size" yaml:"dp_size"`
+	// DPAttention makes every server's ranks step in lockstep (SGLang --enable-dp-attention).
+	DPAttention bool `json:"dp_attention" yaml:"dp_attention"`
+	// Profile names the engine profile of every server (engine.LookupProfile); "" →
+	// DefaultProfile. PrefillProfile and DecodeProfile override it per role.
+	Profile        string `json:"profile" yaml:"profile"`
+	PrefillProfile string `json:"prefill_profile" yaml:"prefill_profile"`
+	DecodeProfile  string `json:"decode_profile" yaml:"decode_profile"`
+	// TTFT and ITL are the timings of the constant profile; 0 → engine.DefaultTTFT / DefaultITL.
+	TTFT time.Duration `json:"ttft" yaml:"ttft"`
+	ITL  time.Duration `json:"itl" yaml:"itl"`
+	// LinkGbps is the KV transfer bandwidth per room in Gb/s; 0 → DefaultLinkGbps.
+	LinkGbps float64 `json:"link_gbps" yaml:"link_gbps"`
+	// NetLatency is the one-way latency between client, router and servers; 0 →
+	// DefaultNetLatency, negative → none.
+	NetLatency time.Duration `json:"net_latency" yaml:"net_latency"`
+	// Speedup divides every model duration, as fakeworker's --speedup; 0 → 1.
+	Speedup float64 `json:"speedup" yaml:"speedup"`
+}
+
+// WithDefaults returns c with zero fields set to their defaults; pd says which mode's counts
+// to default.
+func (c Cluster) WithDefaults(pd bool) Cluster {
+	if pd {
+		if c.Prefill == 0 {
+			c.Prefill = DefaultPrefill
+		}
+		if c.Decode == 0 {
+			c.Decode = DefaultDecode
+		}
+	} else if c.Regular == 0 {
+		c.Regular = DefaultRegular
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.Profile == "" {
+		c.Profile = DefaultProfile
+	}
+	if c.TTFT == 0 {
+		c.TTFT = engine.DefaultTTFT
+	}
+	if c.ITL == 0 {
+		c.ITL = engine.DefaultITL
+	}
+	if c.LinkGbps == 0 {
+		c.LinkGbps = DefaultLinkGbps
+	}
+	if c.NetLatency == 0 {
+		c.NetLatency = DefaultNetLatency
+	}
+	if c.Speedup == 0 {
+		c.Speedup = 1
+	}
+	return c
+}
+
+// profile resolves a profile name (constant takes TTFT and ITL).
+func (c Cluster) profile(name string) (engine.Profile, error) {
+	if name == "" {
+		name = c.Profile
+	}
+	p, err := engine.LookupProfile(name)
+	if err != nil {
+		return p, fmt.Errorf("sim: --profile: %w", err)
+	}
+	if p.Constant && name == "constant" {
+		p.TTFT, p.ITL = c.TTFT, c.ITL
+	}
+	return p, nil
+}
+
+// Validate reports the first invalid field (after defaults), naming its flag.
+func (c Cluster) Validate(pd bool) error {
+	c = c.WithDefaults(pd)
+	switch {
+	case pd && c.Prefill < 1:
+		return fmt.Errorf("sim: --prefill %d must be ≥ 1 in PD mode", c.Prefill)
+	case pd && c.Decode < 1:
+		return fmt.Errorf("sim: --decode %d must be ≥ 1 in PD mode", c.Decode)
+	case pd && c.Regular > 0:
+		return fmt.Errorf("sim: --regular %d needs regular mode (--pd-disaggregation=false)", c.Regular)
+	case !pd && (c.Prefill > 0 || c.Decode > 0):
+		return fmt.Errorf("sim: --prefill/--decode need PD mode (--pd-disaggregation)")
+	case !pd && c.Regular < 1:
+		return fmt.Errorf("sim: --regular %d must be ≥ 1", c.Regular)
+	case c.DPSize < 1:
+		return fmt.Errorf("sim: --dp-size %d must be ≥ 1", c.DPSize)
+	case !(c.LinkGbps > 0):
+		return fmt.Errorf("sim: --link-gbps %g must be > 0", c.LinkGbps)
+	case !(c.Speedup > 0):
+		return fmt.Errorf("sim: --speedup %g must be > 0", c.Speedup)
+	case c.TTFT < 0 || c.ITL < 0:
+		return fmt.Errorf("sim: --ttft %v and --itl %v must be ≥ 0", c.TTFT, c.ITL)
+	}
+	for _, n := range []string{c.Profile, c.PrefillProfile, c.DecodeProfile} {
+		if _, err := c.profile(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Kill makes the server named Worker (e.g. "http://sim-decode-1:30000") die At virtual time
+// after the start of the run (--kill WORKER@T).
+type Kill struct {
+	Worker string
+	At     time.Duration
+}
+
+// ParseKill parses "WORKER@T", T a Go duration ("http://sim-decode-1:30000@30s"). The last
+// "@" separates them.
+func ParseKill(s string) (Kill, error) {
+	i := strings.LastIndexByte(s, '@')
+	if i <= 0 {
+		return Kill{}, fmt.Errorf("sim: --kill %q: want WORKER@TIME, e.g. http://sim-decode-0:30000@30s", s)
+	}
+	d, err := time.ParseDuration(s[i+1:])
+	if err != nil || d < 0 {
+		return Kill{}, fmt.Errorf("sim: --kill %q: %q is not a duration ≥ 0", s, s[i+1:])
+	}
+	return Kill{Worker: s[:i], At: d}, nil
+}
+
+// String returns the --kill form.
+func (k Kill) String() string { return k.Worker + "@" + k.At.String() }
+
+// WorkerURL returns the name of the i-th simulated worker of role: "http://sim-{role}-{i}:30000".
+func WorkerURL(role router.Role, i int) string {
+	return "http://sim-" + role.String() + "-" + strconv.Itoa(i) + ":30000"
+}
+
+// Config is one simulation run.
+type Config struct {
+	// Cluster describes the servers; zero fields take defaults.
+	Cluster Cluster
+	// Router is the routing configuration (worker lists are ignored: the simulated workers
+	// are added by the simulator). Its Seed (nil → 1) seeds the router and the rid/room source.
+	Router router.Config
+	// Workload and Load are the bench's workload and load options.
+	Workload workloads.Params
+	Load     workloads.LoadParams
+	// Kills are failure scenarios.
+	Kills []Kill
+	// SLO, when set, makes each level report goodput.
+	SLO *reports.SLO
+	// DecisionLog, when set, receives one --decision-log line per routing decision.
+	DecisionLog io.Writer
+	// Version is written into the results' meta.
+	Version string
+	// Progress, when set, is called from the simulation goroutine about every 1,024 completed
+	// requests and once at the end of each level, with the level's label, the requests
+	// completed so far in the run and the virtual time elapsed. It must not block for long.
+	Progress func(level string, completed int, virtual time.Duration)
+}
+
+// seed returns the run's seed (--seed; 1 when unset).
+func (c *Config) seed() int64 {
+	if c.Router.Seed != nil {
+		return *c.Router.Seed
+	}
+	return 1
+}

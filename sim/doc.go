@@ -1,0 +1,49 @@
+// Package sim is `router sim`: a discrete-event simulator of a whole SGLang cluster — prefill
+// and decode servers (or regular ones), their DP ranks, the KV transfer and the bootstrap
+// handshake — with the real routing core (package router) in the loop, so that the policy,
+// cache_threshold, the balance thresholds and DP-awareness can be tuned against TTFT and TPOT
+// before the same settings file goes to `router serve --config` (SPEC §4, ARCHITECTURE §5).
+//
+// # What it simulates
+//
+// Per request, exactly the path of a live run: the client builds the very body the bench would
+// send (package workloads, with the bench's closed- and open-loop scheduling of SPEC §5), the
+// router parses it with router/wire, derives the routing text and calls Router.Route; like
+// `serve` it then draws the rid and bootstrap room from its own seeded source and sends both
+// legs. The engine models of package sim/engine compute everything else: the decode side
+// preallocates and registers (Handshake, one network hop), the prefill side computes and
+// transfers the KV (TransferDone → KVArrived), decode streams tokens. Decision.Done is called
+// when serve would call it: a prefill leg when its response is complete (TransferDone, one hop
+// later), a decode or regular leg when its stream ends; failures feed the circuit breaker, the
+// paired leg is aborted and reported Cancelled, and the request is retried (re-routed) while no
+// token reached the client and the retry budget allows. Replies are workloads.ReplyText, so a
+// conversation's next turn carries exactly the text a live fakeworker would have returned.
+// Workers are named like live ones (http://sim-prefill-0:30000, …) and --kill WORKER@T kills
+// one mid-run; health probes then feed the router's health machine every
+// health_check_interval_secs.
+//
+// Results are the reports types the bench writes, plus SimStats (predicted match rate beside
+// the engine's actual hit rate, per-target load spread, engine-side queueing delay).
+//
+// # How time works
+//
+// Virtual time starts at Epoch. One goroutine pops events from a typed binary heap ordered by
+// (time, sequence number): client sends, arrivals at the router, submissions, handshakes, leg
+// ends, client receptions, one wake-up per server at its engine's NextEvent, Router.Tick every
+// virtual second and, with --kill, health probes. Every network hop (client ↔ router ↔ server,
+// decode → prefill registration) costs Cluster.NetLatency. The router reads the virtual clock
+// only. Nothing reads the wall clock, iterates a map in a decision path or uses a global random
+// source: the same Config gives byte-identical results. Config.Progress is the only hook the
+// caller may use to look at wall time.
+//
+// A second goroutine prepares conversations ahead of the event loop, in the source's order:
+// every turn's body built, parsed and tokenized, and the reply appended. That is exact because a
+// simulated server always generates max_tokens tokens of workloads.ReplyText, and a failed turn
+// ends its conversation (there is no reply to append). It only moves work to another core; the
+// results do not depend on it.
+//
+// # Sweeps
+//
+// Sweep runs a grid of router (and cluster) settings, one independent, deterministic run per
+// point, in parallel on all cores, and ranks the points by P95 TTFT.
+package sim

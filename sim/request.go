@@ -1,0 +1,316 @@
+package sim
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// request is one client request: a turn of a conversation, through all its attempts.
+type request struct {
+	conv     *conv
+	turn     workloads.Turn
+	body     *wire.Body
+	id       string   // session/turn, e.g. "multiturn-3/1"
+	recorded bool     // not a warm-up request
+	sendAt   int64    // client send time
+	replyIDs []uint32 // regular mode: the reply's token ids (the server caches them)
+	retrier  *router.Retrier
+	rreq     router.Request // the routing view, reused by retries (Avoid grows)
+	att      *attempt       // current (last) attempt
+	attempts int
+
+	firstTok, lastTok int64 // client-observed token times; firstTok < 0: none yet
+	itl               []float64
+	usage             engine.Usage
+	errMsg            *string
+}
+
+// attempt is one Route of a request and the engine legs it started.
+type attempt struct {
+	req              *request
+	d                *router.Decision
+	room             uint64
+	rid              string
+	pre, dec, reg    *server
+	preRank, decRank int // engine ranks: the target's DP rank, or -1 (the server picks)
+	submitAt         int64
+	engFirst         int64  // engine time of the first token (prefill's in PD)
+	preEnded         bool   // the prefill leg's engine room ended (done, failed or aborted)
+	decEnded         bool   // the decode (or regular) leg's engine room ended
+	started          bool   // a decode token reached the router
+	startedAt        int64  // when it did (router time)
+	over             bool   // the router is done with this attempt
+	preWhy, decWhy   string // the engine's reason for a failed leg
+}
+
+// ended reports whether role's engine leg ended.
+func (a *attempt) ended(role router.Role) bool {
+	if role == router.Prefill {
+		return a.preEnded
+	}
+	return a.decEnded
+}
+
+func (a *attempt) server(role router.Role) *server {
+	switch role {
+	case router.Prefill:
+		return a.pre
+	case router.Decode:
+		return a.dec
+	}
+	return a.reg
+}
+
+// send is the client sending conversation c's pending turn.
+func (x *sim) send(c *conv) {
+	lv := x.lv
+	if !x.canIssue() {
+		x.endConv(c)
+		return
+	}
+	st := &c.sc.steps[c.i]
+	r := &request{conv: c, turn: st.turn, body: st.body, replyIDs: st.replyIDs,
+		id:       st.turn.Session + "/" + strconv.Itoa(st.turn.Index),
+		recorded: lv.issued >= x.cfg.Load.Warmup, sendAt: x.clock.now, firstTok: -1}
+	if r.recorded && !lv.recording {
+		lv.recording, lv.recBegin = true, x.clock.now
+	}
+	lv.issued++
+	x.push(event{at: x.clock.now + x.lat, kind: evArrive, req: r})
+}
+
+// route is the router handling one attempt of r, as serve does: Route (policies draw from
+// the router's source), then rid and room from the wire source, then both legs sent.
+func (x *sim) route(r *request) {
+	if r.rreq.Text == "" {
+		r.rreq.Text, r.rreq.Model = r.body.Text, r.body.Model
+	}
+	d, err := x.rt.Route(&r.rreq)
+	if err != nil {
+		var nt *router.NoTargetError
+		if !errors.As(err, &nt) {
+			x.err = err
+			return
+		}
+		r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
+		x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: r})
+		return
+	}
+	x.stats.Attempts++
+	r.attempts++
+	a := &attempt{req: r, d: d, preRank: -1, decRank: -1}
+	r.att = a
+	if x.pd {
+		a.pre, a.dec = x.byURL[d.Prefill.URL()], x.byURL[d.Decode.URL()]
+		if rk, ok := d.Prefill.Rank(); ok {
+			a.preRank = rk
+		}
+		if rk, ok := d.Decode.Rank(); ok {
+			a.decRank = rk
+		}
+		switch {
+		case r.body.Batch > 0: // not produced by the workloads, kept for fidelity
+			legs := r.body.PD(x.ids, wire.PDOptions{Host: wire.BootstrapHost(d.Prefill.URL())})
+			a.rid, a.room = legs.RIDs[0], legs.Rooms[0]
+		case r.body.HasRID:
+			a.rid, a.room = r.body.RID, x.ids.Room()
+		default:
+			a.rid = x.ids.RID(r.body.Route)
+			a.room = x.ids.Room()
+		}
+		if x.rooms[a.room] != nil { // a 63-bit collision: astronomically unlikely
+			a.room ^= 1 << 62
+		}
+	} else {
+		a.reg = x.byURL[d.Regular.URL()]
+		if rk, ok := d.Regular.Rank(); ok {
+			a.decRank = rk
+		}
+		x.room++
+		a.room = x.room
+	}
+	x.rooms[a.room] = a
+	if w := x.cfg.DecisionLog; w != nil {
+		x.logDecision(r, a)
+		if _, err := w.Write(x.logBuf); err != nil {
+			x.err = err
+		}
+	}
+	x.push(event{at: x.clock.now + x.lat, kind: evSubmit, att: a})
+}
+
+func (x *sim) logDecision(r *request, a *attempt) {
+	x.logSeq++
+	line := wire.DecisionLine{Seq: x.logSeq, ID: r.id, RID: a.rid, Route: r.turn.Path,
+		Reason: string(a.d.Reason), MatchRate: a.d.MatchRate}
+	if x.pd {
+		line.Room = a.room
+	}
+	var ts [3]wire.DecisionTarget
+	set := func(role router.Role) *wire.DecisionTarget {
+		leg, ok := a.d.Leg(role)
+		if !ok {
+			return nil
+		}
+		ts[role] = wire.DecisionTarget{Worker: leg.Target.URL(), Index: leg.WorkerIndex, Rank: leg.Target.RankPtr()}
+		return &ts[role]
+	}
+	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
+	x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
+}
+
+// submit is an attempt reaching its worker(s).
+func (x *sim) submit(a *attempt) {
+	if a.over {
+		return
+	}
+	r := a.req
+	a.submitAt = x.clock.now
+	now := x.t()
+	req := engine.Req{Room: a.room, Prompt: r.turn.PromptIDs, MaxNew: r.turn.MaxTokens}
+	if x.pd {
+		req.Rank = a.preRank
+		a.pre.eng.Submit(now, req)
+		req.Rank = a.decRank
+		a.dec.eng.Submit(now, req)
+		x.touch(a.pre)
+		x.touch(a.dec)
+		return
+	}
+	req.Rank = a.decRank
+	req.Output = r.replyIDs
+	a.reg.eng.Submit(now, req)
+	x.touch(a.reg)
+}
+
+// output handles one engine output of sv.
+func (x *sim) output(sv *server, o *engine.Output) {
+	a := x.rooms[o.Room]
+	if a == nil {
+		return // an aborted or finished attempt
+	}
+	at := ns(o.At)
+	switch sv.role {
+	case router.Prefill:
+		if a.preEnded {
+			return
+		}
+		switch o.Kind {
+		case engine.KindTransferDone:
+			a.preEnded = true
+			a.engFirst = ns(o.FirstToken)
+			if !a.decEnded {
+				a.dec.eng.KVArrived(o.At, o.Room, o.CachedTokens)
+				x.touch(a.dec)
+			}
+			x.push(event{at: at + x.lat, kind: evLegEnd, ok: true, role: uint8(router.Prefill), att: a})
+		case engine.KindFailed:
+			a.preEnded, a.preWhy = true, o.Reason
+			x.push(event{at: at + x.lat, kind: evLegEnd, role: uint8(router.Prefill), att: a})
+		}
+	default: // decode or regular
+		if a.decEnded {
+			return
+		}
+		switch o.Kind {
+		case engine.KindPreallocated:
+			x.push(event{at: at + x.lat, kind: evHandshake, att: a})
+		case engine.KindToken:
+			if !x.pd && o.Index == 0 {
+				a.engFirst = at
+			}
+			x.token(a, at)
+		case engine.KindFinished:
+			a.decEnded = true
+			a.req.usage = o.Usage
+			x.push(event{at: at + x.lat, kind: evLegEnd, ok: true, role: uint8(sv.role), att: a})
+		case engine.KindFailed:
+			a.decEnded, a.decWhy = true, o.Reason
+			x.push(event{at: at + x.lat, kind: evLegEnd, role: uint8(sv.role), att: a})
+		}
+	}
+}
+
+// token records a streamed token produced at engine time at: the router relays it, the
+// client sees it 2×latency later.
+func (x *sim) token(a *attempt, at int64) {
+	r := a.req
+	if !a.started {
+		a.started, a.startedAt = true, at+x.lat
+	}
+	ct := at + 2*x.lat
+	if r.firstTok < 0 {
+		r.firstTok = ct
+		if r.recorded && r.itl == nil {
+			r.itl = make([]float64, 0, max(r.turn.MaxTokens-1, 0))
+		}
+	} else if r.recorded {
+		r.itl = append(r.itl, ms(ct-r.lastTok))
+	}
+	r.lastTok = ct
+}
+
+// legEnd is the router seeing a leg finish, at the moment serve would call Decision.Done.
+func (x *sim) legEnd(ev *event) {
+	a := ev.att
+	role := router.Role(ev.role)
+	if ev.ok {
+		a.d.Done(role, router.Success)
+		if role == router.Prefill || a.over {
+			return
+		}
+		a.over = true
+		delete(x.rooms, a.room)
+		x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: a.req})
+		return
+	}
+	a.d.Done(role, router.Failure)
+	if a.over {
+		return
+	}
+	if x.pd { // serve cancels the paired leg
+		other := router.Decode
+		if role == router.Decode {
+			other = router.Prefill
+		}
+		if !a.ended(other) {
+			if other == router.Prefill {
+				a.preEnded = true
+			} else {
+				a.decEnded = true
+			}
+			sv := a.server(other)
+			sv.eng.Abort(x.t(), a.room, role.String()+" leg failed")
+			x.touch(sv)
+		}
+		a.d.Done(other, router.Cancelled)
+	}
+	a.over = true
+	delete(x.rooms, a.room)
+	r := a.req
+	// As serve: the retry avoids the worker that failed, if another is available.
+	r.rreq.Avoid = append(r.rreq.Avoid, a.server(role).url)
+	started := a.started && a.startedAt <= x.clock.now
+	wait, retry := r.retrier.Next(router.Attempt{Status: 502, Transport: true, Started: started})
+	if retry {
+		x.push(event{at: x.clock.now + int64(wait), kind: evRetry, req: r})
+		return
+	}
+	why := a.decWhy
+	if role == router.Prefill {
+		why = a.preWhy
+	}
+	msg := role.String() + " " + a.server(role).url + ": " + why
+	if started {
+		r.errMsg = reports.FormatError(reports.ErrKindStreamCut, msg)
+	} else {
+		r.errMsg = reports.FormatError(reports.HTTPErrorKind(502), msg)
+	}
+	x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: r})
+}

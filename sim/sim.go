@@ -1,0 +1,363 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// Epoch is virtual time zero: every simulated run starts at this instant, so the router's
+// clock readings, and therefore its decisions, never depend on when the run happens.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// vclock is the router's clock: the simulator's virtual now.
+type vclock struct{ now int64 }
+
+// Now implements router.Clock.
+func (c *vclock) Now() time.Time { return Epoch.Add(time.Duration(c.now)) }
+
+// epochUnix is Epoch in Unix nanoseconds.
+var epochUnix = Epoch.UnixNano()
+
+// ns converts an engine time into virtual nanoseconds (UnixNano is cheaper than Sub, which
+// guards against monotonic readings and overflow that engine times never have).
+func ns(t time.Time) int64 { return t.UnixNano() - epochUnix }
+
+// ms converts virtual nanoseconds into milliseconds.
+func ms(d int64) float64 { return float64(d) / 1e6 }
+
+// server is one simulated SGLang server.
+type server struct {
+	eng    *engine.Server
+	url    string
+	role   router.Role
+	prof   engine.Profile
+	cfg    engine.Config // with defaults
+	waking bool          // an evWake is scheduled at wakeAt
+	wakeAt int64
+	killed bool
+	idx    int32 // position in sim.servers
+}
+
+// Result is what a run produced.
+type Result struct {
+	// Results is results.json: one level per load level, tool "sim", no wall-clock values.
+	Results *reports.Results
+	// Records are requests.jsonl, every recorded request of every level in completion order.
+	Records []reports.Record
+	// Stats describe the run itself.
+	Stats Stats
+}
+
+// Stats describe a run: its size, and the conservation checks at its end.
+type Stats struct {
+	Events   uint64        // events popped from the heap
+	Requests int           // requests completed or failed (warm-up included)
+	Attempts int           // Route calls that picked targets (retries included)
+	Virtual  time.Duration // virtual time at the end of the run
+	// Targets is the router's view of every target at the end: every Load must be zero.
+	Targets []router.TargetInfo
+	// LiveRooms counts requests still live in any engine at the end: must be zero.
+	LiveRooms int
+}
+
+// sim is one run. Everything runs on the caller's goroutine.
+type sim struct {
+	cfg     Config
+	cl      Cluster
+	pd      bool
+	lat     int64 // one-way network latency, ns
+	clock   vclock
+	q       eventHeap
+	rt      *router.Router
+	ids     *wire.IDGen
+	servers []*server
+	byURL   map[string]*server  // lookups only
+	rooms   map[uint64]*attempt // live attempts by room; lookups only
+	slot    map[string]int      // target name → slot within its role; lookups only
+	nslots  [3]int
+	outs    []engine.Output
+	logBuf  []byte
+	logSeq  uint64
+	room    uint64 // regular mode: next room id
+
+	levels   []workloads.Level
+	li       int
+	lv       *level
+	res      []reports.Level
+	records  []reports.Record
+	finished bool
+	err      error
+	stats    Stats
+}
+
+// Run simulates cfg to completion and returns its results. It is deterministic: the same
+// Config gives the same Result, byte for byte once encoded. Run is safe to call from several
+// goroutines at once on distinct Configs (Sweep does).
+func Run(cfg Config) (*Result, error) {
+	x, err := newSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.run(); err != nil {
+		return nil, err
+	}
+	return x.result()
+}
+
+func newSim(cfg Config) (*sim, error) {
+	seed := int64(cfg.Workload.Seed)
+	if cfg.Router.Seed != nil {
+		seed = *cfg.Router.Seed
+	}
+	cfg.Workload.Seed = uint64(seed)
+	rc := cfg.Router.RoutingOnly()
+	rc.Seed = &seed
+	cfg.Router = rc
+	pd := rc.PDDisaggregation
+	if err := cfg.Cluster.Validate(pd); err != nil {
+		return nil, err
+	}
+	if err := cfg.Workload.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Load.Validate(cfg.Workload.IsTrace()); err != nil {
+		return nil, err
+	}
+	cl := cfg.Cluster.WithDefaults(pd)
+	x := &sim{cfg: cfg, cl: cl, pd: pd, byURL: map[string]*server{}, rooms: map[uint64]*attempt{},
+		slot: map[string]int{}, levels: cfg.Load.Levels(cfg.Workload.IsTrace())}
+	if cl.NetLatency > 0 {
+		x.lat = int64(cl.NetLatency)
+	}
+	rt, err := router.New(rc, &x.clock, router.NewRand(seed))
+	if err != nil {
+		return nil, err
+	}
+	x.rt = rt
+	x.ids = wire.NewIDGen(wire.NewRand(seed), "sim")
+
+	type group struct {
+		role    router.Role
+		erole   engine.Role
+		n       int
+		profile string
+	}
+	groups := []group{{router.Regular, engine.RoleUnified, cl.Regular, cl.Profile}}
+	if pd {
+		groups = []group{{router.Prefill, engine.RolePrefill, cl.Prefill, cl.PrefillProfile},
+			{router.Decode, engine.RoleDecode, cl.Decode, cl.DecodeProfile}}
+	}
+	for _, g := range groups {
+		prof, err := cl.profile(g.profile)
+		if err != nil {
+			return nil, err
+		}
+		for i := range g.n {
+			ec := engine.Config{Role: g.erole, DPSize: cl.DPSize, Profile: prof, DPAttention: cl.DPAttention,
+				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup}
+			eng, err := engine.New(ec)
+			if err != nil {
+				return nil, fmt.Errorf("sim: %s server %d: %w", g.role, i, err)
+			}
+			sv := &server{eng: eng, url: WorkerURL(g.role, i), role: g.role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
+			if err := rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: g.role, DPSize: cl.DPSize}); err != nil {
+				return nil, err
+			}
+			x.servers = append(x.servers, sv)
+			x.byURL[sv.url] = sv
+		}
+	}
+	for _, t := range rt.Targets() {
+		x.slot[t.Name] = x.nslots[t.Role]
+		x.nslots[t.Role]++
+	}
+	for _, k := range cfg.Kills {
+		if _, ok := x.byURL[k.Worker]; !ok {
+			return nil, fmt.Errorf("sim: --kill %s: no simulated worker %q (names look like %s)", k, k.Worker, x.servers[0].url)
+		}
+	}
+	return x, nil
+}
+
+// push schedules e.
+func (x *sim) push(e event) { x.q.push(e) }
+
+// now is the virtual time as an engine time.
+func (x *sim) t() time.Time { return Epoch.Add(time.Duration(x.clock.now)) }
+
+// touch schedules a wake-up of sv at its next engine event if that is earlier than the one
+// already scheduled. Call it after every call into sv's engine.
+func (x *sim) touch(sv *server) {
+	t, ok := sv.eng.NextEvent()
+	if !ok {
+		return
+	}
+	at := max(ns(t), x.clock.now)
+	if sv.waking && sv.wakeAt <= at {
+		return
+	}
+	sv.waking, sv.wakeAt = true, at
+	x.push(event{at: at, kind: evWake, srv: sv.idx})
+}
+
+func (x *sim) run() error {
+	defer func() {
+		if x.lv != nil {
+			_ = x.lv.pf.close() // a run stopped by an error leaves its level open
+		}
+	}()
+	for _, k := range x.cfg.Kills {
+		x.push(event{at: int64(k.At), kind: evKill, srv: x.byURL[k.Worker].idx})
+	}
+	if len(x.cfg.Kills) > 0 {
+		x.push(event{at: x.probeInterval(), kind: evProbe})
+	}
+	x.push(event{at: int64(time.Second), kind: evTick})
+	x.startLevel()
+	for !x.finished && x.err == nil && x.q.len() > 0 {
+		ev := x.q.pop()
+		x.clock.now = ev.at
+		x.stats.Events++
+		x.dispatch(&ev)
+	}
+	if x.err != nil {
+		return x.err
+	}
+	if !x.finished {
+		return errors.New("sim: event queue ran dry before the workload ended (a request was lost)")
+	}
+	// Drain what the engines still have to say (aborted rooms' failures, late prefill
+	// completions): nothing of it reaches a request any more.
+	for _, sv := range x.servers {
+		for {
+			t, ok := sv.eng.NextEvent()
+			if !ok {
+				break
+			}
+			x.clock.now = max(x.clock.now, ns(t))
+			x.outs = sv.eng.AppendAdvance(x.outs[:0], t)
+			for i := range x.outs {
+				x.output(sv, &x.outs[i])
+			}
+		}
+		x.stats.LiveRooms += sv.eng.Live()
+	}
+	x.stats.Virtual = time.Duration(x.clock.now)
+	x.stats.Targets = x.rt.Targets()
+	return x.err
+}
+
+func (x *sim) probeInterval() int64 {
+	return int64(x.cfg.Router.HealthCheckIntervalSecs) * int64(time.Second)
+}
+
+func (x *sim) dispatch(ev *event) {
+	switch ev.kind {
+	case evWake:
+		sv := x.servers[ev.srv]
+		if !sv.waking || sv.wakeAt != ev.at {
+			return // superseded by an earlier wake-up
+		}
+		sv.waking = false
+		x.outs = sv.eng.AppendAdvance(x.outs[:0], x.t())
+		for i := range x.outs {
+			x.output(sv, &x.outs[i])
+		}
+		x.touch(sv)
+	case evSend:
+		x.send(ev.conv)
+	case evArrive:
+		ev.req.retrier = x.rt.NewRetrier()
+		x.route(ev.req)
+	case evRetry:
+		x.route(ev.req)
+	case evSubmit:
+		x.submit(ev.att)
+	case evHandshake:
+		if a := ev.att; !a.over && !a.preEnded {
+			a.pre.eng.Handshake(x.t(), a.room)
+			x.touch(a.pre)
+		}
+	case evLegEnd:
+		x.legEnd(ev)
+	case evClientEnd:
+		x.clientEnd(ev.req)
+	case evArrival:
+		x.arrival()
+	case evTick:
+		x.rt.Tick(x.t())
+		x.push(event{at: x.clock.now + int64(time.Second), kind: evTick})
+	case evProbe:
+		for _, sv := range x.servers {
+			if _, err := x.rt.ObserveHealth(sv.url, !sv.killed, x.t()); err != nil {
+				x.err = err
+			}
+		}
+		x.push(event{at: x.clock.now + x.probeInterval(), kind: evProbe})
+	case evKill:
+		sv := x.servers[ev.srv]
+		sv.eng.Kill(x.t())
+		sv.killed = true
+		x.touch(sv)
+	}
+}
+
+func (x *sim) result() (*Result, error) {
+	w, err := reports.NewWorkload(x.cfg.Workload.Workload, workloadParams(x.cfg.Workload))
+	if err != nil {
+		return nil, err
+	}
+	clusterJSON, err := json.Marshal(x.cl)
+	if err != nil {
+		return nil, fmt.Errorf("sim: cluster: %w", err)
+	}
+	routerJSON, err := json.Marshal(x.cfg.Router)
+	if err != nil {
+		return nil, fmt.Errorf("sim: router config: %w", err)
+	}
+	res := &reports.Results{
+		Schema: reports.SchemaVersion,
+		Meta: reports.Meta{Tool: reports.ToolSim, Version: x.cfg.Version, Seed: *x.cfg.Router.Seed,
+			Workload: w, Cluster: clusterJSON, Router: routerJSON},
+		Levels: x.res,
+	}
+	if res.Levels == nil {
+		res.Levels = []reports.Level{}
+	}
+	if err := res.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return &Result{Results: res, Records: x.records, Stats: x.stats}, nil
+}
+
+// workloadParams lists the parameters of p that matter for its workload, under their flag
+// names (meta.workload of results.json).
+func workloadParams(p workloads.Params) map[string]any {
+	m := map[string]any{"api": string(p.API), "model": p.Model, "seed": p.Seed, "ignore_eos": p.IgnoreEOS}
+	switch p.Workload {
+	case workloads.WorkloadMultiTurn:
+		m["conversations"], m["turns"], m["system_prompt_len"] = p.Conversations, p.Turns, p.SystemPromptLen
+		m["shared_system_prompts"], m["question_len"], m["output_len"] = p.SharedSystemPrompts, p.QuestionLen, p.OutputLen
+		m["range_ratio"], m["think_time"] = p.RangeRatio, p.ThinkTime.String()
+	case workloads.WorkloadGSP:
+		m["gsp_num_groups"], m["gsp_prompts_per_group"] = p.GSPNumGroups, p.GSPPromptsPerGroup
+		m["gsp_system_prompt_len"], m["gsp_question_len"] = p.GSPSystemPromptLen, p.GSPQuestionLen
+		m["gsp_output_len"], m["gsp_ordered"] = p.GSPOutputLen, p.GSPOrdered
+	case workloads.WorkloadLongSystemPrompt:
+		m["lsp_prompts"], m["lsp_system_prompt_len"] = p.LSPPrompts, p.LSPSystemPromptLen
+		m["lsp_question_len"], m["lsp_output_len"] = p.LSPQuestionLen, p.LSPOutputLen
+	case workloads.WorkloadRandom:
+		m["input_len"], m["output_len"], m["range_ratio"], m["num_prompts"] = p.InputLen, p.OutputLen, p.RangeRatio, p.NumPrompts
+	default:
+		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
+	}
+	return m
+}
