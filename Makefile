@@ -14,7 +14,7 @@ BENCHTIME ?= 1s
 # FUZZTIME bounds each fuzz target in `make fuzz`.
 FUZZTIME  ?= 2m
 
-.PHONY: all build test test-unit test-integration test-imports bench fuzz fmt vet tidy clean
+.PHONY: all build test test-unit test-integration test-imports test-browser chromium nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -23,7 +23,7 @@ build: ## build bin/router
 
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), and the import-boundary test.
-test: vet test-imports test-unit test-integration
+test: vet test-imports test-unit test-integration test-browser
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -34,6 +34,16 @@ test-integration:
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router
 
+# The HTML report opened in headless Chromium (router report --format html): its charts carry
+# the data and it loads nothing from the network. The test fails, never skips, without a browser.
+test-browser: chromium
+	$(GO) test -count=1 -tags browser -run '^TestBrowser' ./reports
+
+# Debian's chromium for test-browser, installed once (needs root and the Debian archive).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
 vet:
 	$(GO) vet $(PKGS)
 
@@ -43,8 +53,15 @@ BENCHTABLE = /^pkg: / { printf "\n%s\n", $$2; next } \
 	/^Benchmark/ { l = sprintf("  %-64s %12s", $$1, $$2); \
 		for (i = 3; i < NF; i += 2) l = l sprintf("  %14s %-10s", $$i, $$(i+1)); print l; next } \
 	/^(FAIL|--- FAIL|panic:)/ { print; f = 1 } END { exit f }
-bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -count=1 $(PKGS) | tee bench.txt | awk '$(BENCHTABLE)'
+# BenchmarkProxy (router vs direct vs nginx, as separate processes) runs each experiment once.
+bench: nginx
+	$(GO) test -run '^$$' -bench '$(BENCH)' -skip 'BenchmarkProxy' -benchtime $(BENCHTIME) -benchmem -count=1 $(PKGS) | tee bench.txt | awk '$(BENCHTABLE)'
+	$(GO) test -run '^$$' -bench 'BenchmarkProxy' -benchtime 1x -count=1 ./router/server | tee -a bench.txt | awk '$(BENCHTABLE)'
+
+# Debian's nginx, the reference proxy of BenchmarkProxy, installed once (needs root).
+nginx:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
 
 # Run every fuzz target for FUZZTIME each (their seed corpora already run in `make test`).
 fuzz:

@@ -1,0 +1,413 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// smallConfig is a quick multiturn run against url: 3 conversations of 2 turns, 4 output
+// tokens, short prompts.
+func smallConfig(url string) Config {
+	p := workloads.DefaultParams()
+	p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen = 3, 2, 16, 8, 4
+	l := workloads.DefaultLoadParams()
+	l.Concurrency = []int{2}
+	return Config{URL: url, Workload: p, Load: l, RequestTimeout: 20 * time.Second}
+}
+
+func TestRunClosedLoopAPIs(t *testing.T) {
+	t.Parallel()
+	for _, api := range []workloads.API{workloads.APIChat, workloads.APICompletions, workloads.APIGenerate} {
+		t.Run("api="+string(api), func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSSE{}
+			srv := startFake(t, f)
+			cfg := smallConfig(srv.URL)
+			cfg.Workload.API = api
+			cfg.Out = t.TempDir()
+			res := runOK(t, cfg)
+			require.Len(t, res.Levels, 1)
+			l := res.Levels[0]
+			assert.Equal(t, "c2", l.Label)
+			assert.Equal(t, 6, l.Requests)
+			assert.Zero(t, l.Errors, l.ErrorsByKind)
+			require.NotNil(t, l.CacheHitRate)
+
+			got, recs, err := reports.ReadDir(cfg.Out)
+			require.NoError(t, err)
+			assert.Equal(t, res.Levels, got.Levels)
+			require.Len(t, recs, 6)
+			for _, r := range recs {
+				assert.Nil(t, r.Error)
+				assert.Equal(t, 4, r.OutputTokens, r.ID)
+				assert.Equal(t, 10, r.InputTokens, r.ID)
+				assert.Equal(t, 4, r.CachedTokens, r.ID)
+				require.NotNil(t, r.TTFTMs)
+				require.NotNil(t, r.TPOTMs)
+				assert.Len(t, r.ITLMs, 3)
+				assert.Nil(t, r.QueueMs)
+				assert.Regexp(t, `^multiturn-[0-2]/[01]$`, r.ID)
+			}
+			// Every second turn carries the reply the server actually sent to the first.
+			withReply := 0
+			for _, b := range f.requests() {
+				if strings.Contains(string(b), " w0 w1 w2 w3") {
+					withReply++
+				}
+			}
+			assert.Equal(t, 3, withReply)
+		})
+	}
+}
+
+func TestRunOpenLoop(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	cfg.Load.Concurrency = nil
+	cfg.Load.Rates = []float64{200}
+	cfg.Load.Arrival = workloads.ArrivalConstant
+	res := runOK(t, cfg)
+	require.Len(t, res.Levels, 1)
+	l := res.Levels[0]
+	assert.Equal(t, "r200", l.Label)
+	assert.Equal(t, 6, l.Requests, "3 arrivals, each with its second turn")
+	assert.Zero(t, l.Errors)
+	require.NotNil(t, l.QueueMs)
+	assert.Equal(t, int64(6), f.hits.Load())
+}
+
+func TestRunBurstAndRequestsBound(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	cfg.Workload.Workload = workloads.WorkloadRandom
+	cfg.Workload.NumPrompts, cfg.Workload.InputLen = 50, 16
+	cfg.Load.Concurrency = []int{1, 3}
+	cfg.Load.Rates = []float64{inf()}
+	cfg.Load.Requests = 7
+	res := runOK(t, cfg)
+	var labels []string
+	for _, l := range res.Levels {
+		labels = append(labels, l.Label)
+		assert.Equal(t, 7, l.Requests, l.Label)
+		assert.Zero(t, l.Errors, l.Label)
+	}
+	assert.Equal(t, []string{"c1", "c3", "burst"}, labels)
+}
+
+// As in the simulator, the first --warmup requests of each level are its workload's first
+// requests, sent but not recorded; --flush-cache flushes between levels.
+func TestRunWarmupAndFlush(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	cfg.Load.Concurrency = []int{1, 2, 3}
+	cfg.Load.Warmup = 2
+	cfg.Load.FlushCache = true
+	cfg.Out = t.TempDir()
+	res := runOK(t, cfg)
+	require.Len(t, res.Levels, 3)
+	for _, l := range res.Levels {
+		assert.Equal(t, 4, l.Requests, "6 requests in the workload, 2 of them warm-up")
+	}
+	assert.Equal(t, int64(3*6), f.hits.Load())
+	assert.Equal(t, int64(2), f.flushes.Load())
+	recs, err := reports.ReadRecords(cfg.Out)
+	require.NoError(t, err)
+	require.Len(t, recs, 12)
+	assert.Less(t, recs[0].StartMs, 5.0, "c1: times count from the first recorded request")
+
+	// With --requests, warm-up comes on top.
+	cfg.Load.Requests = 3
+	cfg.Out = ""
+	res = runOK(t, cfg)
+	for _, l := range res.Levels {
+		assert.Equal(t, 3, l.Requests)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	dead := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		ln.Close()
+		return "http://" + addr
+	}
+	for _, tc := range []struct {
+		name    string
+		fake    *fakeSSE // nil: a dead endpoint
+		timeout time.Duration
+		kind    string
+		msg     string
+	}{
+		{name: "dead", kind: reports.ErrKindConnection, msg: "connection refused"},
+		{name: "500", fake: &fakeSSE{Status: 500}, kind: "http_500", msg: "fake failure 500"},
+		{name: "503", fake: &fakeSSE{Status: 503}, kind: "http_503", msg: "fake failure 503"},
+		{name: "cut", fake: &fakeSSE{CutAfter: 2}, kind: reports.ErrKindStreamCut, msg: "before [DONE] after 2 events"},
+		{name: "no-done", fake: &fakeSSE{NoDone: true}, kind: reports.ErrKindStreamCut, msg: "before [DONE]"},
+		{name: "hang", fake: &fakeSSE{Hang: true}, timeout: 200 * time.Millisecond, kind: reports.ErrKindTimeout, msg: "within 200ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := ""
+			if tc.fake == nil {
+				url = dead(t)
+			} else {
+				url = startFake(t, tc.fake).URL
+			}
+			cfg := smallConfig(url)
+			cfg.Load.Concurrency = []int{2}
+			if tc.timeout > 0 {
+				cfg.RequestTimeout = tc.timeout
+			}
+			cfg.Out = t.TempDir()
+			res := runOK(t, cfg)
+			l := res.Levels[0]
+			// A failed first turn ends its conversation: 3 conversations, 3 failed requests.
+			assert.Equal(t, 3, l.Requests)
+			assert.Equal(t, 3, l.Errors)
+			assert.Equal(t, map[string]int{tc.kind: 3}, l.ErrorsByKind)
+			recs, err := reports.ReadRecords(cfg.Out)
+			require.NoError(t, err)
+			require.Len(t, recs, 3)
+			assert.Contains(t, *recs[0].Error, tc.kind+": ")
+			assert.Contains(t, *recs[0].Error, tc.msg)
+		})
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{Hang: true}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	go func() {
+		for f.hits.Load() < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	res, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, res.Levels, 1)
+	assert.Equal(t, map[string]int{reports.ErrKindCanceled: 2}, res.Levels[0].ErrorsByKind)
+}
+
+func TestRunDuration(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{ITL: time.Millisecond}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	cfg.Workload.Conversations, cfg.Workload.Turns = 100000, 3
+	cfg.Load.Duration = 150 * time.Millisecond
+	res := runOK(t, cfg)
+	l := res.Levels[0]
+	assert.Positive(t, l.Requests)
+	assert.Less(t, l.Requests, 300000)
+	assert.Zero(t, l.Errors)
+}
+
+func TestSLOGoodput(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	slo, err := ParseSLO("ttft=60000,tpot=60000")
+	require.NoError(t, err)
+	cfg.SLO = slo
+	res := runOK(t, cfg)
+	require.NotNil(t, res.Levels[0].Goodput)
+	assert.Equal(t, 1.0, *res.Levels[0].Goodput)
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no url", func(c *Config) { c.URL = "" }, "--url is required"},
+		{"bad scheme", func(c *Config) { c.URL = "ftp://x" }, "want http://host:port"},
+		{"bad workload", func(c *Config) { c.Workload.Turns = 0 }, "--turns"},
+		{"bad load", func(c *Config) { c.Load.Concurrency = []int{0} }, "--concurrency 0"},
+		{"twice", func(c *Config) { c.Load.Concurrency = []int{4, 2, 4} }, "level c4 appears twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := smallConfig("http://127.0.0.1:1")
+			tc.edit(&cfg)
+			_, err := Run(context.Background(), cfg)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestParseSLO(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want *reports.SLO
+		err  string
+	}{
+		{in: "ttft=200,tpot=50", want: &reports.SLO{TTFTMs: 200, TPOTMs: 50}},
+		{in: "ttft=200ms", want: &reports.SLO{TTFTMs: 200}},
+		{in: "e2e=1000", want: &reports.SLO{E2EMs: 1000}},
+		{in: "", err: "is empty"},
+		{in: "ttft=-1", err: "not KEY=MS"},
+		{in: "itl=5", err: "unknown objective"},
+	} {
+		got, err := ParseSLO(tc.in)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestParseHeader(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	require.NoError(t, ParseHeader(h, "Authorization: Bearer x"))
+	require.NoError(t, ParseHeader(h, "x-a:b"))
+	assert.Equal(t, "Bearer x", h.Get("Authorization"))
+	assert.Equal(t, "b", h.Get("X-A"))
+	assert.Error(t, ParseHeader(h, "nocolon"))
+	assert.Error(t, ParseHeader(h, ": v"))
+}
+
+func TestPacer(t *testing.T) {
+	t.Parallel()
+	p := Pacer{Arrivals: workloads.Constant{Rate: 10, Limit: 3}, Nominal: 10}
+	for _, tc := range []struct {
+		elapsed time.Duration
+		hits    uint64
+		wait    time.Duration
+		stop    bool
+	}{
+		{0, 0, 0, false}, // first arrival at once
+		{50 * time.Millisecond, 1, 50 * time.Millisecond, false},   // second due at 100ms
+		{250 * time.Millisecond, 2, -50 * time.Millisecond, false}, // late: send now
+		{time.Second, 3, 0, true},                                  // limit reached
+	} {
+		wait, stop := p.Pace(tc.elapsed, tc.hits)
+		assert.Equal(t, tc.wait, wait)
+		assert.Equal(t, tc.stop, stop)
+	}
+	assert.Equal(t, 10.0, p.Rate(0))
+}
+
+func TestRunThinkTimeAndProgress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"closed", func(c *Config) {}},
+		{"open", func(c *Config) {
+			c.Load.Concurrency, c.Load.Rates, c.Load.Arrival = nil, []float64{1000}, workloads.ArrivalConstant
+		}},
+	} {
+		t.Run("loop="+tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSSE{}
+			srv := startFake(t, f)
+			cfg := smallConfig(srv.URL)
+			cfg.Workload.ThinkTime = 30 * time.Millisecond
+			tc.edit(&cfg)
+			var prog strings.Builder
+			cfg.Progress = &prog
+			cfg.Out = t.TempDir()
+			res := runOK(t, cfg)
+			l := res.Levels[0]
+			assert.Equal(t, 6, l.Requests)
+			assert.Zero(t, l.Errors)
+			assert.Contains(t, prog.String(), l.Label)
+			assert.Contains(t, prog.String(), "6/6 reqs")
+			// Every conversation thinks once between its two turns.
+			assert.GreaterOrEqual(t, l.DurationS, 0.03)
+			recs, err := reports.ReadRecords(cfg.Out)
+			require.NoError(t, err)
+			late := 0
+			for _, r := range recs {
+				if r.StartMs >= 30 {
+					late++
+				}
+			}
+			assert.GreaterOrEqual(t, late, 3, "second turns wait the think time")
+		})
+	}
+}
+
+func TestRunErrorExamplesOnProgress(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{Status: 503}
+	srv := startFake(t, f)
+	cfg := smallConfig(srv.URL)
+	var prog strings.Builder
+	cfg.Progress = &prog
+	runOK(t, cfg)
+	assert.Contains(t, prog.String(), "c2: e.g. http_503: fake failure 503")
+}
+
+func TestRunTrace(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	p := workloads.DefaultParams()
+	p.Workload, p.TraceFile, p.TimeScale = workloads.WorkloadMooncake, "../../shared/traces/synthetic_trace.jsonl", 0.0001
+	l := workloads.DefaultLoadParams()
+	l.Requests = 12
+	res := runOK(t, Config{URL: srv.URL, Workload: p, Load: l})
+	require.Len(t, res.Levels, 1)
+	lv := res.Levels[0]
+	assert.Equal(t, "trace", lv.Label)
+	assert.Equal(t, 12, lv.Requests)
+	assert.Zero(t, lv.Errors, lv.ErrorsByKind)
+	require.NotNil(t, lv.QueueMs)
+}
+
+// Everything a run starts has stopped when Run returns (idle connections closed, attackers,
+// clients and progress done). Not parallel: it counts goroutines.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	f := &fakeSSE{}
+	srv := startFake(t, f)
+	before := runtime.NumGoroutine()
+	for _, edit := range []func(*Config){
+		func(c *Config) {},
+		func(c *Config) { c.Load.Concurrency, c.Load.Rates = nil, []float64{500} },
+	} {
+		cfg := smallConfig(srv.URL)
+		cfg.Progress = io.Discard
+		edit(&cfg)
+		runOK(t, cfg)
+	}
+	srv.CloseClientConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdrouter/pdrouter/bench"
+	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+func init() { subcommands = append(subcommands, newBenchCmd) }
+
+// newBenchCmd builds `router bench` (SPEC §5).
+func newBenchCmd() *cobra.Command {
+	p, l := workloads.DefaultParams(), workloads.DefaultLoadParams()
+	var (
+		url, slo, out string
+		headers       []string
+		timeout       time.Duration
+		quiet         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench --url URL [--workload NAME] [load flags]",
+		Short: "Load-test a live OpenAI/SGLang endpoint and report TTFT, TPOT, ITL, E2E per level",
+		Long: `bench drives a live endpoint (router serve, a worker, any OpenAI- or SGLang-compatible
+deployment) with a workload and reports P50-P99 TTFT, TPOT, ITL and E2E latency, throughput,
+cache hit rate and goodput per level, measured as sglang bench_serving measures them.
+
+Levels: --concurrency 1,2,4 runs closed loop (N clients, each running one conversation at a
+time, turns in order with the actual reply appended); --rate R|inf runs open loop (each
+arrival of --arrival starts a conversation; client-side queueing is reported as queue_ms).
+--requests and --duration bound each level; --warmup requests precede each level unrecorded;
+--flush-cache POSTs /flush_cache to the target between levels.
+
+Progress goes to stderr, the table to stdout, and with --out DIR results.json and
+requests.jsonl (render them again with router report).`,
+		Example: `  router bench --url http://127.0.0.1:30000 --workload multiturn --concurrency 1,4,16,64 --out runs/on
+  router bench --url http://127.0.0.1:30000 --workload gsp --rate 2,4,8 --duration 2m --slo ttft=500,tpot=50`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateWorkloadFlags(p, l); err != nil {
+				return err
+			}
+			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
+				RequestTimeout: timeout, Out: out, Version: version}
+			for _, h := range headers {
+				if err := bench.ParseHeader(cfg.Header, h); err != nil {
+					return err
+				}
+			}
+			if slo != "" {
+				s, err := bench.ParseSLO(slo)
+				if err != nil {
+					return err
+				}
+				cfg.SLO = s
+			}
+			if !quiet {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, runErr := bench.Run(ctx, cfg)
+			if res != nil && len(res.Levels) > 0 {
+				if err := reports.RenderTable(cmd.OutOrStdout(), res); err != nil {
+					return err
+				}
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if out != "" && !quiet {
+				fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", out)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&url, "url", "", "base URL of the endpoint, e.g. http://127.0.0.1:30000 (required)")
+	fs.StringArrayVar(&headers, "header", nil, `extra request header "Key: value" (repeatable)`)
+	fs.StringVar(&slo, "slo", "", "goodput objectives in ms, e.g. ttft=500,tpot=50 (also e2e=MS)")
+	fs.StringVar(&out, "out", "", "directory for results.json and requests.jsonl")
+	fs.DurationVar(&timeout, "request-timeout", bench.DefaultRequestTimeout, "bound on one request, stream included")
+	fs.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
+	addWorkloadFlags(fs, &p, &l)
+	_ = cmd.MarkFlagRequired("url")
+	return cmd
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/reports"
+)
+
+// sseServer answers every chat request with three tokens, usage and [DONE], immediately; it
+// counts /flush_cache calls and records the Authorization header it saw.
+func sseServer(t *testing.T) (*httptest.Server, func() []string) {
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.URL.Path == "/flush_cache" {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\" t%d\"}}]}\n\n", i)
+		}
+		io := `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":3}}}` + "\n\ndata: [DONE]\n\n"
+		fmt.Fprint(w, io)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), auth...)
+	}
+}
+
+func TestBenchCommand(t *testing.T) {
+	srv, auth := sseServer(t)
+	dir := filepath.Join(t.TempDir(), "on")
+	out, err := run(t, "bench", "--url", srv.URL, "--workload", "random", "--num-prompts", "6",
+		"--input-len", "8", "--output-len", "3", "--concurrency", "1,2", "--out", dir, "--quiet",
+		"--header", "Authorization: Bearer k", "--slo", "ttft=1000,tpot=1000", "--flush-cache")
+	require.NoError(t, err)
+	assert.Contains(t, out, "bench  workload=random  seed=1")
+	assert.Regexp(t, `(?m)^c1\s+6\s+0\s`, out)
+	assert.Regexp(t, `(?m)^c2\s+6\s+0\s`, out)
+	assert.Contains(t, out, "good")
+	res, recs, err := reports.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, res.Levels, 2)
+	assert.Len(t, recs, 12)
+	seen := auth()
+	for _, a := range seen {
+		assert.Equal(t, "Bearer k", a)
+	}
+	assert.Len(t, seen, 13, "12 requests and the flush between the levels")
+
+	// router report renders what bench wrote.
+	md, err := run(t, "report", dir, "--format", "md")
+	require.NoError(t, err)
+	assert.Contains(t, md, "| c2 | 6 | 0 |")
+}
+
+func TestBenchCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, `"url" not set`},
+		{[]string{"bench", "--url", "http://127.0.0.1:1", "--slo", "ttft"}, "--slo"},
+		{[]string{"bench", "--url", "http://127.0.0.1:1", "--header", "nocolon"}, "--header"},
+		{[]string{"bench", "--url", "http://127.0.0.1:1", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"bench", "--url", "ftp://x"}, "--url"},
+	} {
+		_, err := run(t, tc.args...)
+		assert.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
+	}
+}
+
+func TestBenchCommandDeadEndpoint(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	out, err := run(t, "bench", "--url", url, "--workload", "random", "--num-prompts", "3",
+		"--input-len", "8", "--output-len", "3", "--quiet")
+	require.NoError(t, err, "failed requests are counted, not fatal")
+	assert.Regexp(t, `(?m)^c1\s+3\s+3\s`, out)
+	assert.Contains(t, out, "errors c1: connection=3")
+}

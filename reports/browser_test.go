@@ -1,0 +1,187 @@
+//go:build browser
+
+package reports
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// chromiumFlags keep headless Chromium off the network and out of the user's profile.
+var chromiumFlags = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+	"--no-first-run", "--disable-background-networking", "--disable-component-update",
+	"--disable-sync", "--disable-extensions", "--hide-scrollbars"}
+
+// chromium runs headless Chromium with args and a fresh profile and returns its stdout. A
+// missing browser fails the test: `make test-browser` installs Debian's chromium.
+func chromium(t *testing.T, args ...string) []byte {
+	t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		bin, err = exec.LookPath("chromium-browser")
+	}
+	require.NoError(t, err, "headless Chromium is required (make test-browser installs Debian's chromium)")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	all := append(slices.Clone(chromiumFlags), "--user-data-dir="+t.TempDir())
+	cmd := exec.CommandContext(ctx, bin, append(all, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "chromium: %s", stderr.String())
+	return out
+}
+
+// pathRE matches the data lines gonum/plot draws (1.5 pt strokes) in Chromium's DOM dump.
+var pathRE = regexp.MustCompile(`<path d="([^"]+)" style="fill:none;stroke:#[0-9A-F]{6};stroke-width:1.5"`)
+
+// figurePaths returns the points of every data line inside <figure id="id">, in drawing order.
+func figurePaths(t *testing.T, dom, id string) [][][2]float64 {
+	t.Helper()
+	start := strings.Index(dom, `<figure id="`+id+`">`)
+	require.GreaterOrEqual(t, start, 0, "figure %s missing", id)
+	end := strings.Index(dom[start:], "</figure>")
+	require.Positive(t, end)
+	fig := dom[start : start+end]
+	require.Contains(t, fig, "<svg")
+	var out [][][2]float64
+	for _, m := range pathRE.FindAllStringSubmatch(fig, -1) {
+		var pts [][2]float64
+		for _, seg := range strings.FieldsFunc(m[1], func(r rune) bool { return r == 'M' || r == 'L' }) {
+			xy := strings.Split(seg, ",")
+			require.Len(t, xy, 2, "path %q", m[1])
+			x, err1 := strconv.ParseFloat(xy[0], 64)
+			y, err2 := strconv.ParseFloat(xy[1], 64)
+			require.NoError(t, err1)
+			require.NoError(t, err2)
+			pts = append(pts, [2]float64{x, y})
+		}
+		out = append(out, pts)
+	}
+	return out
+}
+
+// TestBrowserHTMLReport opens the compare report in headless Chromium, served from loopback:
+// the page requests nothing but itself, its charts are drawn, and the lines of the TTFT P95
+// and TPOT P95 charts are the data (y an affine function of the values, x equally spaced over
+// the concurrency levels 1, 4, 16 on a log2 axis), the CDFs one point per request.
+func TestBrowserHTMLReport(t *testing.T) {
+	off, on := sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)
+	var page bytes.Buffer
+	require.NoError(t, RenderCompare(&page, FormatHTML, off, on))
+
+	var mu sync.Mutex
+	var fetched []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fetched = append(fetched, r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path != "/report.html" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page.Bytes())
+	}))
+	defer srv.Close()
+	url := srv.URL + "/report.html"
+
+	dom := string(chromium(t, "--dump-dom", url))
+	require.Equal(t, 4, strings.Count(dom, "<svg"), "four charts")
+
+	for _, ch := range []struct {
+		id     string
+		metric func(*Level) float64
+	}{
+		{"ttft-p95", func(l *Level) float64 { return l.TTFTMs.P95 }},
+		{"tpot-p95", func(l *Level) float64 { return l.TPOTMs.P95 }},
+	} {
+		paths := figurePaths(t, dom, ch.id)
+		require.GreaterOrEqual(t, len(paths), 2, ch.id)
+		// Calibrate y = a + b·value on the first run's extremes, then check every point.
+		vals := func(run Run) []float64 {
+			var v []float64
+			for i := range run.Results.Levels {
+				v = append(v, ch.metric(&run.Results.Levels[i]))
+			}
+			return v
+		}
+		offV, onV := vals(off), vals(on)
+		p0 := paths[0]
+		require.Len(t, p0, 3, "%s: one point per level", ch.id)
+		b := (p0[2][1] - p0[0][1]) / (offV[2] - offV[0])
+		a := p0[0][1] - b*offV[0]
+		require.NotZero(t, b)
+		for s, v := range [][]float64{offV, onV} {
+			pts := paths[s]
+			require.Len(t, pts, 3, "%s series %d", ch.id, s)
+			for i := range pts {
+				assert.InDelta(t, a+b*v[i], pts[i][1], 0.6, "%s series %d point %d", ch.id, s, i)
+			}
+			assert.InDelta(t, pts[1][0]-pts[0][0], pts[2][0]-pts[1][0], 0.6, "%s: log2 x spacing", ch.id)
+		}
+	}
+	for i, run := range []Run{off, on} {
+		paths := figurePaths(t, dom, "ttft-cdf-"+strconv.Itoa(i))
+		var lens []int
+		for _, p := range paths {
+			if len(p) > 2 { // legend samples are two-point lines
+				lens = append(lens, len(p))
+			}
+		}
+		var want []int
+		for _, l := range run.Results.Levels {
+			want = append(want, l.Requests-l.Errors+1)
+		}
+		assert.Equal(t, want, lens, "CDF of %s: one point per successful request (+ the origin)", run.Name)
+	}
+
+	// Drawn, not just present: the screenshot shows both runs' line colours.
+	shot := filepath.Join(t.TempDir(), "shot.png")
+	chromium(t, "--window-size=1400,2400", "--screenshot="+shot, url)
+	f, err := os.Open(shot)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	for _, c := range palette[:2] {
+		assert.Greater(t, countColor(img, c.R, c.G, c.B), 50, "pixels of colour #%02x%02x%02x", c.R, c.G, c.B)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"/report.html", "/report.html"}, fetched, "the page loads nothing else")
+}
+
+// countColor counts the pixels within a small distance of the colour (anti-aliasing aside).
+func countColor(img image.Image, r, g, b uint8) int {
+	n := 0
+	bounds := img.Bounds()
+	near := func(a uint32, v uint8) bool { d := int(a>>8) - int(v); return d > -12 && d < 12 }
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			pr, pg, pb, _ := img.At(x, y).RGBA()
+			if near(pr, r) && near(pg, g) && near(pb, b) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,252 @@
+package reports
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sweepRun is a deterministic closed-loop sweep c1, c4, c16 of the multiturn workload; scale
+// stretches its latencies (the "off" run is slower than the "on" run), records included.
+func sweepRun(t testing.TB, name string, scale float64) Run {
+	t.Helper()
+	wl, err := NewWorkload("multiturn", map[string]any{"conversations": 16, "turns": 2})
+	require.NoError(t, err)
+	r := &Results{Schema: SchemaVersion, Meta: Meta{Tool: ToolBench, Version: "v0.1.0", Seed: 1,
+		Workload: wl, Target: str("http://127.0.0.1:30000")}}
+	var all []Record
+	for li, n := range []int{1, 4, 16} {
+		info := ClosedLoop(n)
+		info.Duration = time.Duration(2+li) * time.Second
+		info.SLO = &SLO{TTFTMs: 150}
+		var recs []Record
+		for i := range 8 {
+			ttft := scale * float64(40+20*li*li+3*i)
+			e2e := ttft + scale*float64(7*(10+li+i%3))
+			rec := Record{Level: info.Label, ID: fmt.Sprintf("%s-%d", info.Label, i), StartMs: float64(100 * i),
+				TTFTMs: new(ttft), E2EMs: e2e, ITLMs: []float64{scale * 10, scale * float64(10+li)},
+				InputTokens: 1000, OutputTokens: 8, CachedTokens: 100 * li}
+			rec.TPOTMs = TPOT(ttft, e2e, rec.OutputTokens)
+			if li == 2 && i == 7 {
+				rec.Error = FormatError(HTTPErrorKind(503), "overloaded")
+				rec.TTFTMs, rec.TPOTMs, rec.ITLMs = nil, nil, nil
+			}
+			recs = append(recs, rec)
+		}
+		l, err := Aggregate(info, recs)
+		require.NoError(t, err)
+		r.Levels = append(r.Levels, l)
+		all = append(all, recs...)
+	}
+	return Run{Name: name, Results: r, Records: all}
+}
+
+func TestRenderGolden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		file   string
+		format Format
+		res    *Results
+	}{
+		{"results.md", FormatMarkdown, fixtureResults(t)},
+		{"sim_results.md", FormatMarkdown, fixtureSimResults(t)},
+		{"results.csv", FormatCSV, fixtureResults(t)},
+		{"sim_results.csv", FormatCSV, fixtureSimResults(t)},
+		{"render.json", FormatJSON, fixtureResults(t)},
+	} {
+		t.Run("file="+tc.file, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			require.NoError(t, Render(&buf, tc.format, tc.res))
+			golden(t, tc.file, buf.Bytes())
+		})
+	}
+}
+
+func TestRenderJSONIsResultsJSON(t *testing.T) {
+	t.Parallel()
+	r := fixtureResults(t)
+	var a, b bytes.Buffer
+	require.NoError(t, RenderJSON(&a, r))
+	require.NoError(t, EncodeResults(&b, r))
+	assert.Equal(t, b.String(), a.String())
+	back, err := DecodeResults(&a)
+	require.NoError(t, err)
+	assert.Equal(t, r.Levels, back.Levels)
+}
+
+func TestCompareGolden(t *testing.T) {
+	t.Parallel()
+	off, on := sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)
+	for _, tc := range []struct {
+		file   string
+		format Format
+	}{
+		{"compare.txt", FormatTable},
+		{"compare.md", FormatMarkdown},
+		{"compare.csv", FormatCSV},
+		{"compare.json", FormatJSON},
+	} {
+		t.Run("file="+tc.file, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			require.NoError(t, RenderCompare(&buf, tc.format, off, on))
+			golden(t, tc.file, buf.Bytes())
+		})
+	}
+}
+
+func TestRunsGolden(t *testing.T) {
+	t.Parallel()
+	runs := []Run{sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)}
+	for _, tc := range []struct {
+		file   string
+		format Format
+	}{
+		{"runs.txt", FormatTable},
+		{"runs.csv", FormatCSV},
+		{"runs.json", FormatJSON},
+	} {
+		t.Run("file="+tc.file, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			require.NoError(t, RenderRuns(&buf, tc.format, runs))
+			golden(t, tc.file, buf.Bytes())
+		})
+	}
+}
+
+func TestCompareImprovement(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		a, b  float64
+		lower bool
+		want  *float64
+	}{
+		{"latency halved", 200, 100, true, new(50.0)},
+		{"latency doubled", 100, 200, true, new(-100.0)},
+		{"throughput up", 10, 15, false, new(50.0)},
+		{"equal", 5, 5, true, new(0.0)},
+		{"zero baseline", 0, 5, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tc.want, Improvement(tc.a, tc.b, tc.lower))
+		})
+	}
+}
+
+func TestComparePairsByLabel(t *testing.T) {
+	t.Parallel()
+	a, b := sweepRun(t, "a", 1), sweepRun(t, "b", 1)
+	b.Results.Levels = append(b.Results.Levels[1:2], b.Results.Levels[2])
+	b.Results.Levels[1].Label, b.Results.Levels[1].Concurrency = "c32", new(32)
+	c := Compare(a, b)
+	var got []string
+	for _, l := range c.Levels {
+		got = append(got, fmt.Sprintf("%s:%t/%t", l.Label, l.A != nil, l.B != nil))
+	}
+	assert.Equal(t, []string{"c1:true/false", "c4:true/true", "c16:true/false", "c32:false/true"}, got)
+	var buf bytes.Buffer
+	require.NoError(t, RenderCompare(&buf, FormatTable, a, b))
+	for i, line := range strings.Split(buf.String(), "\n") {
+		if i > 0 {
+			assert.LessOrEqual(t, utf8.RuneCountInString(line), 100, "line %d: %q", i+1, line)
+		}
+	}
+	assert.Contains(t, buf.String(), "impr")
+}
+
+func TestRunName(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"runs/on/results.json": "on", "runs/off": "off", "runs/off/": "off", "base.json": "base", "x": "x",
+	} {
+		assert.Equal(t, want, RunName(in), in)
+	}
+}
+
+func TestReadRun(t *testing.T) {
+	t.Parallel()
+	run := sweepRun(t, "x", 1)
+	dir := t.TempDir()
+	require.NoError(t, WriteDir(dir, run.Results, run.Records))
+	for _, path := range []string{dir, dir + "/results.json"} {
+		got, err := ReadRun(path, true)
+		require.NoError(t, err)
+		assert.Len(t, got.Records, len(run.Records))
+		assert.Equal(t, filepath.Base(dir), got.Name)
+		bare, err := ReadRun(path, false)
+		require.NoError(t, err)
+		assert.Nil(t, bare.Records)
+		assert.Equal(t, run.Results.Levels, got.Results.Levels)
+	}
+}
+
+// refAttr matches the attributes that make a browser fetch something.
+var refAttr = regexp.MustCompile(`(?i)\b(src|href|xlink:href|srcset|action|data|poster)\s*=\s*"([^"]*)"`)
+
+// externalRefs returns what in page could load from elsewhere: any "://" (the target URL,
+// which is data, removed first), reference attributes other than data: and #fragment
+// values, CSS url() and @import.
+func externalRefs(page, target string) []string {
+	page = strings.ReplaceAll(page, target, "")
+	var bad []string
+	if strings.Contains(page, "://") {
+		i := strings.Index(page, "://")
+		bad = append(bad, page[max(0, i-20):min(len(page), i+40)])
+	}
+	for _, m := range refAttr.FindAllStringSubmatch(page, -1) {
+		if !strings.HasPrefix(m[2], "data:") && !strings.HasPrefix(m[2], "#") {
+			bad = append(bad, m[0])
+		}
+	}
+	for _, css := range []string{"url(", "@import"} {
+		if strings.Contains(page, css) {
+			bad = append(bad, css)
+		}
+	}
+	return bad
+}
+
+func TestHTMLSelfContained(t *testing.T) {
+	t.Parallel()
+	runs := []Run{sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)}
+	var buf bytes.Buffer
+	require.NoError(t, RenderCompare(&buf, FormatHTML, runs[0], runs[1]))
+	page := buf.String()
+	assert.Empty(t, externalRefs(page, "http://127.0.0.1:30000"))
+	assert.NotContains(t, page, "<script")
+	for _, id := range []string{"ttft-p95", "tpot-p95", "ttft-cdf-0", "ttft-cdf-1"} {
+		assert.Contains(t, page, `<figure id="`+id+`">`)
+	}
+	assert.Equal(t, 4, strings.Count(page, "<svg"))
+	assert.Contains(t, page, `<th colspan="3">TTFT p95 ms</th>`)
+	assert.Contains(t, page, "<th>impr</th>")
+}
+
+// A run with open-loop levels only charts against the rate; one without records has no CDF.
+func TestHTMLOpenLoopRun(t *testing.T) {
+	t.Parallel()
+	r := fixtureResults(t) // c2, r0.5, burst: concurrency wins when present
+	var buf bytes.Buffer
+	require.NoError(t, RenderRuns(&buf, FormatHTML, []Run{{Name: "x", Results: r}}))
+	assert.Contains(t, buf.String(), "concurrency (clients)")
+	assert.NotContains(t, buf.String(), "ttft-cdf-")
+
+	r.Levels = r.Levels[1:2] // r0.5 only
+	buf.Reset()
+	require.NoError(t, RenderRuns(&buf, FormatHTML, []Run{{Name: "x", Results: r}}))
+	assert.Contains(t, buf.String(), "rate (requests/s)")
+	assert.Equal(t, 2, strings.Count(buf.String(), "<svg"))
+	assert.Empty(t, externalRefs(buf.String(), "http://127.0.0.1:8080"))
+}
