@@ -146,9 +146,8 @@ func (l *loop) query(ctx context.Context, f func(l *loop, now time.Time)) bool {
 // run is the loop goroutine; it returns when ctx is done, after failing every waiter.
 func (l *loop) run(ctx context.Context) {
 	defer close(l.stopped)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	wake := newWaker()
+	defer wake.Close()
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,14 +173,14 @@ func (l *loop) run(ctx context.Context) {
 					break drain
 				}
 			}
-		case <-timer.C:
+		case <-wake.C():
 		}
 		l.outs = l.srv.AppendAdvance(l.outs[:0], time.Now())
 		l.dispatch(l.outs)
 		if t, ok := l.srv.NextEvent(); ok {
-			timer.Reset(time.Until(t))
+			wake.Arm(time.Until(t))
 		} else {
-			timer.Stop()
+			wake.Disarm()
 		}
 	}
 }
