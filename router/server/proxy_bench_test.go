@@ -103,6 +103,22 @@ func (p proc) cpu(tb testing.TB) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
+// syscalls returns the read and write system calls the process made so far (/proc/PID/io).
+func (p proc) syscalls(tb testing.TB) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
+			x, _ := strconv.ParseInt(v, 10, 64)
+			n += x
+		}
+	}
+	return n
+}
+
 // rss returns the process's resident set in bytes.
 func (p proc) rss(tb testing.TB) int64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p.pid))
@@ -377,8 +393,9 @@ func BenchmarkProxy(b *testing.B) {
 		for _, t := range targets {
 			b.Run(fmt.Sprintf("load=%s/target=%s", ph.name, t.name), func(b *testing.B) {
 				var cpu0 time.Duration
+				var sys0 int64
 				if t.proc != nil {
-					cpu0 = t.proc.cpu(b)
+					cpu0, sys0 = t.proc.cpu(b), t.proc.syscalls(b)
 				}
 				r := ph.run(t.url)
 				if t.name == "direct" {
@@ -395,6 +412,7 @@ func BenchmarkProxy(b *testing.B) {
 				b.ReportMetric(float64(r.errors), "errors")
 				if t.proc != nil && r.requests > 0 {
 					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/float64(r.requests), "cpu-µs/req")
+					b.ReportMetric(float64(t.proc.syscalls(b)-sys0)/float64(r.requests), "rw-syscalls/req")
 				}
 			})
 		}
