@@ -2,7 +2,6 @@ package router
 
 import (
 	"time"
-	"unicode/utf8"
 
 	"github.com/pdrouter/pdrouter/router/tree"
 )
@@ -51,12 +50,12 @@ func (*CacheAware) Name() string { return PolicyCacheAware }
 //
 // The text is inserted for the chosen target in every case.
 func (p *CacheAware) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
-	idx, reason, rate := p.choose(req.Text, ts)
+	idx, reason, rate := p.choose(req, ts)
 	p.tree.Insert(req.Text, ts[idx].name)
 	return Pick{Index: idx, Reason: reason, MatchRate: rate}, nil
 }
 
-func (p *CacheAware) choose(text string, ts []*Target) (int, Reason, float64) {
+func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
 	minL, maxL := ts[0].Load(), ts[0].Load()
 	for _, t := range ts[1:] {
 		l := t.Load()
@@ -66,9 +65,9 @@ func (p *CacheAware) choose(text string, ts []*Target) (int, Reason, float64) {
 		return leastLoaded(ts), ReasonImbalance, 0
 	}
 	var matched int
-	matched, p.tenants = p.tree.PrefixMatch(text, p.tenants)
+	matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
 	rate := 0.0
-	if n := utf8.RuneCountInString(text); n > 0 {
+	if n := req.textRunes(); n > 0 {
 		rate = float64(matched) / float64(n)
 	}
 	if rate > p.cfg.CacheThreshold {

@@ -6,10 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Request is the routing view of one request: what the policies look at. It never holds an
-// *http.Request, so the simulator can build one from a body alone.
+// *http.Request, so the simulator can build one from a body alone. Route caches derived
+// values in it (the text's rune count), so one Request must not be routed by two goroutines
+// at once; reusing it for a retry is fine.
 type Request struct {
 	// Text is the routing text (SPEC §1.2), extracted by router/wire.
 	Text string
@@ -18,6 +21,16 @@ type Request struct {
 	// Avoid lists worker URLs to skip if any other target of the role is available: a retry
 	// passes the workers that already failed this request, so it moves to another target.
 	Avoid []string
+
+	runes int // len(Text) in runes, counted once per Route for every role's policy; -1: unknown
+}
+
+// textRunes returns the routing text's length in runes, counting it at most once.
+func (q *Request) textRunes() int {
+	if q.runes <= 0 {
+		q.runes = utf8.RuneCountInString(q.Text)
+	}
+	return q.runes
 }
 
 // Router is the routing core shared by `serve` and `sim`. It is safe for concurrent use.
@@ -185,6 +198,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 	}
 	d := &Decision{r: r}
+	req.runes = 0 // the text may have changed since a previous Route with this Request
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
 		p, err := r.policies[role].Pick(now, req, ts)
