@@ -282,14 +282,16 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if kindOf(messages) != kindArray {
 		return wrongType("messages", "an array", messages, "messages")
 	}
-	var text []byte
+	// The decoded text is never longer than the raw messages: one allocation up front.
+	text := make([]byte, 0, len(messages))
 	var err *Error
 	idx := 0
 	eachElem(messages, func(msg []byte) bool {
-		path := "messages[" + strconv.Itoa(idx) + "]"
+		i := idx
+		path := func() string { return "messages[" + strconv.Itoa(i) + "]" } // built only on error
 		idx++
 		if kindOf(msg) != kindObject {
-			err = wrongType(path, "an object", msg, "messages")
+			err = wrongType(path(), "an object", msg, "messages")
 			return false
 		}
 		var content, reasoning []byte
@@ -308,10 +310,11 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 		case kindArray:
 			j := 0
 			eachElem(content, func(part []byte) bool {
-				ppath := path + ".content[" + strconv.Itoa(j) + "]"
+				jj := j
+				ppath := func() string { return path() + ".content[" + strconv.Itoa(jj) + "]" }
 				j++
 				if kindOf(part) != kindObject {
-					err = wrongType(ppath, "an object", part, "messages")
+					err = wrongType(ppath(), "an object", part, "messages")
 					return false
 				}
 				if t, ok := lookup(part, "text"); ok {
@@ -320,7 +323,7 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 						text = addPiece(text, t)
 					case kindNull:
 					default:
-						err = wrongType(ppath+".text", "a string", t, "messages")
+						err = wrongType(ppath()+".text", "a string", t, "messages")
 						return false
 					}
 				}
@@ -330,7 +333,7 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 				return false
 			}
 		default:
-			err = wrongType(path+".content", "a string or an array", content, "messages")
+			err = wrongType(path()+".content", "a string or an array", content, "messages")
 			return false
 		}
 		switch kindOf(reasoning) {
@@ -338,7 +341,7 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 		case kindString:
 			text = addPiece(text, reasoning)
 		default:
-			err = wrongType(path+".reasoning_content", "a string", reasoning, "messages")
+			err = wrongType(path()+".reasoning_content", "a string", reasoning, "messages")
 			return false
 		}
 		return true
