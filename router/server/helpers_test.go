@@ -82,6 +82,13 @@ func (tw *testWorker) callsTo(path string) []call {
 	return out
 }
 
+// callCount returns how many inference calls (any path) the worker has recorded.
+func (tw *testWorker) callCount() int {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	return len(tw.calls)
+}
+
 func (tw *testWorker) cancelledCount() int {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()

@@ -29,16 +29,23 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	_, _ = w.Write(wire.ErrorBody(status, typ, msg))
 }
 
-// errClientGone ends an attempt whose client went away (or whose request timed out).
-var errClientGone = errors.New("client disconnected")
+// errClientGone ends an attempt whose client went away; errRequestTimeout one that hit
+// --request-timeout-secs after the response started (an error event was written).
+var (
+	errClientGone     = errors.New("client disconnected")
+	errRequestTimeout = errors.New("request timed out")
+)
 
 // attemptResult is how one routed attempt ended.
 type attemptResult struct {
 	// failed is set when the attempt failed before any byte reached the client: the caller
 	// may retry it.
 	failed *upstreamError
-	// gone is set when the client disconnected or the request timed out.
+	// gone is set when the request's context ended: the client disconnected or the request
+	// timed out.
 	gone bool
+	// committed is set when the response had started (nothing more can be answered).
+	committed bool
 }
 
 // legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
@@ -164,6 +171,8 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			res, code = s.attemptRegular(ctx, w, b, d, hdr, id, start)
 		}
 		switch {
+		case res.gone && !res.committed:
+			return s.ended(ctx, req, w, id)
 		case res.gone:
 			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 			return 499
@@ -199,10 +208,25 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return 499
+				return s.ended(ctx, req, w, id)
 			}
 		}
 	}
+}
+
+// ended answers a request whose context ended before its response started: 504 when
+// --request-timeout-secs ran out and the client is still there (every accepted request gets
+// exactly one response), nothing when the client has gone.
+func (s *Server) ended(ctx context.Context, req *http.Request, w http.ResponseWriter, id string) int {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
+		w.Header().Set("X-Request-Id", id)
+		s.metrics.Errors.WithLabelValues("timeout").Inc()
+		writeError(w, http.StatusGatewayTimeout, typeTimeout,
+			fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs))
+		return http.StatusGatewayTimeout
+	}
+	s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
+	return 499
 }
 
 func errorKind(ue *upstreamError) string {
@@ -236,9 +260,10 @@ func commitHeaders(w http.ResponseWriter, resp *http.Response, id string, stream
 
 // relayStream writes held (already read) chunks, then copies the SSE body event by event on
 // the calling goroutine until it ends or the client goes away, flushing after each read. It
-// returns nil after a complete stream, errClientGone, or the upstream error (after which an
-// error event and [DONE] were written). end, if not nil, is how the held part ended (io.EOF or
-// a read error): then body is not read.
+// returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
+// came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
+// error (after an error event and [DONE]); a failure after [DONE] is a clean end. end, if not
+// nil, is how the held part ended (io.EOF or a read error): then body is not read.
 func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io.Reader, sw *streamWriter, held [][]byte, end error, worker, role string) error {
 	for _, c := range held {
 		if err := sw.write(c); err != nil {
@@ -262,7 +287,7 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 			sw.flush()
 		}
 	}
-	if err == io.EOF {
+	if err == io.EOF || sw.sawDone {
 		if werr := sw.close(); werr != nil {
 			return errClientGone
 		}
@@ -271,6 +296,12 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 			s.observeCached(sw.usage)
 		}
 		return nil
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg := fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)
+		_, _ = w.Write(wire.StreamError(http.StatusGatewayTimeout, msg))
+		sw.flush()
+		return errRequestTimeout
 	}
 	if ctx.Err() != nil {
 		return errClientGone

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -11,11 +12,11 @@ import (
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
-// prefillGrace bounds how long a finished response waits for its prefill leg's own answer
-// (which normally arrived long before decode's first token) before cancelling it.
+// prefillGrace bounds how long a prefill leg may outlive its finished response (its answer
+// normally arrives long before decode's first token) before it is cancelled.
 const prefillGrace = 10 * time.Second
 
-// maxPrefillBody bounds what is read of a prefill answer (one JSON object or one SSE event).
+// maxPrefillBody bounds a prefill answer (one JSON object or one SSE event).
 const maxPrefillBody = 64 << 20
 
 // legResult is how a prefill leg ended.
@@ -25,10 +26,12 @@ type legResult struct {
 }
 
 // attemptPD sends one PD attempt (SPEC §1.4 steps 4–8): both legs at once; decode's status and
-// headers held until prefill has succeeded or decode's first event has arrived; a failure of
-// either leg before that cancels the other and fails the attempt (retryable); afterwards the
-// decode stream is relayed event by event. Each leg's Done is called exactly once. id is set
-// to the first rid when the client sent no request id.
+// headers held until decode's first event has arrived (for a non-stream reply, until it is
+// complete; with logprobs asked for, also until prefill answered); a failure of either leg
+// before that cancels the other and fails the attempt (retryable); afterwards the decode
+// stream is relayed event by event. Each leg's Done is called exactly once: decode's here,
+// prefill's by its own goroutine, which may outlive the response by up to prefillGrace. id is
+// set to the first rid when the client sent no request id.
 func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.Body, d *router.Decision, hdr http.Header, id *string, start time.Time) (attemptResult, int) {
 	pt, dt := d.Prefill, d.Decode
 	legs := b.PD(s.ids, wire.PDOptions{Host: wire.BootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
@@ -39,29 +42,44 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	path := b.Route.String()
 	s.logDecision(*id, legs.RIDs[0], legs.Rooms[0], path, d)
 
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The prefill leg does not end with the handler (see prefillGrace), but keeps the request
+	// deadline; decode's context ends with the handler.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var cancelDL context.CancelFunc
+		pctx, cancelDL = context.WithDeadline(pctx, dl)
+		prev := pcancel
+		pcancel = func() { cancelDL(); prev() }
+	}
+	dctx, dcancel := context.WithCancel(ctx)
+	defer dcancel()
+
 	prefDone := make(chan legResult, 1)
+	prefExited := make(chan struct{})
 	go func() {
+		defer close(prefExited)
+		defer pcancel()
 		res := legResult{}
-		resp, err := send(actx, s.clients[router.Prefill], http.MethodPost, pt.URL()+path, legs.Prefill, hdr, "prefill", pt.URL())
+		resp, err := send(pctx, s.clients[router.Prefill], http.MethodPost, pt.URL()+path, legs.Prefill, hdr, "prefill", pt.URL())
 		if err == nil {
-			res.body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody))
+			res.body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
 			resp.Body.Close()
-			if err != nil {
+			switch {
+			case err != nil:
 				err = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: err}
+			case len(res.body) > maxPrefillBody:
+				err = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)}
 			}
 		}
-		switch {
-		case err == nil:
+		if err == nil {
 			d.Done(router.Prefill, router.Success)
-		case actx.Err() != nil:
-			d.Done(router.Prefill, router.Cancelled) // we cancelled it: says nothing of the worker
-		default:
-			d.Done(router.Prefill, legOutcome(err))
-		}
-		if err != nil {
+		} else {
 			res.err = err.(*upstreamError)
+			if res.err.Status == 0 && pctx.Err() != nil {
+				d.Done(router.Prefill, router.Cancelled) // we cancelled it: says nothing of the worker
+			} else {
+				d.Done(router.Prefill, legOutcome(err))
+			}
 		}
 		prefDone <- res
 	}()
@@ -71,43 +89,51 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	}
 	decHead := make(chan head, 1)
 	go func() {
-		resp, err := send(actx, s.clients[router.Decode], http.MethodPost, dt.URL()+path, legs.Decode, hdr, "decode", dt.URL())
+		resp, err := send(dctx, s.clients[router.Decode], http.MethodPost, dt.URL()+path, legs.Decode, hdr, "decode", dt.URL())
 		if err != nil {
 			decHead <- head{err: err.(*upstreamError)}
 			return
 		}
 		decHead <- head{resp: resp}
 	}()
+	closeHead := func() {
+		if h := <-decHead; h.resp != nil {
+			h.resp.Body.Close()
+		}
+	}
 
 	var pref *legResult
+	// gone ends an attempt whose request context ended (client gone or request timeout):
+	// both legs cancelled and their rids aborted on both workers.
+	gone := func(committed bool) (attemptResult, int) {
+		pcancel()
+		dcancel()
+		d.Done(router.Decode, router.Cancelled)
+		s.abort([]string{pt.URL(), dt.URL()}, legs.RIDs)
+		return attemptResult{gone: true, committed: committed}, 0
+	}
 	// prefillFailed cancels decode and fails the attempt with prefill's error, fast.
-	prefillFailed := func(pr legResult, decodeBody io.Closer) (attemptResult, int) {
-		cancel()
-		if decodeBody != nil {
-			decodeBody.Close()
-		}
+	prefillFailed := func(pr legResult) (attemptResult, int) {
+		dcancel()
 		d.Done(router.Decode, router.Cancelled)
 		s.metrics.PrefillFailures.Inc()
 		return attemptResult{failed: pr.err}, 0
 	}
-	gone := func() (attemptResult, int) {
-		cancel()
-		d.Done(router.Decode, router.Cancelled)
-		s.abort([]string{pt.URL(), dt.URL()}, legs.RIDs)
-		return attemptResult{gone: true}, 0
-	}
-	// finish waits (bounded) for the prefill leg so its Done comes from its own answer.
-	finish := func() {
-		if pref == nil {
+	// release lets a prefill leg that has not answered yet finish on its own, for at most
+	// prefillGrace more; its goroutine reports its Done either way.
+	release := func() {
+		if pref != nil {
+			return
+		}
+		go func() {
 			t := time.NewTimer(prefillGrace)
 			defer t.Stop()
 			select {
-			case <-prefDone:
+			case <-prefExited:
 			case <-t.C:
-				cancel()
-				<-prefDone
+				pcancel()
 			}
-		}
+		}()
 	}
 
 	// 1. Decode's head, watching prefill.
@@ -116,30 +142,30 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		select {
 		case pr := <-prefDone:
 			if pr.err != nil {
-				r, c := prefillFailed(pr, nil)
-				<-decHead // the decode goroutine ends promptly once cancelled
+				if ctx.Err() != nil {
+					r, c := gone(false)
+					closeHead()
+					return r, c
+				}
+				r, c := prefillFailed(pr)
+				closeHead() // the decode goroutine ends promptly once cancelled
 				return r, c
 			}
 			pref = &pr
 		case h := <-decHead:
 			if h.err != nil {
-				cancel()
-				if pref == nil {
-					<-prefDone
+				if ctx.Err() != nil {
+					return gone(false)
 				}
+				pcancel()
 				d.Done(router.Decode, legOutcome(h.err))
 				s.metrics.DecodeFailures.Inc()
 				return attemptResult{failed: h.err}, 0
 			}
 			resp = h.resp
 		case <-ctx.Done():
-			r, c := gone()
-			if h := <-decHead; h.resp != nil {
-				h.resp.Body.Close()
-			}
-			if pref == nil {
-				<-prefDone
-			}
+			r, c := gone(false)
+			closeHead()
 			return r, c
 		}
 	}
@@ -147,10 +173,10 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	stop := make(chan struct{})
 	defer close(stop)
 	stream := isEventStream(resp, b)
-	chunks := readFirst(resp.Body, stream, stop)
+	chunks := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize, stop)
 
-	// 2. Hold decode's head until prefill succeeded or decode's first complete event arrived
-	// (with logprobs asked for, prefill's answer is needed before anything is relayed).
+	// 2. Hold decode's head until its first complete event (stream) or its whole body
+	// (non-stream); with logprobs asked for, until prefill answered too.
 	var held [][]byte
 	// sawEvent: the reader stopped after decode's first event (it owns the body until then);
 	// ended: decode's body ended (io.EOF) or broke (readErr) while held.
@@ -158,8 +184,6 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	var readErr error
 	for {
 		stopped := sawEvent || ended
-		// A complete non-stream decode answer implies prefill's KV arrived: no need to wait for
-		// prefill's own HTTP answer unless its logprobs are needed.
 		ready := (pref != nil && !stream || sawEvent || ended && !stream && readErr == nil) && (!b.Logprobs || pref != nil)
 		if stopped && (ready || ended && (pref != nil || readErr != nil)) {
 			break
@@ -169,13 +193,16 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 			prefCh = prefDone
 		}
 		var chunkCh <-chan relayChunk
-		if !ended && !sawEvent {
+		if !stopped {
 			chunkCh = chunks
 		}
 		select {
 		case pr := <-prefCh:
 			if pr.err != nil {
-				return prefillFailed(pr, nil)
+				if ctx.Err() != nil {
+					return gone(false)
+				}
+				return prefillFailed(pr)
 			}
 			pref = &pr
 		case c, ok := <-chunkCh:
@@ -192,19 +219,15 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 				held = append(held, c.data)
 			}
 		case <-ctx.Done():
-			r, c := gone()
-			if pref == nil {
-				<-prefDone
-			}
-			return r, c
+			return gone(false)
 		}
 	}
 	if readErr != nil && !sawEvent {
-		// Decode broke before sending anything: nothing reached the client, so retry.
-		cancel()
-		if pref == nil {
-			<-prefDone
+		if ctx.Err() != nil {
+			return gone(false)
 		}
+		// Decode broke before sending anything: nothing reached the client, so retry.
+		pcancel()
 		d.Done(router.Decode, router.Failure)
 		s.metrics.DecodeFailures.Inc()
 		return attemptResult{failed: &upstreamError{Worker: dt.URL(), Role: "decode", Err: readErr}}, 0
@@ -223,10 +246,10 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		commitHeaders(w, resp, *id, false)
 		_, werr := w.Write(body)
 		s.observeCached(body)
-		finish()
+		release()
 		if werr != nil {
 			d.Done(router.Decode, router.Cancelled)
-			return attemptResult{gone: true}, 0
+			return attemptResult{gone: true, committed: true}, 0
 		}
 		d.Done(router.Decode, router.Success)
 		return attemptResult{}, resp.StatusCode
@@ -244,18 +267,19 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	err := s.relayStream(ctx, w, resp.Body, sw, held, end, dt.URL(), "decode")
 	switch {
 	case errors.Is(err, errClientGone):
-		cancel()
+		return gone(true)
+	case errors.Is(err, errRequestTimeout):
+		pcancel()
 		d.Done(router.Decode, router.Cancelled)
 		s.abort([]string{pt.URL(), dt.URL()}, legs.RIDs)
-		finish()
-		return attemptResult{gone: true}, 0
+		s.metrics.Errors.WithLabelValues("timeout").Inc()
 	case err != nil:
 		d.Done(router.Decode, router.Failure)
 		s.metrics.DecodeFailures.Inc()
 	default:
 		d.Done(router.Decode, router.Success)
 	}
-	finish()
+	release()
 	return attemptResult{}, resp.StatusCode
 }
 

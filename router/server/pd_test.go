@@ -49,6 +49,8 @@ func TestPDWireConformance(t *testing.T) {
 							"Authorization": "Bearer client", "Traceparent": "00-abc-def-01", "X-Request-Id": fmt.Sprintf("req-%d", i)})
 						require.Equal(t, http.StatusOK, status, out)
 						require.Equal(t, fmt.Sprintf("req-%d", i), hdr.Get("X-Request-Id"))
+						// The prefill leg may still be on its way: the response does not wait for it.
+						waitFor(t, func() bool { return pw.callCount() == i+1 })
 						p, d := pw.callsTo(rt.path), dw.callsTo(rt.path)
 						require.NotEmpty(t, p)
 						require.NotEmpty(t, d)
@@ -138,6 +140,7 @@ func TestPDClientRIDKept(t *testing.T) {
 	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
 	status, hdr, _ := tr.post(t, "/generate", `{"text":"x","rid":"my-rid"}`, nil)
 	require.Equal(t, http.StatusOK, status)
+	waitFor(t, func() bool { return pw.callCount() == 1 })
 	require.Equal(t, "my-rid", pw.callsTo("/generate")[0].body["rid"])
 	require.Equal(t, "my-rid", dw.callsTo("/generate")[0].body["rid"])
 	require.Equal(t, "my-rid", hdr.Get("X-Request-Id"), "without a request-id header the rid is the id")

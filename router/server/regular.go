@@ -44,9 +44,13 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 			d.Done(router.Regular, router.Success)
 		case ctx.Err() != nil:
 			d.Done(router.Regular, router.Cancelled)
-			return attemptResult{gone: true}, 0
+			return attemptResult{gone: true, committed: true}, 0
 		default:
+			// The reply broke after its head went out: abort the connection so the client
+			// sees a truncated response instead of a short 200.
 			d.Done(router.Regular, router.Failure)
+			s.metrics.Errors.WithLabelValues("regular_truncated").Inc()
+			panic(http.ErrAbortHandler)
 		}
 		return attemptResult{}, resp.StatusCode
 	}
@@ -55,7 +59,10 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 	switch {
 	case errors.Is(err, errClientGone):
 		d.Done(router.Regular, router.Cancelled)
-		return attemptResult{gone: true}, 0
+		return attemptResult{gone: true, committed: true}, 0
+	case errors.Is(err, errRequestTimeout):
+		d.Done(router.Regular, router.Cancelled)
+		s.metrics.Errors.WithLabelValues("timeout").Inc()
 	case err != nil:
 		d.Done(router.Regular, router.Failure)
 	default:

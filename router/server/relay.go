@@ -2,7 +2,7 @@ package server
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -26,16 +26,21 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 
 // readFirst reads body on its own goroutine while the PD path holds decode's head (it must
 // also watch the prefill leg and the client): for a stream, until the first complete event
-// with data (or the end); otherwise to the end. It sends every chunk, then the end (io.EOF
-// or an error) if it saw one, and closes the channel; after that the caller owns body.
-func readFirst(body io.Reader, stream bool, done <-chan struct{}) <-chan relayChunk {
+// with data (or the end); otherwise to the end, failing past limit bytes. It sends every
+// chunk, then the end (io.EOF or an error) if it saw one, and closes the channel; after that
+// the caller owns body.
+func readFirst(body io.Reader, stream bool, limit int64, done <-chan struct{}) <-chan relayChunk {
 	ch := make(chan relayChunk, 4)
 	go func() {
 		defer close(ch)
 		var probe wire.Parser
+		var total int64
 		for {
 			buf := make([]byte, 4<<10)
 			n, err := body.Read(buf)
+			if total += int64(n); total > limit && err == nil {
+				err = fmt.Errorf("reply exceeds %d bytes (--max-payload-size)", limit)
+			}
 			first := false
 			if n > 0 {
 				if stream {
@@ -77,7 +82,7 @@ type streamWriter struct {
 	// firstText is called once, when the first event carrying text is written (TTFT).
 	firstText func(time.Duration)
 	sawText   bool
-	sawDone   bool
+	sawDone   bool // the upstream sent [DONE]: anything after it is not an error
 	// usage keeps the last data event that reported cached_tokens (SGLang repeats meta_info
 	// in every /generate event; OpenAI streams send one usage chunk): read at the end.
 	usage []byte
@@ -140,6 +145,3 @@ func hasText(data []byte) bool {
 	}
 	return false
 }
-
-// errStreamCut reports that the upstream stream ended without [DONE].
-var errStreamCut = errors.New("stream ended before [DONE]")
