@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	wl, err := reports.NewWorkload(cfg.Workload.Workload, workloadParams(cfg.Workload))
+	wl, err := reports.NewWorkload(cfg.Workload.Workload, cfg.Workload.Summary())
 	if err != nil {
 		return nil, err
 	}

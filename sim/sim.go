@@ -311,7 +311,7 @@ func (x *sim) dispatch(ev *event) {
 }
 
 func (x *sim) result() (*Result, error) {
-	w, err := reports.NewWorkload(x.cfg.Workload.Workload, workloadParams(x.cfg.Workload))
+	w, err := reports.NewWorkload(x.cfg.Workload.Workload, x.cfg.Workload.Summary())
 	if err != nil {
 		return nil, err
 	}
@@ -336,28 +336,4 @@ func (x *sim) result() (*Result, error) {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	return &Result{Results: res, Records: x.records, Stats: x.stats}, nil
-}
-
-// workloadParams lists the parameters of p that matter for its workload, under their flag
-// names (meta.workload of results.json).
-func workloadParams(p workloads.Params) map[string]any {
-	m := map[string]any{"api": string(p.API), "model": p.Model, "seed": p.Seed, "ignore_eos": p.IgnoreEOS}
-	switch p.Workload {
-	case workloads.WorkloadMultiTurn:
-		m["conversations"], m["turns"], m["system_prompt_len"] = p.Conversations, p.Turns, p.SystemPromptLen
-		m["shared_system_prompts"], m["question_len"], m["output_len"] = p.SharedSystemPrompts, p.QuestionLen, p.OutputLen
-		m["range_ratio"], m["think_time"] = p.RangeRatio, p.ThinkTime.String()
-	case workloads.WorkloadGSP:
-		m["gsp_num_groups"], m["gsp_prompts_per_group"] = p.GSPNumGroups, p.GSPPromptsPerGroup
-		m["gsp_system_prompt_len"], m["gsp_question_len"] = p.GSPSystemPromptLen, p.GSPQuestionLen
-		m["gsp_output_len"], m["gsp_ordered"] = p.GSPOutputLen, p.GSPOrdered
-	case workloads.WorkloadLongSystemPrompt:
-		m["lsp_prompts"], m["lsp_system_prompt_len"] = p.LSPPrompts, p.LSPSystemPromptLen
-		m["lsp_question_len"], m["lsp_output_len"] = p.LSPQuestionLen, p.LSPOutputLen
-	case workloads.WorkloadRandom:
-		m["input_len"], m["output_len"], m["range_ratio"], m["num_prompts"] = p.InputLen, p.OutputLen, p.RangeRatio, p.NumPrompts
-	default:
-		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
-	}
-	return m
 }
