@@ -110,6 +110,10 @@ func (p *CacheAware) RemoveTarget(name string) {
 	delete(p.byName, name)
 }
 
+// ResetTree forgets every routed text (the workers' caches were flushed); registered targets
+// stay known.
+func (p *CacheAware) ResetTree() { p.tree = tree.New() }
+
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
 func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }
 

@@ -29,6 +29,7 @@ type (
 	targetAdder   interface{ AddTarget(t *Target) }
 	targetRemover interface{ RemoveTarget(name string) }
 	evicter       interface{ Evict() }
+	treeResetter  interface{ ResetTree() }
 	treeStatser   interface{ TreeStats() (chars, nodes int) }
 )
 

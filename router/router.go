@@ -311,6 +311,19 @@ func (r *Router) Tick(now time.Time) {
 	}
 }
 
+// ResetTrees empties every cache-aware tree, for when the workers' prefix caches were flushed
+// (POST /flush_cache in serve, --flush-cache between levels in sim): the router's picture of
+// the caches must not outlive them.
+func (r *Router) ResetTrees() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.policies {
+		if t, ok := p.(treeResetter); ok {
+			t.ResetTree()
+		}
+	}
+}
+
 // Targets returns a snapshot of every target in target order (regular, prefill, decode; then
 // registration order; then rank).
 func (r *Router) Targets() []TargetInfo {

@@ -329,3 +329,23 @@ func TestRouteAvoidMovesToAnotherTarget(t *testing.T) {
 	d.Done(Prefill, Success)
 	d.Done(Decode, Success)
 }
+
+func TestResetTreesForgetsRoutedTexts(t *testing.T) {
+	t.Parallel()
+	r := regularRouter(t, PolicyCacheAware, "http://a:1", "http://b:1")
+	for range 2 {
+		d, err := r.Route(&Request{Text: "remember me"})
+		require.NoError(t, err)
+		d.Done(Regular, Success)
+	}
+	chars, _, _ := r.TreeStats(Regular)
+	require.Equal(t, 11, chars)
+	r.ResetTrees()
+	chars, nodes, _ := r.TreeStats(Regular)
+	require.Zero(t, chars)
+	require.Zero(t, nodes)
+	d, err := r.Route(&Request{Text: "remember me"})
+	require.NoError(t, err)
+	require.Equal(t, ReasonCacheMiss, d.Reason, "nothing is remembered after a reset")
+	d.Done(Regular, Success)
+}

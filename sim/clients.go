@@ -301,22 +301,13 @@ func (x *sim) endLevel() {
 	x.startLevel()
 }
 
-// flush resets the engines' prefix caches and the router's trees (--flush-cache): workers are
-// removed and added back in the same order, which drops their tenants.
+// flush resets the engines' prefix caches and the router's trees (--flush-cache), as serve's
+// POST /flush_cache does.
 func (x *sim) flush() {
 	for _, sv := range x.servers {
 		sv.eng.FlushCache()
 	}
-	for _, sv := range x.servers {
-		if err := x.rt.RemoveWorker(sv.url); err != nil {
-			x.err = err
-			return
-		}
-		if err := x.rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: sv.role, DPSize: x.cl.DPSize}); err != nil {
-			x.err = err
-			return
-		}
-	}
+	x.rt.ResetTrees()
 }
 
 func (x *sim) levelInfo(l workloads.Level) reports.LevelInfo {

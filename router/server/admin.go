@@ -181,10 +181,14 @@ func (s *Server) workerURLs() []string {
 	return urls
 }
 
-// flushCache fans POST /flush_cache out to every worker: 200, or 206 listing the failures.
+// flushCache fans POST /flush_cache out to every worker and resets the router's cache-aware
+// trees: 200, or 206 listing the failures.
 func (s *Server) flushCache(w http.ResponseWriter, req *http.Request) {
 	urls := s.workerURLs()
 	failed := s.fanOut(req.Context(), http.MethodPost, "/flush_cache", urls)
+	// The router's approximate trees describe the workers' caches: forget them too (as the
+	// simulator does), or every replayed prompt would be routed to a cache that is gone.
+	s.r.ResetTrees()
 	if len(failed) == 0 {
 		writeJSON(w, http.StatusOK, map[string]any{"flushed": len(urls)})
 		return
