@@ -14,12 +14,19 @@ BENCHTIME ?= 1s
 # FUZZTIME bounds each fuzz target in `make fuzz`.
 FUZZTIME  ?= 2m
 
-.PHONY: all build test test-unit test-integration test-imports test-browser chromium nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-browser chromium nginx bench fuzz fmt vet tidy clean
 
 all: build
 
 build: ## build bin/router
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/router
+
+# The first thing to run: a local PD cluster of fake workers, the router in front of it, a bench
+# run and the simulator's prediction of the same run side by side (router demo --help).
+# DEMOFLAGS passes flags, e.g. DEMOFLAGS='--out runs/demo --concurrency 1,8,32'.
+DEMOFLAGS ?=
+demo: build
+	$(BIN) demo $(DEMOFLAGS)
 
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), and the import-boundary test.
