@@ -10,6 +10,7 @@ const (
 	evRetry                       // request req is routed again after a failed attempt
 	evSubmit                      // attempt att reaches its worker(s): Submit
 	evHandshake                   // the decode side of att registered: Handshake to the prefill server
+	evKVArrived                   // att's KV and first token reach the decode server: KVArrived
 	evLegEnd                      // the router sees leg role of att end (ok or failed)
 	evClientEnd                   // the client receives the end of req's response
 	evArrival                     // open loop: the next arrival of the level

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"errors"
+	"hash/fnv"
 	"strconv"
+	"time"
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
@@ -41,6 +43,7 @@ type attempt struct {
 	preRank, decRank int // engine ranks: the target's DP rank, or -1 (the server picks)
 	submitAt         int64
 	engFirst         int64  // engine time of the first token (prefill's in PD)
+	preCached        int    // prefill's cached tokens, carried to decode with the KV
 	preEnded         bool   // the prefill leg's engine room ended (done, failed or aborted)
 	decEnded         bool   // the decode (or regular) leg's engine room ended
 	started          bool   // a decode token reached the router
@@ -82,7 +85,21 @@ func (x *sim) send(c *conv) {
 		lv.recording, lv.recBegin = true, x.clock.now
 	}
 	lv.issued++
-	x.push(event{at: x.clock.now + x.lat, kind: evArrive, req: r})
+	x.push(event{at: x.clock.now + x.lat + arrivalJitter(r.id), kind: evArrive, req: r})
+}
+
+// maxArrivalJitter bounds arrivalJitter.
+const maxArrivalJitter = 50 * time.Microsecond
+
+// arrivalJitter is a small deterministic offset of a request's arrival at the router, in
+// [0, maxArrivalJitter). Live, clients whose replies ended on the same decode step send
+// their next turns tens of microseconds apart, so the second waits for the prefill step the
+// first started; without it they would arrive at the same virtual instant and share one step,
+// and the simulated TTFT tail would be too short.
+func arrivalJitter(id string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return int64(h.Sum64() % uint64(maxArrivalJitter))
 }
 
 // route is the router handling one attempt of r, as serve does: Route (policies draw from
@@ -205,9 +222,11 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		case engine.KindTransferDone:
 			a.preEnded = true
 			a.engFirst = ns(o.FirstToken)
+			a.preCached = o.CachedTokens
 			if !a.decEnded {
-				a.dec.eng.KVArrived(o.At, o.Room, o.CachedTokens)
-				x.touch(a.dec)
+				// The KV "transfer done" signal crosses the network like the live bootstrap
+				// transport's (ARCHITECTURE §4): one hop.
+				x.push(event{at: at + x.lat, kind: evKVArrived, att: a})
 			}
 			x.push(event{at: at + x.lat, kind: evLegEnd, ok: true, role: uint8(router.Prefill), att: a})
 		case engine.KindFailed:

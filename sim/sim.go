@@ -286,6 +286,11 @@ func (x *sim) dispatch(ev *event) {
 			a.pre.eng.Handshake(x.t(), a.room)
 			x.touch(a.pre)
 		}
+	case evKVArrived:
+		if a := ev.att; !a.over && !a.decEnded {
+			a.dec.eng.KVArrived(x.t(), a.room, a.preCached)
+			x.touch(a.dec)
+		}
 	case evLegEnd:
 		x.legEnd(ev)
 	case evClientEnd:
