@@ -35,8 +35,12 @@ test: vet test-imports test-unit test-integration test-browser
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
 
+# Integration tests carry timing tolerances (fidelity, bench accuracy), so packages run one at
+# a time (-p 1): two live clusters on two cores would skew each other. Their test binaries are
+# built first, in parallel.
 test-integration:
-	$(GO) test -count=1 -tags integration -run '^TestIntegration' $(PKGS)
+	$(GO) test -count=1 -tags integration -run '^$$' $(PKGS) >/dev/null
+	$(GO) test -p 1 -count=1 -tags integration -run '^TestIntegration' $(PKGS)
 
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router
