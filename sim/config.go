@@ -188,11 +188,3 @@ type Config struct {
 	// completed so far in the run and the virtual time elapsed. It must not block for long.
 	Progress func(level string, completed int, virtual time.Duration)
 }
-
-// seed returns the run's seed (--seed; 1 when unset).
-func (c *Config) seed() int64 {
-	if c.Router.Seed != nil {
-		return *c.Router.Seed
-	}
-	return 1
-}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
@@ -380,9 +379,4 @@ func (s *Server) allowedWorker(raw string) bool {
 		}
 	}
 	return false
-}
-
-// drainTimeout is how long Shutdown waits for in-flight requests.
-func (s *Server) drainTimeout() time.Duration {
-	return time.Duration(s.cfg.ShutdownTimeoutSecs) * time.Second
 }

@@ -140,11 +140,10 @@ func sseReply(events []string, gate map[int]<-chan struct{}) func(http.ResponseW
 
 // testRouter is a server under test plus its HTTP front.
 type testRouter struct {
-	s       *Server
-	srv     *httptest.Server
-	dlog    *syncBuffer
-	cancel  context.CancelFunc
-	metrics string
+	s      *Server
+	srv    *httptest.Server
+	dlog   *syncBuffer
+	cancel context.CancelFunc
 }
 
 type syncBuffer struct {

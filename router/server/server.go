@@ -52,15 +52,13 @@ type Server struct {
 	disc    *Discoverer
 	access  io.Writer
 
-	dmu      sync.Mutex // protects dlog, dseq, dbuf
-	dlog     io.Writer
-	dseq     uint64
-	dbuf     []byte
-	amu      sync.Mutex // protects access writes
-	bg       sync.WaitGroup
-	regMu    sync.Mutex // serialises worker registration (discovery may be slow)
-	ticker   *time.Ticker
-	stopTick chan struct{}
+	dmu   sync.Mutex // protects dlog, dseq, dbuf
+	dlog  io.Writer
+	dseq  uint64
+	dbuf  []byte
+	amu   sync.Mutex // protects access writes
+	bg    sync.WaitGroup
+	regMu sync.Mutex // serialises worker registration (discovery may be slow)
 }
 
 // New builds a server for opts.Config (which must pass Validate). It registers no workers:

@@ -624,16 +624,3 @@ func (k kind) String() string {
 	}
 	return "invalid"
 }
-
-// isInteger reports whether the raw JSON number v has no fraction or exponent.
-func isInteger(v []byte) bool {
-	if kindOf(v) != kindNumber {
-		return false
-	}
-	for _, c := range v {
-		if c == '.' || c == 'e' || c == 'E' {
-			return false
-		}
-	}
-	return true
-}

@@ -19,8 +19,8 @@ type Field struct {
 // sees our value); the other fields are appended in the order given. Keys in set must be
 // distinct.
 func (b *Body) Append(dst []byte, set ...Field) []byte {
-	var doneSmall [16]bool
-	done := doneSmall[:0]
+	var doneSmall [16]bool // no allocation for the usual handful of fields
+	var done []bool
 	if len(set) <= len(doneSmall) {
 		done = doneSmall[:len(set)]
 	} else {
