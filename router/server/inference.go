@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -162,7 +163,7 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			writeError(w, http.StatusServiceUnavailable, typeUnavailable, err.Error())
 			return http.StatusServiceUnavailable
 		}
-		s.metrics.ObserveDecision(s.r, d)
+		s.metrics.ObserveDecision(d)
 		var res attemptResult
 		var code int
 		if s.r.PD() {
@@ -241,8 +242,7 @@ func errorKind(ue *upstreamError) string {
 
 // isEventStream reports whether a worker response is an SSE stream.
 func isEventStream(resp *http.Response, b *wire.Body) bool {
-	ct := resp.Header.Get("Content-Type")
-	return b.Stream || len(ct) >= 17 && ct[:17] == "text/event-stream"
+	return b.Stream || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 }
 
 // commitHeaders writes the response head relayed from a worker.

@@ -27,6 +27,9 @@ type Metrics struct {
 	DecodeFailures    prometheus.Counter       // pd_decode_failures_total
 	PrefixMatchRatio  prometheus.Histogram     // prefix_match_ratio: the router's predicted match rate
 	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
+
+	policy     [3]string // policy name per router.Role, fixed when the router is built
+	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
 }
 
 // NewMetrics registers the metrics on reg, reading state gauges from r at scrape time.
@@ -60,6 +63,16 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 			Name: "pdrouter_worker_cached_token_ratio", Help: "cached_tokens/prompt_tokens as reported by the worker, beside the router's prediction.",
 			Buckets: ratioBuckets}),
 	}
+	first := router.Regular
+	if r.PD() {
+		first = router.Prefill
+	}
+	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+		if p := r.Policy(role); p != nil {
+			m.policy[role] = p.Name()
+		}
+	}
+	m.predicting = m.policy[first] == router.PolicyCacheAware
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, &stateCollector{r: r})
 	return m
@@ -106,14 +119,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // ObserveDecision counts one routing decision per leg and records the predicted match rate.
-func (m *Metrics) ObserveDecision(r *router.Router, d *router.Decision) {
+func (m *Metrics) ObserveDecision(d *router.Decision) {
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
 		if l, ok := d.Leg(role); ok {
-			m.PolicyDecisions.WithLabelValues(r.Policy(role).Name(), role.String(), string(l.Reason)).Inc()
+			m.PolicyDecisions.WithLabelValues(m.policy[role], role.String(), string(l.Reason)).Inc()
 		}
 	}
-	if r.Policy(router.Prefill) != nil && r.Policy(router.Prefill).Name() == router.PolicyCacheAware ||
-		r.Policy(router.Regular) != nil && r.Policy(router.Regular).Name() == router.PolicyCacheAware {
+	if m.predicting {
 		m.PrefixMatchRatio.Observe(d.MatchRate)
 	}
 }

@@ -26,7 +26,7 @@ func TestMetricsMirrorRouterState(t *testing.T) {
 	m := NewMetrics(reg, r)
 	d, err := r.Route(&router.Request{Text: "hello"})
 	require.NoError(t, err)
-	m.ObserveDecision(r, d)
+	m.ObserveDecision(d)
 	m.ObserveRequest("/generate", 200, 0.5)
 
 	want := `
