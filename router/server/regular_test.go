@@ -161,6 +161,9 @@ func TestWorkerManagementAPI(t *testing.T) {
 	// /get_loads has the SPEC §2 shape, one entry per DP target.
 	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
 	require.Equal(t, http.StatusOK, status, body)
+	// The response does not wait for the prefill leg's own answer: let it finish first.
+	tr.requireLoadsZero(t)
+	waitFor(t, func() bool { return p.callCount() == 1 })
 	r, err := http.Get(tr.srv.URL + "/get_loads")
 	require.NoError(t, err)
 	raw, _ := io.ReadAll(r.Body)
