@@ -50,7 +50,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
 func newServeCmd() *cobra.Command {
 	flagCfg := router.DefaultConfig()
 	var configPath string
-	var printConfig bool
+	var printConfig, flushEachEvent bool
 	cmd := &cobra.Command{
 		Use:     "serve [flags]",
 		Short:   "Route requests to an SGLang cluster (regular or prefill/decode)",
@@ -96,25 +96,29 @@ func newServeCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runServe(ctx, cfg, cmd.ErrOrStderr())
+			return runServe(ctx, cfg, flushEachEvent, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().SortFlags = false
 	cmd.Flags().StringVar(&configPath, "config", "", "settings file (YAML or JSON) read before the flags; flags override it")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective settings as YAML and exit")
 	serveFlags(cmd.Flags(), &flagCfg)
+	// For benchmarks only (BenchmarkProxy's flush comparison): the slower flush policy.
+	cmd.Flags().BoolVar(&flushEachEvent, "flush-each-event", false, "flush relayed streams after every SSE event (slower; for benchmarks)")
+	_ = cmd.Flags().MarkHidden("flush-each-event")
 	cmd.Flags().BoolP("help", "h", false, "help for serve")
 	return cmd
 }
 
 // runServe runs the router until ctx is cancelled, then drains in-flight requests.
-func runServe(ctx context.Context, cfg router.Config, stderr io.Writer) error {
+// flushEachEvent selects the per-event flush policy (server.Options.FlushEachEvent).
+func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	seed := randomSeed()
 	if cfg.Seed != nil {
 		seed = *cfg.Seed
 	}
-	opts := server.Options{Config: cfg, Seed: seed, LocalIP: localIP(), Logger: logger}
+	opts := server.Options{Config: cfg, Seed: seed, LocalIP: localIP(), Logger: logger, FlushEachEvent: flushEachEvent}
 	closeAll := func() {}
 	if cfg.DecisionLog != "" {
 		f, err := os.Create(cfg.DecisionLog)

@@ -276,6 +276,7 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
+	pb, _ := body.(pendingBody)
 	err := end
 	for err == nil {
 		var n int
@@ -284,14 +285,19 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 			if werr := sw.write(buf[:n]); werr != nil {
 				return errClientGone
 			}
-			sw.flush()
+			// Flush when the upstream has nothing more buffered: bytes that already arrived
+			// go out in the same write as the next read's.
+			if err == nil && (pb == nil || !pb.Pending()) {
+				sw.flush()
+			}
 		}
 	}
 	if err == io.EOF || sw.sawDone {
+		// No flush: the handler returns at once, and the server writes what is buffered
+		// together with the end of the chunked response, in one write.
 		if werr := sw.close(); werr != nil {
 			return errClientGone
 		}
-		sw.flush()
 		if sw.usage != nil {
 			s.observeCached(sw.usage)
 		}

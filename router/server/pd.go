@@ -256,7 +256,7 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	}
 
 	commitHeaders(w, resp, *id, true)
-	sw := newStreamWriter(w, pre, start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(b.Route.String()).Observe(ttft.Seconds()) })
+	sw := s.newStreamWriter(w, pre, start, b.Route.String())
 	var end error // how the held part ended, if the body ended while held
 	if ended {
 		end = io.EOF

@@ -4,7 +4,8 @@ package server
 // baseline and nginx (proxy_buffering off, upstream keepalive) in one run, with the same
 // instant SSE worker and load generator. Each experiment runs once per invocation: run with
 // -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
-// missing nginx fails the benchmark.
+// missing nginx fails the benchmark. $PDROUTER_BENCH_BIN replaces the router binary built from
+// this tree; $PDROUTER_BENCH_BIN_B adds a second one (target router-b) for A/B comparisons.
 
 import (
 	"bufio"
@@ -164,7 +165,11 @@ var listenLine = regexp.MustCompile(`router listening on (http://\S+)`)
 
 func startRouterProc(tb testing.TB, args ...string) proc {
 	tb.Helper()
-	bin := buildRouter(tb)
+	return startRouterProcBin(tb, buildRouter(tb), args...)
+}
+
+func startRouterProcBin(tb testing.TB, bin string, args ...string) proc {
+	tb.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1",
 		"--prometheus-port", "0", "--log-level", "error", "--seed", "1"}, args...)...)
 	stderr, err := cmd.StderrPipe()
@@ -365,16 +370,25 @@ type target struct {
 	proc *proc // nil for the direct baseline
 }
 
-// BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular) and router (PD),
-// each at closed loop 1 and 64 streams and open loop 1,000 req/s, and reports TTFT P50/P99,
-// TTFT added versus direct, proxy CPU per request, throughput and memory per held stream.
+// BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular), router (PD)
+// and router flushing after every event, each at closed loop 1 and 64 streams and open loop
+// 1,000 req/s, and reports TTFT P50/P99, TTFT added versus direct, proxy CPU per request,
+// throughput and memory per held stream.
 func BenchmarkProxy(b *testing.B) {
 	wk, wurl := newInstantWorker(b, false)
 	_, purl := newInstantWorker(b, true)
 	rp := startRouterProc(b, "--worker-urls", wurl, "--policy", "round_robin")
 	pd := startRouterProc(b, "--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin")
+	// The known trap (SPEC §1.4): flushing after every event instead of when the upstream runs dry.
+	fe := startRouterProc(b, "--worker-urls", wurl, "--policy", "round_robin", "--flush-each-event")
 	ng := startNginx(b, wurl)
-	targets := []target{{"direct", wurl, nil}, {"nginx", ng.url, &ng}, {"router", rp.url, &rp}, {"router-pd", pd.url, &pd}}
+	targets := []target{{"direct", wurl, nil}, {"nginx", ng.url, &ng}, {"router", rp.url, &rp}, {"router-pd", pd.url, &pd},
+		{"router-flush-each-event", fe.url, &fe}}
+	if bin := os.Getenv("PDROUTER_BENCH_BIN_B"); bin != "" {
+		// A/B: a second router binary (another commit) side by side with the first.
+		rb := startRouterProcBin(b, bin, "--worker-urls", wurl, "--policy", "round_robin")
+		targets = append(targets, target{"router-b", rb.url, &rb})
+	}
 	lc := newLoadClient()
 	for _, t := range targets { // warm connections and caches
 		lc.closed(t.url, 8, 300*time.Millisecond)

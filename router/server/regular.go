@@ -54,7 +54,7 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 		}
 		return attemptResult{}, resp.StatusCode
 	}
-	sw := newStreamWriter(w, nil, start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
+	sw := s.newStreamWriter(w, nil, start, path)
 	err = s.relayStream(ctx, w, resp.Body, sw, nil, nil, t.URL(), "regular")
 	switch {
 	case errors.Is(err, errClientGone):

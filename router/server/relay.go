@@ -70,6 +70,10 @@ func readFirst(body io.Reader, stream bool, limit int64, done <-chan struct{}) <
 	return ch
 }
 
+// pendingBody is an upstream body that knows whether its next Read would return without
+// waiting (h1Body).
+type pendingBody interface{ Pending() bool }
+
 // streamWriter writes complete SSE events to the client and flushes only when the upstream has
 // nothing more buffered (flushing per event doubles CPU under load, SPEC §1.4).
 type streamWriter struct {
@@ -83,6 +87,9 @@ type streamWriter struct {
 	firstText func(time.Duration)
 	sawText   bool
 	sawDone   bool // the upstream sent [DONE]: anything after it is not an error
+	// eachEvent flushes after every event (Options.FlushEachEvent): the slower policy,
+	// kept to measure it against.
+	eachEvent bool
 	// usage keeps the last data event that reported cached_tokens (SGLang repeats meta_info
 	// in every /generate event; OpenAI streams send one usage chunk): read at the end.
 	usage []byte
@@ -91,6 +98,14 @@ type streamWriter struct {
 func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, firstText func(time.Duration)) *streamWriter {
 	f, _ := w.(http.Flusher)
 	return &streamWriter{w: w, flusher: f, pre: pre, started: started, firstText: firstText}
+}
+
+// newStreamWriter returns the stream writer of one relayed response to path, observing its
+// TTFT and flushing as Options.FlushEachEvent says.
+func (s *Server) newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, path string) *streamWriter {
+	sw := newStreamWriter(w, pre, started, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
+	sw.eachEvent = s.flushEach
+	return sw
 }
 
 // write feeds one upstream chunk; it writes every complete event.
@@ -120,6 +135,13 @@ func (s *streamWriter) drain() error {
 			}
 		}
 		s.out = wire.AppendMergedEvent(s.out, s.pre, &ev) // pre == nil: ev.Raw untouched
+		if s.eachEvent {
+			if _, err := s.w.Write(s.out); err != nil {
+				return err
+			}
+			s.out = s.out[:0]
+			s.flush()
+		}
 	}
 	if len(s.out) == 0 {
 		return nil

@@ -32,25 +32,30 @@ type Options struct {
 	DecisionLog io.Writer
 	// AccessLog, if set, receives one line per HTTP request.
 	AccessLog io.Writer
+	// FlushEachEvent flushes relayed streams after every SSE event instead of when the
+	// upstream has nothing more buffered: more CPU for no latency gain (SPEC §1.4). It exists
+	// to measure that (BenchmarkProxy, serve's hidden --flush-each-event).
+	FlushEachEvent bool
 }
 
 // Server is the live router: an http.Handler driving the router core with the wall clock.
 // Create it with [New], register the configured workers with [Server.Start], serve
 // [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
 type Server struct {
-	cfg     router.Config
-	r       *router.Router
-	ids     *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
-	reqIDs  *wire.IDGen // client-visible ids that are not sent to workers
-	style   wire.FieldStyle
-	clients [3]*http.Client // per role: regular, prefill, decode
-	admin   *http.Client    // probes, aborts, flush, proxied GETs
-	adm     *Admission
-	metrics *Metrics
-	reg     *prometheus.Registry
-	log     *slog.Logger
-	disc    *Discoverer
-	access  io.Writer
+	cfg       router.Config
+	r         *router.Router
+	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
+	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
+	style     wire.FieldStyle
+	clients   [3]*http.Client // per role: regular, prefill, decode
+	admin     *http.Client    // probes, aborts, flush, proxied GETs
+	adm       *Admission
+	metrics   *Metrics
+	reg       *prometheus.Registry
+	log       *slog.Logger
+	disc      *Discoverer
+	access    io.Writer
+	flushEach bool // Options.FlushEachEvent
 
 	dmu   sync.Mutex // protects dlog, dseq, dbuf
 	dlog  io.Writer
@@ -90,21 +95,22 @@ func New(opts Options) (*Server, error) {
 	}
 	idle := time.Duration(cfg.UpstreamIdleTimeoutMs) * time.Millisecond
 	s := &Server{
-		cfg:     cfg,
-		r:       r,
-		ids:     wire.NewIDGen(wire.NewRand(opts.Seed), host),
-		reqIDs:  wire.NewIDGen(rand.New(rand.NewPCG(uint64(opts.Seed), 0x7265716964)), host),
-		style:   style,
-		admin:   &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
-		adm:     NewAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
-		metrics: NewMetrics(reg, r),
-		reg:     reg,
-		log:     logger,
-		dlog:    opts.DecisionLog,
-		access:  opts.AccessLog,
+		cfg:       cfg,
+		r:         r,
+		ids:       wire.NewIDGen(wire.NewRand(opts.Seed), host),
+		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(opts.Seed), 0x7265716964)), host),
+		style:     style,
+		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
+		adm:       NewAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
+		metrics:   NewMetrics(reg, r),
+		reg:       reg,
+		log:       logger,
+		dlog:      opts.DecisionLog,
+		access:    opts.AccessLog,
+		flushEach: opts.FlushEachEvent,
 	}
 	for i := range s.clients {
-		s.clients[i] = &http.Client{Transport: newTransport(idle)}
+		s.clients[i] = &http.Client{Transport: newH1Transport(idle)}
 	}
 	s.disc = &Discoverer{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
@@ -192,9 +198,15 @@ func (s *Server) discover(ctx context.Context, url string) (int, error) {
 	return s.disc.DPSize(ctx, url)
 }
 
-// Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped;
-// call it after cancelling Start's context.
-func (s *Server) Wait() { s.bg.Wait() }
+// Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped,
+// then closes idle upstream connections; call it after cancelling Start's context.
+func (s *Server) Wait() {
+	s.bg.Wait()
+	for _, c := range s.clients {
+		c.CloseIdleConnections()
+	}
+	s.admin.CloseIdleConnections()
+}
 
 // logDecision writes one decision-log line for d (nothing without a decision log).
 func (s *Server) logDecision(id, rid string, room uint64, path string, d *router.Decision) {

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// h1Transport is the upstream transport of the inference legs: plain HTTP/1.1 over pooled
+// keep-alive connections, the calling goroutine doing every read and write itself.
+//
+// Why not http.Transport: it runs a read-loop and a write-loop goroutine per connection, so
+// one proxied request hands off between goroutines several times, and at moderate load each
+// hand-off wakes an idle thread. Here a request is one write, then reads on the handler's
+// goroutine until the body ends and the connection goes back to the pool. Owning the read
+// buffer also tells the relay when the upstream has nothing more buffered (Pending), the
+// moment to flush to the client (SPEC §1.4).
+//
+// Scope: http:// URLs and bodies of known length (or none). Anything else (https, unknown
+// length) goes to fallback, an http.Transport.
+type h1Transport struct {
+	dialer   net.Dialer
+	idle     time.Duration // an idle connection older than this is closed, not reused
+	maxIdle  int           // idle connections kept per host
+	fallback http.RoundTripper
+
+	mu    sync.Mutex
+	pools map[string][]*h1Conn // host:port → idle connections, most recently used last
+}
+
+// h1Conn is one upstream connection.
+type h1Conn struct {
+	t      *h1Transport
+	host   string
+	conn   net.Conn
+	br     *bufio.Reader
+	idleAt time.Time
+}
+
+// peekAfter is how long a connection may idle before it is checked for a close by the worker
+// before reuse. A worker closes idle connections after its keep-alive (uvicorn: 5 s); the
+// odd one closed sooner fails on reuse and is retried once (SPEC §1.6).
+const peekAfter = 100 * time.Millisecond
+
+func newH1Transport(idle time.Duration) *h1Transport {
+	return &h1Transport{
+		dialer:   net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+		idle:     idle,
+		maxIdle:  512,
+		fallback: newTransport(idle),
+		pools:    map[string][]*h1Conn{},
+	}
+}
+
+// aLongTimeAgo is a deadline that makes blocked reads and writes return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// reqBufs hold requests being serialized (head and body, one write).
+var reqBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// putReqBuf recycles a request buffer unless a large body grew it.
+func putReqBuf(bp *[]byte) {
+	if cap(*bp) <= 64<<10 {
+		reqBufs.Put(bp)
+	}
+}
+
+// RoundTrip sends req on a pooled connection (reporting reuse to an httptrace GotConn hook)
+// and returns once the response head has been read. Reading the body to its end returns the
+// connection to the pool; closing it earlier closes the connection. A cancelled context
+// unblocks any read or write, which then fails with the context's error.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || (req.Body != nil && req.Body != http.NoBody && req.ContentLength <= 0) {
+		return t.fallback.RoundTrip(req)
+	}
+	ctx := req.Context()
+	head, err := t.serialize(req)
+	if err != nil {
+		return nil, err
+	}
+	defer putReqBuf(head)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	host := req.URL.Host
+	if req.URL.Port() == "" {
+		host = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	c, reused, err := t.get(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{Conn: c.conn, Reused: reused})
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.conn.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	if _, err := c.conn.Write(*head); err != nil {
+		return fail(err)
+	}
+	resp, err := http.ReadResponse(c.br, req)
+	if err != nil {
+		return fail(err)
+	}
+	if resp.StatusCode < 200 {
+		return fail(fmt.Errorf("unexpected informational response %d", resp.StatusCode))
+	}
+	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
+	resp.Body = &h1Body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close, chunked: chunked}
+	return resp, nil
+}
+
+// serialize writes req's head and body into a pooled buffer, closing req.Body.
+func (t *h1Transport) serialize(req *http.Request) (*[]byte, error) {
+	bp := reqBufs.Get().(*[]byte)
+	w := (*bp)[:0]
+	w = append(w, req.Method...)
+	w = append(w, ' ')
+	w = append(w, req.URL.RequestURI()...)
+	w = append(w, " HTTP/1.1\r\nHost: "...)
+	if req.Host != "" {
+		w = append(w, req.Host...)
+	} else {
+		w = append(w, req.URL.Host...)
+	}
+	w = append(w, "\r\nUser-Agent: pdrouter\r\n"...)
+	for k, vs := range req.Header {
+		switch k {
+		case "Host", "Content-Length", "Connection", "Transfer-Encoding", "User-Agent":
+			continue
+		}
+		for _, v := range vs {
+			w = append(w, k...)
+			w = append(w, ": "...)
+			w = append(w, v...)
+			w = append(w, "\r\n"...)
+		}
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		*bp = append(w, "\r\n"...)
+		return bp, nil
+	}
+	defer req.Body.Close()
+	w = append(w, "Content-Length: "...)
+	w = strconv.AppendInt(w, req.ContentLength, 10)
+	w = append(w, "\r\n\r\n"...)
+	n := len(w)
+	w = append(w, make([]byte, req.ContentLength)...)
+	if _, err := io.ReadFull(req.Body, w[n:]); err != nil {
+		*bp = w
+		putReqBuf(bp)
+		return nil, fmt.Errorf("request body shorter than its ContentLength %d: %w", req.ContentLength, err)
+	}
+	*bp = w
+	return bp, nil
+}
+
+// h1Body is a response body on a pooled connection. Close may be called while another
+// goroutine reads (it unblocks the read).
+type h1Body struct {
+	c       *h1Conn
+	body    io.ReadCloser
+	stop    func() bool
+	ctx     context.Context
+	keep    bool // the connection may be reused after a complete body
+	chunked bool
+
+	mu   sync.Mutex
+	done bool // the connection went back to the pool or was closed
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == nil {
+		return n, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done { // closed while reading
+		return n, err
+	}
+	b.done = true
+	// stop reports whether the cancel func had not run: only then is the deadline intact.
+	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
+		b.c.t.put(b.c)
+		return n, err
+	}
+	b.c.conn.Close()
+	if err != io.EOF {
+		if cerr := b.ctx.Err(); cerr != nil {
+			err = cerr
+		}
+	}
+	return n, err
+}
+
+// Close ends the body; a body not read to its end closes the connection.
+func (b *h1Body) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		b.done = true
+		b.stop()
+		b.c.conn.Close()
+	}
+	return nil
+}
+
+// Pending reports whether the next Read returns without waiting for the network: the
+// connection has already buffered body bytes (for a chunked body, a complete chunk-size line).
+// Only the reading goroutine may call it.
+func (b *h1Body) Pending() bool {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done { // the connection may already serve another request
+		return false
+	}
+	n := b.c.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	if !b.chunked {
+		return true
+	}
+	buf, _ := b.c.br.Peek(n)                    // already buffered: no read
+	buf = bytes.TrimPrefix(buf, []byte("\r\n")) // the end of the chunk just read
+	return bytes.IndexByte(buf, '\n') >= 0
+}
+
+// get returns an idle connection to host that is still open, or dials a new one.
+func (t *h1Transport) get(ctx context.Context, host string) (*h1Conn, bool, error) {
+	for {
+		t.mu.Lock()
+		pool := t.pools[host]
+		if len(pool) == 0 {
+			t.mu.Unlock()
+			break
+		}
+		c := pool[len(pool)-1]
+		pool[len(pool)-1] = nil
+		t.pools[host] = pool[:len(pool)-1]
+		t.mu.Unlock()
+		idle := time.Since(c.idleAt)
+		if idle < t.idle && (idle < peekAfter || alive(c.conn)) {
+			return c, true, nil
+		}
+		c.conn.Close()
+	}
+	conn, err := t.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, false, err
+	}
+	return &h1Conn{t: t, host: host, conn: conn, br: bufio.NewReaderSize(conn, 4<<10)}, false, nil
+}
+
+// put returns a connection whose last response was read to its end, and closes connections
+// that idled past the timeout.
+func (t *h1Transport) put(c *h1Conn) {
+	c.idleAt = time.Now()
+	t.mu.Lock()
+	pool := t.pools[c.host]
+	expired := 0 // the oldest are first
+	for expired < len(pool) && c.idleAt.Sub(pool[expired].idleAt) >= t.idle {
+		expired++
+	}
+	stale := slices.Clone(pool[:expired])
+	pool = append(pool[:0], pool[expired:]...)
+	clear(pool[len(pool):cap(pool)])
+	keep := len(pool) < t.maxIdle
+	if keep {
+		pool = append(pool, c)
+	}
+	t.pools[c.host] = pool
+	t.mu.Unlock()
+	for _, s := range stale {
+		s.conn.Close()
+	}
+	if !keep {
+		c.conn.Close()
+	}
+}
+
+// CloseIdleConnections closes every pooled connection.
+func (t *h1Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	pools := t.pools
+	t.pools = map[string][]*h1Conn{}
+	t.mu.Unlock()
+	for _, pool := range pools {
+		for _, c := range pool {
+			c.conn.Close()
+		}
+	}
+	if ci, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,330 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countingServer is an httptest server that counts the connections it accepted.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+// h1Do sends a POST through tr and reports whether it went out on a reused connection.
+func h1Do(ctx context.Context, tr http.RoundTripper, url, body string, hdr http.Header) (*http.Response, bool, error) {
+	var reused bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := tr.RoundTrip(req)
+	return resp, reused, err
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return string(b)
+}
+
+func TestH1SendsTheRequestAndReusesTheConnection(t *testing.T) {
+	type seen struct {
+		host, ua, trace, ctype, body string
+		length                       int64
+	}
+	got := make(chan seen, 10)
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Host, r.UserAgent(), r.Header.Get("Traceparent"), r.Header.Get("Content-Type"), string(b), r.ContentLength}
+		if r.URL.Query().Get("stream") == "1" { // chunked
+			for i := range 3 {
+				_, _ = io.WriteString(w, strings.Repeat("x", i+1))
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "plain") // Content-Length
+	})
+	tr := newH1Transport(3 * time.Second)
+	hdr := http.Header{"Traceparent": {"00-abc-01"}, "Content-Type": {"application/json"}}
+	for i, path := range []string{"/a", "/a?stream=1", "/a", "/a?stream=1"} {
+		resp, reused, err := h1Do(context.Background(), tr, srv.URL+path, `{"n":1}`, hdr)
+		require.NoError(t, err)
+		assert.Equal(t, i > 0, reused, "request %d", i)
+		want := "plain"
+		if strings.Contains(path, "stream") {
+			want = "xxxxxx"
+		}
+		assert.Equal(t, want, readAll(t, resp))
+		s := <-got
+		assert.Equal(t, seen{strings.TrimPrefix(srv.URL, "http://"), "pdrouter", "00-abc-01", "application/json", `{"n":1}`, 7}, s)
+	}
+	assert.Equal(t, int32(1), conns.Load(), "every request after the first reuses the connection")
+}
+
+func TestH1ConnectionNotReusedAfterEarlyCloseOrConnectionClose(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/close" {
+			w.Header().Set("Connection", "close")
+		}
+		_, _ = io.WriteString(w, strings.Repeat("y", 10000))
+	})
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, srv.URL+"/early", "{}", nil)
+	require.NoError(t, err)
+	buf := make([]byte, 10)
+	_, err = io.ReadFull(resp.Body, buf)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close()) // 9,990 bytes unread: the connection cannot be reused
+	resp, reused, err := h1Do(context.Background(), tr, srv.URL+"/close", "{}", nil)
+	require.NoError(t, err)
+	assert.False(t, reused)
+	assert.Len(t, readAll(t, resp), 10000)
+	resp, reused, err = h1Do(context.Background(), tr, srv.URL+"/", "{}", nil)
+	require.NoError(t, err)
+	assert.False(t, reused, "the worker said Connection: close")
+	readAll(t, resp)
+	assert.Equal(t, int32(3), conns.Load())
+}
+
+// rawWorker accepts one connection at a time and hands it to serve after reading a request head.
+func rawWorker(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					serve(c, br)
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+func TestH1IdleConnectionClosedByTheWorker(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	url := rawWorker(t, func(c net.Conn, _ *bufio.Reader) {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.Close() // keep-alive ends without a Connection: close header
+		closed <- struct{}{}
+	})
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, url, "{}", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	<-closed
+	// Idle long enough to be checked: the close is seen and a new connection is dialled.
+	tr.pools[strings.TrimPrefix(url, "http://")][0].idleAt = time.Now().Add(-time.Second)
+	resp, reused, err := h1Do(context.Background(), tr, url, "{}", nil)
+	require.NoError(t, err)
+	assert.False(t, reused)
+	assert.Equal(t, "ok", readAll(t, resp))
+	<-closed
+	// Reused at once, unchecked: the request fails on a reused connection, which the retry
+	// loop retries once (SPEC §1.6).
+	_, reused, err = h1Do(context.Background(), tr, url, "{}", nil)
+	require.Error(t, err)
+	assert.True(t, reused)
+}
+
+func TestH1IdleTimeoutRetiresConnections(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	tr := newH1Transport(3 * time.Second)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for range 2 {
+		resp, reused, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
+		require.NoError(t, err)
+		assert.False(t, reused)
+		readAll(t, resp)
+		require.Len(t, tr.pools[host], 1)
+		tr.pools[host][0].idleAt = time.Now().Add(-4 * time.Second)
+	}
+	assert.Equal(t, int32(2), conns.Load())
+	tr.CloseIdleConnections()
+	assert.Empty(t, tr.pools)
+}
+
+func TestH1PoolKeepsAtMostMaxIdle(t *testing.T) {
+	release := make(chan struct{})
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-release
+	})
+	tr := newH1Transport(3 * time.Second)
+	tr.maxIdle = 2
+	var bodies []io.ReadCloser
+	for range 4 {
+		resp, _, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
+		require.NoError(t, err)
+		bodies = append(bodies, resp.Body)
+	}
+	close(release)
+	for _, b := range bodies {
+		_, err := io.ReadAll(b)
+		require.NoError(t, err)
+	}
+	assert.Len(t, tr.pools[strings.TrimPrefix(srv.URL, "http://")], 2)
+}
+
+func TestH1CancelUnblocksEveryStage(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			_, _ = io.WriteString(w, "first")
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	})
+	tr := newH1Transport(3 * time.Second)
+
+	// Waiting for the head.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := h1Do(ctx, tr, srv.URL+"/head", "{}", nil)
+		errc <- err
+	}()
+	cancel()
+	assert.ErrorIs(t, <-errc, context.Canceled)
+
+	// Reading the body.
+	ctx, cancel = context.WithCancel(context.Background())
+	resp, _, err := h1Do(ctx, tr, srv.URL+"/body", "{}", nil)
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	n, err := resp.Body.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "first", string(buf[:n]))
+	go cancel()
+	_, err = io.ReadAll(resp.Body)
+	assert.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, resp.Body.Close())
+	assert.Empty(t, tr.pools[strings.TrimPrefix(srv.URL, "http://")], "a cancelled connection is not pooled")
+
+	// Close from another goroutine unblocks a read.
+	resp, _, err = h1Do(context.Background(), tr, srv.URL+"/body", "{}", nil)
+	require.NoError(t, err)
+	_, err = resp.Body.Read(buf)
+	require.NoError(t, err)
+	go resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	assert.Error(t, err)
+}
+
+func TestH1Pending(t *testing.T) {
+	step := make(chan string)
+	url := rawWorker(t, func(c net.Conn, _ *bufio.Reader) {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for s := range step {
+			if s == "" {
+				return
+			}
+			_, _ = io.WriteString(c, s)
+		}
+	})
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, url, "{}", nil)
+	require.NoError(t, err)
+	body := resp.Body.(*h1Body)
+	read := func(max int) string {
+		buf := make([]byte, max)
+		n, err := body.Read(buf)
+		require.NoError(t, err)
+		return string(buf[:n])
+	}
+	// Two chunks in one write, read one at a time: the second is pending.
+	step <- "3\r\nabc\r\n3\r\ndef\r\n"
+	assert.Equal(t, "abc", read(3))
+	assert.True(t, body.Pending())
+	assert.Equal(t, "def", read(3))
+	assert.False(t, body.Pending(), "nothing more has arrived")
+	// A chunk-size line cut short is not pending: the next read would wait.
+	step <- "3\r\nghi\r\n1"
+	assert.Equal(t, "ghi", read(3))
+	assert.False(t, body.Pending())
+	step <- "\r\nj\r\n0\r\n\r\n"
+	rest, err := io.ReadAll(body) // the last chunk may come with io.EOF
+	require.NoError(t, err)
+	assert.Equal(t, "j", string(rest))
+	assert.False(t, body.Pending())
+	assert.Len(t, tr.pools[strings.TrimPrefix(url, "http://")], 1, "a complete body returns its connection")
+	close(step)
+}
+
+func TestH1FallsBackForUnknownLengthBodies(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})
+	tr := newH1Transport(3 * time.Second)
+	pr, pw := io.Pipe()
+	go func() { _, _ = io.WriteString(pw, "streamed"); pw.Close() }()
+	req, err := http.NewRequest(http.MethodPost, srv.URL, pr)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	_, isH1 := resp.Body.(*h1Body)
+	assert.False(t, isH1)
+	assert.Equal(t, "streamed", readAll(t, resp))
+}
+
+func TestH1DialErrorIsReturned(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	_, reused, err := h1Do(context.Background(), newH1Transport(time.Second), url, "{}", nil)
+	require.Error(t, err)
+	assert.False(t, reused)
+	var op *net.OpError
+	assert.True(t, errors.As(err, &op), "%v", err)
+}
