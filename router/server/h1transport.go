@@ -35,6 +35,7 @@ type h1Transport struct {
 
 	mu    sync.Mutex
 	pools map[string][]*h1Conn // host:port → idle connections, most recently used last
+	sweep *time.Timer          // closes expired idle connections while any are pooled
 }
 
 // h1Conn is one upstream connection.
@@ -153,6 +154,9 @@ func (t *h1Transport) serialize(req *http.Request) (*[]byte, error) {
 		}
 	}
 	if req.Body == nil || req.Body == http.NoBody {
+		if req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch {
+			w = append(w, "Content-Length: 0\r\n"...)
+		}
 		*bp = append(w, "\r\n"...)
 		return bp, nil
 	}
@@ -281,19 +285,15 @@ func (t *h1Transport) get(ctx context.Context, host string) (*h1Conn, bool, erro
 func (t *h1Transport) put(c *h1Conn) {
 	c.idleAt = time.Now()
 	t.mu.Lock()
+	stale := t.expireLocked(c.host, c.idleAt)
 	pool := t.pools[c.host]
-	expired := 0 // the oldest are first
-	for expired < len(pool) && c.idleAt.Sub(pool[expired].idleAt) >= t.idle {
-		expired++
-	}
-	stale := slices.Clone(pool[:expired])
-	pool = append(pool[:0], pool[expired:]...)
-	clear(pool[len(pool):cap(pool)])
 	keep := len(pool) < t.maxIdle
 	if keep {
-		pool = append(pool, c)
+		t.pools[c.host] = append(pool, c)
+		if t.sweep == nil {
+			t.sweep = time.AfterFunc(t.idle, t.sweepIdle)
+		}
 	}
-	t.pools[c.host] = pool
 	t.mu.Unlock()
 	for _, s := range stale {
 		s.conn.Close()
@@ -303,11 +303,60 @@ func (t *h1Transport) put(c *h1Conn) {
 	}
 }
 
+// expireLocked removes host's connections idle for the timeout at now and returns them.
+func (t *h1Transport) expireLocked(host string, now time.Time) []*h1Conn {
+	pool := t.pools[host]
+	expired := 0 // the oldest are first
+	for expired < len(pool) && now.Sub(pool[expired].idleAt) >= t.idle {
+		expired++
+	}
+	if len(pool) == 0 {
+		delete(t.pools, host)
+		return nil
+	}
+	if expired == 0 {
+		return nil
+	}
+	stale := slices.Clone(pool[:expired])
+	pool = append(pool[:0], pool[expired:]...)
+	clear(pool[len(pool):cap(pool)])
+	if len(pool) == 0 {
+		delete(t.pools, host) // also forgets workers that were removed
+	} else {
+		t.pools[host] = pool
+	}
+	return stale
+}
+
+// sweepIdle closes expired idle connections of every host (a worker that gets no more
+// requests, or was removed, still has its connections closed), and runs again while any
+// connection is pooled.
+func (t *h1Transport) sweepIdle() {
+	now := time.Now()
+	t.mu.Lock()
+	var stale []*h1Conn
+	for host := range t.pools {
+		stale = append(stale, t.expireLocked(host, now)...)
+	}
+	t.sweep = nil
+	if len(t.pools) > 0 {
+		t.sweep = time.AfterFunc(t.idle/2, t.sweepIdle)
+	}
+	t.mu.Unlock()
+	for _, s := range stale {
+		s.conn.Close()
+	}
+}
+
 // CloseIdleConnections closes every pooled connection.
 func (t *h1Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	pools := t.pools
 	t.pools = map[string][]*h1Conn{}
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
 	t.mu.Unlock()
 	for _, pool := range pools {
 		for _, c := range pool {

@@ -184,8 +184,21 @@ func TestH1IdleTimeoutRetiresConnections(t *testing.T) {
 		tr.pools[host][0].idleAt = time.Now().Add(-4 * time.Second)
 	}
 	assert.Equal(t, int32(2), conns.Load())
+	// The sweep closes what idled past the timeout, and forgets the host.
+	c := tr.pools[host][0]
+	tr.sweepIdle()
+	assert.Empty(t, tr.pools)
+	_, err := c.conn.Write([]byte("x"))
+	assert.ErrorIs(t, err, net.ErrClosed)
+	assert.Nil(t, tr.sweep, "nothing left to sweep")
+
+	resp, _, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
+	require.NoError(t, err)
+	readAll(t, resp)
+	assert.NotNil(t, tr.sweep, "a pooled connection schedules a sweep")
 	tr.CloseIdleConnections()
 	assert.Empty(t, tr.pools)
+	assert.Nil(t, tr.sweep)
 }
 
 func TestH1PoolKeepsAtMostMaxIdle(t *testing.T) {
