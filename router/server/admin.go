@@ -86,7 +86,7 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker to answer %s", s.infoRole(), path))
 			return
 		}
-		resp, err := send(req.Context(), s.admin, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
+		resp, err := send(req.Context(), clientDoer{s.admin}, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
 		if err != nil {
 			ue := err.(*upstreamError)
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
@@ -157,7 +157,7 @@ func (s *Server) fanOut(ctx context.Context, method, path string, urls []string)
 			if method == http.MethodPost {
 				body = []byte("{}")
 			}
-			resp, err := send(ctx, s.admin, method, u+path, body, nil, "worker", u)
+			resp, err := send(ctx, clientDoer{s.admin}, method, u+path, body, nil, "worker", u)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

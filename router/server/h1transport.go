@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -75,47 +76,86 @@ func putReqBuf(bp *[]byte) {
 	}
 }
 
-// RoundTrip sends req on a pooled connection (reporting reuse to an httptrace GotConn hook)
-// and returns once the response head has been read. Reading the body to its end returns the
-// connection to the pool; closing it earlier closes the connection. A cancelled context
-// unblocks any read or write, which then fails with the context's error.
+// do sends one request (body nil: none; otherwise JSON) and returns the response once its head
+// has been read, and whether it went out on a reused connection (the doer of the inference
+// legs). Reading the body to its end returns the connection to the pool; closing it earlier
+// closes the connection. A cancelled context unblocks any read or write, which then fails
+// with the context's error.
+func (t *h1Transport) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
+	rest, ok := strings.CutPrefix(url, "http://")
+	if !ok {
+		return clientDoer{&http.Client{Transport: t.fallback}}.do(ctx, method, url, body, hdr)
+	}
+	host, uri := rest, "/"
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		host, uri = rest[:i], rest[i:]
+	}
+	ctype := ""
+	if body != nil {
+		ctype = "application/json"
+	}
+	return t.exchange(ctx, method, host, uri, hdr, ctype, body)
+}
+
+// RoundTrip is do for an *http.Request (reporting reuse to an httptrace GotConn hook), so the
+// transport also serves an http.Client. Requests it cannot send (https, a body of unknown
+// length) go to the fallback http.Transport.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" || (req.Body != nil && req.Body != http.NoBody && req.ContentLength <= 0) {
 		return t.fallback.RoundTrip(req)
 	}
-	ctx := req.Context()
-	head, err := t.serialize(req)
-	if err != nil {
-		return nil, err
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		body = make([]byte, req.ContentLength)
+		_, err := io.ReadFull(req.Body, body)
+		req.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("request body shorter than its ContentLength %d: %w", req.ContentLength, err)
+		}
 	}
-	defer putReqBuf(head)
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	resp, reused, err := t.exchange(req.Context(), req.Method, host, req.URL.RequestURI(), req.Header, "", body)
+	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil && (err == nil || reused) {
+		trace.GotConn(httptrace.GotConnInfo{Reused: reused})
+	}
+	if resp != nil {
+		resp.Request = req
+	}
+	return resp, err
+}
+
+// exchange sends method uri to host (host:port, or host for port 80) with hdr, a Content-Type
+// (if not "") and body (nil: none) on a pooled connection, and reads the response head.
+func (t *h1Transport) exchange(ctx context.Context, method, host, uri string, hdr http.Header, ctype string, body []byte) (*http.Response, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	host := req.URL.Host
-	if req.URL.Port() == "" {
-		host = net.JoinHostPort(req.URL.Hostname(), "80")
+	addr := host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		addr = net.JoinHostPort(strings.Trim(host, "[]"), "80")
 	}
-	c, reused, err := t.get(ctx, host)
+	head := serialize(method, host, uri, hdr, ctype, body)
+	defer putReqBuf(head)
+	c, reused, err := t.get(ctx, addr)
 	if err != nil {
-		return nil, err
-	}
-	if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.GotConn != nil {
-		trace.GotConn(httptrace.GotConnInfo{Conn: c.conn, Reused: reused})
+		return nil, false, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(aLongTimeAgo) })
-	fail := func(err error) (*http.Response, error) {
+	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		c.conn.Close()
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
+			return nil, reused, cerr
 		}
-		return nil, err
+		return nil, reused, err
 	}
 	if _, err := c.conn.Write(*head); err != nil {
 		return fail(err)
 	}
-	resp, err := http.ReadResponse(c.br, req)
+	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 	if err != nil {
 		return fail(err)
 	}
@@ -124,27 +164,27 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
 	resp.Body = &h1Body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close, chunked: chunked}
-	return resp, nil
+	return resp, reused, nil
 }
 
-// serialize writes req's head and body into a pooled buffer, closing req.Body.
-func (t *h1Transport) serialize(req *http.Request) (*[]byte, error) {
+// serialize writes a request's head and body into a pooled buffer.
+func serialize(method, host, uri string, hdr http.Header, ctype string, body []byte) *[]byte {
 	bp := reqBufs.Get().(*[]byte)
 	w := (*bp)[:0]
-	w = append(w, req.Method...)
+	w = append(w, method...)
 	w = append(w, ' ')
-	w = append(w, req.URL.RequestURI()...)
+	w = append(w, uri...)
 	w = append(w, " HTTP/1.1\r\nHost: "...)
-	if req.Host != "" {
-		w = append(w, req.Host...)
-	} else {
-		w = append(w, req.URL.Host...)
-	}
+	w = append(w, host...)
 	w = append(w, "\r\nUser-Agent: pdrouter\r\n"...)
-	for k, vs := range req.Header {
+	for k, vs := range hdr {
 		switch k {
 		case "Host", "Content-Length", "Connection", "Transfer-Encoding", "User-Agent":
 			continue
+		case "Content-Type":
+			if ctype != "" {
+				continue
+			}
 		}
 		for _, v := range vs {
 			w = append(w, k...)
@@ -153,26 +193,19 @@ func (t *h1Transport) serialize(req *http.Request) (*[]byte, error) {
 			w = append(w, "\r\n"...)
 		}
 	}
-	if req.Body == nil || req.Body == http.NoBody {
-		if req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch {
-			w = append(w, "Content-Length: 0\r\n"...)
-		}
-		*bp = append(w, "\r\n"...)
-		return bp, nil
+	if ctype != "" {
+		w = append(w, "Content-Type: "...)
+		w = append(w, ctype...)
+		w = append(w, "\r\n"...)
 	}
-	defer req.Body.Close()
-	w = append(w, "Content-Length: "...)
-	w = strconv.AppendInt(w, req.ContentLength, 10)
-	w = append(w, "\r\n\r\n"...)
-	n := len(w)
-	w = append(w, make([]byte, req.ContentLength)...)
-	if _, err := io.ReadFull(req.Body, w[n:]); err != nil {
-		*bp = w
-		putReqBuf(bp)
-		return nil, fmt.Errorf("request body shorter than its ContentLength %d: %w", req.ContentLength, err)
+	if body != nil || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+		w = append(w, "Content-Length: "...)
+		w = strconv.AppendInt(w, int64(len(body)), 10)
+		w = append(w, "\r\n"...)
 	}
-	*bp = w
-	return bp, nil
+	w = append(w, "\r\n"...)
+	*bp = append(w, body...)
+	return bp
 }
 
 // h1Body is a response body on a pooled connection. Close may be called while another

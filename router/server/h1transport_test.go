@@ -341,3 +341,26 @@ func TestH1DialErrorIsReturned(t *testing.T) {
 	var op *net.OpError
 	assert.True(t, errors.As(err, &op), "%v", err)
 }
+
+func TestH1DoSendsJSONAndReportsReuse(t *testing.T) {
+	type seen struct{ method, uri, ctype, auth, body, length string }
+	got := make(chan seen, 4)
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.RequestURI, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), string(b), r.Header.Get("Content-Length")}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := newH1Transport(3 * time.Second)
+	hdr := http.Header{"Content-Type": {"text/plain"}, "Authorization": {"Bearer k"}}
+	resp, reused, err := tr.do(context.Background(), http.MethodPost, srv.URL+"/generate?x=1", []byte(`{"a":1}`), hdr)
+	require.NoError(t, err)
+	assert.False(t, reused)
+	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, seen{"POST", "/generate?x=1", "application/json", "Bearer k", `{"a":1}`, "7"}, <-got)
+
+	resp, reused, err = tr.do(context.Background(), http.MethodGet, srv.URL, nil, nil)
+	require.NoError(t, err)
+	assert.True(t, reused)
+	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
+}

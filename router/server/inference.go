@@ -328,7 +328,7 @@ func (s *Server) abort(urls []string, rids []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
-				resp, err := send(ctx, s.admin, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
+				resp, err := send(ctx, clientDoer{s.admin}, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

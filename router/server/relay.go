@@ -97,7 +97,7 @@ type streamWriter struct {
 
 func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, firstText func(time.Duration)) *streamWriter {
 	f, _ := w.(http.Flusher)
-	return &streamWriter{w: w, flusher: f, pre: pre, started: started, firstText: firstText}
+	return &streamWriter{w: w, flusher: f, pre: pre, started: started, firstText: firstText, out: make([]byte, 0, 2<<10)}
 }
 
 // newStreamWriter returns the stream writer of one relayed response to path, observing its

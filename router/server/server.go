@@ -47,7 +47,7 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	clients   [3]*http.Client // per role: regular, prefill, decode
+	clients   [3]*h1Transport // per role: regular, prefill, decode
 	admin     *http.Client    // probes, aborts, flush, proxied GETs
 	adm       *Admission
 	metrics   *Metrics
@@ -110,7 +110,7 @@ func New(opts Options) (*Server, error) {
 		flushEach: opts.FlushEachEvent,
 	}
 	for i := range s.clients {
-		s.clients[i] = &http.Client{Transport: newH1Transport(idle)}
+		s.clients[i] = newH1Transport(idle)
 	}
 	s.disc = &Discoverer{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},

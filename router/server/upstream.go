@@ -73,16 +73,27 @@ func (e *upstreamError) clientStatus() int {
 	return http.StatusBadGateway
 }
 
-// send POSTs (or GETs, body nil) to url and returns the response once its headers arrived. A
-// non-2xx answer is returned as an *upstreamError with its body read (bounded) and closed.
-func send(ctx context.Context, client *http.Client, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, error) {
+// doer sends one request upstream and returns the response once its head arrived, and whether
+// the request went out on a reused keep-alive connection.
+type doer interface {
+	do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error)
+}
+
+// clientDoer sends through an http.Client (probes, aborts, admin calls).
+type clientDoer struct{ *http.Client }
+
+func (c clientDoer) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	var reused bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+	})
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return nil, &upstreamError{Worker: worker, Role: role, Err: err}
+		return nil, false, err
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -90,17 +101,19 @@ func send(ctx context.Context, client *http.Client, method, url string, body []b
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	ue := &upstreamError{Worker: worker, Role: role}
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { ue.reused = info.Reused },
-	}))
-	resp, err := client.Do(req)
+	resp, err := c.Client.Do(req)
+	return resp, reused, err
+}
+
+// send POSTs (or GETs, body nil) to url and returns the response once its headers arrived. A
+// non-2xx answer is returned as an *upstreamError with its body read (bounded) and closed.
+func send(ctx context.Context, d doer, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, error) {
+	resp, reused, err := d.do(ctx, method, url, body, hdr)
 	if err != nil {
-		ue.Err = err
-		return nil, ue
+		return nil, &upstreamError{Worker: worker, Role: role, Err: err, reused: reused}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		ue.Status = resp.StatusCode
+		ue := &upstreamError{Worker: worker, Role: role, Status: resp.StatusCode, reused: reused}
 		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		return nil, ue
