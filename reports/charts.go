@@ -122,6 +122,19 @@ func lineChart(title, xLabel, yLabel string, ss []series, load, log2X bool) (str
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = load, load
+	if load {
+		// Headroom for the top-left legend (about a tenth of the height per entry), so flat
+		// series near the top of their range (TPOT across levels) stay clear of it.
+		maxY := 0.0
+		for _, s := range ss {
+			for _, xy := range s.xys {
+				maxY = max(maxY, xy.Y)
+			}
+		}
+		if maxY > 0 {
+			p.Y.Max = maxY * (1.15 + 0.1*float64(len(ss)))
+		}
+	}
 	if log2X {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = pow2Ticks{}
