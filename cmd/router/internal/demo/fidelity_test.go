@@ -2,11 +2,16 @@
 
 package demo
 
-// The fidelity test is opt-in (make test-fidelity), not part of make test: on this scenario
-// the live TTFT P50 at concurrency 16 is bimodal across runs (about 40.5 ms in 6 of 8 runs,
-// 45.5-46.8 ms in 2) while the deterministic simulator predicts 40.7 ms, so it fails the 10 %
-// bound about one run in four. Issue 9 stays open until the scenario or the simulator removes
-// that bimodality; see the session note.
+// The fidelity test is opt-in (make test-fidelity), not part of make test. In this scenario
+// (think time 0, DP-attention lockstep) TTFT at c4 and c16 falls on a staircase of decode
+// steps (~6.7 ms): each conversation's next turn starts on its decode server's step grid,
+// and its first token waits for the next step boundary. The c16 P50 sits at the edge between
+// the 40.7 ms and 46.7 ms steps (57 % of requests below it, simulated). Sub-millisecond live
+// timing noise (KV hop p99 up to 6 ms on this VM, against a flat 0.25 ms simulated) pushes
+// enough requests over the edge that the live P50 jumps a whole step in 20-70 % of runs (c4
+// likewise, less often). The simulator matches the noise-free system; a single-run P50
+// comparison at a step edge cannot be a stable gate. Issue 9 stays open on that choice (a
+// scenario without phase lock, or a step-aware comparison); see the session note.
 
 import (
 	"context"
