@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,13 +25,12 @@ import (
 // buffer also tells the relay when the upstream has nothing more buffered (Pending), the
 // moment to flush to the client (SPEC §1.4).
 //
-// Scope: http:// URLs and bodies of known length (or none). Anything else (https, unknown
-// length) goes to fallback, an http.Transport.
+// Scope: http:// URLs. Anything else (https) goes to fallback, an http.Transport.
 type h1Transport struct {
 	dialer   net.Dialer
 	idle     time.Duration // an idle connection older than this is closed, not reused
 	maxIdle  int           // idle connections kept per host
-	fallback http.RoundTripper
+	fallback clientDoer
 
 	mu    sync.Mutex
 	pools map[string][]*h1Conn // host:port → idle connections, most recently used last
@@ -58,7 +56,7 @@ func newH1Transport(idle time.Duration) *h1Transport {
 		dialer:   net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
 		idle:     idle,
 		maxIdle:  512,
-		fallback: newTransport(idle),
+		fallback: clientDoer{&http.Client{Transport: newTransport(idle)}},
 		pools:    map[string][]*h1Conn{},
 	}
 }
@@ -84,7 +82,7 @@ func putReqBuf(bp *[]byte) {
 func (t *h1Transport) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
 	rest, ok := strings.CutPrefix(url, "http://")
 	if !ok {
-		return clientDoer{&http.Client{Transport: t.fallback}}.do(ctx, method, url, body, hdr)
+		return t.fallback.do(ctx, method, url, body, hdr)
 	}
 	host, uri := rest, "/"
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
@@ -95,36 +93,6 @@ func (t *h1Transport) do(ctx context.Context, method, url string, body []byte, h
 		ctype = "application/json"
 	}
 	return t.exchange(ctx, method, host, uri, hdr, ctype, body)
-}
-
-// RoundTrip is do for an *http.Request (reporting reuse to an httptrace GotConn hook), so the
-// transport also serves an http.Client. Requests it cannot send (https, a body of unknown
-// length) go to the fallback http.Transport.
-func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || (req.Body != nil && req.Body != http.NoBody && req.ContentLength <= 0) {
-		return t.fallback.RoundTrip(req)
-	}
-	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
-		body = make([]byte, req.ContentLength)
-		_, err := io.ReadFull(req.Body, body)
-		req.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("request body shorter than its ContentLength %d: %w", req.ContentLength, err)
-		}
-	}
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	resp, reused, err := t.exchange(req.Context(), req.Method, host, req.URL.RequestURI(), req.Header, "", body)
-	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.GotConn != nil && (err == nil || reused) {
-		trace.GotConn(httptrace.GotConnInfo{Reused: reused})
-	}
-	if resp != nil {
-		resp.Request = req
-	}
-	return resp, err
 }
 
 // exchange sends method uri to host (host:port, or host for port 80) with hdr, a Content-Type
@@ -396,7 +364,5 @@ func (t *h1Transport) CloseIdleConnections() {
 			c.conn.Close()
 		}
 	}
-	if ci, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
-		ci.CloseIdleConnections()
-	}
+	t.fallback.CloseIdleConnections()
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,18 +33,8 @@ func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic
 }
 
 // h1Do sends a POST through tr and reports whether it went out on a reused connection.
-func h1Do(ctx context.Context, tr http.RoundTripper, url, body string, hdr http.Header) (*http.Response, bool, error) {
-	var reused bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return nil, false, err
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	resp, err := tr.RoundTrip(req)
-	return resp, reused, err
+func h1Do(ctx context.Context, tr *h1Transport, url, body string, hdr http.Header) (*http.Response, bool, error) {
+	return tr.do(ctx, http.MethodPost, url, []byte(body), hdr)
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -313,17 +302,15 @@ func TestH1Pending(t *testing.T) {
 	close(step)
 }
 
-func TestH1FallsBackForUnknownLengthBodies(t *testing.T) {
-	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+func TestH1FallsBackForHTTPS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
-	})
+	}))
+	t.Cleanup(srv.Close)
 	tr := newH1Transport(3 * time.Second)
-	pr, pw := io.Pipe()
-	go func() { _, _ = io.WriteString(pw, "streamed"); pw.Close() }()
-	req, err := http.NewRequest(http.MethodPost, srv.URL, pr)
-	require.NoError(t, err)
-	resp, err := tr.RoundTrip(req)
+	tr.fallback = clientDoer{srv.Client()} // trusts the test certificate
+	resp, _, err := h1Do(context.Background(), tr, srv.URL, "streamed", nil)
 	require.NoError(t, err)
 	_, isH1 := resp.Body.(*h1Body)
 	assert.False(t, isH1)
