@@ -42,8 +42,15 @@ type Config struct {
 	// Out, when non-empty, is the directory that receives requests.jsonl (streamed while the
 	// run goes) and results.json (rewritten after every level).
 	Out string
-	// Progress, when non-nil, receives a one-line progress bar per level (stderr).
+	// Progress, when non-nil, receives progress per level (stderr): a bar redrawn in place
+	// when ProgressTTY, one line per level (and one for its warm-up) otherwise.
 	Progress io.Writer
+	// ProgressTTY says Progress is a terminal, where a bar may be redrawn in place.
+	ProgressTTY bool
+	// MaxErrorRate is the fraction of a level's requests that may fail before Run reports
+	// the run as failed (*ErrorRateError, after every level ran); 0 means any failure fails
+	// the run, a negative value disables the check.
+	MaxErrorRate float64
 	// Version is written to results.json's meta.version.
 	Version string
 	// Transport is the base RoundTripper under the timing transport; nil means a tuned
@@ -82,6 +89,9 @@ func (c *Config) validate() (*url.URL, error) {
 	}
 	if c.FollowUpWorkers < 0 {
 		return nil, fmt.Errorf("bench: follow-up workers %d must be ≥ 0", c.FollowUpWorkers)
+	}
+	if c.MaxErrorRate > 1 || c.MaxErrorRate != c.MaxErrorRate {
+		return nil, fmt.Errorf("bench: --max-error-rate %g must be a fraction in [0,1] (negative: no check)", c.MaxErrorRate)
 	}
 	return u, nil
 }

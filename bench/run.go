@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 			return res, fmt.Errorf("bench: stopped after level %s: %w", level.Label, err)
 		}
 	}
-	return res, nil
+	return res, checkErrorRate(res, cfg.MaxErrorRate, r.examples)
 }
 
 // runner holds what every level of a run shares.
@@ -115,6 +115,7 @@ type runner struct {
 	flushClient *http.Client
 	header      http.Header // sent with every request, plus X-Request-Id
 	rw          *reports.RecordWriter
+	examples    map[string]map[string]string // level label → error kind → first message
 }
 
 // levelInfo maps a workloads level to the reports level it produces.
@@ -148,7 +149,7 @@ func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	if load.Requests > 0 && (total == 0 || load.Requests < total) {
 		total = load.Requests
 	}
-	prog := startProgress(r.cfg.Progress, info.Label, total, l.counts)
+	prog := startProgress(r.cfg.Progress, r.cfg.ProgressTTY, info.Label, total, l.counts)
 	switch {
 	case lv.Concurrency > 0:
 		l.closed(lv.Concurrency)
@@ -171,11 +172,23 @@ func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	if err := l.err(); err != nil {
 		return reports.Level{}, err
 	}
-	l.writeExamples(r.cfg.Progress)
 	info.Duration = l.duration()
 	info.SLO = r.cfg.SLO
 	info.CacheUnknown = !l.anyCached
-	return reports.Aggregate(info, l.records)
+	agg, err := reports.Aggregate(info, l.records)
+	if err != nil {
+		return agg, err
+	}
+	if r.examples == nil {
+		r.examples = map[string]map[string]string{}
+	}
+	r.examples[info.Label] = l.examples
+	if checkErrorRate(&reports.Results{Levels: []reports.Level{agg}}, r.cfg.MaxErrorRate, nil) == nil {
+		// Errors within the allowed rate: one example per kind here, since Run's error, which
+		// would carry them, does not come.
+		l.writeExamples(r.cfg.Progress)
+	}
+	return agg, nil
 }
 
 // flush asks the target to drop its caches (POST /flush_cache).
@@ -227,16 +240,17 @@ type levelRun struct {
 	end    time.Time
 	start  time.Time
 
-	mu        sync.Mutex // protects the fields below
-	sent      int
-	recBegin  time.Time // when the first recorded request was issued
-	settled   int
-	errs      int
-	records   []reports.Record
-	lastEnd   time.Time
-	anyCached bool
-	fatalErr  error
-	examples  map[string]string // first error message per kind
+	mu          sync.Mutex // protects the fields below
+	sent        int
+	recBegin    time.Time // when the first recorded request was issued
+	settled     int
+	warmSettled int // warm-up requests settled
+	errs        int
+	records     []reports.Record
+	lastEnd     time.Time
+	anyCached   bool
+	fatalErr    error
+	examples    map[string]string // first error message per kind
 }
 
 func (r *runner) newLevel(label string, src workloads.Source, warmup, limit int, d time.Duration) *levelRun {
@@ -247,10 +261,10 @@ func (r *runner) newLevel(label string, src workloads.Source, warmup, limit int,
 	return l
 }
 
-func (l *levelRun) counts() (int, int) {
+func (l *levelRun) counts() levelCounts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.settled, l.errs
+	return levelCounts{warm: l.warmSettled, warmTotal: l.warmup, done: l.settled, errs: l.errs}
 }
 
 func (l *levelRun) fatal(err error) {
@@ -335,6 +349,9 @@ func (l *levelRun) settle(req *request, res *vegeta.Result) {
 		req.fail(time.Now(), reports.ErrKindConnection, res.Error)
 	}
 	if !req.recorded {
+		l.mu.Lock()
+		l.warmSettled++
+		l.mu.Unlock()
 		return
 	}
 	now := time.Now()

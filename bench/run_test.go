@@ -179,7 +179,13 @@ func TestRunErrors(t *testing.T) {
 				cfg.RequestTimeout = tc.timeout
 			}
 			cfg.Out = t.TempDir()
-			res := runOK(t, cfg)
+			res, err := Run(context.Background(), cfg)
+			// Every request failed: the run fails, naming the level, the kind and its first message.
+			var rateErr *ErrorRateError
+			require.ErrorAs(t, err, &rateErr)
+			assert.Contains(t, err.Error(), "level c2: 3 of 3 requests failed")
+			assert.Contains(t, err.Error(), tc.kind+" ×3, first: "+tc.kind+": ")
+			assert.Contains(t, err.Error(), tc.msg)
 			l := res.Levels[0]
 			// A failed first turn ends its conversation: 3 conversations, 3 failed requests.
 			assert.Equal(t, 3, l.Requests)
@@ -344,8 +350,7 @@ func TestRunThinkTimeAndProgress(t *testing.T) {
 			l := res.Levels[0]
 			assert.Equal(t, 6, l.Requests)
 			assert.Zero(t, l.Errors)
-			assert.Contains(t, prog.String(), l.Label)
-			assert.Contains(t, prog.String(), "6/6 reqs")
+			assert.Contains(t, prog.String(), l.Label+": 6 reqs  0 errs")
 			// Every conversation thinks once between its two turns.
 			assert.GreaterOrEqual(t, l.DurationS, 0.03)
 			recs, err := reports.ReadRecords(cfg.Out)
@@ -361,15 +366,70 @@ func TestRunThinkTimeAndProgress(t *testing.T) {
 	}
 }
 
+// Errors within --max-error-rate do not fail the run; their examples go to the progress output.
 func TestRunErrorExamplesOnProgress(t *testing.T) {
 	t.Parallel()
 	f := &fakeSSE{Status: 503}
 	srv := startFake(t, f)
+	for _, limit := range []float64{-1, 1} {
+		cfg := smallConfig(srv.URL)
+		cfg.MaxErrorRate = limit
+		var prog strings.Builder
+		cfg.Progress = &prog
+		runOK(t, cfg)
+		assert.Contains(t, prog.String(), "c2: e.g. http_503: fake failure 503")
+	}
+}
+
+// The error rate is compared per level: a level at exactly the limit passes, above it fails.
+func TestCheckErrorRate(t *testing.T) {
+	t.Parallel()
+	res := &reports.Results{Levels: []reports.Level{
+		{Label: "c1", Requests: 10, Errors: 1, ErrorsByKind: map[string]int{"http_500": 1}},
+		{Label: "c4", Requests: 10},
+	}}
+	ex := map[string]map[string]string{"c1": {"http_500": "http_500: boom"}}
+	assert.NoError(t, checkErrorRate(res, 0.1, ex))
+	assert.NoError(t, checkErrorRate(res, -1, ex))
+	err := checkErrorRate(res, 0.05, ex)
+	var rateErr *ErrorRateError
+	require.ErrorAs(t, err, &rateErr)
+	require.Len(t, rateErr.Levels, 1)
+	assert.Equal(t, "c1", rateErr.Levels[0].Label)
+	assert.Contains(t, err.Error(), "http_500 ×1, first: http_500: boom")
+	_, err = Run(context.Background(), Config{URL: "http://127.0.0.1:1", MaxErrorRate: 2,
+		Workload: workloads.DefaultParams(), Load: workloads.DefaultLoadParams()})
+	assert.ErrorContains(t, err, "--max-error-rate 2")
+}
+
+// Not on a terminal, progress is whole lines: one for the warm-up and one per level, never a
+// carriage-return redraw. On a terminal the bar is labelled warm-up while it lasts.
+func TestRunProgressLines(t *testing.T) {
+	t.Parallel()
+	f := &fakeSSE{TTFT: 5 * time.Millisecond}
+	srv := startFake(t, f)
 	cfg := smallConfig(srv.URL)
+	cfg.Load.Concurrency = []int{1, 2}
+	cfg.Load.Warmup = 2
 	var prog strings.Builder
 	cfg.Progress = &prog
 	runOK(t, cfg)
-	assert.Contains(t, prog.String(), "c2: e.g. http_503: fake failure 503")
+	out := prog.String()
+	assert.NotContains(t, out, "\r")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	assert.Regexp(t, `^c1 warm-up: 2 requests done in `, lines[0])
+	assert.Regexp(t, `^c1: \d+ reqs  0 errs  `, lines[1])
+	assert.Regexp(t, `^c2 warm-up: 2 requests done in `, lines[2])
+	assert.Regexp(t, `^c2: \d+ reqs  0 errs  `, lines[3])
+
+	var tty strings.Builder
+	p := &progress{w: &tty, tty: true, label: "c4", total: 8, start: time.Now()}
+	p.draw(levelCounts{warm: 1, warmTotal: 4})
+	assert.Contains(t, tty.String(), "c4 warm-up [=======                       ] 1/4 reqs")
+	tty.Reset()
+	p.draw(levelCounts{warm: 4, warmTotal: 4, done: 8})
+	assert.Contains(t, tty.String(), "c4     [==============================] 8/8 reqs")
 }
 
 func TestRunTrace(t *testing.T) {

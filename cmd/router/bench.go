@@ -26,6 +26,7 @@ func newBenchCmd() *cobra.Command {
 		headers       []string
 		timeout       time.Duration
 		quiet         bool
+		maxErrorRate  float64
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --url URL [--workload NAME] [load flags]",
@@ -40,8 +41,13 @@ arrival of --arrival starts a conversation; client-side queueing is reported as 
 --requests and --duration bound each level; --warmup requests precede each level unrecorded;
 --flush-cache POSTs /flush_cache to the target between levels.
 
-Progress goes to stderr, the table to stdout, and with --out DIR results.json and
-requests.jsonl (render them again with router report).`,
+Progress goes to stderr (a bar on a terminal, one line per level and warm-up otherwise), the
+table to stdout, and with --out DIR results.json and requests.jsonl (render them again with
+router report).
+
+Exit status: 1 when a level's failed requests exceed --max-error-rate (default 0: any failed
+request), after every level ran, with each failing level's error kinds and the first message
+of each on stderr; the table and results are still written.`,
 		Example: `  router bench --url http://127.0.0.1:30000 --workload multiturn --concurrency 1,4,16,64 --out runs/on
   router bench --url http://127.0.0.1:30000 --workload gsp --rate 2,4,8 --duration 2m --slo ttft=500,tpot=50`,
 		Args: cobra.NoArgs,
@@ -50,7 +56,7 @@ requests.jsonl (render them again with router report).`,
 				return err
 			}
 			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
-				RequestTimeout: timeout, Out: out, Version: version}
+				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate}
 			for _, h := range headers {
 				if err := bench.ParseHeader(cfg.Header, h); err != nil {
 					return err
@@ -65,6 +71,7 @@ requests.jsonl (render them again with router report).`,
 			}
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
+				cfg.ProgressTTY = isTerminal(cfg.Progress)
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -93,7 +100,8 @@ requests.jsonl (render them again with router report).`,
 	fs.StringVar(&slo, "slo", "", "goodput objectives in ms, e.g. ttft=500,tpot=50 (also e2e=MS)")
 	fs.StringVar(&out, "out", "", "directory for results.json and requests.jsonl")
 	fs.DurationVar(&timeout, "request-timeout", bench.DefaultRequestTimeout, "bound on one request, stream included")
-	fs.BoolVar(&quiet, "quiet", false, "no progress bar on stderr")
+	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	fs.Float64Var(&maxErrorRate, "max-error-rate", 0, "fraction of a level's requests that may fail before bench exits 1 (0: none may; negative: never fail)")
 	addWorkloadFlags(fs, &p, &l)
 	_ = cmd.MarkFlagRequired("url")
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -85,13 +86,35 @@ func TestBenchCommandErrors(t *testing.T) {
 	}
 }
 
-func TestBenchCommandDeadEndpoint(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close()
-	out, err := run(t, "bench", "--url", url, "--workload", "random", "--num-prompts", "3",
-		"--input-len", "8", "--output-len", "3", "--quiet")
-	require.NoError(t, err, "failed requests are counted, not fatal")
-	assert.Regexp(t, `(?m)^c1\s+3\s+3\s`, out)
-	assert.Contains(t, out, "errors c1: connection=3")
+// A run whose requests all fail exits 1 and names the cause on stderr, after the table;
+// --max-error-rate 1 accepts it.
+func TestBenchCommandFailedRequestsExitNonZero(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	unauthorized := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":{"message":"invalid api key","type":"unauthorized","code":401}}`)
+	}))
+	t.Cleanup(unauthorized.Close)
+	for _, tc := range []struct{ url, kind, cause string }{
+		{deadURL, "connection ×3", "connection refused"},
+		{unauthorized.URL, "http_401 ×3", "invalid api key"},
+	} {
+		args := []string{"bench", "--url", tc.url, "--workload", "random", "--num-prompts", "3",
+			"--input-len", "8", "--output-len", "3"}
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 1, execute(args, &stdout, &stderr), tc.url)
+		assert.Regexp(t, `(?m)^c1\s+3\s+3\s`, stdout.String())
+		assert.Contains(t, stderr.String(), "router: bench: 1 level(s) failed more than --max-error-rate 0")
+		assert.Contains(t, stderr.String(), "level c1: 3 of 3 requests failed (100.0%)")
+		assert.Contains(t, stderr.String(), tc.kind+", first: ")
+		assert.Contains(t, stderr.String(), tc.cause)
+		assert.Equal(t, 1, strings.Count(stderr.String(), tc.cause), "the cause once, not also as an example line")
+
+		stdout.Reset()
+		stderr.Reset()
+		assert.Equal(t, 0, execute(append(args, "--max-error-rate", "1"), &stdout, &stderr), stderr.String())
+	}
 }

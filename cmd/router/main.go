@@ -5,12 +5,24 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"strings"
 )
 
-func main() {
-	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
-		os.Exit(1)
+func main() { os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// execute runs the command line args and returns the process exit status: 0 on success, 1
+// with the error on stderr after "router: " (once: an error that already starts with it is
+// not prefixed again).
+func execute(args []string, stdout, stderr io.Writer) int {
+	cmd := newRootCmd()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(stderr, "router: "+strings.TrimPrefix(err.Error(), "router: "))
+		return 1
 	}
+	return 0
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"runtime"
 
 	"github.com/spf13/cobra"
@@ -32,7 +34,9 @@ prefill and decode onto separate GPU pools (and for regular clusters too):
 Every command explains its flags with --help.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionString(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newVersionCmd())
 	for _, c := range subcommands {
 		root.AddCommand(c())
@@ -46,9 +50,24 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the router version and the Go toolchain that built it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "router %s (%s, %s/%s)\n",
-				version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
 			return err
 		},
 	}
+}
+
+// versionString is what `router version` and `router --version` print.
+func versionString() string {
+	return fmt.Sprintf("router %s (%s, %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// isTerminal reports whether w is a character device (a terminal), where progress may be
+// redrawn in place; files and pipes get whole lines.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -20,9 +20,21 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := run(t, "version")
-	require.NoError(t, err)
-	assert.Regexp(t, `^router \S+ \(go1\.\d+`, out)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, err := run(t, args...)
+		require.NoError(t, err)
+		assert.Regexp(t, `^router \S+ \(go1\.\d+[^\n]*\)\n$`, out, args)
+	}
+}
+
+// execute is main without os.Exit: the exit status and one "router: " before the message,
+// never two, even for errors of the router package that carry their own.
+func TestExecuteExitStatusAndPrefix(t *testing.T) {
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 0, execute([]string{"version"}, &out, &errOut))
+	assert.Empty(t, errOut.String())
+	assert.Equal(t, 1, execute([]string{"serve", "--cache-threshold", "1.7", "--print-config"}, &out, &errOut))
+	assert.Regexp(t, `^router: --cache-threshold 1.7 is outside \[0,1\]\n$`, errOut.String())
 }
 
 func TestHelpListsCommands(t *testing.T) {
