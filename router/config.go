@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -233,8 +234,28 @@ func (c Config) EvictionInterval() time.Duration {
 	return time.Duration(c.EvictionIntervalSecs) * time.Second
 }
 
-// Validate checks every setting and returns the first problem as an error naming the flag,
-// e.g. "router: --cache-threshold 1.7 is outside [0,1]".
+// SettingError is a setting Validate rejects. Key is its config-file key (cache_threshold),
+// Msg the problem, starting with the flag (--cache-threshold 1.7 is outside [0,1]), so a
+// command can name where the value came from: the flag, or a settings file's line.
+type SettingError struct {
+	Key string
+	Msg string
+	Err error // the wrapped cause, if any
+}
+
+func (e *SettingError) Error() string { return "router: " + e.Msg }
+func (e *SettingError) Unwrap() error { return e.Err }
+
+func settingErrorf(key, format string, a ...any) error {
+	err := fmt.Errorf(format, a...)
+	return &SettingError{Key: key, Msg: err.Error(), Err: errors.Unwrap(err)}
+}
+
+// flagKey turns a flag (--cache-threshold) into its config-file key (cache_threshold).
+func flagKey(flag string) string { return strings.ReplaceAll(strings.TrimPrefix(flag, "--"), "-", "_") }
+
+// Validate checks every setting and returns the first problem as a *SettingError naming the
+// flag, e.g. "router: --cache-threshold 1.7 is outside [0,1]".
 func (c Config) Validate() error {
 	for _, check := range []func() error{c.validateMode, c.validatePolicies, c.validateLimits, c.validateReliability} {
 		if err := check(); err != nil {
@@ -248,24 +269,24 @@ func (c Config) validateMode() error {
 	if !c.PDDisaggregation {
 		switch {
 		case len(c.Prefill) > 0:
-			return fmt.Errorf("router: --prefill needs --pd-disaggregation")
+			return settingErrorf("prefill", "--prefill needs --pd-disaggregation")
 		case len(c.Decode) > 0:
-			return fmt.Errorf("router: --decode needs --pd-disaggregation")
+			return settingErrorf("decode", "--decode needs --pd-disaggregation")
 		case c.PrefillPolicy != "":
-			return fmt.Errorf("router: --prefill-policy needs --pd-disaggregation (use --policy in regular mode)")
+			return settingErrorf("prefill_policy", "--prefill-policy needs --pd-disaggregation (use --policy in regular mode)")
 		case c.DecodePolicy != "":
-			return fmt.Errorf("router: --decode-policy needs --pd-disaggregation (use --policy in regular mode)")
+			return settingErrorf("decode_policy", "--decode-policy needs --pd-disaggregation (use --policy in regular mode)")
 		}
 	} else if len(c.WorkerURLs) > 0 {
-		return fmt.Errorf("router: --worker-urls is for regular mode; with --pd-disaggregation give --prefill and --decode")
+		return settingErrorf("worker_urls", "--worker-urls is for regular mode; with --pd-disaggregation give --prefill and --decode")
 	}
 	seen := map[string]string{}
 	add := func(flag, u string) error {
 		if err := CheckWorkerURL(u); err != nil {
-			return fmt.Errorf("router: %s: %w", flag, err)
+			return settingErrorf(flagKey(flag), "%s: %w", flag, err)
 		}
 		if prev, ok := seen[u]; ok {
-			return fmt.Errorf("router: %s %s is already given by %s", flag, u, prev)
+			return settingErrorf(flagKey(flag), "%s %s is already given by %s", flag, u, prev)
 		}
 		seen[u] = flag
 		return nil
@@ -280,7 +301,7 @@ func (c Config) validateMode() error {
 			return err
 		}
 		if p.BootstrapPort != nil && (*p.BootstrapPort < 1 || *p.BootstrapPort > 65535) {
-			return fmt.Errorf("router: --prefill %s bootstrap port %d is outside [1,65535] (or use none)", p.URL, *p.BootstrapPort)
+			return settingErrorf("prefill", "--prefill %s bootstrap port %d is outside [1,65535] (or use none)", p.URL, *p.BootstrapPort)
 		}
 	}
 	for _, u := range c.Decode {
@@ -289,7 +310,7 @@ func (c Config) validateMode() error {
 		}
 	}
 	if c.DPRankFields != DPRankFieldsLegacy && c.DPRankFields != DPRankFieldsRouted {
-		return fmt.Errorf("router: --dp-rank-fields %q is not legacy or routed", c.DPRankFields)
+		return settingErrorf("dp_rank_fields", "--dp-rank-fields %q is not legacy or routed", c.DPRankFields)
 	}
 	return nil
 }
@@ -300,22 +321,22 @@ func (c Config) validatePolicies() error {
 			continue
 		}
 		if !validPolicy(p.v) {
-			return fmt.Errorf("router: %s %q is not one of %s", p.flag, p.v, strings.Join(PolicyNames, ", "))
+			return settingErrorf(flagKey(p.flag), "%s %q is not one of %s", p.flag, p.v, strings.Join(PolicyNames, ", "))
 		}
 	}
 	switch {
 	case !(c.CacheThreshold >= 0 && c.CacheThreshold <= 1):
-		return fmt.Errorf("router: --cache-threshold %g is outside [0,1]", c.CacheThreshold)
+		return settingErrorf("cache_threshold", "--cache-threshold %g is outside [0,1]", c.CacheThreshold)
 	case c.BalanceAbsThreshold < 0:
-		return fmt.Errorf("router: --balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
+		return settingErrorf("balance_abs_threshold", "--balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
 	case !(c.BalanceRelThreshold >= 0):
-		return fmt.Errorf("router: --balance-rel-threshold %g must be ≥ 0", c.BalanceRelThreshold)
+		return settingErrorf("balance_rel_threshold", "--balance-rel-threshold %g must be ≥ 0", c.BalanceRelThreshold)
 	case c.EvictionIntervalSecs < 1:
-		return fmt.Errorf("router: --eviction-interval-secs %d must be ≥ 1", c.EvictionIntervalSecs)
+		return settingErrorf("eviction_interval_secs", "--eviction-interval-secs %d must be ≥ 1", c.EvictionIntervalSecs)
 	case c.MaxTreeSize < 1:
-		return fmt.Errorf("router: --max-tree-size %d must be ≥ 1", c.MaxTreeSize)
+		return settingErrorf("max_tree_size", "--max-tree-size %d must be ≥ 1", c.MaxTreeSize)
 	case c.MaxTreeTotalChars < 1:
-		return fmt.Errorf("router: --max-tree-total-chars %d must be ≥ 1", c.MaxTreeTotalChars)
+		return settingErrorf("max_tree_total_chars", "--max-tree-total-chars %d must be ≥ 1", c.MaxTreeTotalChars)
 	}
 	return nil
 }
@@ -323,34 +344,34 @@ func (c Config) validatePolicies() error {
 func (c Config) validateLimits() error {
 	switch {
 	case c.Port < 0 || c.Port > 65535:
-		return fmt.Errorf("router: --port %d is outside [0,65535]", c.Port)
+		return settingErrorf("port", "--port %d is outside [0,65535]", c.Port)
 	case c.PrometheusPort < 0 || c.PrometheusPort > 65535:
-		return fmt.Errorf("router: --prometheus-port %d is outside [0,65535]", c.PrometheusPort)
+		return settingErrorf("prometheus_port", "--prometheus-port %d is outside [0,65535]", c.PrometheusPort)
 	case c.WorkerStartupTimeoutSecs < 0:
-		return fmt.Errorf("router: --worker-startup-timeout-secs %d must be ≥ 0", c.WorkerStartupTimeoutSecs)
+		return settingErrorf("worker_startup_timeout_secs", "--worker-startup-timeout-secs %d must be ≥ 0", c.WorkerStartupTimeoutSecs)
 	case c.WorkerStartupCheckInterval < 1:
-		return fmt.Errorf("router: --worker-startup-check-interval %d must be ≥ 1", c.WorkerStartupCheckInterval)
+		return settingErrorf("worker_startup_check_interval", "--worker-startup-check-interval %d must be ≥ 1", c.WorkerStartupCheckInterval)
 	case c.RequestTimeoutSecs < 1:
-		return fmt.Errorf("router: --request-timeout-secs %d must be ≥ 1", c.RequestTimeoutSecs)
+		return settingErrorf("request_timeout_secs", "--request-timeout-secs %d must be ≥ 1", c.RequestTimeoutSecs)
 	case c.MaxPayloadSize < 1:
-		return fmt.Errorf("router: --max-payload-size %d must be ≥ 1", c.MaxPayloadSize)
+		return settingErrorf("max_payload_size", "--max-payload-size %d must be ≥ 1", c.MaxPayloadSize)
 	case c.MaxConcurrentRequests == 0 || c.MaxConcurrentRequests < -1:
-		return fmt.Errorf("router: --max-concurrent-requests %d must be ≥ 1, or -1 for no limit", c.MaxConcurrentRequests)
+		return settingErrorf("max_concurrent_requests", "--max-concurrent-requests %d must be ≥ 1, or -1 for no limit", c.MaxConcurrentRequests)
 	case c.QueueSize < 0:
-		return fmt.Errorf("router: --queue-size %d must be ≥ 0", c.QueueSize)
+		return settingErrorf("queue_size", "--queue-size %d must be ≥ 0", c.QueueSize)
 	case c.QueueTimeoutSecs < 1:
-		return fmt.Errorf("router: --queue-timeout-secs %d must be ≥ 1", c.QueueTimeoutSecs)
+		return settingErrorf("queue_timeout_secs", "--queue-timeout-secs %d must be ≥ 1", c.QueueTimeoutSecs)
 	case c.ShutdownTimeoutSecs < 0:
-		return fmt.Errorf("router: --shutdown-timeout-secs %d must be ≥ 0", c.ShutdownTimeoutSecs)
+		return settingErrorf("shutdown_timeout_secs", "--shutdown-timeout-secs %d must be ≥ 0", c.ShutdownTimeoutSecs)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "warning", "error":
 	default:
-		return fmt.Errorf("router: --log-level %q is not debug, info, warn or error", c.LogLevel)
+		return settingErrorf("log_level", "--log-level %q is not debug, info, warn or error", c.LogLevel)
 	}
 	for _, h := range c.RequestIDHeaders {
 		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " :\t") {
-			return fmt.Errorf("router: --request-id-headers %q is not a header name", h)
+			return settingErrorf("request_id_headers", "--request-id-headers %q is not a header name", h)
 		}
 	}
 	return nil
@@ -359,33 +380,33 @@ func (c Config) validateLimits() error {
 func (c Config) validateReliability() error {
 	switch {
 	case c.RetryMaxRetries < 1:
-		return fmt.Errorf("router: --retry-max-retries %d must be ≥ 1 (it counts attempts, the first included)", c.RetryMaxRetries)
+		return settingErrorf("retry_max_retries", "--retry-max-retries %d must be ≥ 1 (it counts attempts, the first included)", c.RetryMaxRetries)
 	case c.RetryInitialBackoffMs < 0:
-		return fmt.Errorf("router: --retry-initial-backoff-ms %d must be ≥ 0", c.RetryInitialBackoffMs)
+		return settingErrorf("retry_initial_backoff_ms", "--retry-initial-backoff-ms %d must be ≥ 0", c.RetryInitialBackoffMs)
 	case c.RetryMaxBackoffMs < c.RetryInitialBackoffMs:
-		return fmt.Errorf("router: --retry-max-backoff-ms %d is below --retry-initial-backoff-ms %d", c.RetryMaxBackoffMs, c.RetryInitialBackoffMs)
+		return settingErrorf("retry_max_backoff_ms", "--retry-max-backoff-ms %d is below --retry-initial-backoff-ms %d", c.RetryMaxBackoffMs, c.RetryInitialBackoffMs)
 	case !(c.RetryBackoffMultiplier >= 1):
-		return fmt.Errorf("router: --retry-backoff-multiplier %g must be ≥ 1", c.RetryBackoffMultiplier)
+		return settingErrorf("retry_backoff_multiplier", "--retry-backoff-multiplier %g must be ≥ 1", c.RetryBackoffMultiplier)
 	case !(c.RetryJitterFactor >= 0 && c.RetryJitterFactor <= 1):
-		return fmt.Errorf("router: --retry-jitter-factor %g is outside [0,1]", c.RetryJitterFactor)
+		return settingErrorf("retry_jitter_factor", "--retry-jitter-factor %g is outside [0,1]", c.RetryJitterFactor)
 	case c.UpstreamIdleTimeoutMs < 0:
-		return fmt.Errorf("router: --upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)
+		return settingErrorf("upstream_idle_timeout_ms", "--upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)
 	case c.CBFailureThreshold < 1:
-		return fmt.Errorf("router: --cb-failure-threshold %d must be ≥ 1", c.CBFailureThreshold)
+		return settingErrorf("cb_failure_threshold", "--cb-failure-threshold %d must be ≥ 1", c.CBFailureThreshold)
 	case c.CBSuccessThreshold < 1:
-		return fmt.Errorf("router: --cb-success-threshold %d must be ≥ 1", c.CBSuccessThreshold)
+		return settingErrorf("cb_success_threshold", "--cb-success-threshold %d must be ≥ 1", c.CBSuccessThreshold)
 	case c.CBTimeoutDurationSecs < 1:
-		return fmt.Errorf("router: --cb-timeout-duration-secs %d must be ≥ 1", c.CBTimeoutDurationSecs)
+		return settingErrorf("cb_timeout_duration_secs", "--cb-timeout-duration-secs %d must be ≥ 1", c.CBTimeoutDurationSecs)
 	case c.HealthCheckIntervalSecs < 1:
-		return fmt.Errorf("router: --health-check-interval-secs %d must be ≥ 1", c.HealthCheckIntervalSecs)
+		return settingErrorf("health_check_interval_secs", "--health-check-interval-secs %d must be ≥ 1", c.HealthCheckIntervalSecs)
 	case c.HealthCheckTimeoutSecs < 1:
-		return fmt.Errorf("router: --health-check-timeout-secs %d must be ≥ 1", c.HealthCheckTimeoutSecs)
+		return settingErrorf("health_check_timeout_secs", "--health-check-timeout-secs %d must be ≥ 1", c.HealthCheckTimeoutSecs)
 	case c.HealthFailureThreshold < 1:
-		return fmt.Errorf("router: --health-failure-threshold %d must be ≥ 1", c.HealthFailureThreshold)
+		return settingErrorf("health_failure_threshold", "--health-failure-threshold %d must be ≥ 1", c.HealthFailureThreshold)
 	case c.HealthSuccessThreshold < 1:
-		return fmt.Errorf("router: --health-success-threshold %d must be ≥ 1", c.HealthSuccessThreshold)
+		return settingErrorf("health_success_threshold", "--health-success-threshold %d must be ≥ 1", c.HealthSuccessThreshold)
 	case !strings.HasPrefix(c.HealthCheckEndpoint, "/"):
-		return fmt.Errorf("router: --health-check-endpoint %q must start with /", c.HealthCheckEndpoint)
+		return settingErrorf("health_check_endpoint", "--health-check-endpoint %q must start with /", c.HealthCheckEndpoint)
 	}
 	return nil
 }

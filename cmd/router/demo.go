@@ -64,7 +64,7 @@ func newDemoCmd() *cobra.Command {
 	fs.Float64Var(&sc.Speedup, "speedup", sc.Speedup, "divide every model duration by this")
 	fs.IntSliceVar(&sc.Load.Concurrency, "concurrency", sc.Load.Concurrency, "closed-loop levels: comma-separated client counts")
 	fs.IntVar(&sc.Load.Requests, "requests", sc.Load.Requests, "recorded requests per level")
-	fs.Int64Var(&sc.Seed, "seed", sc.Seed, "seed of the router, the rids and rooms, and the workload (both runs)")
+	seedFlag(fs, cmdDemo, &sc.Seed)
 	fs.DurationVar(&sc.NetLatency, "net-latency", sc.NetLatency, "simulated one-way latency of each network hop (stands for loopback HTTP)")
 	return cmd
 }

@@ -39,7 +39,8 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.PageSize, "page-size", 1, "tokens per KV page")
 	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", 0, "KV capacity per rank in tokens (0: the profile's)")
 	fs.StringVar(&c.ModelPath, "model-path", fakeworker.DefaultModelPath, "model path and id the worker reports")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of failure-injection draws and generated ids")
+	c.Seed = 1
+	seedFlag(fs, cmdFakeworker, &c.Seed)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl := &c.Failures
 	fs.Float64Var(&fl.ErrorRate, "error-rate", 0, "failure: fraction of inference requests answered at once with --error-status")

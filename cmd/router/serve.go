@@ -76,15 +76,16 @@ func newServeCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), w)
 			}
 			cfg := flagCfg
+			var file settingsFile
 			if configPath != "" {
-				fileCfg, err := loadConfigFile(configPath)
+				fileCfg, f, err := loadConfigFile(configPath)
 				if err != nil {
 					return err
 				}
-				cfg = mergeServeFlags(fs, fileCfg, flagCfg)
+				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
 			}
 			if err := cfg.Validate(); err != nil {
-				return err
+				return file.explain(err, fs)
 			}
 			if printConfig {
 				out, err := yaml.Marshal(cfg.Redacted())

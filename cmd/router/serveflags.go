@@ -1,26 +1,22 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/spf13/pflag"
-	"go.yaml.in/yaml/v3"
 )
 
-// serveFlagHelp documents every router.Config field, keyed by its json name; the flag is the
-// same name with dashes. A test checks that every field has an entry, so a new setting cannot
-// ship without a flag and help text.
+// serveFlagHelp documents every router.Config field, keyed by its json name, except those
+// sharedFlagHelp defines per command; the flag is the same name with dashes. A test checks that
+// every field has an entry in one of them, so a new setting cannot ship without a flag and help.
 var serveFlagHelp = map[string]string{
 	"host":                          "address to listen on",
 	"port":                          "port to listen on",
 	"worker_urls":                   "regular-mode worker URLs (space-separated after the flag, or repeated)",
-	"pd_disaggregation":             "prefill/decode disaggregated mode: give --prefill and --decode workers",
 	"prefill":                       "prefill worker: URL [BOOTSTRAP_PORT|none] (repeatable; none or omitted sends bootstrap_port null)",
 	"decode":                        "decode worker URL (repeatable)",
 	"worker_url_allow":              "hosts or CIDRs that workers added at run time must match (empty: any)",
@@ -33,7 +29,6 @@ var serveFlagHelp = map[string]string{
 	"eviction_interval_secs":        "cache_aware: seconds between tree evictions",
 	"max_tree_size":                 "cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction",
 	"max_tree_total_chars":          "cache_aware: characters one tree may hold in all before LRU eviction (memory guard)",
-	"dp_aware":                      "route to DP ranks: read dp_size from /get_server_info and address url@rank targets",
 	"dp_rank_fields":                "DP rank fields sent to workers: legacy (data_parallel_rank…) or routed (routed_dp_rank…)",
 	"worker_startup_timeout_secs":   "seconds to keep retrying discovery of a starting worker",
 	"worker_startup_check_interval": "seconds between discovery attempts of a starting worker",
@@ -67,9 +62,7 @@ var serveFlagHelp = map[string]string{
 	"prometheus_port":               "port of the Prometheus /metrics listener",
 	"log_level":                     "debug, info, warn or error",
 	"log_json":                      "log JSON lines instead of text",
-	"decision_log":                  "file receiving one JSON line per routing decision (same format as router sim)",
 	"access_log":                    "file receiving one line per HTTP request (- for stderr)",
-	"seed":                          "seed for rooms, rids and random policies: deterministic runs (default: random)",
 }
 
 // serveFlagAliases are other spellings sgl-router versions used for the same setting.
@@ -190,7 +183,7 @@ func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "
 
 // serveFlags binds one flag per router.Config field (named after its json key) to cfg, which
 // should hold the defaults: they show in --help.
-func serveFlags(fs *pflag.FlagSet, cfg *router.Config) { configFlags(fs, cfg, nil) }
+func serveFlags(fs *pflag.FlagSet, cfg *router.Config) { configFlags(fs, cfg, cmdServe, nil) }
 
 // notRoutingSettings are the Config keys that describe a live deployment (listeners, worker
 // lists, secrets, logging) rather than routing behaviour; `router sim` leaves them out.
@@ -208,11 +201,12 @@ var notRoutingSettings = map[string]bool{
 // breaker and health thresholds, seed, decision log, mode): the flags `router sim` shares
 // with serve, under the same names, so one settings file serves both.
 func routingFlags(fs *pflag.FlagSet, cfg *router.Config) {
-	configFlags(fs, cfg, func(key string) bool { return !notRoutingSettings[key] })
+	configFlags(fs, cfg, cmdSim, func(key string) bool { return !notRoutingSettings[key] })
 }
 
-// configFlags binds the Config fields whose json key passes include (nil: all).
-func configFlags(fs *pflag.FlagSet, cfg *router.Config, include func(key string) bool) {
+// configFlags binds the Config fields whose json key passes include (nil: all), with the help
+// text of command cmd.
+func configFlags(fs *pflag.FlagSet, cfg *router.Config, cmd string, include func(key string) bool) {
 	v := reflect.ValueOf(cfg).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -220,7 +214,11 @@ func configFlags(fs *pflag.FlagSet, cfg *router.Config, include func(key string)
 		if include != nil && !include(key) {
 			continue
 		}
-		name, help := flagName(key), serveFlagHelp[key]
+		name, help := flagName(key), flagHelp(cmd, key)
+		if key == "seed" {
+			seedFlag(fs, cmd, &cfg.Seed)
+			continue
+		}
 		switch p := v.Field(i).Addr().Interface().(type) {
 		case *string:
 			fs.StringVar(p, name, *p, help)
@@ -236,8 +234,6 @@ func configFlags(fs *pflag.FlagSet, cfg *router.Config, include func(key string)
 			fs.Var(&stringList{p: p}, name, help)
 		case *[]router.PrefillWorker:
 			fs.Var(&prefillList{p}, name, help)
-		case **int64:
-			fs.Var(&optionalInt64{p}, name, help)
 		default:
 			panic(fmt.Sprintf("configFlags: no flag type for Config.%s", t.Field(i).Name))
 		}
@@ -288,51 +284,16 @@ func (s *prefillList) Set(v string) error {
 	return nil
 }
 
-// optionalInt64 is an int64 flag whose absence is nil.
-type optionalInt64 struct{ p **int64 }
-
-func (s *optionalInt64) String() string {
-	if s.p == nil || *s.p == nil {
-		return ""
-	}
-	return strconv.FormatInt(**s.p, 10)
-}
-func (s *optionalInt64) Type() string { return "int" }
-func (s *optionalInt64) Set(v string) error {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%q is not an integer", v)
-	}
-	*s.p = &n
-	return nil
-}
-
 // loadConfigFile reads a YAML or JSON settings file (YAML is a superset, so one decoder reads
-// both) over the defaults. Unknown keys are errors naming the key, so a typo never silently
-// falls back to a default.
-func loadConfigFile(path string) (router.Config, error) {
+// both) over the defaults. Unknown keys and wrong types are errors naming the file, line and
+// key, so a typo never silently falls back to a default.
+func loadConfigFile(path string) (router.Config, settingsFile, error) {
 	cfg := router.DefaultConfig()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("--config: %w", err)
+	doc, file, err := readSettingsFile("--config", path)
+	if err != nil || doc == nil {
+		return cfg, file, err
 	}
-	var doc any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return cfg, fmt.Errorf("--config %s: %w", path, err)
-	}
-	if doc == nil {
-		return cfg, nil
-	}
-	asJSON, err := json.Marshal(doc)
-	if err != nil {
-		return cfg, fmt.Errorf("--config %s: %w", path, err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(asJSON)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("--config %s: %w", path, err)
-	}
-	return cfg, nil
+	return cfg, file, file.decode(doc, &cfg)
 }
 
 // mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg:

@@ -27,7 +27,10 @@ func parseServe(t *testing.T, args ...string) (router.Config, []string, error) {
 
 func TestEveryConfigFieldHasAFlagWithHelp(t *testing.T) {
 	typ := reflect.TypeOf(router.Config{})
-	require.Len(t, serveFlagHelp, typ.NumField(), "serveFlagHelp and router.Config disagree")
+	require.Len(t, serveFlagHelp, typ.NumField()-len(sharedFlagHelp), "serveFlagHelp and router.Config disagree")
+	for key := range sharedFlagHelp {
+		require.NotContains(t, serveFlagHelp, key, "a shared flag is defined in sharedFlagHelp only")
+	}
 	cfg := router.DefaultConfig()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	serveFlags(fs, &cfg)
@@ -107,7 +110,7 @@ prefill:
     bootstrap_port: 8998
 seed: 11
 `), 0o644))
-	fileCfg, err := loadConfigFile(yamlPath)
+	fileCfg, _, err := loadConfigFile(yamlPath)
 	require.NoError(t, err)
 	require.Equal(t, 0.6, fileCfg.CacheThreshold)
 	require.Equal(t, 1.5, fileCfg.BalanceRelThreshold, "defaults stay for keys the file omits")
@@ -130,16 +133,16 @@ seed: 11
 	// JSON files read the same; unknown keys are named.
 	jsonPath := filepath.Join(dir, "c.json")
 	require.NoError(t, os.WriteFile(jsonPath, []byte(`{"cache_treshold": 0.5}`), 0o644))
-	_, err = loadConfigFile(jsonPath)
-	require.ErrorContains(t, err, `unknown field "cache_treshold"`)
+	_, _, err = loadConfigFile(jsonPath)
+	require.ErrorContains(t, err, jsonPath+`:1: unknown key "cache_treshold"`)
 	require.NoError(t, os.WriteFile(jsonPath, []byte(`{"policy": "round_robin"}`), 0o644))
-	cfg, err = loadConfigFile(jsonPath)
+	cfg, _, err = loadConfigFile(jsonPath)
 	require.NoError(t, err)
 	require.Equal(t, "round_robin", cfg.Policy)
-	_, err = loadConfigFile(filepath.Join(dir, "missing.yaml"))
+	_, _, err = loadConfigFile(filepath.Join(dir, "missing.yaml"))
 	require.ErrorContains(t, err, "--config")
 	require.NoError(t, os.WriteFile(yamlPath, []byte("cache_threshold: [1"), 0o644))
-	_, err = loadConfigFile(yamlPath)
+	_, _, err = loadConfigFile(yamlPath)
 	require.ErrorContains(t, err, yamlPath)
 }
 
@@ -157,4 +160,34 @@ func TestRoutingFlagsLeaveOutDeploymentSettings(t *testing.T) {
 	for key := range notRoutingSettings {
 		require.Contains(t, serveFlagHelp, key, "notRoutingSettings names a Config key")
 	}
+}
+
+// A bad value names where it came from: the file and line when the file gave it, the flag
+// when the flag did; never "router: router:".
+func TestSettingErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "router.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("policy: cache_aware\n\ncache_threshold: 1.7\nbalance_abs_threshold: many\n"), 0o644))
+	_, err := run(t, "serve", "--config", path, "--print-config")
+	require.ErrorContains(t, err, path+":4: balance_abs_threshold: want int, got string")
+
+	require.NoError(t, os.WriteFile(path, []byte("policy: cache_aware\n\ncache_threshold: 1.7\n"), 0o644))
+	_, err = run(t, "serve", "--config", path, "--print-config")
+	require.EqualError(t, err, path+":3: cache_threshold 1.7 is outside [0,1]")
+	_, err = run(t, "serve", "--config", path, "--cache-threshold", "2", "--print-config")
+	require.EqualError(t, err, "router: --cache-threshold 2 is outside [0,1]", "the flag overrides the file: the flag is named")
+	_, err = run(t, "sim", "--config", path, "--requests", "1")
+	require.EqualError(t, err, path+":3: cache_threshold 1.7 is outside [0,1]")
+
+	require.NoError(t, os.WriteFile(path, []byte("- a\n- b\n"), 0o644))
+	_, err = run(t, "serve", "--config", path, "--print-config")
+	require.ErrorContains(t, err, path+":1: want a mapping of settings")
+
+	cluster := filepath.Join(dir, "cluster.yaml")
+	require.NoError(t, os.WriteFile(cluster, []byte("prefill: 2\nnet_latency: soon\n"), 0o644))
+	_, err = run(t, "sim", "--cluster", cluster)
+	require.ErrorContains(t, err, cluster+":2: net_latency: ")
+	require.NoError(t, os.WriteFile(cluster, []byte("prefill: 2\ndecodes: 2\n"), 0o644))
+	_, err = run(t, "sim", "--cluster", cluster)
+	require.ErrorContains(t, err, cluster+`:2: unknown key "decodes"`)
 }

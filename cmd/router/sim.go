@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -97,8 +95,10 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 // resolve turns the parsed flags into a sim.Config.
 func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error) {
 	rc := f.cfg
+	var file settingsFile
 	if f.configFile != "" {
-		fileCfg, err := loadConfigFile(f.configFile)
+		fileCfg, cf, err := loadConfigFile(f.configFile)
+		file = cf
 		if err != nil {
 			return sim.Config{}, err
 		}
@@ -136,7 +136,7 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 		return sim.Config{}, err
 	}
 	if err := rc.Validate(); err != nil {
-		return sim.Config{}, err
+		return sim.Config{}, file.explain(err, fs)
 	}
 	if err := cl.Validate(rc.PDDisaggregation); err != nil {
 		return sim.Config{}, err
@@ -368,37 +368,24 @@ func parseSimSLO(s string) (*reports.SLO, error) {
 }
 
 // loadSimCluster reads a --cluster file: YAML or JSON keyed like the cluster flags with
-// underscores (prefill, decode, dp_size, profile, net_latency: "100us", …). Unknown keys are
-// errors.
+// underscores (prefill, decode, dp_size, profile, net_latency: "100us", …). Unknown keys and
+// wrong types are errors naming the file, line and key.
 func loadSimCluster(path string) (sim.Cluster, error) {
 	var cl sim.Cluster
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return cl, fmt.Errorf("--cluster: %w", err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return cl, fmt.Errorf("--cluster %s: %w", path, err)
+	doc, file, err := readSettingsFile("--cluster", path)
+	if err != nil || doc == nil {
+		return cl, err
 	}
 	for _, k := range []string{"ttft", "itl", "net_latency"} {
 		if s, ok := doc[k].(string); ok {
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				return cl, fmt.Errorf("--cluster %s: %s: %w", path, k, err)
+				return cl, fmt.Errorf("%s: %s: %w", file.at(k), k, err)
 			}
 			doc[k] = int64(d)
 		}
 	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return cl, fmt.Errorf("--cluster %s: %w", path, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cl); err != nil {
-		return cl, fmt.Errorf("--cluster %s: %w", path, err)
-	}
-	return cl, nil
+	return cl, file.decode(doc, &cl)
 }
 
 // mergeSimCluster applies the cluster flags the user set onto the file's cluster.

@@ -25,7 +25,7 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.Var((*apiValue)(&p.API), "api", "request form: chat (/v1/chat/completions), completions (/v1/completions) or generate (/generate)")
 	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests`)
 	if fs.Lookup("seed") == nil {
-		fs.Uint64Var(&p.Seed, "seed", p.Seed, "seed of all generated text, lengths and random arrivals (same seed, same run)")
+		seedFlag(fs, cmdBench, &p.Seed)
 	}
 	fs.BoolVar(&p.IgnoreEOS, "ignore-eos", p.IgnoreEOS, "send ignore_eos so servers generate exactly the requested output tokens")
 
