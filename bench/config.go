@@ -53,6 +53,10 @@ type Config struct {
 	MaxErrorRate float64
 	// Version is written to results.json's meta.version.
 	Version string
+	// Label names the run in reports (--label); Command is the command line that started it.
+	// Both go to results.json's meta.
+	Label   string
+	Command []string
 	// Transport is the base RoundTripper under the timing transport; nil means a tuned
 	// *http.Transport of the run's own (HTTP/1.1, no compression, large idle pool).
 	Transport http.RoundTripper

@@ -59,6 +59,14 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		f.flushes.Add(1)
 		return
 	}
+	if req.Method == http.MethodGet { // the run's description of its target (describe)
+		if req.URL.Path == "/get_server_info" {
+			fmt.Fprint(w, `{"dp_size":2,"model_path":"fake"}`)
+			return
+		}
+		http.NotFound(w, req)
+		return
+	}
 	body, _ := io.ReadAll(req.Body)
 	f.hits.Add(1)
 	f.mu.Lock()

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -59,7 +61,7 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	started := time.Now().UTC().Truncate(time.Second)
 	res := &reports.Results{Schema: reports.SchemaVersion, Meta: reports.Meta{
 		Tool: reports.ToolBench, Version: cfg.Version, Seed: int64(cfg.Workload.Seed),
-		Workload: wl, Target: &target, Started: &started,
+		Workload: wl, Target: &target, Started: &started, Label: cfg.Label, Command: cfg.Command,
 	}}
 
 	r := &runner{cfg: cfg, base: strings.TrimRight(u.String(), "/"), ctx: ctx}
@@ -81,6 +83,9 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 		defer f.Close()
 		r.rw = reports.NewRecordWriter(f)
 	}
+
+	res.Meta.Router = r.describe("/get_router_config")
+	res.Meta.ServerInfo = r.describe("/get_server_info")
 
 	for i, lv := range cfg.Load.Levels(cfg.Workload.IsTrace()) {
 		if i > 0 && cfg.Load.FlushCache {
@@ -190,6 +195,41 @@ func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	}
 	return agg, nil
 }
+
+// describe GETs path from the target and returns its JSON object answer, or nil when the
+// target does not answer one within a few seconds: a router serve answers /get_router_config
+// (its settings) and /get_server_info (its first worker's), an SGLang worker only the second.
+// What it returns is recorded in results.json so report --compare can name what differs.
+func (r *runner) describe(path string) json.RawMessage {
+	ctx, cancel := context.WithTimeout(r.ctx, describeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+path, nil)
+	if err != nil {
+		return nil
+	}
+	for k, vs := range r.cfg.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
+	}
+	resp, err := r.flushClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDescribeBody))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, body) != nil || buf.Len() == 0 || buf.Bytes()[0] != '{' {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+const (
+	describeTimeout = 2 * time.Second
+	maxDescribeBody = 1 << 20
+)
 
 // flush asks the target to drop its caches (POST /flush_cache).
 func (r *runner) flush() error {

@@ -471,3 +471,23 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	}
 	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
 }
+
+// A run records what it ran against: the label, the command line, and the target's
+// /get_server_info when it answers one (a 404 for /get_router_config records nothing).
+func TestRunRecordsTarget(t *testing.T) {
+	t.Parallel()
+	srv := startFake(t, &fakeSSE{})
+	cfg := smallConfig(srv.URL)
+	cfg.Label, cfg.Command = "threshold-0.3", []string{"bench", "--url", srv.URL}
+	cfg.Out = t.TempDir()
+	runOK(t, cfg)
+	res, err := reports.ReadResults(cfg.Out)
+	require.NoError(t, err)
+	assert.Equal(t, "threshold-0.3", res.Meta.Label)
+	assert.Equal(t, cfg.Command, res.Meta.Command)
+	assert.JSONEq(t, `{"dp_size":2,"model_path":"fake"}`, string(res.Meta.ServerInfo))
+	assert.Nil(t, res.Meta.Router)
+	run, err := reports.ReadRun(cfg.Out, false)
+	require.NoError(t, err)
+	assert.Equal(t, "threshold-0.3", run.Name, "the label names the run in reports")
+}

@@ -58,6 +58,13 @@ func metricByKey(key string) Metric {
 	panic("reports: unknown metric " + key)
 }
 
+// ImprovementRule is the one sign rule of every comparison, printed beside it.
+const ImprovementRule = "impr: B over A in %; positive = B better (lower latency, higher throughput)"
+
+// ErrorRule is the sign rule of a comparison of a prediction B against a measurement A (live
+// vs sim), which reports B's error, not an improvement.
+const ErrorRule = "error: B relative to A in %, (B − A) / A; positive = B higher"
+
 // Improvement returns how much better b is than a, in percent of a: (a−b)/a·100 when lower is
 // better, (b−a)/a·100 otherwise; positive means b is better. Nil when a is 0.
 func Improvement(a, b float64, lowerIsBetter bool) *float64 {
@@ -142,8 +149,16 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 		return c.writeJSON(w)
 	case FormatMarkdown:
 		var s strings.Builder
-		fmt.Fprintf(&s, "### compare: %s\n\nimpr: B over A in %%; positive = B better (lower latency, higher throughput)\n", mdEscape(c.title()))
+		fmt.Fprintf(&s, "### compare: %s\n\n%s\n", mdEscape(c.title()), ImprovementRule)
 		na, nb := c.names()
+		if d := c.Settings(); len(d) > 0 {
+			s.WriteString("\nsettings that differ:\n\n")
+			rows := make([][]string, len(d))
+			for i, x := range d {
+				rows[i] = []string{x.Key, x.A, x.B}
+			}
+			writeMDTable(&s, []string{"setting", na, nb}, rows)
+		}
 		for i := range c.Levels {
 			cl := &c.Levels[i]
 			fmt.Fprintf(&s, "\n**%s**\n\n", mdEscape(cl.Label))
@@ -165,6 +180,7 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 	var s strings.Builder
 	s.WriteString(c.title())
 	s.WriteString("\n\n")
+	c.writeSettingsText(&s)
 	na, nb := c.names()
 	t := table{cols: []column{{name: "level", left: true}}}
 	for _, k := range tableCompareKeys {
@@ -182,9 +198,31 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 		t.rows = append(t.rows, row)
 	}
 	t.write(&s)
-	s.WriteString("\nimpr: B over A in %; positive = B better (lower latency, higher throughput)\n")
+	s.WriteString("\n" + ImprovementRule + "\n")
 	_, err := io.WriteString(w, s.String())
 	return err
+}
+
+// Settings lists the settings the two runs differ in (DiffSettings).
+func (c *Comparison) Settings() []SettingDiff { return DiffSettings(c.A.Results, c.B.Results) }
+
+// writeSettingsText writes "settings that differ" as aligned lines "key  A → B", or that none
+// differ.
+func (c *Comparison) writeSettingsText(s *strings.Builder) {
+	d := c.Settings()
+	if len(d) == 0 {
+		s.WriteString("settings: no recorded setting differs\n\n")
+		return
+	}
+	width := 0
+	for _, x := range d {
+		width = max(width, len(x.Key))
+	}
+	s.WriteString("settings that differ (A → B):\n")
+	for _, x := range d {
+		fmt.Fprintf(s, "  %-*s  %s → %s\n", width, x.Key, x.A, x.B)
+	}
+	s.WriteString("\n")
 }
 
 // title names both runs.
@@ -250,9 +288,10 @@ func (c *Comparison) writeCSV(w io.Writer) error {
 
 // compareJSON is the json form of a comparison.
 type compareJSON struct {
-	A      string             `json:"a"`
-	B      string             `json:"b"`
-	Levels []compareLevelJSON `json:"levels"`
+	A        string             `json:"a"`
+	B        string             `json:"b"`
+	Settings []SettingDiff      `json:"settings"`
+	Levels   []compareLevelJSON `json:"levels"`
 }
 
 type compareLevelJSON struct {
@@ -268,7 +307,10 @@ type compareMetricJSON struct {
 }
 
 func (c *Comparison) writeJSON(w io.Writer) error {
-	out := compareJSON{A: c.A.Name, B: c.B.Name, Levels: []compareLevelJSON{}}
+	out := compareJSON{A: c.A.Name, B: c.B.Name, Settings: c.Settings(), Levels: []compareLevelJSON{}}
+	if out.Settings == nil {
+		out.Settings = []SettingDiff{}
+	}
 	for i := range c.Levels {
 		cl := &c.Levels[i]
 		lj := compareLevelJSON{Label: cl.Label}

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"encoding/json"
 	"bytes"
 	"fmt"
 	"path/filepath"
@@ -20,8 +21,14 @@ func sweepRun(t testing.TB, name string, scale float64) Run {
 	t.Helper()
 	wl, err := NewWorkload("multiturn", map[string]any{"conversations": 16, "turns": 2})
 	require.NoError(t, err)
+	// The two runs differ in one router setting, which a comparison names.
+	threshold := map[string]string{"off": "1", "on": "0.3"}[name]
+	if threshold == "" {
+		threshold = "0.5"
+	}
 	r := &Results{Schema: SchemaVersion, Meta: Meta{Tool: ToolBench, Version: "v0.1.0", Seed: 1,
-		Workload: wl, Target: str("http://127.0.0.1:30000")}}
+		Workload: wl, Target: str("http://127.0.0.1:30000"),
+		Router: json.RawMessage(`{"policy":"cache_aware","cache_threshold":` + threshold + `}`)}}
 	var all []Record
 	for li, n := range []int{1, 4, 16} {
 		info := ClosedLoop(n)
@@ -249,4 +256,24 @@ func TestHTMLOpenLoopRun(t *testing.T) {
 	assert.Contains(t, buf.String(), "rate (requests/s)")
 	assert.Equal(t, 2, strings.Count(buf.String(), "<svg"))
 	assert.Empty(t, externalRefs(buf.String(), "http://127.0.0.1:8080"))
+}
+
+// DiffSettings names exactly the recorded settings that differ, nested ones by dotted key,
+// with "-" for a side that lacks one, and ignores the server's changing internal state.
+func TestDiffSettings(t *testing.T) {
+	t.Parallel()
+	a, b := sweepRun(t, "off", 1).Results, sweepRun(t, "on", 1).Results
+	assert.Equal(t, []SettingDiff{{Key: "router.cache_threshold", A: "1", B: "0.3"}}, DiffSettings(a, b))
+	assert.Empty(t, DiffSettings(a, a))
+	b2 := *b
+	b2.Meta.Seed = 7
+	b2.Meta.Cluster = json.RawMessage(`{"prefill":{"count":2,"profile":"h100"}}`)
+	b2.Meta.ServerInfo = json.RawMessage(`{"dp_size":8,"internal_states":[{"last_gen_throughput":12.5}]}`)
+	assert.Equal(t, []SettingDiff{
+		{Key: "cluster.prefill.count", A: "-", B: "2"},
+		{Key: "cluster.prefill.profile", A: "-", B: "h100"},
+		{Key: "router.cache_threshold", A: "1", B: "0.3"},
+		{Key: "seed", A: "1", B: "7"},
+		{Key: "server_info.dp_size", A: "-", B: "8"},
+	}, DiffSettings(a, &b2))
 }

@@ -53,6 +53,13 @@ type Meta struct {
 	// equal). Nil for the simulator, whose output has no wall-clock values; omitted from JSON
 	// when nil.
 	Started *time.Time `json:"started,omitempty"`
+	// Label names the run (--label); empty when not given. Reports use it as the run's name.
+	Label string `json:"label,omitempty"`
+	// Command is the command line that produced the run (arguments after the binary's name).
+	Command []string `json:"command,omitempty"`
+	// ServerInfo is the bench target's /get_server_info answer (a JSON object) when it gave
+	// one; nil otherwise and for the simulator.
+	ServerInfo json.RawMessage `json:"server_info,omitempty"`
 }
 
 // Workload is the workload name plus its parameters, written as one flat JSON object
@@ -280,7 +287,7 @@ func (r *Results) Validate() error {
 	if r.Meta.Workload.Name == "" {
 		return errors.New("reports: meta.workload.name is empty")
 	}
-	for name, raw := range map[string]json.RawMessage{"cluster": r.Meta.Cluster, "router": r.Meta.Router} {
+	for name, raw := range map[string]json.RawMessage{"cluster": r.Meta.Cluster, "router": r.Meta.Router, "server_info": r.Meta.ServerInfo} {
 		if raw == nil {
 			continue
 		}
@@ -370,7 +377,7 @@ func (l *Level) Validate() error {
 // normalize gives decoded results their canonical in-memory form: compact raw JSON with null
 // as nil, empty maps as nil.
 func (r *Results) normalize() error {
-	for _, raw := range []*json.RawMessage{&r.Meta.Cluster, &r.Meta.Router} {
+	for _, raw := range []*json.RawMessage{&r.Meta.Cluster, &r.Meta.Router, &r.Meta.ServerInfo} {
 		if *raw == nil {
 			continue
 		}

@@ -27,6 +27,9 @@ func ReadRun(path string, records bool) (Run, error) {
 		return Run{}, err
 	}
 	run := Run{Name: RunName(path), Results: res}
+	if res.Meta.Label != "" {
+		run.Name = res.Meta.Label
+	}
 	if !records {
 		return run, nil
 	}

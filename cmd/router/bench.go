@@ -27,6 +27,7 @@ func newBenchCmd() *cobra.Command {
 		timeout       time.Duration
 		quiet         bool
 		maxErrorRate  float64
+		label         string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --url URL [--workload NAME] [load flags]",
@@ -43,7 +44,9 @@ arrival of --arrival starts a conversation; client-side queueing is reported as 
 
 Progress goes to stderr (a bar on a terminal, one line per level and warm-up otherwise), the
 table to stdout, and with --out DIR results.json and requests.jsonl (render them again with
-router report).
+router report). results.json records what the run ran against: --label, the command line,
+the target's /get_server_info and, from a router serve, its settings (/get_router_config), so
+router report --compare names the settings that differ between two runs.
 
 Exit status: 1 when a level's failed requests exceed --max-error-rate (default 0: any failed
 request), after every level ran, with each failing level's error kinds and the first message
@@ -56,7 +59,8 @@ of each on stderr; the table and results are still written.`,
 				return err
 			}
 			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
-				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate}
+				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate,
+				Label: label, Command: commandLine}
 			for _, h := range headers {
 				if err := bench.ParseHeader(cfg.Header, h); err != nil {
 					return err
@@ -99,6 +103,7 @@ of each on stderr; the table and results are still written.`,
 	fs.StringArrayVar(&headers, "header", nil, `extra request header "Key: value" (repeatable)`)
 	fs.StringVar(&slo, "slo", "", "goodput objectives in ms, e.g. ttft=500,tpot=50 (also e2e=MS)")
 	fs.StringVar(&out, "out", "", "directory for results.json and requests.jsonl")
+	fs.StringVar(&label, "label", "", "name of the run in reports (default: the --out directory's name); recorded with the command line and the target's settings")
 	fs.DurationVar(&timeout, "request-timeout", bench.DefaultRequestTimeout, "bound on one request, stream included")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	fs.Float64Var(&maxErrorRate, "max-error-rate", 0, "fraction of a level's requests that may fail before bench exits 1 (0: none may; negative: never fail)")

@@ -62,7 +62,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, a := range seen {
 		assert.Equal(t, "Bearer k", a)
 	}
-	assert.Len(t, seen, 13, "12 requests and the flush between the levels")
+	assert.Len(t, seen, 15, "12 requests, the flush between the levels, and the two GETs describing the target")
 
 	// router report renders what bench wrote.
 	md, err := run(t, "report", dir, "--format", "md")

@@ -12,10 +12,14 @@ import (
 
 func main() { os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// commandLine is the arguments the binary was started with, recorded in results.json.
+var commandLine []string
+
 // execute runs the command line args and returns the process exit status: 0 on success, 1
 // with the error on stderr after "router: " (once: an error that already starts with it is
 // not prefixed again).
 func execute(args []string, stdout, stderr io.Writer) int {
+	commandLine = append([]string(nil), args...)
 	cmd := newRootCmd()
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 )
 
 // writeRun writes a run of levels c1, c4, c16 to dir/name whose TTFTs scale with scale.
@@ -84,4 +89,31 @@ func TestReportCommandErrors(t *testing.T) {
 		_, err := run(t, tc.args...)
 		assert.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
 	}
+}
+
+// Two bench runs through router serve with different cache thresholds: report --compare
+// names that setting (from each router's /get_router_config) and nothing else of the router.
+func TestCompareNamesTheSettingThatDiffers(t *testing.T) {
+	worker, _ := sseServer(t)
+	dir := t.TempDir()
+	for _, th := range []string{"0.3", "0.7"} {
+		cfg := router.DefaultConfig()
+		cfg.WorkerURLs = []string{worker.URL}
+		cfg.CacheThreshold, _ = strconv.ParseFloat(th, 64)
+		s, err := server.New(server.Options{Config: cfg, Seed: 1})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, s.Start(ctx))
+		front := httptest.NewServer(s.Handler())
+		_, err = run(t, "bench", "--url", front.URL, "--workload", "random", "--num-prompts", "4",
+			"--input-len", "8", "--output-len", "3", "--quiet", "--out", filepath.Join(dir, "t"+th), "--label", "threshold-"+th)
+		front.Close()
+		cancel()
+		s.Wait()
+		require.NoError(t, err)
+	}
+	out, err := run(t, "report", "--compare", filepath.Join(dir, "t0.3"), filepath.Join(dir, "t0.7"))
+	require.NoError(t, err)
+	assert.Contains(t, out, "A=threshold-0.3")
+	assert.Regexp(t, `settings that differ \(A → B\):\n  router\.cache_threshold  0\.3 → 0\.7\n  target  +http://\S+ → http://\S+\n\n`, out)
 }

@@ -213,3 +213,29 @@ func TestFlushCacheFanOut(t *testing.T) {
 	assert.Contains(t, body, bad.URL())
 	assert.Len(t, good.callsTo("/flush_cache"), 1)
 }
+
+// GET /get_router_config answers the effective settings with the API key redacted.
+func TestRouterConfigEndpoint(t *testing.T) {
+	w := newWorker(t, nil)
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.CacheThreshold = 0.42
+	cfg.APIKey = "s3cret"
+	tr := startRouter(t, cfg)
+	req, _ := http.NewRequest(http.MethodGet, tr.srv.URL+"/get_router_config", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "protected like the other admin routes")
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(raw, &got))
+	assert.Equal(t, 0.42, got["cache_threshold"])
+	assert.Equal(t, "<redacted>", got["api_key"])
+	assert.NotContains(t, string(raw), "s3cret")
+}

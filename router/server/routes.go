@@ -29,6 +29,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readiness", s.readiness)
 	mux.Handle("GET /health_generate", s.protected(http.HandlerFunc(s.healthGenerate)))
 	mux.Handle("GET /get_loads", s.protected(http.HandlerFunc(s.getLoads)))
+	mux.Handle("GET /get_router_config", s.protected(http.HandlerFunc(s.routerConfig)))
 	mux.Handle("POST /flush_cache", s.protected(http.HandlerFunc(s.flushCache)))
 	mux.Handle("GET /workers", s.protected(http.HandlerFunc(s.listWorkers)))
 	mux.Handle("POST /workers", s.protected(http.HandlerFunc(s.addWorkerJSON)))
@@ -139,4 +140,11 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 		_, _ = s.access.Write([]byte(line))
 		s.amu.Unlock()
 	})
+}
+
+// routerConfig answers GET /get_router_config (a pdrouter extension): the effective settings
+// as `router serve --print-config` prints them, secrets redacted, as JSON. `router bench`
+// records it in results.json so `router report --compare` can name the settings that differ.
+func (s *Server) routerConfig(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Redacted())
 }
