@@ -50,7 +50,8 @@ func chromium(t *testing.T, args ...string) []byte {
 }
 
 // pathRE matches the data lines gonum/plot draws (1.5 pt strokes) in Chromium's DOM dump.
-var pathRE = regexp.MustCompile(`<path d="([^"]+)" style="fill:none;stroke:#[0-9A-F]{6};stroke-width:1.5"`)
+// (the series after the first are dashed: a stroke-dasharray may follow).
+var pathRE = regexp.MustCompile(`<path d="([^"]+)" style="fill:none;stroke:#[0-9A-F]{6};stroke-width:1.5(;stroke-dasharray:[^"]*)?"`)
 
 // figurePaths returns the points of every data line inside <figure id="id">, in drawing order.
 func figurePaths(t *testing.T, dom, id string) [][][2]float64 {
@@ -138,12 +139,16 @@ func TestBrowserHTMLReport(t *testing.T) {
 			assert.InDelta(t, pts[1][0]-pts[0][0], pts[2][0]-pts[1][0], 0.6, "%s: log2 x spacing", ch.id)
 		}
 	}
+	rightmost := make([]float64, 2)
 	for i, run := range []Run{off, on} {
 		paths := figurePaths(t, dom, "ttft-cdf-"+strconv.Itoa(i))
 		var lens []int
 		for _, p := range paths {
 			if len(p) > 2 { // legend samples are two-point lines
 				lens = append(lens, len(p))
+				for _, pt := range p {
+					rightmost[i] = max(rightmost[i], pt[0])
+				}
 			}
 		}
 		var want []int
@@ -152,6 +157,9 @@ func TestBrowserHTMLReport(t *testing.T) {
 		}
 		assert.Equal(t, want, lens, "CDF of %s: one point per successful request (+ the origin)", run.Name)
 	}
+	// The CDFs share their x axis: "off" is 1.5× slower, so its curves end farther right
+	// (on separate axes both would end at the right edge).
+	assert.Greater(t, rightmost[0], rightmost[1]*1.3, "CDF x axes are shared")
 
 	// Drawn, not just present: the screenshot shows both runs' line colours.
 	shot := filepath.Join(t.TempDir(), "shot.png")
@@ -184,4 +192,71 @@ func countColor(img image.Image, r, g, b uint8) int {
 		}
 	}
 	return n
+}
+
+// overflowProbe, appended to a copy of the page by the test only (the report itself has no
+// script), writes the page's horizontal overflow in CSS pixels into the DOM Chromium dumps.
+const overflowProbe = `<script>
+document.body.setAttribute("data-overflow-x",
+  String(document.documentElement.scrollWidth - document.documentElement.clientWidth));
+document.body.setAttribute("data-viewport", String(document.documentElement.clientWidth));
+</script>`
+
+var overflowRE = regexp.MustCompile(`data-overflow-x="(-?\d+)"`)
+var viewportRE = regexp.MustCompile(`data-viewport="(\d+)"`)
+
+// TestBrowserReportFits1280 opens a comparison report and the demo's live-vs-sim report in
+// headless Chromium at 1,280 × 800: the page never scrolls sideways (wide tables scroll
+// inside their own box), a screenshot of that window is taken, and the live-vs-sim page
+// says "error", never "impr".
+func TestBrowserReportFits1280(t *testing.T) {
+	off, on := sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)
+	// Long names, as real run directories have, widen every column.
+	off.Name, on.Name = "cache-aware-threshold-0.3-run", "cache-aware-threshold-0.7-run"
+	for _, tc := range []struct {
+		name string
+		mode CompareMode
+		want string
+	}{
+		{"compare", CompareImprovement, ImprovementRule},
+		{"live-vs-sim", CompareError, ErrorRule},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var page bytes.Buffer
+			require.NoError(t, RenderHTML(&page, []Run{off, on}, tc.mode))
+			html := page.String()
+			assert.Contains(t, html, tc.want)
+			if tc.mode == CompareError {
+				assert.NotContains(t, html, ">impr<")
+				assert.NotContains(t, html, "positive = B better")
+			}
+			probed := strings.Replace(html, "</body>", overflowProbe+"</body>", 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				if r.URL.Path == "/probed.html" {
+					w.Write([]byte(probed))
+					return
+				}
+				w.Write(page.Bytes())
+			}))
+			defer srv.Close()
+			dom := string(chromium(t, "--window-size=1280,800", "--virtual-time-budget=2000", "--dump-dom", srv.URL+"/probed.html"))
+			m := overflowRE.FindStringSubmatch(dom)
+			require.NotNil(t, m, "the probe did not run")
+			vp := viewportRE.FindStringSubmatch(dom)
+			require.NotNil(t, vp)
+			assert.Equal(t, "1280", vp[1], "the window is 1,280 px wide")
+			assert.Equal(t, "0", m[1], "the page overflows a 1,280-px window by %s px", m[1])
+
+			shot := filepath.Join(t.TempDir(), "shot.png")
+			chromium(t, "--window-size=1280,800", "--screenshot="+shot, srv.URL+"/report.html")
+			f, err := os.Open(shot)
+			require.NoError(t, err)
+			defer f.Close()
+			img, err := png.Decode(f)
+			require.NoError(t, err)
+			assert.Equal(t, 1280, img.Bounds().Dx())
+			assert.Greater(t, countColor(img, 0xf3, 0xf3, 0xf3), 500, "the comparison table's header is in view")
+		})
+	}
 }

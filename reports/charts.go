@@ -109,12 +109,27 @@ func cdfSeries(run Run) []series {
 	return out
 }
 
+// chartOpts shapes a chart: a load chart (load) marks every point, puts its legend top left
+// (latency grows with load) and, with log2X, spaces x by powers of two (concurrency 1, 2,
+// 4, …); a CDF keeps its legend bottom right, under the curves' plateau. XMax > 0 fixes the
+// x range to [0, XMax], so the charts of a comparison share their axis.
+type chartOpts struct {
+	load, log2X bool
+	xMax        float64
+}
+
+// dashes tell series apart where they coincide (one hides the other otherwise): solid,
+// dashed, dotted, dash-dot, in series order, beside the colours and glyph shapes.
+var dashes = [][]vg.Length{nil, {vg.Points(6), vg.Points(3)}, {vg.Points(1.5), vg.Points(2.5)},
+	{vg.Points(6), vg.Points(2.5), vg.Points(1.5), vg.Points(2.5)}}
+
+// glyphShapes mark the points of load charts, one shape per series.
+var glyphShapes = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.CrossGlyph{},
+	draw.RingGlyph{}, draw.BoxGlyph{}, draw.PyramidGlyph{}, draw.PlusGlyph{}}
+
 // lineChart draws the series as an inline SVG element (no XML prolog, no namespace URLs).
-// A load chart (load true) marks every point, puts its legend top left (latency grows with
-// load) and, with log2X, spaces x by powers of two (concurrency 1, 2, 4, …); a CDF keeps its
-// legend bottom right, under the curves' plateau.
-func lineChart(title, xLabel, yLabel string, ss []series, load, log2X bool) (string, error) {
-	glyphs := load
+func lineChart(title, xLabel, yLabel string, ss []series, o chartOpts) (string, error) {
+	load, log2X, glyphs := o.load, o.log2X, o.load
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = xLabel
@@ -139,6 +154,9 @@ func lineChart(title, xLabel, yLabel string, ss []series, load, log2X bool) (str
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = pow2Ticks{}
 	}
+	if o.xMax > 0 {
+		p.X.Min, p.X.Max = 0, o.xMax
+	}
 	for i, s := range ss {
 		if len(s.xys) == 0 {
 			continue
@@ -150,6 +168,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, load, log2X bool) (str
 		}
 		line.Color = col
 		line.Width = vg.Points(1.5)
+		line.Dashes = dashes[i%len(dashes)]
 		p.Add(line)
 		if glyphs {
 			pts, err := plotter.NewScatter(s.xys)
@@ -157,7 +176,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, load, log2X bool) (str
 				return "", fmt.Errorf("reports: chart %q, series %q: %w", title, s.name, err)
 			}
 			pts.Color = col
-			pts.Shape = draw.CircleGlyph{}
+			pts.Shape = glyphShapes[i%len(glyphShapes)]
 			pts.Radius = vg.Points(2.5)
 			p.Add(pts)
 			p.Legend.Add(s.name, line, pts)
@@ -186,6 +205,19 @@ func (pow2Ticks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+// maxX is the largest x of any series (0 when there is none).
+func maxX(sss ...[]series) float64 {
+	m := 0.0
+	for _, ss := range sss {
+		for _, s := range ss {
+			for _, xy := range s.xys {
+				m = max(m, xy.X)
+			}
+		}
+	}
+	return m
 }
 
 // allPositive reports whether every x of every series is > 0 (a log axis needs it).

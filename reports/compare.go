@@ -78,6 +78,16 @@ func Improvement(a, b float64, lowerIsBetter bool) *float64 {
 	return &v
 }
 
+// ErrorPct returns b's error relative to a in percent, (b − a) / a · 100 (ErrorRule); nil
+// when a is 0.
+func ErrorPct(a, b float64) *float64 {
+	if a == 0 {
+		return nil
+	}
+	v := (b - a) / a * 100
+	return &v
+}
+
 // ComparedLevel pairs the levels of two runs that share a label; A or B is nil when only one
 // run has the level.
 type ComparedLevel struct {
@@ -142,7 +152,7 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 	c := Compare(a, b)
 	switch f {
 	case FormatHTML:
-		return RenderHTML(w, []Run{a, b}, true)
+		return RenderHTML(w, []Run{a, b}, CompareImprovement)
 	case FormatCSV:
 		return c.writeCSV(w)
 	case FormatJSON:
@@ -236,8 +246,9 @@ func runSummary(r *Results) string {
 	return fmt.Sprintf("%s workload=%s seed=%d", r.Meta.Tool, r.Meta.Workload.Name, r.Meta.Seed)
 }
 
-// rows returns the comparison as columns "level, <metric> A, <metric> B, <metric> impr, …".
-func (c *Comparison) rows(keys []string) ([]string, [][]string) {
+// rows returns the comparison as columns "level, <metric> A, <metric> B, <metric> impr, …";
+// with errMode the third column of each metric is B's error relative to A (ErrorPct).
+func (c *Comparison) rows(keys []string, errMode bool) ([]string, [][]string) {
 	na, nb := c.names()
 	cols := []string{"level"}
 	for _, k := range keys {
@@ -251,6 +262,12 @@ func (c *Comparison) rows(keys []string) ([]string, [][]string) {
 		for _, k := range keys {
 			m := metricByKey(k)
 			a, b, impr := cl.values(m)
+			if errMode {
+				impr = nil
+				if a != nil && b != nil {
+					impr = ErrorPct(*a, *b)
+				}
+			}
 			if k == "cache_hit_rate" || k == "goodput" {
 				row = append(row, pct(a), pct(b), signedPct(impr))
 				continue

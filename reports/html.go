@@ -8,12 +8,28 @@ import (
 	"strings"
 )
 
+// CompareMode says whether and how an HTML page compares its first two runs.
+type CompareMode int
+
+const (
+	// NoCompare shows the runs side by side only.
+	NoCompare CompareMode = iota
+	// CompareImprovement starts the page with B's improvement over A (ImprovementRule):
+	// two configurations, the better one wanted.
+	CompareImprovement
+	// CompareError starts it with B's error relative to A (ErrorRule): a prediction (sim)
+	// against a measurement (live), where a sign of "better" would mislead.
+	CompareError
+)
+
 // RenderHTML writes runs as one self-contained HTML page that loads nothing from the network
 // (no scripts, styles inline, charts as inline SVG made with gonum/plot): TTFT P95 and TPOT P95
 // against concurrency (or rate, for open-loop-only runs) with one line per run, a TTFT CDF per
-// run that has Records (one line per level), and each run's level table. With compare and two
-// runs it starts with their comparison (B's improvement over A).
-func RenderHTML(w io.Writer, runs []Run, compare bool) error {
+// run that has Records (one line per level, every CDF on the same x axis), and each run's
+// level table. With a CompareMode and two runs it starts with their comparison and the
+// settings that differ. The page fits a 1,280-px window: wide tables scroll inside their own
+// box with the level column pinned.
+func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	page := htmlPage{Title: "pdrouter report"}
 	names := make([]string, len(runs))
 	for i, run := range runs {
@@ -22,17 +38,8 @@ func RenderHTML(w io.Writer, runs []Run, compare bool) error {
 	if len(runs) > 0 {
 		page.Title += ": " + strings.Join(names, " vs ")
 	}
-	if compare && len(runs) == 2 {
-		c := Compare(runs[0], runs[1])
-		_, rows := c.rows(mdCompareKeys)
-		na, nb := c.names()
-		t := &htmlTable{Caption: "compare " + c.title() + " (impr: B over A in %; positive = B better)",
-			Groups: []htmlGroup{{Span: 1}}, Cols: []string{"level"}, Rows: rows}
-		for _, k := range mdCompareKeys {
-			t.Groups = append(t.Groups, htmlGroup{Name: metricByKey(k).Name, Span: 3})
-			t.Cols = append(t.Cols, na, nb, "impr")
-		}
-		page.Compare = t
+	if mode != NoCompare && len(runs) == 2 {
+		page.Compare, page.Settings = compareTables(Compare(runs[0], runs[1]), mode)
 	}
 	if xLabel, x, ok := chartAxis(runs); ok {
 		for _, ch := range []struct {
@@ -44,19 +51,24 @@ func RenderHTML(w io.Writer, runs []Run, compare bool) error {
 		} {
 			ss := loadSeries(runs, x, ch.metric)
 			log2X := strings.HasPrefix(xLabel, "concurrency") && allPositive(ss)
-			svg, err := lineChart(ch.title+" vs "+strings.Fields(xLabel)[0], xLabel, ch.title+" (ms)", ss, true, log2X)
+			svg, err := lineChart(ch.title+" vs "+strings.Fields(xLabel)[0], xLabel, ch.title+" (ms)", ss,
+				chartOpts{load: true, log2X: log2X})
 			if err != nil {
 				return err
 			}
 			page.Charts = append(page.Charts, htmlChart{ID: ch.id, Caption: ch.title + " (ms) per run", SVG: template.HTML(svg)})
 		}
 	}
+	cdfs := make([][]series, len(runs))
 	for i, run := range runs {
-		ss := cdfSeries(run)
-		if len(ss) == 0 {
+		cdfs[i] = cdfSeries(run)
+	}
+	shared := maxX(cdfs...) // one x axis for every CDF, so two runs' curves compare by eye
+	for i, run := range runs {
+		if len(cdfs[i]) == 0 {
 			continue
 		}
-		svg, err := lineChart("TTFT CDF: "+run.Name, "TTFT (ms)", "fraction of requests", ss, false, false)
+		svg, err := lineChart("TTFT CDF: "+run.Name, "TTFT (ms)", "fraction of requests", cdfs[i], chartOpts{xMax: shared})
 		if err != nil {
 			return err
 		}
@@ -82,11 +94,37 @@ func RenderHTML(w io.Writer, runs []Run, compare bool) error {
 	return err
 }
 
+// compareTables builds the comparison table (its third column per metric "impr" or "error",
+// per mode, with the rule in the caption) and the table of settings that differ (nil when
+// none do).
+func compareTables(c Comparison, mode CompareMode) (cmp, settings *htmlTable) {
+	rule, col := ImprovementRule, "impr"
+	if mode == CompareError {
+		rule, col = ErrorRule, "error"
+	}
+	_, rows := c.rows(mdCompareKeys, mode == CompareError)
+	na, nb := c.names()
+	cmp = &htmlTable{Caption: "compare " + c.title() + " (" + rule + ")",
+		Groups: []htmlGroup{{Span: 1}}, Cols: []string{"level"}, Rows: rows}
+	for _, k := range mdCompareKeys {
+		cmp.Groups = append(cmp.Groups, htmlGroup{Name: metricByKey(k).Name, Span: 3})
+		cmp.Cols = append(cmp.Cols, na, nb, col)
+	}
+	if d := c.Settings(); len(d) > 0 {
+		settings = &htmlTable{Caption: "settings that differ", Cols: []string{"setting", na, nb}}
+		for _, x := range d {
+			settings.Rows = append(settings.Rows, []string{x.Key, x.A, x.B})
+		}
+	}
+	return cmp, settings
+}
+
 func itoa(i int) string { return strconv.Itoa(i) }
 
 type htmlPage struct {
-	Title   string
-	Compare *htmlTable
+	Title    string
+	Compare  *htmlTable
+	Settings *htmlTable
 	Charts  []htmlChart
 	Runs    []htmlRun
 }
@@ -122,13 +160,14 @@ var htmlTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <link rel="icon" href="data:,">
 <title>{{.Title}}</title>
 <style>
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; overflow-wrap: anywhere; }
 h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
-table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-variant-numeric: tabular-nums; }
-caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; }
-th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #f3f3f3; }
+.scroll { max-width: 100%; overflow-x: auto; margin: 0.5rem 0 1rem; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; position: sticky; left: 0; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; position: sticky; left: 0; background: #fff; }
+th { background: #f3f3f3; } th:first-child { background: #f3f3f3; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
 figure { margin: 0; } figcaption { font-size: 0.9rem; color: #555; }
 svg { max-width: 100%; height: auto; }
@@ -137,6 +176,7 @@ svg { max-width: 100%; height: auto; }
 <body>
 <h1>{{.Title}}</h1>
 {{with .Compare}}{{template "table" .}}{{end}}
+{{with .Settings}}{{template "table" .}}{{end}}
 <div class="charts">
 {{range .Charts}}<figure id="{{.ID}}">
 {{.SVG}}
@@ -149,11 +189,11 @@ svg { max-width: 100%; height: auto; }
 {{range .Errors}}<p>errors {{.}}</p>
 {{end}}{{end}}</body>
 </html>
-{{define "table"}}<table>
+{{define "table"}}<div class="scroll"><table>
 {{with .Caption}}<caption>{{.}}</caption>
 {{end}}<thead>{{with .Groups}}<tr>{{range .}}<th colspan="{{.Span}}">{{.Name}}</th>{{end}}</tr>{{end}}<tr>{{range .Cols}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody>
-</table>
+</table></div>
 {{end}}`))

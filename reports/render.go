@@ -35,7 +35,7 @@ var renderers = map[Format]func(io.Writer, *Results) error{
 	FormatMarkdown: RenderMarkdown,
 	FormatCSV:      RenderCSV,
 	FormatJSON:     RenderJSON,
-	FormatHTML:     func(w io.Writer, r *Results) error { return RenderHTML(w, []Run{{Name: "run", Results: r}}, false) },
+	FormatHTML:     func(w io.Writer, r *Results) error { return RenderHTML(w, []Run{{Name: "run", Results: r}}, NoCompare) },
 }
 
 // ParseFormat returns the Format named s (table, md, csv, json, html).

@@ -74,7 +74,7 @@ func RenderRuns(w io.Writer, f Format, runs []Run) error {
 	}
 	switch f {
 	case FormatHTML:
-		return RenderHTML(w, runs, false)
+		return RenderHTML(w, runs, NoCompare)
 	case FormatCSV:
 		return renderCSV(w, runs, len(runs) > 1)
 	case FormatJSON:

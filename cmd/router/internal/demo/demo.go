@@ -224,7 +224,7 @@ func writeHTML(path string, live, simulated reports.Run) error {
 		return fmt.Errorf("demo: --out: %w", err)
 	}
 	bw := bufio.NewWriter(f)
-	if err := reports.RenderHTML(bw, []reports.Run{live, simulated}, true); err != nil {
+	if err := reports.RenderHTML(bw, []reports.Run{live, simulated}, reports.CompareError); err != nil {
 		f.Close()
 		return fmt.Errorf("demo: report: %w", err)
 	}
