@@ -125,8 +125,8 @@ type htmlPage struct {
 	Title    string
 	Compare  *htmlTable
 	Settings *htmlTable
-	Charts  []htmlChart
-	Runs    []htmlRun
+	Charts   []htmlChart
+	Runs     []htmlRun
 }
 
 type htmlChart struct {
