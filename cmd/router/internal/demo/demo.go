@@ -13,6 +13,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/workloads"
 	"github.com/pdrouter/pdrouter/sim"
 )
 
@@ -108,8 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	o.SameDecisions, o.Decisions = same, total
-	fmt.Fprintf(&table, "\nrouting decisions (worker index, DP rank, reason): the first %d of %d agree between live and sim;\n"+
-		"they part once concurrent requests race each other, the live ones by microseconds.\n", same, total)
+	table.WriteString("\n" + ParityLine(sc.Load, same, total))
 	if _, err := io.WriteString(stdout, table.String()); err != nil {
 		return nil, err
 	}
@@ -256,4 +256,37 @@ func joinInts(v []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// expectedAgreement is how many routing decisions, from the first, live and sim must agree
+// on: every decision of a first level with one client (warm-up included), where both routers
+// see the same requests in the same order with the same loads; none otherwise.
+func expectedAgreement(l workloads.LoadParams) int {
+	if len(l.Concurrency) == 0 || l.Concurrency[0] != 1 || l.Requests <= 0 {
+		return 0
+	}
+	return l.Warmup + l.Requests
+}
+
+// ParityLine says how many routing decisions live and sim agree on, what agreement is
+// expected and why the rest may differ, with a verdict.
+func ParityLine(l workloads.LoadParams, same, total int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "routing decisions (worker index, DP rank, reason): live and sim agree on the first %d of %d.\n", same, total)
+	want := min(expectedAgreement(l), total)
+	switch {
+	case want == 0:
+		b.WriteString("expected: no fixed number (the first level has concurrent clients, whose arrival order is timing).\n")
+	case same >= want:
+		fmt.Fprintf(&b, "expected: at least the first %d, all of level c1 (one request at a time: both routers see the same\n"+
+			"order and loads, so every pick must match) — ok.\n", want)
+	default:
+		fmt.Fprintf(&b, "expected: at least the first %d, all of level c1 (one request at a time) — NOT MET: serve and sim\n"+
+			"decided differently on the same input at decision %d; compare %s and %s there.\n", want, same+1, LiveDecisionsFile, SimDecisionsFile)
+	}
+	if same < total {
+		b.WriteString("the rest may differ: with concurrent clients the live requests reach the router in an order set by\n" +
+			"microseconds of timing, and one different pick changes the cache trees and loads every later pick reads.\n")
+	}
+	return b.String()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 func level(label string, ttft50, ttft95, tpot50, tpot95 float64) reports.Level {
@@ -244,4 +245,23 @@ func (w *notifyWriter) Write(p []byte) (int, error) {
 		close(w.hit)
 	}
 	return len(p), nil
+}
+
+// The parity line states what agreement is expected (all of a one-client first level) and
+// says whether it was met, and why the rest may differ.
+func TestParityLine(t *testing.T) {
+	l := workloads.DefaultLoadParams()
+	l.Concurrency, l.Requests, l.Warmup = []int{1, 4, 16}, 128, 16
+	ok := ParityLine(l, 148, 432)
+	assert.Contains(t, ok, "agree on the first 148 of 432")
+	assert.Contains(t, ok, "at least the first 144, all of level c1")
+	assert.Contains(t, ok, "— ok.")
+	assert.Contains(t, ok, "the rest may differ")
+	bad := ParityLine(l, 100, 432)
+	assert.Contains(t, bad, "NOT MET")
+	assert.Contains(t, bad, "at decision 101")
+	all := ParityLine(l, 432, 432)
+	assert.NotContains(t, all, "the rest may differ")
+	l.Concurrency = []int{4}
+	assert.Contains(t, ParityLine(l, 3, 432), "no fixed number")
 }
