@@ -56,6 +56,7 @@ type simFlags struct {
 	format      string
 	out         string
 	writeConfig string
+	label       string
 	slo         string
 	kills       []string
 }
@@ -87,6 +88,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.StringVar(&f.format, "format", "table", "output format: table, json, md, csv")
 	fs.StringVar(&f.out, "out", "", "directory receiving results.json and requests.jsonl")
 	fs.StringVar(&f.writeConfig, "write-config", "", "write the router settings (serve --config format) to this file")
+	fs.StringVar(&f.label, "label", "", "name of the run in reports (default: the --out directory's name); recorded with the command line")
 	fs.StringVar(&f.slo, "slo", "", "service-level objectives ttft=MS,tpot=MS: goodput per level (sweep: filter)")
 	fs.StringArrayVar(&f.kills, "kill", nil, "WORKER@T: the simulated worker dies at virtual time T (repeatable), e.g. http://sim-decode-0:30000@30s")
 	return f
@@ -191,6 +193,7 @@ func newSimCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		res.Results.Meta.Label, res.Results.Meta.Command = f.label, commandLine
 		if err := writeSimOutput(cmd.OutOrStdout(), f.format, res.Results); err != nil {
 			return err
 		}
