@@ -1,6 +1,12 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -110,4 +116,38 @@ func TestKillDecodeWorker(t *testing.T) {
 			assert.Contains(t, *r.Error, "server killed")
 		}
 	}
+}
+
+// At --rate inf every request is sent at one instant; they must reach the router in the
+// order sent (the arrival jitter spreads them without reordering), so --gsp-ordered sends
+// group by group and the router sees the groups one after another.
+func TestSameInstantArrivalsKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	groups := func(ordered bool) []int {
+		cfg := gspConfig(router.PolicyCacheAware)
+		cfg.Workload.GSPNumGroups, cfg.Workload.GSPPromptsPerGroup = 4, 4
+		cfg.Workload.GSPOrdered = ordered
+		cfg.Load.Concurrency, cfg.Load.Rates = nil, []float64{math.Inf(1)}
+		var log bytes.Buffer
+		cfg.DecisionLog = &log
+		mustRun(t, cfg)
+		var out []int
+		for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+			var d struct {
+				ID string `json:"id"` // "gsp-G-J/0"
+			}
+			require.NoError(t, json.Unmarshal([]byte(l), &d))
+			f := strings.Split(strings.TrimSuffix(d.ID, "/0"), "-")
+			require.Len(t, f, 3, d.ID)
+			g, err := strconv.Atoi(f[1])
+			require.NoError(t, err, d.ID)
+			out = append(out, g)
+		}
+		return out
+	}
+	ordered, shuffled := groups(true), groups(false)
+	require.Len(t, ordered, 16)
+	require.Len(t, shuffled, 16)
+	assert.True(t, slices.IsSorted(ordered), "--gsp-ordered: the router sees group after group: %v", ordered)
+	assert.False(t, slices.IsSorted(shuffled), "shuffled: groups interleave: %v", shuffled)
 }

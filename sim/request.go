@@ -85,7 +85,20 @@ func (x *sim) send(c *conv) {
 		lv.recording, lv.recBegin = true, x.clock.now
 	}
 	lv.issued++
-	x.push(event{at: x.clock.now + x.lat + arrivalJitter(r.id), kind: evArrive, req: r})
+	x.push(event{at: x.arriveAt(arrivalJitter(r.id)), kind: evArrive, req: r})
+}
+
+// arriveAt is when a request sent now with jitter reaches the router. Requests sent at one
+// instant (an open loop at --rate inf, clients released by one decode step) keep their send
+// order: each arrives after the one sent before it at that instant, so the jitter spreads
+// them but never reorders them (--gsp-ordered sends group by group and must arrive so).
+func (x *sim) arriveAt(jitter int64) int64 {
+	at := x.clock.now + x.lat + jitter
+	if x.clock.now == x.lastSend && at <= x.lastArrival {
+		at = x.lastArrival + 1
+	}
+	x.lastSend, x.lastArrival = x.clock.now, at
+	return at
 }
 
 // maxArrivalJitter bounds arrivalJitter.

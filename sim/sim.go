@@ -70,23 +70,26 @@ type Stats struct {
 
 // sim is one run. Everything runs on the caller's goroutine.
 type sim struct {
-	cfg     Config
-	cl      Cluster
-	pd      bool
-	lat     int64 // one-way network latency, ns
-	clock   vclock
-	q       eventHeap
-	rt      *router.Router
-	ids     *wire.IDGen
-	servers []*server
-	byURL   map[string]*server  // lookups only
-	rooms   map[uint64]*attempt // live attempts by room; lookups only
-	slot    map[string]int      // target name → slot within its role; lookups only
-	nslots  [3]int
-	outs    []engine.Output
-	logBuf  []byte
-	logSeq  uint64
-	room    uint64 // regular mode: next room id
+	cfg Config
+	cl  Cluster
+	pd  bool
+	lat int64 // one-way network latency, ns
+	// lastSend and lastArrival are the send instant and arrival of the latest request sent,
+	// so same-instant sends keep their order (arriveAt).
+	lastSend, lastArrival int64
+	clock                 vclock
+	q                     eventHeap
+	rt                    *router.Router
+	ids                   *wire.IDGen
+	servers               []*server
+	byURL                 map[string]*server  // lookups only
+	rooms                 map[uint64]*attempt // live attempts by room; lookups only
+	slot                  map[string]int      // target name → slot within its role; lookups only
+	nslots                [3]int
+	outs                  []engine.Output
+	logBuf                []byte
+	logSeq                uint64
+	room                  uint64 // regular mode: next room id
 
 	levels   []workloads.Level
 	li       int
