@@ -14,6 +14,28 @@ const (
 	DefaultLinkBandwidth        = 50e9             // bytes/s: one 400 Gb/s RDMA NIC
 )
 
+// Schedule policies of the prefill queue (SGLang --schedule-policy).
+const (
+	// PolicyLPM, SGLang's default: longest prefix match first, with in-batch prefix sharing,
+	// falling back to FCFS when more than LPMQueueLimit requests wait.
+	PolicyLPM = "lpm"
+	// PolicyFCFS: first come, first served.
+	PolicyFCFS = "fcfs"
+)
+
+// SGLang's scheduler constants (python/sglang/srt/managers/schedule_policy.py).
+const (
+	// LPMQueueLimit: above this many waiting requests, lpm turns off its prefix matching and
+	// sorting and schedules FCFS (_determine_active_policy).
+	LPMQueueLimit = 128
+	// InBatchCheckThreshold: a request whose cached prefix is at most this long is checked
+	// against the other waiting requests (IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD).
+	InBatchCheckThreshold = 32
+	// InBatchDeprioritizeThreshold: a checked request sharing at least this many leading
+	// tokens with one picked before it waits (IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD).
+	InBatchDeprioritizeThreshold = 32
+)
+
 // Config describes one server. Zero fields take the defaults named on them.
 type Config struct {
 	Role        Role
@@ -30,6 +52,16 @@ type Config struct {
 	BootstrapTimeout     time.Duration // PD: Handshake (prefill) / KVArrived (decode) deadline after Submit; 0 → DefaultBootstrapTimeout; < 0 → never
 	Speedup              float64       // every model duration (steps, transfers, TTFT, ITL) is divided by it; 0 → 1. A slow factor f is Speedup 1/f.
 	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (see SetNeverSignalKV)
+
+	// SchedulePolicy orders the prefill queue (prefill, unified): PolicyLPM (default, as
+	// SGLang) or PolicyFCFS; "" → PolicyLPM.
+	SchedulePolicy string
+	// DisableOverlap is SGLang's --disable-overlap-schedule: a prefill batch's prompts become
+	// matchable in the prefix cache as soon as its step ends. By default (false), as with
+	// SGLang's overlap scheduler, they become matchable only after the next batch has been
+	// scheduled (scheduler.py: the next batch is formed before the last one's results are
+	// processed, and process_batch_result inserts the prompts).
+	DisableOverlap bool
 }
 
 func (c Config) withDefaults() Config {
@@ -60,6 +92,9 @@ func (c Config) withDefaults() Config {
 	if c.Speedup == 0 {
 		c.Speedup = 1
 	}
+	if c.SchedulePolicy == "" {
+		c.SchedulePolicy = PolicyLPM
+	}
 	return c
 }
 
@@ -81,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: max running requests %d < 1", c.MaxRunningRequests)
 	case c.ReservedDecodeTokens < 1:
 		return fmt.Errorf("engine: reserved decode tokens %d < 1", c.ReservedDecodeTokens)
+	case c.SchedulePolicy != PolicyLPM && c.SchedulePolicy != PolicyFCFS:
+		return fmt.Errorf("engine: schedule policy %q is not lpm or fcfs", c.SchedulePolicy)
 	case !(c.Speedup > 0):
 		return fmt.Errorf("engine: speedup %g must be > 0", c.Speedup)
 	case c.LinkBandwidth < 0:

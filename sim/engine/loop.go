@@ -218,6 +218,10 @@ func (s *Server) fail(r *request, t time.Time, why string) {
 }
 
 func (s *Server) complete(r *request, t time.Time) {
+	if r.insertPending { // done before the lag ended (a zero-time transfer): cache it now
+		r.insertPending = false
+		s.cachePrompt(r.rk, r)
+	}
 	s.emit(Output{Kind: KindFinished, At: t, Room: r.room, Rank: r.rk.id,
 		Usage: Usage{PromptTokens: len(r.prompt), CompletionTokens: r.generated, CachedTokens: r.cached}})
 	if s.cfg.Role == RoleUnified && len(r.output) > 0 && r.generated > 1 {

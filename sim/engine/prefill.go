@@ -2,15 +2,37 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
-// formPrefill builds a chunked-prefill batch on rk at t (prefill and unified roles): the
-// continuing chunked request first, then waiting requests in FIFO order while the token budget
-// lasts and their uncached tokens fit in KV (evicting LRU cache leaves). The last request admitted
-// may be chunked. A request that does not fit holds the queue (no skipping ahead), as SGLang's
-// FCFS policy does.
+// formPrefill builds a chunked-prefill batch on rk at t (prefill and unified roles), as SGLang's
+// scheduler does (python/sglang/srt/managers/scheduler.py get_new_batch_prefill with
+// schedule_policy.py's SchedulePolicy and PrefillAdder):
+//
+//   - the request whose prefill was chunked continues first (scheduler.py: chunked_req is added
+//     before the waiting queue);
+//   - the waiting queue is ordered by the schedule policy (orderWaiting): lpm puts the longest
+//     cached prefix first and holds back requests that share an uncached prefix with one picked
+//     before them; fcfs keeps arrival order;
+//   - requests are admitted in that order while the step's token budget (ChunkedPrefillSize)
+//     lasts and their uncached tokens fit in KV (evicting LRU cache leaves); the last one
+//     admitted may be chunked. A request that does not fit in KV holds the queue (no skipping
+//     ahead), as PrefillAdder stops at the first request it cannot add.
+//
+// With the overlap scheduler (the default), the prompts of the batch that just ended become
+// matchable only now, after this batch was formed (flushInserts).
 func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
+	d, ok := s.formPrefillBatch(rk, t)
+	if rk.flushInserts(s) && !ok && rk.held > 0 {
+		// Requests held back for a prefix that has only now become matchable: the rank would
+		// idle with work waiting, so schedule them at once.
+		d, ok = s.formPrefillBatch(rk, t)
+	}
+	return d, ok
+}
+
+func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 	rk.batch = rk.batch[:0]
 	budget := s.cfg.ChunkedPrefillSize
 	if c := rk.chunked; c != nil {
@@ -27,22 +49,31 @@ func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
 			}
 		}
 	}
-	for budget > 0 {
+	if budget > 0 {
+		s.orderWaiting(rk)
+	}
+	for i := rk.waiting.head; budget > 0 && i < len(rk.waiting.items); {
 		if s.cfg.Role == RoleUnified && rk.n[QueueRunning] >= s.cfg.MaxRunningRequests {
 			break
 		}
-		r := rk.waiting.peek()
-		if r == nil {
-			break
+		r := rk.waiting.items[i]
+		if r.done {
+			i++
+			continue
+		}
+		if r.held {
+			i++ // waits for the prefix a request picked before it is computing
+			continue
 		}
 		ok := s.admit(rk, r, t)
 		if r.done { // failed: can never fit
+			i++
 			continue
 		}
 		if !ok {
 			break
 		}
-		rk.waiting.pop()
+		i = rk.waiting.remove(i)
 		s.setQueue(r, QueueRunning)
 		n := min(r.target-r.prefilled, budget)
 		rk.batch = append(rk.batch, chunk{r, n})
@@ -59,9 +90,88 @@ func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
 	for _, c := range rk.batch {
 		newTok += c.n
 		newCtx += float64(c.n) * (float64(c.r.prefilled) + float64(c.n)/2)
+		// SGLang logs a prefill batch's hit rate as #cached-token / (#cached-token +
+		// #new-token), where a chunk's cached tokens are everything before it — the prefix
+		// hit and, for a continued chunk, the earlier chunks (scheduler.py log_prefill_stats,
+		// PrefillAdder.log_hit_tokens).
+		rk.batchHit += int64(c.r.prefilled)
+		rk.batchNew += int64(c.n)
 	}
 	rk.stepKind = stepPrefill
+	rk.stepTokens, rk.stepCtx = newTok, newCtx
 	return s.dur(s.cfg.Profile.PrefillTime(newTok, newCtx)), true
+}
+
+// orderWaiting orders rk's waiting queue by the schedule policy (schedule_policy.py
+// SchedulePolicy.calc_priority). fcfs, and lpm with more than LPMQueueLimit waiting, keep
+// arrival order and hold nothing back. lpm otherwise:
+//
+//   - each request's cached prefix is measured (_compute_prefix_matches);
+//   - a request whose cached prefix is at most InBatchCheckThreshold tokens is compared with
+//     the requests checked before it: if it shares at least InBatchDeprioritizeThreshold
+//     leading tokens with one of them it is deprioritized, otherwise it joins them (in-batch
+//     prefix caching: of several requests with the same uncached prefix, one computes it and
+//     the others hit the cache later). Prompts whose KV is being computed (the chunked
+//     request) or computed but not yet matchable (the overlap lag) count as picked before;
+//   - the queue is sorted by cached prefix, longest first, deprioritized requests last
+//     (_sort_by_longest_prefix; ties keep arrival order).
+//
+// SGLang sorts deprioritized requests last and the step's token budget usually runs out
+// before them; this model holds them out of the batch whatever the budget (held), so a
+// sibling never computes the prefix its leader is computing in the same step.
+func (s *Server) orderWaiting(rk *rank) {
+	q := &rk.waiting
+	live := q.items[q.head:q.head]
+	for _, r := range q.items[q.head:] {
+		if !r.done {
+			live = append(live, r)
+		}
+	}
+	clear(q.items[q.head+len(live):])
+	q.items = q.items[:q.head+len(live)]
+	rk.held = 0
+	for _, r := range live {
+		r.held = false
+	}
+	if s.cfg.SchedulePolicy != PolicyLPM || len(live) > LPMQueueLimit || rk.cache == nil {
+		return
+	}
+	picked := rk.inBatch[:0]
+	seed := func(r *request) {
+		if r != nil && !r.done && len(r.prompt) > InBatchDeprioritizeThreshold {
+			picked = append(picked, r.prompt[:InBatchDeprioritizeThreshold])
+		}
+	}
+	seed(rk.chunked)
+	for _, r := range rk.pendingInsert {
+		seed(r)
+	}
+	for _, r := range live {
+		r.matched, _ = rk.cache.match(r.prompt[:len(r.prompt)-1])
+		if r.matched > InBatchCheckThreshold || len(r.prompt) <= InBatchDeprioritizeThreshold {
+			continue
+		}
+		head := r.prompt[:InBatchDeprioritizeThreshold]
+		if slices.ContainsFunc(picked, func(p []uint32) bool { return slices.Equal(p, head) }) {
+			r.held = true
+			rk.held++
+			continue
+		}
+		picked = append(picked, head)
+	}
+	rk.inBatch = picked[:0]
+	slices.SortStableFunc(live, func(a, b *request) int {
+		switch {
+		case a.held != b.held:
+			if a.held {
+				return 1
+			}
+			return -1
+		case a.held:
+			return 0
+		}
+		return b.matched - a.matched
+	})
 }
 
 // admit measures r's prefix hit (first admission only is reported), locks the hit and reserves
@@ -100,7 +210,12 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 		if r.prefilled < r.target {
 			continue
 		}
-		s.cachePrompt(rk, r)
+		if s.cfg.DisableOverlap {
+			s.cachePrompt(rk, r)
+		} else {
+			r.insertPending = true
+			rk.pendingInsert = append(rk.pendingInsert, r)
+		}
 		if s.cfg.Role == RolePrefill {
 			r.firstTok = t
 			s.startTransfer(r, t, t.Add(s.dur(s.cfg.Profile.TransferTime(len(r.prompt), s.cfg.LinkBandwidth))))
@@ -117,6 +232,23 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 		rk.running = append(rk.running, r)
 	}
 	rk.batch = rk.batch[:0]
+}
+
+// flushInserts makes the prompts of the last prefill batch matchable (the overlap lag ends);
+// it reports whether there were any.
+func (rk *rank) flushInserts(s *Server) bool {
+	if len(rk.pendingInsert) == 0 {
+		return false
+	}
+	for i, r := range rk.pendingInsert {
+		if r.insertPending && !r.done {
+			s.cachePrompt(rk, r)
+		}
+		r.insertPending = false
+		rk.pendingInsert[i] = nil
+	}
+	rk.pendingInsert = rk.pendingInsert[:0]
+	return true
 }
 
 // cachePrompt inserts r's computed prompt into the tree and moves r's lock there. The prompt's

@@ -21,7 +21,14 @@ type rank struct {
 	n [QueueInflight + 1]int // live requests per queue
 
 	promptTokens, cachedTokens int64 // prefix-hit accounting of admitted requests
+	batchHit, batchNew         int64 // SGLang's per-batch hit accounting (formPrefillBatch)
 	retractions                int
+
+	pendingInsert []*request // prefilled, prompt not yet matchable (overlap lag)
+	held          int        // waiting requests held back by in-batch prefix sharing
+	inBatch       [][]uint32 // orderWaiting's scratch: leading tokens of picked prompts
+	stepTokens    int        // the step in progress: new tokens (prefill) or batch size (decode)
+	stepCtx       float64    // and Σ new·context (prefill) or Σ context (decode)
 }
 
 // chunk is one request's share of a prefill step.
@@ -88,6 +95,19 @@ func (q *fifo) peek() *request {
 		q.pop()
 	}
 	return nil
+}
+
+// remove takes out the item at index i (≥ head), keeping the order of the others, and
+// returns the index of the item that followed it (pop may compact the slice).
+func (q *fifo) remove(i int) int {
+	if i == q.head {
+		q.pop()
+		return q.head
+	}
+	copy(q.items[i:], q.items[i+1:])
+	q.items[len(q.items)-1] = nil
+	q.items = q.items[:len(q.items)-1]
+	return i
 }
 
 func (q *fifo) pop() {

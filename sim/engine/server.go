@@ -49,6 +49,10 @@ type request struct {
 	generated int   // output tokens produced
 	firstTok  time.Time
 	earlyKV   bool // decode: KVArrived came while still in prealloc
+
+	matched       int  // lpm: cached prefix measured when the queue was last ordered
+	held          bool // lpm: held back this step by in-batch prefix sharing
+	insertPending bool // prefilled; its prompt becomes matchable after the next batch is formed
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
