@@ -13,8 +13,8 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/reports"
-	"github.com/pdrouter/pdrouter/workloads"
 	"github.com/pdrouter/pdrouter/sim"
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 // Files and directories Run writes under Config.Out.
