@@ -41,7 +41,7 @@ func newDemoCmd() *cobra.Command {
 		Long:  demoLong,
 		Example: `  router demo
   router demo --out runs/demo --concurrency 1,8,32 --requests 64
-  router demo --profile qwen3-30b-a3b-h20 --speedup 3`,
+  router demo --profile llama3-8b-a100 --speedup 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -191,13 +191,21 @@ ports). It stops cleanly on SIGINT/SIGTERM.`,
 }
 
 func newFakeworkerProfilesCmd() *cobra.Command {
-	return &cobra.Command{
+	var coefficients bool
+	cmd := &cobra.Command{
 		Use:   "profiles",
-		Short: "List the timing presets, one per line, name first, with their coefficients",
-		Args:  cobra.NoArgs,
+		Short: "List the engine presets: KV capacity, modelled prefill tok/s and decode ITL, sources",
+		Long: `profiles lists the engine presets of fakeworker and sim, one per line: KV capacity per
+rank (tokens), the modelled prefill speed (an 8k-token first chunk on an idle rank) and decode ITL
+at batch 1 and 64 (1k-token contexts; DP-attention presets: one rank loaded), and the sources the
+numbers come from (model card, GPU datasheet, assumptions). --coefficients adds each preset's
+step-time coefficients.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets())
+			_, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets(coefficients))
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&coefficients, "coefficients", false, "also print each preset's step-time coefficients")
+	return cmd
 }

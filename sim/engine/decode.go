@@ -130,6 +130,10 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 		ctx += len(r.prompt) + r.generated
 	}
 	rk.stepKind = stepDecode
+	rk.stepTokens = len(rk.running)
+	if s.split() {
+		return s.dur(s.cfg.Profile.AttnDecodeTime(len(rk.running), ctx)), true
+	}
 	return s.dur(s.cfg.Profile.DecodeTime(len(rk.running), ctx)), true
 }
 

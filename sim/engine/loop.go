@@ -135,15 +135,22 @@ func (s *Server) schedule(t time.Time) {
 		if s.stepping {
 			return
 		}
+		// Lockstep: the slowest rank gates the step. With a DP-attention split that is the
+		// attention part only, and the FFN/MoE layers and collectives then run once on the
+		// tokens gathered from every rank (Profile.DPAttn).
 		var longest time.Duration
-		any := false
+		any, tokens := false, 0
 		for _, rk := range s.ranks {
 			if d, ok := s.formStep(rk, t); ok {
 				any = true
 				longest = max(longest, d)
+				tokens += rk.stepTokens
 			}
 		}
 		if any {
+			if s.split() {
+				longest += s.dur(s.cfg.Profile.SharedTime(tokens))
+			}
 			s.stepping, s.stepEnd = true, t.Add(longest)
 			for _, rk := range s.ranks {
 				rk.stepEnd = s.stepEnd
@@ -159,6 +166,10 @@ func (s *Server) schedule(t time.Time) {
 		}
 	}
 }
+
+// split reports whether steps divide into per-rank and shared parts (DP attention with a
+// profile that says how: Profile.DPAttn).
+func (s *Server) split() bool { return s.cfg.DPAttention && s.cfg.Profile.DPAttn != nil }
 
 // formStep builds rank rk's next batch at t and returns its duration; false when idle.
 func (s *Server) formStep(rk *rank, t time.Time) (time.Duration, bool) {

@@ -98,7 +98,10 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 		rk.batchNew += int64(c.n)
 	}
 	rk.stepKind = stepPrefill
-	rk.stepTokens, rk.stepCtx = newTok, newCtx
+	rk.stepTokens = newTok
+	if s.split() {
+		return s.dur(s.cfg.Profile.AttnPrefillTime(newTok, newCtx)), true
+	}
 	return s.dur(s.cfg.Profile.PrefillTime(newTok, newCtx)), true
 }
 

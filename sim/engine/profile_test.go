@@ -12,14 +12,18 @@ import (
 func TestPresets(t *testing.T) {
 	t.Parallel()
 	names := PresetNames()
-	for _, want := range []string{"llama3-8b-h100", "llama3-70b-h100-tp8", "qwen3-30b-a3b-h20", "instant", "constant"} {
+	for _, want := range []string{"llama3-8b-a100", "llama3-8b-h100", "llama3-8b-h200", "llama3-70b-a100-tp8",
+		"llama3-70b-h100-tp8", "llama3-70b-h200-tp8", "qwen3-30b-a3b-h100-dp8", "qwen3-30b-a3b-h200-dp8",
+		"qwen3-30b-a3b-h20-dp8", "deepseek-v3-h100-dp16", "deepseek-v3-h200-dp8", "deepseek-v3-h20-dp16", "instant", "constant"} {
 		assert.Contains(t, names, want)
 	}
-	lines := strings.Split(strings.TrimSuffix(FormatPresets(), "\n"), "\n")
-	require.Len(t, lines, len(names))
-	for i, l := range lines {
+	lines := strings.Split(strings.TrimSuffix(FormatPresets(false), "\n"), "\n")
+	require.Len(t, lines, len(names)+1, "a header, then one line per preset")
+	assert.Regexp(t, `^profile +kv_tokens +prefill_tok/s +itl_b1 +itl_b64 +source$`, lines[0])
+	for i, l := range lines[1:] {
 		assert.True(t, strings.HasPrefix(l, names[i]+" "), "line %q starts with its name", l)
 	}
+	assert.Len(t, strings.Split(strings.TrimSuffix(FormatPresets(true), "\n"), "\n"), 2*len(names)+1)
 	_, err := LookupProfile("gpt-5")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"gpt-5"`)
@@ -43,7 +47,7 @@ func TestRooflineNumbers(t *testing.T) {
 	}{
 		{"llama3-8b-h100", 131072, 5 * time.Millisecond, 9 * time.Millisecond, 350_000, 500_000, 150 * time.Millisecond, 600 * time.Millisecond},
 		{"llama3-70b-h100-tp8", 327680, 6 * time.Millisecond, 15 * time.Millisecond, 1_000_000, 1_600_000, 150 * time.Millisecond, 800 * time.Millisecond},
-		{"qwen3-30b-a3b-h20", 98304, 15 * time.Millisecond, 30 * time.Millisecond, 150_000, 350_000, 200 * time.Millisecond, 1200 * time.Millisecond},
+		{"llama3-8b-a100", 131072, 8 * time.Millisecond, 13 * time.Millisecond, 350_000, 500_000, 600 * time.Millisecond, 2 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +61,15 @@ func TestRooflineNumbers(t *testing.T) {
 			assert.Contains(t, p.Source, "datasheet")
 		})
 	}
+	// DP attention + EP: each GPU holds the attention weights and 1/8 of the experts, so the
+	// KV room per rank is far above what a rank holding the whole model would have.
+	q := preset(t, "qwen3-30b-a3b-h20-dp8")
+	require.NotNil(t, q.DPAttn)
+	assert.Equal(t, 8, q.DPAttn.GPUs)
+	assert.Greater(t, q.MaxTotalTokens, 600_000)
+	// At batch 1 few experts are read: ITL well under the whole-weights read of one H20 (19 ms).
+	assert.Less(t, q.ITLAt(1), 8*time.Millisecond)
+	assert.Greater(t, q.ITLAt(64), q.ITLAt(1), "more tokens route to more experts")
 	_, err := Roofline("x", Llama3Dense70B, H100SXM, 1)
 	require.Error(t, err, "70B BF16 does not fit on one H100")
 	assert.Contains(t, err.Error(), "do not fit")
@@ -67,7 +80,38 @@ func TestRooflineNumbers(t *testing.T) {
 func TestProfileTimes(t *testing.T) {
 	t.Parallel()
 	p := testProfile()
-	assert.Equal(t, 5*time.Millisecond+10*time.Microsecond+10*time.Microsecond, p.DecodeTime(1, 1000))
+	assert.Equal(t, 5*time.Millisecond+10*time.Microsecond+10*time.Microsecond, p.DecodeTime(1, 1000), "the additive form")
 	assert.Equal(t, time.Millisecond, p.TransferTime(1000, 0), "no bandwidth: setup only")
 	assert.Zero(t, Profile{}.PrefillTime(0, 0))
+}
+
+// A decode step is bound by the larger of its memory and compute times, not their sum: at
+// batch 1 the weights read dominates, at a large batch on a compute-poor GPU the FLOPs do.
+func TestDecodeTimeIsMaxNotSum(t *testing.T) {
+	t.Parallel()
+	p := Profile{B0: 0.001, M0: 0.010, M2: 1e-8, C1: 1e-4, C2: 1e-9}
+	// batch 1, 1,000 context tokens: memory 10.01 ms, compute 0.101 ms.
+	assert.Equal(t, time.Duration(1e6+10.01e6), p.DecodeTime(1, 1000))
+	assert.Equal(t, time.Duration(10.01e6), p.MemoryTime(1, 1000))
+	// batch 256, 256,000 context tokens: memory 10 + 2.56 = 12.56 ms, compute 25.6 + 0.256 =
+	// 25.856 ms; the sum would be 38.4 ms.
+	assert.Equal(t, time.Duration(1e6+25.856e6), p.DecodeTime(256, 256_000))
+	assert.Equal(t, time.Duration(25.856e6), p.ComputeTime(256, 256_000))
+	// MoE: the routed experts read grows with the share of experts the batch hits.
+	m := Profile{ExpertM0: 0.008, Experts: 8, TopK: 2}
+	assert.Equal(t, time.Duration(2e6), m.DecodeTime(1, 0), "one token hits 2 of 8 experts")
+	assert.InDelta(t, 8e6, float64(m.DecodeTime(64, 0)), 1e3, "64 tokens hit them all")
+}
+
+// Under DP attention a step costs the slowest rank's attention part plus the shared FFN/MoE
+// part on the batch gathered from every rank.
+func TestDPAttentionSplitTimes(t *testing.T) {
+	t.Parallel()
+	p := Profile{A0: 0.001, A2: 1e-10, B0: 0.0005, M2: 1e-8, C2: 1e-9,
+		DPAttn: &DPAttnSplit{GPUs: 8, AttnA1: 1e-7, AttnM0: 0.002, AttnC1: 1e-5, FFNM0: 0.003, FFNC1: 1e-6, CommFixed: 0.001, CommPerToken: 1e-7}}
+	assert.Equal(t, time.Duration(0.5e6+2e6+0.01e6), p.AttnDecodeTime(1, 1000))
+	assert.Equal(t, time.Duration(3e6+1e6+0.1e3), p.SharedTime(1))
+	assert.Equal(t, time.Duration(1e6*4+1e6+0.4e6), p.SharedTime(4000), "compute-bound FFN on 4,000 gathered tokens")
+	assert.Zero(t, p.SharedTime(0))
+	assert.Equal(t, time.Duration(1e6+0.1e6+0.05e6), p.AttnPrefillTime(1000, 1000*500))
 }

@@ -28,7 +28,6 @@ type rank struct {
 	held          int        // waiting requests held back by in-batch prefix sharing
 	inBatch       [][]uint32 // orderWaiting's scratch: leading tokens of picked prompts
 	stepTokens    int        // the step in progress: new tokens (prefill) or batch size (decode)
-	stepCtx       float64    // and Σ new·context (prefill) or Σ context (decode)
 }
 
 // chunk is one request's share of a prefill step.

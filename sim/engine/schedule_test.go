@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,5 +118,63 @@ func TestLPMOrderAndFCFSFallback(t *testing.T) {
 		}
 		c.runAll()
 		assert.Equal(t, 99, c.finished(2).Usage.CachedTokens)
+	}
+}
+
+func splitProfile() Profile {
+	p := testProfile()
+	p.DPAttn = &DPAttnSplit{GPUs: 8, AttnA1: 1e-7, AttnM0: 0.002, AttnC1: 1e-5, FFNM0: 0.003, FFNC1: 1e-6, CommFixed: 0.001, CommPerToken: 1e-7}
+	return p
+}
+
+// A DP-attention server with one loaded rank and seven idle ones steps at the loaded rank's
+// attention cost plus the shared MoE cost on its tokens; a second loaded rank adds its tokens
+// to the shared part, not a second attention part.
+func TestDPAttentionOneLoadedRank(t *testing.T) {
+	t.Parallel()
+	p := splitProfile()
+	for _, ranks := range [][]int{{3}, {3, 5}} {
+		s := newServer(t, Config{Role: RoleUnified, DPSize: 8, DPAttention: true, Profile: p})
+		c := &cluster{t: t, single: s, check: true}
+		for i, rk := range ranks {
+			s.Submit(at(0), Req{Room: uint64(i + 1), Rank: rk, Prompt: prompt(uint32(1000*i), 100), MaxNew: 2})
+		}
+		c.runAll()
+		n := len(ranks)
+		first := p.AttnPrefillTime(100, 100*50) + p.SharedTime(100*n)
+		second := first + p.AttnDecodeTime(1, 101) + p.SharedTime(n)
+		toks := c.of(1, KindToken)
+		require.Len(t, toks, 2)
+		assert.Equal(t, at(first), toks[0].At, "ranks %v", ranks)
+		assert.Equal(t, at(second), toks[1].At, "ranks %v", ranks)
+	}
+	// Without the split (a profile without DPAttn) the old lockstep holds: the whole step.
+	s := newServer(t, Config{Role: RoleUnified, DPSize: 8, DPAttention: true, Profile: testProfile()})
+	c := &cluster{t: t, single: s, check: true}
+	s.Submit(at(0), Req{Room: 1, Rank: 3, Prompt: prompt(0, 100), MaxNew: 1})
+	c.runAll()
+	assert.Equal(t, at(testProfile().PrefillTime(100, 100*50)), c.firstToken(1).At)
+}
+
+// The PD overhead of a profile shows once per request in TTFT: the first token reaches the
+// decode server exactly PDOverhead later, whatever the prompt.
+func TestPDOverheadOncePerRequest(t *testing.T) {
+	t.Parallel()
+	first := func(overhead float64, n int) Output {
+		p := testProfile()
+		p.PDOverhead = overhead
+		c := &cluster{t: t, check: true,
+			prefill: newServer(t, Config{Role: RolePrefill, Profile: p}),
+			decode:  newServer(t, Config{Role: RoleDecode, Profile: p})}
+		c.decode.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, n), MaxNew: 3})
+		c.prefill.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, n), MaxNew: 3})
+		c.runAll()
+		toks := c.of(1, KindToken)
+		require.Len(t, toks, 3)
+		assert.Equal(t, toks[2].At.Sub(toks[1].At), p.DecodeTime(1, n+2), "decode steps do not carry it")
+		return toks[0]
+	}
+	for _, n := range []int{100, 5000} {
+		assert.Equal(t, 50*time.Millisecond, first(0.05, n).At.Sub(first(0, n).At), "prompt %d", n)
 	}
 }
