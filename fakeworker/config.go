@@ -38,6 +38,8 @@ type Config struct {
 
 	DPSize           int            // DP ranks; 0 → 1
 	DPAttention      bool           // DP-attention lockstep (engine.Config.DPAttention)
+	SchedulePolicy   string         // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
+	DisableOverlap   bool           // prompts matchable when their step ends (engine.Config.DisableOverlap)
 	Profile          engine.Profile // step-time model; zero → engine.Instant()
 	BootstrapTimeout time.Duration  // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
 	LinkGbps         float64        // prefill: KV link bandwidth in Gbit/s; 0 → the engine default (400 Gb/s)
@@ -87,6 +89,8 @@ func (c Config) engineConfig() engine.Config {
 		DPSize:           c.DPSize,
 		Profile:          c.Profile,
 		DPAttention:      c.DPAttention,
+		SchedulePolicy:   c.SchedulePolicy,
+		DisableOverlap:   c.DisableOverlap,
 		LinkBandwidth:    c.LinkGbps * 1e9 / 8,
 		PageSize:         c.PageSize,
 		MaxTotalTokens:   c.MaxTotalTokens,

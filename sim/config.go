@@ -34,8 +34,15 @@ type Cluster struct {
 	Regular int `json:"regular" yaml:"regular"`
 	// DPSize is the DP ranks of every server; 0 → 1.
 	DPSize int `json:"dp_size" yaml:"dp_size"`
-	// DPAttention makes every server's ranks step in lockstep (SGLang --enable-dp-attention).
+	// DPAttention makes every server's ranks step in lockstep (SGLang --enable-dp-attention);
+	// with a DP-attention profile (qwen3-…-dp8, deepseek-v3-…) attention is per rank and the
+	// MoE/FFN layers run on the gathered batch (engine.DPAttnSplit).
 	DPAttention bool `json:"dp_attention" yaml:"dp_attention"`
+	// SchedulePolicy orders prefill queues (SGLang --schedule-policy): lpm or fcfs; "" → lpm.
+	SchedulePolicy string `json:"schedule_policy" yaml:"schedule_policy"`
+	// DisableOverlap is SGLang's --disable-overlap-schedule: prompts are matchable as soon as
+	// their prefill step ends, not one scheduling decision later.
+	DisableOverlap bool `json:"disable_overlap_schedule" yaml:"disable_overlap_schedule"`
 	// Profile names the engine profile of every server (engine.LookupProfile); "" →
 	// DefaultProfile. PrefillProfile and DecodeProfile override it per role.
 	Profile        string `json:"profile" yaml:"profile"`

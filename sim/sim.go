@@ -165,7 +165,8 @@ func newSim(cfg Config) (*sim, error) {
 		}
 		for i := range g.n {
 			ec := engine.Config{Role: g.erole, DPSize: cl.DPSize, Profile: prof, DPAttention: cl.DPAttention,
-				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup}
+				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
+				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap}
 			eng, err := engine.New(ec)
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s server %d: %w", g.role, i, err)

@@ -29,7 +29,9 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&c.DPSize, "dp-size", 1, "data-parallel ranks per worker")
-	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP-attention lockstep: all ranks step together, as long as the busiest")
+	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
+	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
+	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, or a preset listed by \"router fakeworker profiles\"")
 	fs.DurationVar(&f.ttft, "ttft", 0, "constant profile: time to first token (default 100ms)")
 	fs.DurationVar(&f.itl, "itl", 0, "constant profile: time between output tokens (default 20ms)")
@@ -56,6 +58,9 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 // resolve fills the profile and logger into the config.
 func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error) {
 	c := f.cfg
+	if err := checkSchedulePolicy(c.SchedulePolicy); err != nil {
+		return c, fmt.Errorf("fakeworker: %w", err)
+	}
 	if !cmd.Flags().Changed("profile") && (f.ttft != 0 || f.itl != 0) {
 		f.profile = "constant"
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/sim"
+	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -75,7 +76,9 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.IntVar(&c.Decode, "decode", 0, "decode servers (PD mode; default 2)")
 	fs.IntVar(&c.Regular, "regular", 0, "regular servers: simulate a regular (non-PD) cluster (default 4 when --pd-disaggregation=false)")
 	fs.IntVar(&c.DPSize, "dp-size", 1, "DP ranks per server")
-	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP-attention lockstep: a server's ranks step together, as long as the busiest")
+	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
+	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
+	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server (router fakeworker profiles lists them)")
 	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")
 	fs.StringVar(&c.DecodeProfile, "decode-profile", "", "engine profile of decode servers (default --profile)")
@@ -122,7 +125,10 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 			return sim.Config{}, fmt.Errorf("sim: --%s %g must be > 0", n.flag, n.v)
 		}
 	}
-	if cl.Regular > 0 && !fs.Changed("pd-disaggregation") {
+	if err := checkSchedulePolicy(cl.SchedulePolicy); err != nil {
+		return sim.Config{}, err
+	}
+		if cl.Regular > 0 && !fs.Changed("pd-disaggregation") {
 		rc.PDDisaggregation = false
 	}
 	if !fs.Changed("concurrency") && (fs.Changed("rate") || f.params.IsTrace() || f.load.Arrival == workloads.ArrivalTrace) {
@@ -427,4 +433,12 @@ func (p *simProgress) finish() {
 	if p.printed {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// checkSchedulePolicy names --schedule-policy when its value is not one the engine has.
+func checkSchedulePolicy(p string) error {
+	if p != "" && p != engine.PolicyLPM && p != engine.PolicyFCFS {
+		return fmt.Errorf("--schedule-policy %q is not lpm or fcfs", p)
+	}
+	return nil
 }

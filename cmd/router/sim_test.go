@@ -172,3 +172,13 @@ func TestSimTraceReplaysItsTimestamps(t *testing.T) {
 	assert.Equal(t, 3, res.Levels[0].Requests)
 	assert.Greater(t, res.Levels[0].DurationS, 1.0, "the last request starts at 1 s")
 }
+
+func TestSimSchedulePolicyFlag(t *testing.T) {
+	_, err := run(t, "sim", "--schedule-policy", "bogus")
+	require.EqualError(t, err, `--schedule-policy "bogus" is not lpm or fcfs`)
+	for _, p := range []string{"lpm", "fcfs"} {
+		out, err := run(t, "sim", "--schedule-policy", p, "--conversations", "4", "--turns", "2", "--concurrency", "2", "--disable-overlap-schedule")
+		require.NoError(t, err, p)
+		assert.Contains(t, out, "c2")
+	}
+}
