@@ -71,7 +71,7 @@ var (
 	descQueued      = prometheus.NewDesc("sglang:num_queue_reqs", "Requests waiting (bootstrap, prealloc, transfer and waiting queues).", rankLabels, nil)
 	descUsedTokens  = prometheus.NewDesc("sglang:num_used_tokens", "KV tokens in use.", rankLabels, nil)
 	descTokenUsage  = prometheus.NewDesc("sglang:token_usage", "KV tokens in use / max_total_num_tokens.", rankLabels, nil)
-	descCacheHit    = prometheus.NewDesc("sglang:cache_hit_rate", "Cached / prompt tokens admitted so far.", rankLabels, nil)
+	descCacheHit    = prometheus.NewDesc("sglang:cache_hit_rate", "Prefix cache hit rate as SGLang's scheduler logs it: per prefill batch cached / (cached + new) tokens, summed over the batches so far.", rankLabels, nil)
 	descCacheConfig = prometheus.NewDesc("sglang:cache_config_info", "KV cache configuration (value 1).", []string{"model_name", "page_size", "num_pages", "max_total_num_tokens"}, nil)
 )
 
@@ -92,6 +92,6 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Queued), model, rank)
 		ch <- prometheus.MustNewConstMetric(descUsedTokens, prometheus.GaugeValue, float64(l.KVTokens), model, rank)
 		ch <- prometheus.MustNewConstMetric(descTokenUsage, prometheus.GaugeValue, l.TokenUsage, model, rank)
-		ch <- prometheus.MustNewConstMetric(descCacheHit, prometheus.GaugeValue, l.CacheHitRate, model, rank)
+		ch <- prometheus.MustNewConstMetric(descCacheHit, prometheus.GaugeValue, l.SGLangCacheHitRate, model, rank)
 	}
 }

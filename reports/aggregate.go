@@ -127,6 +127,7 @@ func Aggregate(info LevelInfo, records []Record) (Level, error) {
 			OutputTokS: float64(outTok) / d,
 		}
 	}
+	l.SGLangCacheHitRate = info.SGLangCacheHitRate
 	if !info.CacheUnknown {
 		rate := 0.0
 		if inTok > 0 {

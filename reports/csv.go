@@ -27,7 +27,7 @@ func csvHeader(withRun bool) []string {
 			h = append(h, m+"_"+s)
 		}
 	}
-	return append(h, "req_s", "input_tok_s", "output_tok_s", "cache_hit_rate", "goodput")
+	return append(h, "req_s", "input_tok_s", "output_tok_s", "cache_hit_rate", "sglang_cache_hit_rate", "goodput")
 }
 
 func renderCSV(w io.Writer, runs []Run, withRun bool) error {
@@ -48,7 +48,7 @@ func renderCSV(w io.Writer, runs []Run, withRun bool) error {
 				row = append(row, statCells(s)...)
 			}
 			row = append(row, fmtFloat(l.Throughput.ReqS), fmtFloat(l.Throughput.InputTokS),
-				fmtFloat(l.Throughput.OutputTokS), optFloat(l.CacheHitRate), optFloat(l.Goodput))
+				fmtFloat(l.Throughput.OutputTokS), optFloat(l.CacheHitRate), optFloat(l.SGLangCacheHitRate), optFloat(l.Goodput))
 			if err := cw.Write(row); err != nil {
 				return err
 			}

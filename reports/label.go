@@ -101,6 +101,8 @@ type LevelInfo struct {
 	CacheUnknown bool
 	// Sim is copied to Level.Sim (the simulator computes it).
 	Sim *SimStats
+	// SGLangCacheHitRate is copied to Level.SGLangCacheHitRate (from the engines' counters).
+	SGLangCacheHitRate *float64
 }
 
 // ClosedLoop describes a closed-loop level of n clients (label c{n}).

@@ -45,8 +45,12 @@ func RenderMarkdown(w io.Writer, r *Results) error {
 // HTML renderers: the columns of RenderTable with their units spelled out.
 func levelTable(r *Results) ([]string, [][]string) {
 	withGoodput := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Goodput != nil })
+	withSGLang := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.SGLangCacheHitRate != nil })
 	cols := []string{"level", "reqs", "errs", "TTFT p50 ms", "TTFT p95 ms", "TTFT p99 ms",
 		"TPOT p50 ms", "TPOT p95 ms", "ITL p95 ms", "E2E p50 ms", "E2E p95 ms", "req/s", "out tok/s", "cache hit"}
+	if withSGLang {
+		cols = append(cols, "sglang hit")
+	}
 	if withGoodput {
 		cols = append(cols, "goodput")
 	}
@@ -58,6 +62,9 @@ func levelTable(r *Results) ([]string, [][]string) {
 			num(l.TPOTMs.P50), num(l.TPOTMs.P95), num(l.ITLMs.P95),
 			num(l.E2EMs.P50), num(l.E2EMs.P95),
 			num(l.Throughput.ReqS), num(l.Throughput.OutputTokS), pct(l.CacheHitRate)}
+		if withSGLang {
+			row = append(row, pct(l.SGLangCacheHitRate))
+		}
 		if withGoodput {
 			row = append(row, pct(l.Goodput))
 		}

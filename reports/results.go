@@ -207,6 +207,11 @@ type Level struct {
 	// CacheHitRate is Σcached/Σinput tokens over successful requests, in [0,1]; nil when the
 	// target does not report cached tokens.
 	CacheHitRate *float64 `json:"cache_hit_rate"`
+	// SGLangCacheHitRate is the hit rate as SGLang's scheduler logs it, per prefill batch
+	// #cached-token / (#cached-token + #new-token) summed over the level's batches, where a
+	// continued chunk counts its earlier chunks as cached; nil when the engines' counters are
+	// not known (bench runs against live servers).
+	SGLangCacheHitRate *float64 `json:"sglang_cache_hit_rate,omitempty"`
 	// Goodput is the share of requests (errors included, as misses) meeting every SLO, in
 	// [0,1]; nil when no SLO was given.
 	Goodput *float64 `json:"goodput"`

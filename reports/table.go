@@ -89,13 +89,14 @@ func RenderTable(w io.Writer, r *Results) error {
 		b.WriteString("\nsimulator\n")
 		s := table{cols: []column{{name: "level", left: true},
 			{group: "prefix match", name: "predicted"}, {group: "prefix match", name: "cache hit"},
+			{group: "prefix match", name: "sglang hit"},
 			{name: "load spread"},
 			{group: "engine queue ms", name: "p50"}, {group: "engine queue ms", name: "p95"},
 			{group: "engine queue ms", name: "p99"}}}
 		for _, l := range r.Levels {
 			if m := l.Sim; m != nil {
 				p := m.PredictedMatchRate
-				s.rows = append(s.rows, []string{l.Label, pct(&p), pct(l.CacheHitRate),
+				s.rows = append(s.rows, []string{l.Label, pct(&p), pct(l.CacheHitRate), pct(l.SGLangCacheHitRate),
 					strconv.FormatFloat(m.LoadSpread, 'f', 2, 64),
 					num(m.QueueDelayMs.P50), num(m.QueueDelayMs.P95), num(m.QueueDelayMs.P99)})
 			}

@@ -30,6 +30,8 @@ type level struct {
 	recording bool
 	recBegin  int64 // first recorded send
 	recEnd    int64 // last recorded end
+	// batchHit0 and batchNew0 are the engines' SGLang-style hit counters when recording began.
+	batchHit0, batchNew0 int64
 	arr       workloads.Arrivals
 	nextArr   int
 	pending   *script // trace: the conversation whose arrival is scheduled
@@ -280,6 +282,10 @@ func (x *sim) endLevel() {
 	}
 	info.SLO = x.cfg.SLO
 	info.Sim = x.simStats(lv)
+	if hit, nw := x.batchCounters(); lv.recording && hit+nw > lv.batchHit0+lv.batchNew0 {
+		rate := float64(hit-lv.batchHit0) / float64(hit+nw-lv.batchHit0-lv.batchNew0)
+		info.SGLangCacheHitRate = &rate
+	}
 	l, err := reports.Aggregate(info, lv.records)
 	if err != nil {
 		x.err = err
@@ -299,6 +305,18 @@ func (x *sim) endLevel() {
 		x.flush()
 	}
 	x.startLevel()
+}
+
+// batchCounters sums the engines' SGLang-style hit accounting (cached and new tokens of every
+// prefill batch so far) over every server and rank.
+func (x *sim) batchCounters() (hit, nw int64) {
+	for _, sv := range x.servers {
+		for _, l := range sv.eng.Loads() {
+			hit += l.BatchHitTokens
+			nw += l.BatchNewTokens
+		}
+	}
+	return hit, nw
 }
 
 // flush resets the engines' prefix caches and the router's trees (--flush-cache), as serve's

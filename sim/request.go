@@ -83,6 +83,7 @@ func (x *sim) send(c *conv) {
 		recorded: lv.issued >= x.cfg.Load.Warmup, sendAt: x.clock.now, firstTok: -1}
 	if r.recorded && !lv.recording {
 		lv.recording, lv.recBegin = true, x.clock.now
+		lv.batchHit0, lv.batchNew0 = x.batchCounters()
 	}
 	lv.issued++
 	x.push(event{at: x.arriveAt(arrivalJitter(r.id)), kind: evArrive, req: r})

@@ -178,3 +178,19 @@ func TestPDOverheadOncePerRequest(t *testing.T) {
 		assert.Equal(t, 50*time.Millisecond, first(0.05, n).At.Sub(first(0, n).At), "prompt %d", n)
 	}
 }
+
+// SGLang's logged hit rate counts, per prefill batch, the tokens before each chunk as cached:
+// a 20,000-token prompt in three chunks with nothing cached is a 0 % hit by cached/prompt and
+// (8,192 + 16,384) / (that + 20,000) by SGLang's log.
+func TestSGLangCacheHitRateCountsChunkContinuations(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), ChunkedPrefillSize: 8192})
+	c := &cluster{t: t, single: s, check: true}
+	s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 20000), MaxNew: 1})
+	c.runAll()
+	l := s.Loads()[0]
+	assert.Zero(t, l.CacheHitRate)
+	assert.Equal(t, int64(8192+16384), l.BatchHitTokens)
+	assert.Equal(t, int64(20000), l.BatchNewTokens)
+	assert.InDelta(t, 24576.0/44576, l.SGLangCacheHitRate, 1e-12)
+}

@@ -339,6 +339,10 @@ func (s *Server) Loads() []RankLoad {
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
 		}
+		l.BatchHitTokens, l.BatchNewTokens = rk.batchHit, rk.batchNew
+		if n := rk.batchHit + rk.batchNew; n > 0 {
+			l.SGLangCacheHitRate = float64(rk.batchHit) / float64(n)
+		}
 		out[i] = l
 	}
 	return out

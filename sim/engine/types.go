@@ -197,6 +197,12 @@ type RankLoad struct {
 	KVTokens     int     // KV tokens in use: cached tree plus request-private (num_tokens)
 	KVCapacity   int     // max_total_num_tokens of the rank
 	TokenUsage   float64 // KVTokens / KVCapacity (sglang:token_usage)
-	CacheHitRate float64 // cumulative cached / prompt tokens admitted on this rank (sglang:cache_hit_rate)
+	CacheHitRate float64 // cumulative cached / prompt tokens admitted on this rank
+	// BatchHitTokens and BatchNewTokens are SGLang's per-prefill-batch hit accounting summed
+	// over every batch of the rank: cached tokens before each chunk (prefix hit and earlier
+	// chunks) and tokens computed. SGLangCacheHitRate = hit / (hit + new), what SGLang's
+	// scheduler logs and exports as sglang:cache_hit_rate.
+	BatchHitTokens, BatchNewTokens int64
+	SGLangCacheHitRate             float64
 	Retractions  int     // cumulative requests retracted from the running batch for lack of KV
 }
