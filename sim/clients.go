@@ -32,10 +32,10 @@ type level struct {
 	recEnd    int64 // last recorded end
 	// batchHit0 and batchNew0 are the engines' SGLang-style hit counters when recording began.
 	batchHit0, batchNew0 int64
-	arr       workloads.Arrivals
-	nextArr   int
-	pending   *script // trace: the conversation whose arrival is scheduled
-	records   []reports.Record
+	arr                  workloads.Arrivals
+	nextArr              int
+	pending              *script // trace: the conversation whose arrival is scheduled
+	records              []reports.Record
 
 	// simulator metrics over the recorded requests
 	predicted, predictedW float64 // Σ match rate × input tokens, Σ input tokens

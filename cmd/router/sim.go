@@ -128,7 +128,7 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 	if err := checkSchedulePolicy(cl.SchedulePolicy); err != nil {
 		return sim.Config{}, err
 	}
-		if cl.Regular > 0 && !fs.Changed("pd-disaggregation") {
+	if cl.Regular > 0 && !fs.Changed("pd-disaggregation") {
 		rc.PDDisaggregation = false
 	}
 	if !fs.Changed("concurrency") && (fs.Changed("rate") || f.params.IsTrace() || f.load.Arrival == workloads.ArrivalTrace) {
