@@ -33,6 +33,9 @@ const registerPath = "/bootstrap/register"
 type registration struct {
 	Room   uint64 `json:"room"`
 	Decode string `json:"decode"`
+	// DecodeCached is the prompt tokens the decode worker's radix cache already holds
+	// (--disaggregation-decode-enable-radix-cache): the prefill worker transfers only the rest.
+	DecodeCached int `json:"decode_cached_tokens,omitempty"`
 }
 
 type registered struct {
@@ -61,7 +64,8 @@ func (w *Worker) serveRegister(rw http.ResponseWriter, r *http.Request) {
 	}
 	s := newSub()
 	room := reg.Room
-	if !w.loop.do(r.Context(), func(l *loop, now time.Time) { l.watch(s, room, now) }) {
+	decodeCached := reg.DecodeCached
+	if !w.loop.do(r.Context(), func(l *loop, now time.Time) { l.watch(s, room, decodeCached, now) }) {
 		writeError(rw, http.StatusServiceUnavailable, "fakeworker: prefill worker is stopping")
 		return
 	}
@@ -96,9 +100,9 @@ func (w *Worker) serveRegister(rw http.ResponseWriter, r *http.Request) {
 // forwards the outcome to the decode engine as KVArrived or Abort. Transport errors (the prefill
 // worker still starting, a refused connection) are retried with backoff until ctx ends; the
 // decode engine's bootstrap timeout bounds the whole wait.
-func (w *Worker) register(ctx context.Context, room uint64, addr string, s *sub) {
+func (w *Worker) register(ctx context.Context, room uint64, addr string, s *sub, decodeCached int) {
 	url := "http://" + addr + registerPath
-	body, _ := json.Marshal(registration{Room: room, Decode: w.URL()})
+	body, _ := json.Marshal(registration{Room: room, Decode: w.URL(), DecodeCached: decodeCached})
 	backoff := 10 * time.Millisecond
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))

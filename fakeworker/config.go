@@ -40,6 +40,7 @@ type Config struct {
 	DPAttention      bool           // DP-attention lockstep (engine.Config.DPAttention)
 	SchedulePolicy   string         // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
 	DisableOverlap   bool           // prompts matchable when their step ends (engine.Config.DisableOverlap)
+	DecodeRadixCache bool           // decode: keep served prompts in a prefix cache (engine.Config.DecodeRadixCache)
 	Profile          engine.Profile // step-time model; zero → engine.Instant()
 	BootstrapTimeout time.Duration  // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
 	LinkGbps         float64        // prefill: KV link bandwidth in Gbit/s; 0 → the engine default (400 Gb/s)
@@ -91,6 +92,7 @@ func (c Config) engineConfig() engine.Config {
 		DPAttention:      c.DPAttention,
 		SchedulePolicy:   c.SchedulePolicy,
 		DisableOverlap:   c.DisableOverlap,
+		DecodeRadixCache: c.DecodeRadixCache && c.Mode == engine.RoleDecode,
 		LinkBandwidth:    c.LinkGbps * 1e9 / 8,
 		PageSize:         c.PageSize,
 		MaxTotalTokens:   c.MaxTotalTokens,

@@ -181,7 +181,7 @@ func (in *inflight) maybeRegister(st *subState) {
 	in.w.bg.Add(1)
 	go func() {
 		defer in.w.bg.Done()
-		in.w.register(ctx, in.room, in.p.bsAddr, in.s)
+		in.w.register(ctx, in.room, in.p.bsAddr, in.s, st.decodeCached)
 	}()
 }
 

@@ -17,16 +17,17 @@ import (
 
 // subState is what a waiting handler knows about its room.
 type subState struct {
-	tokens      int          // output tokens produced so far (KindToken outputs seen)
-	prealloc    bool         // decode: KV reserved; the room may be registered at the prefill's bootstrap server
-	transferred bool         // prefill: KV transfer done (TransferDone seen)
-	cached      int          // prefill: cached tokens reported with TransferDone
-	rank        int          // DP rank that served the room
-	done        bool         // terminal: Finished or failed
-	failed      string       // non-empty: the room failed for this reason
-	status      int          // HTTP status to answer a failure with (500 unless set)
-	usage       engine.Usage // Finished: token accounting
-	firstToken  time.Time    // when the first token (or TransferDone) was seen by the loop
+	tokens       int          // output tokens produced so far (KindToken outputs seen)
+	prealloc     bool         // decode: KV reserved; the room may be registered at the prefill's bootstrap server
+	decodeCached int          // decode: prompt tokens its radix cache already holds
+	transferred  bool         // prefill: KV transfer done (TransferDone seen)
+	cached       int          // prefill: cached tokens reported with TransferDone
+	rank         int          // DP rank that served the room
+	done         bool         // terminal: Finished or failed
+	failed       string       // non-empty: the room failed for this reason
+	status       int          // HTTP status to answer a failure with (500 unless set)
+	usage        engine.Usage // Finished: token accounting
+	firstToken   time.Time    // when the first token (or TransferDone) was seen by the loop
 }
 
 // sub is one waiter on a room. The loop writes, one handler reads.
@@ -62,7 +63,7 @@ func (s *sub) deliver(o *engine.Output) {
 	st.rank = o.Rank
 	switch o.Kind {
 	case engine.KindPreallocated:
-		st.prealloc = true
+		st.prealloc, st.decodeCached = true, o.CachedTokens
 	case engine.KindTransferDone:
 		st.transferred, st.cached = true, o.CachedTokens
 		st.firstToken = o.At
@@ -220,7 +221,7 @@ func (l *loop) submit(s *sub, req engine.Req, now time.Time) {
 }
 
 // watch registers s as the bootstrap waiter of room and sends the engine its Handshake.
-func (l *loop) watch(s *sub, room uint64, now time.Time) {
+func (l *loop) watch(s *sub, room uint64, decodeCached int, now time.Time) {
 	rs := l.subs[room]
 	if rs.waiter != nil {
 		s.fail(http.StatusConflict, "fakeworker: bootstrap room is already registered")
@@ -228,7 +229,7 @@ func (l *loop) watch(s *sub, room uint64, now time.Time) {
 	}
 	rs.waiter = s
 	l.subs[room] = rs
-	l.srv.Handshake(now, room)
+	l.srv.HandshakeCached(now, room, decodeCached)
 }
 
 // unwatch drops the bootstrap waiter s of room; when the room has not completed its transfer,

@@ -43,6 +43,9 @@ type Cluster struct {
 	// DisableOverlap is SGLang's --disable-overlap-schedule: prompts are matchable as soon as
 	// their prefill step ends, not one scheduling decision later.
 	DisableOverlap bool `json:"disable_overlap_schedule" yaml:"disable_overlap_schedule"`
+	// DecodeRadixCache gives decode servers a prefix cache of the prompts they served (SGLang
+	// --disaggregation-decode-enable-radix-cache): a hit shrinks the KV transfer.
+	DecodeRadixCache bool `json:"decode_radix_cache" yaml:"decode_radix_cache"`
 	// Profile names the engine profile of every server (engine.LookupProfile); "" →
 	// DefaultProfile. PrefillProfile and DecodeProfile override it per role.
 	Profile        string `json:"profile" yaml:"profile"`

@@ -44,6 +44,7 @@ type attempt struct {
 	submitAt         int64
 	engFirst         int64  // engine time of the first token (prefill's in PD)
 	preCached        int    // prefill's cached tokens, carried to decode with the KV
+	decCached        int    // decode radix cache: prompt tokens the decode side holds, told to prefill
 	preEnded         bool   // the prefill leg's engine room ended (done, failed or aborted)
 	decEnded         bool   // the decode (or regular) leg's engine room ended
 	started          bool   // a decode token reached the router
@@ -253,6 +254,7 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		}
 		switch o.Kind {
 		case engine.KindPreallocated:
+			a.decCached = o.CachedTokens
 			x.push(event{at: at + x.lat, kind: evHandshake, att: a})
 		case engine.KindToken:
 			if !x.pd && o.Index == 0 {

@@ -166,7 +166,8 @@ func newSim(cfg Config) (*sim, error) {
 		for i := range g.n {
 			ec := engine.Config{Role: g.erole, DPSize: cl.DPSize, Profile: prof, DPAttention: cl.DPAttention,
 				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
-				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap}
+				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap,
+				DecodeRadixCache: cl.DecodeRadixCache && g.erole == engine.RoleDecode}
 			eng, err := engine.New(ec)
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s server %d: %w", g.role, i, err)
@@ -287,7 +288,7 @@ func (x *sim) dispatch(ev *event) {
 		x.submit(ev.att)
 	case evHandshake:
 		if a := ev.att; !a.over && !a.preEnded {
-			a.pre.eng.Handshake(x.t(), a.room)
+			a.pre.eng.HandshakeCached(x.t(), a.room, a.decCached)
 			x.touch(a.pre)
 		}
 	case evKVArrived:

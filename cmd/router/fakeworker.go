@@ -32,6 +32,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
+	fs.BoolVar(&c.DecodeRadixCache, "disaggregation-decode-enable-radix-cache", false, "decode worker: keep a prefix cache of the prompts served, as SGLang; a hit shrinks the KV transfer")
 	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, or a preset listed by \"router fakeworker profiles\"")
 	fs.DurationVar(&f.ttft, "ttft", 0, "constant profile: time to first token (default 100ms)")
 	fs.DurationVar(&f.itl, "itl", 0, "constant profile: time between output tokens (default 20ms)")

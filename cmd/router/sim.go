@@ -79,6 +79,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
+	fs.BoolVar(&c.DecodeRadixCache, "decode-radix-cache", false, "decode servers keep a prefix cache of the prompts they served (SGLang --disaggregation-decode-enable-radix-cache); a hit shrinks the KV transfer")
 	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server (router fakeworker profiles lists them)")
 	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")
 	fs.StringVar(&c.DecodeProfile, "decode-profile", "", "engine profile of decode servers (default --profile)")

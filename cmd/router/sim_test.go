@@ -182,3 +182,24 @@ func TestSimSchedulePolicyFlag(t *testing.T) {
 		assert.Contains(t, out, "c2")
 	}
 }
+
+// --decode-radix-cache: multi-turn conversations find their history on the decode server, so
+// transfers shrink and TTFT with them.
+func TestSimDecodeRadixCache(t *testing.T) {
+	args := []string{"sim", "--conversations", "8", "--turns", "4", "--concurrency", "4", "--format", "json",
+		"--link-gbps", "1", "--policy", "cache_aware"}
+	ttft := func(extra ...string) float64 {
+		out, err := run(t, append(args, extra...)...)
+		require.NoError(t, err)
+		var res struct {
+			Levels []struct {
+				TTFT struct{ P50 float64 } `json:"ttft_ms"`
+			} `json:"levels"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Len(t, res.Levels, 1)
+		return res.Levels[0].TTFT.P50
+	}
+	off, on := ttft(), ttft("--decode-radix-cache")
+	assert.Less(t, on, off*0.9, "TTFT P50 with the decode radix cache %.1f ms, without %.1f ms", on, off)
+}

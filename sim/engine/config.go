@@ -62,6 +62,12 @@ type Config struct {
 	// scheduled (scheduler.py: the next batch is formed before the last one's results are
 	// processed, and process_batch_result inserts the prompts).
 	DisableOverlap bool
+	// DecodeRadixCache is SGLang's --disaggregation-decode-enable-radix-cache (decode role):
+	// the decode server keeps the prompts it served in a prefix cache of its own (LRU, in the
+	// same KV pool). A room whose prompt prefix is cached there reserves KV only for the rest,
+	// reports its hit in Preallocated.CachedTokens, and the driver passes it to the prefill
+	// server's Handshake, which then transfers only the tokens the decode side lacks.
+	DecodeRadixCache bool
 }
 
 func (c Config) withDefaults() Config {

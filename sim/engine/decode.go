@@ -20,11 +20,21 @@ func (s *Server) preallocate(rk *rank, t time.Time) {
 			s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
 			continue
 		}
-		if !rk.reserve(need) {
+		// The decode radix cache (SGLang decode_radix_cache): a cached prompt prefix is shared,
+		// locked for the room, and needs no KV of its own.
+		hit, nd := 0, (*node)(nil)
+		if rk.dcache != nil {
+			hit, nd = rk.dcache.match(r.prompt[:len(r.prompt)-1])
+			rk.dcache.lockPath(nd)
+		}
+		if !rk.reserve(need - hit) {
+			if rk.dcache != nil {
+				rk.dcache.unlockPath(nd)
+			}
 			return
 		}
 		rk.prealloc.pop()
-		r.alloc = need
+		r.alloc, r.decodeHit, r.dnode = need-hit, hit, nd
 		s.preallocated(r, t)
 		if r.earlyKV {
 			s.kvArrived(r, t)
@@ -35,7 +45,7 @@ func (s *Server) preallocate(rk *rank, t time.Time) {
 func (s *Server) preallocated(r *request, t time.Time) {
 	r.state = StateWaitingForInput
 	s.setQueue(r, QueueTransfer)
-	s.emit(Output{Kind: KindPreallocated, At: t, Room: r.room, Rank: r.rk.id})
+	s.emit(Output{Kind: KindPreallocated, At: t, Room: r.room, Rank: r.rk.id, CachedTokens: r.decodeHit})
 }
 
 // kvNeed is the KV r must hold privately for its next decode step, which writes the KV of the
@@ -45,7 +55,7 @@ func (s *Server) kvNeed(r *request) int {
 	if r.rk.cache != nil { // unified: the page-aligned prompt lives in the tree
 		n -= len(r.prompt) - len(r.prompt)%s.cfg.PageSize
 	}
-	return n
+	return n - r.decodeHit // decode radix cache: the hit lives in the tree
 }
 
 // formDecode builds a decode step on rk at t: (decode role) admit waiting rooms into the running
@@ -69,7 +79,7 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 			if r == nil {
 				break
 			}
-			need := len(r.prompt) + r.generated + min(r.maxNew-r.generated, s.cfg.ReservedDecodeTokens)
+			need := len(r.prompt) - r.decodeHit + r.generated + min(r.maxNew-r.generated, s.cfg.ReservedDecodeTokens)
 			if need > rk.capacity {
 				rk.retracted.pop()
 				s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))

@@ -164,7 +164,7 @@ func (c *cluster) step(t time.Time) {
 			require.False(c.t, o.At.After(c.now), "output in the future: %v", o)
 			switch {
 			case s == c.decode && o.Kind == KindPreallocated && c.prefill != nil:
-				c.prefill.Handshake(c.now, o.Room)
+				c.prefill.HandshakeCached(c.now, o.Room, o.CachedTokens)
 			case s == c.prefill && o.Kind == KindTransferDone && c.decode != nil:
 				c.decode.KVArrived(c.now, o.Room, o.CachedTokens)
 			}

@@ -213,6 +213,10 @@ func (s *Server) release(r *request) {
 		rk.cache.unlockPath(r.node)
 		r.node = nil
 	}
+	if r.dnode != nil {
+		rk.dcache.unlockPath(r.dnode)
+		r.dnode = nil
+	}
 	rk.private -= r.alloc
 	r.alloc = 0
 	s.setQueue(r, 0)
@@ -238,7 +242,19 @@ func (s *Server) complete(r *request, t time.Time) {
 	if s.cfg.Role == RoleUnified && len(r.output) > 0 && r.generated > 1 {
 		s.cacheFinished(r)
 	}
+	if r.rk.dcache != nil && !s.parallel {
+		s.cacheDecoded(r)
+	}
 	s.release(r)
+}
+
+// cacheDecoded inserts a finished room's prompt into the decode radix cache: the prompt's KV
+// moves from the room's private share into the tree (SGLang decode_radix_cache caches the
+// request on finish); what another room cached meanwhile is freed as a duplicate.
+func (s *Server) cacheDecoded(r *request) {
+	_, added := r.rk.dcache.insert(r.prompt)
+	r.rk.private -= added
+	r.alloc -= added
 }
 
 // cacheFinished inserts prompt + the outputs whose KV was computed (all but the last token) into

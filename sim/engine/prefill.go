@@ -221,7 +221,8 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 		}
 		if s.cfg.Role == RolePrefill {
 			r.firstTok = t
-			s.startTransfer(r, t, t.Add(s.dur(s.cfg.Profile.TransferTime(len(r.prompt), s.cfg.LinkBandwidth))))
+			// Only the KV the decode side lacks crosses the link (decode radix cache).
+			s.startTransfer(r, t, t.Add(s.dur(s.cfg.Profile.TransferTime(len(r.prompt)-r.decodeHit, s.cfg.LinkBandwidth))))
 			continue
 		}
 		r.state = StateSuccess

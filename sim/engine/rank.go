@@ -7,6 +7,7 @@ type rank struct {
 	id       int
 	capacity int    // max_total_num_tokens
 	cache    *radix // nil on decode servers (their KV comes from the prefill side)
+	dcache   *radix // decode servers with DecodeRadixCache: the prompts served, for later rooms
 	private  int    // KV tokens held by requests outside the tree: invariant cache.size + private ≤ capacity
 
 	waiting   fifo       // prefill queue (prefill, unified) or admission queue (decode)
@@ -42,11 +43,20 @@ const (
 	stepDecode
 )
 
+// tree is the rank's prefix cache sharing its KV pool: the prefill/unified cache, or the
+// decode radix cache; nil when it has none.
+func (rk *rank) tree() *radix {
+	if rk.cache != nil {
+		return rk.cache
+	}
+	return rk.dcache
+}
+
 // free is the KV the rank could hand out without evicting.
 func (rk *rank) free() int {
 	f := rk.capacity - rk.private
-	if rk.cache != nil {
-		f -= rk.cache.size
+	if t := rk.tree(); t != nil {
+		f -= t.size
 	}
 	return f
 }
@@ -54,8 +64,8 @@ func (rk *rank) free() int {
 // reserve takes need tokens of KV for a request, evicting unreferenced cache leaves if needed.
 func (rk *rank) reserve(need int) bool {
 	f := rk.free()
-	if f < need && rk.cache != nil && f+rk.cache.evictable >= need {
-		rk.cache.evict(need - f)
+	if t := rk.tree(); f < need && t != nil && f+t.evictable >= need {
+		t.evict(need - f)
 		f = rk.free()
 	}
 	if f < need {

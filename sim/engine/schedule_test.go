@@ -194,3 +194,36 @@ func TestSGLangCacheHitRateCountsChunkContinuations(t *testing.T) {
 	assert.Equal(t, int64(20000), l.BatchNewTokens)
 	assert.InDelta(t, 24576.0/44576, l.SGLangCacheHitRate, 1e-12)
 }
+
+// The decode radix cache: a decode server that served a prompt keeps it, so a later room with
+// that prompt reserves KV only for the rest, tells the prefill server its hit, and only the
+// missing KV crosses the link.
+func TestDecodeRadixCacheShrinksTheTransfer(t *testing.T) {
+	t.Parallel()
+	p := testProfile()
+	for _, on := range []bool{false, true} {
+		c := &cluster{t: t, check: true,
+			prefill: newServer(t, Config{Role: RolePrefill, Profile: p, LinkBandwidth: 1e9}),
+			decode:  newServer(t, Config{Role: RoleDecode, Profile: p, DecodeRadixCache: on})}
+		for room := uint64(1); room <= 2; room++ {
+			c.decode.Submit(c.now, Req{Room: room, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 2})
+			c.prefill.Submit(c.now, Req{Room: room, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 2})
+			c.runAll()
+		}
+		pre := c.of(2, KindPreallocated)
+		require.Len(t, pre, 1)
+		done := c.of(2, KindTransferDone)
+		require.Len(t, done, 1)
+		transfer := done[0].At.Sub(done[0].FirstToken)
+		if !on {
+			assert.Zero(t, pre[0].CachedTokens)
+			assert.Equal(t, p.TransferTime(1000, 1e9), transfer, "the whole prompt's KV: 100 ms")
+			continue
+		}
+		assert.Equal(t, 999, pre[0].CachedTokens, "all but the last prompt token are cached on decode")
+		assert.Equal(t, p.TransferTime(1, 1e9), transfer, "only the missing token's KV")
+		fins := c.of(2, KindFinished) // prefill's, then decode's
+		require.Len(t, fins, 2)
+		assert.Equal(t, 999, fins[1].Usage.CachedTokens, "the prefill side's own hit is still reported")
+	}
+}

@@ -18,6 +18,8 @@ type Server struct {
 	timers   timerHeap
 	pending  []Output // produced, not yet returned by Advance
 	early    map[uint64]time.Time
+	// earlyCached is the decode-side hit of an early Handshake (HandshakeCached).
+	earlyCached map[uint64]int
 	last     time.Time // latest time seen
 	kick     bool      // scheduling pending at kickAt
 	kickAt   time.Time
@@ -50,7 +52,9 @@ type request struct {
 	firstTok  time.Time
 	earlyKV   bool // decode: KVArrived came while still in prealloc
 
-	matched       int  // lpm: cached prefix measured when the queue was last ordered
+	decodeHit     int   // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
+	dnode         *node // decode radix cache: the locked node of that hit
+	matched       int   // lpm: cached prefix measured when the queue was last ordered
 	held          bool // lpm: held back this step by in-batch prefix sharing
 	insertPending bool // prefilled; its prompt becomes matchable after the next batch is formed
 }
@@ -61,13 +65,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time), neverKV: cfg.NeverSignalKV}
+	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time),
+		earlyCached: make(map[uint64]int), neverKV: cfg.NeverSignalKV}
 	s.live.next, s.live.prev = &s.live, &s.live
 	s.ranks = make([]*rank, cfg.DPSize)
 	for i := range s.ranks {
 		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens}
 		if cfg.Role != RoleDecode {
 			s.ranks[i].cache = newRadix(cfg.PageSize)
+		} else if cfg.DecodeRadixCache {
+			s.ranks[i].dcache = newRadix(cfg.PageSize)
 		}
 	}
 	return s, nil
@@ -157,6 +164,8 @@ func (s *Server) Submit(now time.Time, req Req) {
 	case RolePrefill:
 		if _, ok := s.early[r.room]; ok {
 			delete(s.early, r.room)
+			r.decodeHit = min(s.earlyCached[r.room], len(r.prompt))
+			delete(s.earlyCached, r.room)
 			s.handshake(r, now)
 			return
 		}
@@ -185,13 +194,19 @@ func (s *Server) armTimeout(r *request, now time.Time) {
 // Handshake tells a prefill server that the decode side registered room and preallocated its KV;
 // only then may the room be prefilled. A Handshake before the room's Submit is remembered (for
 // BootstrapTimeout). Ignored on other roles, for unknown rooms past that and when dead.
-func (s *Server) Handshake(now time.Time, room uint64) {
+func (s *Server) Handshake(now time.Time, room uint64) { s.HandshakeCached(now, room, 0) }
+
+// HandshakeCached is Handshake from a decode server that already holds the first decodeCached
+// prompt tokens of room (its radix cache, Preallocated.CachedTokens): only the rest of the KV
+// is transferred.
+func (s *Server) HandshakeCached(now time.Time, room uint64, decodeCached int) {
 	now = s.sync(now)
 	if s.dead || s.cfg.Role != RolePrefill {
 		return
 	}
 	r := s.rooms[room]
 	if r == nil {
+		s.earlyCached[room] = decodeCached
 		s.early[room] = now.Add(s.cfg.BootstrapTimeout)
 		if s.cfg.BootstrapTimeout > 0 {
 			s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tEarly, room: room})
@@ -199,6 +214,7 @@ func (s *Server) Handshake(now time.Time, room uint64) {
 		return
 	}
 	if r.queue == QueueBootstrap {
+		r.decodeHit = min(decodeCached, len(r.prompt))
 		s.handshake(r, now)
 	}
 }
@@ -274,9 +290,12 @@ func (s *Server) Kill(now time.Time) {
 		r = nx
 	}
 	for _, rk := range s.ranks {
-		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache}
+		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache}
 		if rk.cache != nil {
 			rk.cache.reset()
+		}
+		if rk.dcache != nil {
+			rk.dcache.reset()
 		}
 	}
 	clear(s.timers.h)
@@ -309,6 +328,9 @@ func (s *Server) FlushCache() bool {
 		if rk.cache != nil {
 			rk.cache.reset()
 		}
+		if rk.dcache != nil {
+			rk.dcache.reset()
+		}
 	}
 	return true
 }
@@ -330,8 +352,8 @@ func (s *Server) Loads() []RankLoad {
 	out := make([]RankLoad, len(s.ranks))
 	for i, rk := range s.ranks {
 		used := rk.private
-		if rk.cache != nil {
-			used += rk.cache.size
+		if t := rk.tree(); t != nil {
+			used += t.size
 		}
 		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting],
 			Inflight: rk.n[QueueInflight], KVTokens: used, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),

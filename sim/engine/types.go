@@ -99,7 +99,7 @@ type Output struct {
 	Rank int // DP rank that served the room
 
 	Index        int       // KindToken: 0-based output token index
-	CachedTokens int       // KindTransferDone: the prefill server's prefix hit, in tokens
+	CachedTokens int       // KindTransferDone: the prefill server's prefix hit; KindPreallocated: the decode server's (DecodeRadixCache), in tokens
 	FirstToken   time.Time // KindTransferDone: when prefill produced the first output token
 	Usage        Usage     // KindFinished
 	Reason       string    // KindFailed: human-readable cause naming the room
