@@ -20,14 +20,14 @@ type Server struct {
 	early    map[uint64]time.Time
 	// earlyCached is the decode-side hit of an early Handshake (HandshakeCached).
 	earlyCached map[uint64]int
-	last     time.Time // latest time seen
-	kick     bool      // scheduling pending at kickAt
-	kickAt   time.Time
-	rr       int // unified round-robin cursor
-	dead     bool
-	neverKV  bool
-	stepping bool      // lockstep: a server-wide step is in progress
-	stepEnd  time.Time // lockstep: its end
+	last        time.Time // latest time seen
+	kick        bool      // scheduling pending at kickAt
+	kickAt      time.Time
+	rr          int // unified round-robin cursor
+	dead        bool
+	neverKV     bool
+	stepping    bool      // lockstep: a server-wide step is in progress
+	stepEnd     time.Time // lockstep: its end
 }
 
 // request is the server's record of a room.
@@ -55,8 +55,8 @@ type request struct {
 	decodeHit     int   // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
 	dnode         *node // decode radix cache: the locked node of that hit
 	matched       int   // lpm: cached prefix measured when the queue was last ordered
-	held          bool // lpm: held back this step by in-batch prefix sharing
-	insertPending bool // prefilled; its prompt becomes matchable after the next batch is formed
+	held          bool  // lpm: held back this step by in-batch prefix sharing
+	insertPending bool  // prefilled; its prompt becomes matchable after the next batch is formed
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
