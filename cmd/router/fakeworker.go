@@ -203,7 +203,7 @@ func newFakeworkerProfilesCmd() *cobra.Command {
 		Short: "List the engine presets: KV capacity, modelled prefill tok/s and decode ITL, sources",
 		Long: `profiles lists the engine presets of fakeworker and sim, one per line: KV capacity per
 rank (tokens), the modelled prefill speed (an 8k-token first chunk on an idle rank) and decode ITL
-at batch 1 and 64 (1k-token contexts; DP-attention presets: one rank loaded), and the sources the
+at batch 1, 64 and 256 (1k-token contexts; DP-attention presets: one rank loaded), and the sources the
 numbers come from (model card, GPU datasheet, assumptions). --coefficients adds each preset's
 step-time coefficients.`,
 		Args: cobra.NoArgs,

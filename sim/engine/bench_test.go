@@ -76,3 +76,50 @@ func BenchmarkAdmit8k(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8192, "ns/token")
 	b.ReportMetric(float64(hits)/float64(b.N)/8192, "hit-ratio")
 }
+
+// BenchmarkPrefillBatch forms and runs prefill batches of n waiting requests on a unified rank
+// (groups of 16 sharing a 1,024-token system prompt, 64-token questions, one output token):
+// queue ordering (SGLang's default lpm with in-batch prefix sharing up to 128 waiting, FCFS
+// past that), admission with prefix match, the steps, and insertion into the cache, per
+// request.
+func BenchmarkPrefillBatch(b *testing.B) {
+	for _, batch := range []int{128, 256} {
+		b.Run(fmt.Sprintf("waiting=%d", batch), func(b *testing.B) {
+			prompts := make([][]uint32, batch)
+			for i := range prompts {
+				prompts[i] = append(prompt(uint32(i%16)<<20, 1024), prompt(uint32(i)<<12|1<<31, 64)...)
+			}
+			p, err := LookupProfile("llama3-8b-h100")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := newServer(b, Config{Role: RoleUnified, Profile: p, ChunkedPrefillSize: 1 << 20, MaxTotalTokens: 1 << 24})
+			now := at(0)
+			var buf []Output
+			room := uint64(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, pr := range prompts {
+					room++
+					s.Submit(now, Req{Room: room, Rank: -1, Prompt: pr, MaxNew: 1})
+				}
+				done := 0
+				for done < batch {
+					t, ok := s.NextEvent()
+					if !ok {
+						b.Fatalf("idle with %d of %d finished", done, batch)
+					}
+					now = t
+					buf = s.AppendAdvance(buf[:0], t)
+					for _, o := range buf {
+						if o.Kind == KindFinished {
+							done++
+						}
+					}
+				}
+				s.FlushCache()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(batch), "ns/request")
+		})
+	}
+}

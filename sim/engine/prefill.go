@@ -150,7 +150,8 @@ func (s *Server) orderWaiting(rk *rank) {
 		seed(r)
 	}
 	for _, r := range live {
-		r.matched, _ = rk.cache.match(r.prompt[:len(r.prompt)-1])
+		r.matched, r.matchNode = rk.cache.match(r.prompt[:len(r.prompt)-1])
+		r.matchGen = rk.cache.gen
 		if r.matched > InBatchCheckThreshold || len(r.prompt) <= InBatchDeprioritizeThreshold {
 			continue
 		}
@@ -181,8 +182,13 @@ func (s *Server) orderWaiting(rk *rank) {
 // KV for the rest. It returns false if the KV is not available now; a request that can never
 // fit is failed.
 func (s *Server) admit(rk *rank, r *request, t time.Time) bool {
-	// SGLang matches at most len-1 tokens: the last one is computed to get the logits.
-	hit, nd := rk.cache.match(r.prompt[:len(r.prompt)-1])
+	// SGLang matches at most len-1 tokens: the last one is computed to get the logits. The
+	// match orderWaiting made is reused while the tree has not changed shape since.
+	hit, nd := r.matched, r.matchNode
+	if r.matchNode == nil || r.matchGen != rk.cache.gen || r.target != len(r.prompt) {
+		hit, nd = rk.cache.match(r.prompt[:len(r.prompt)-1])
+	}
+	r.matchNode = nil
 	need := r.target - hit
 	if need > rk.capacity {
 		s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))

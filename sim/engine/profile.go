@@ -603,19 +603,20 @@ func LookupProfile(name string) (Profile, error) {
 }
 
 // FormatPresets lists the presets, one per line, name first: KV capacity per rank, modelled
-// prefill throughput (tokens/s of one 8k-token step on an empty rank) and decode ITL at batch 1
-// and 64 (1k-token contexts; under DP attention: one rank loaded, the shared part on that
+// prefill throughput (tokens/s of one 8k-token step on an empty rank) and decode ITL at batch 1,
+// 64 and 256 (1k-token contexts; under DP attention: one rank loaded, the shared part on that
 // batch), and where the numbers come from. With coefficients, each preset's Profile.String
 // follows on its own line.
 func FormatPresets(coefficients bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-24s %12s %14s %10s %10s  %s\n", "profile", "kv_tokens", "prefill_tok/s", "itl_b1", "itl_b64", "source")
+	fmt.Fprintf(&b, "%-24s %12s %14s %10s %10s %10s  %s\n", "profile", "kv_tokens", "prefill_tok/s", "itl_b1", "itl_b64", "itl_b256", "source")
 	for _, p := range Presets() {
 		if p.Constant {
-			fmt.Fprintf(&b, "%-24s %12d %14s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, "-", p.ITL, p.ITL, p.Source)
+			fmt.Fprintf(&b, "%-24s %12d %14s %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, "-", p.ITL, p.ITL, p.ITL, p.Source)
 		} else {
-			fmt.Fprintf(&b, "%-24s %12d %14.0f %10s %10s  %s\n", p.Name, p.MaxTotalTokens, p.PrefillTokensPerSecond(),
-				p.ITLAt(1).Round(10*time.Microsecond), p.ITLAt(64).Round(10*time.Microsecond), p.Source)
+			r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+			fmt.Fprintf(&b, "%-24s %12d %14.0f %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, p.PrefillTokensPerSecond(),
+				r(p.ITLAt(1)), r(p.ITLAt(64)), r(p.ITLAt(256)), p.Source)
 		}
 		if coefficients {
 			b.WriteString("  " + p.String() + "\n")

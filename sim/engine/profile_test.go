@@ -19,7 +19,7 @@ func TestPresets(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(FormatPresets(false), "\n"), "\n")
 	require.Len(t, lines, len(names)+1, "a header, then one line per preset")
-	assert.Regexp(t, `^profile +kv_tokens +prefill_tok/s +itl_b1 +itl_b64 +source$`, lines[0])
+	assert.Regexp(t, `^profile +kv_tokens +prefill_tok/s +itl_b1 +itl_b64 +itl_b256 +source$`, lines[0])
 	for i, l := range lines[1:] {
 		assert.True(t, strings.HasPrefix(l, names[i]+" "), "line %q starts with its name", l)
 	}

@@ -22,6 +22,7 @@ type radix struct {
 	root      *node
 	page      int    // tokens per page (≥ 1); keys and matches are multiples of it
 	size      int    // tokens held in the tree
+	gen       uint64 // bumped on every change of shape (insert, evict, reset): a match is valid while it stays
 	evictable int    // tokens in unlocked nodes
 	tick      uint64 // access counter
 	nextID    uint64
@@ -40,6 +41,7 @@ func newRadix(page int) *radix {
 
 // reset empties the cache (flush_cache, or a server restart).
 func (c *radix) reset() {
+	c.gen++
 	c.root = &node{heapIdx: -1}
 	c.size, c.evictable, c.nodes = 0, 0, 0
 	c.heap = c.heap[:0]
@@ -97,6 +99,7 @@ func (c *radix) match(tok []uint32) (int, *node) {
 // insert adds tok (its whole pages) to the cache and returns the node ending at its last whole
 // page and the number of tokens newly added.
 func (c *radix) insert(tok []uint32) (*node, int) {
+	c.gen++
 	tok = tok[:len(tok)-len(tok)%c.page]
 	c.tick++
 	x, n := c.root, 0
@@ -192,6 +195,7 @@ func (c *radix) unlockPath(x *node) {
 // evict removes least recently used unlocked leaves until at least need tokens are freed or
 // nothing is evictable; it returns the tokens freed.
 func (c *radix) evict(need int) int {
+	c.gen++
 	freed := 0
 	for freed < need && len(c.heap) > 0 {
 		x := c.heap[0]

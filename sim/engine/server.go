@@ -52,11 +52,13 @@ type request struct {
 	firstTok  time.Time
 	earlyKV   bool // decode: KVArrived came while still in prealloc
 
-	decodeHit     int   // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
-	dnode         *node // decode radix cache: the locked node of that hit
-	matched       int   // lpm: cached prefix measured when the queue was last ordered
-	held          bool  // lpm: held back this step by in-batch prefix sharing
-	insertPending bool  // prefilled; its prompt becomes matchable after the next batch is formed
+	decodeHit     int    // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
+	dnode         *node  // decode radix cache: the locked node of that hit
+	matched       int    // lpm: cached prefix measured when the queue was last ordered
+	matchNode     *node  // lpm: the node of that match
+	matchGen      uint64 // lpm: the cache's gen at that match (admit reuses it while unchanged)
+	held          bool   // lpm: held back this step by in-batch prefix sharing
+	insertPending bool   // prefilled; its prompt becomes matchable after the next batch is formed
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
