@@ -178,10 +178,11 @@ func (in *inflight) maybeRegister(st *subState) {
 	in.registered = true
 	ctx, cancel := context.WithCancel(context.Background())
 	in.regCancel = cancel
+	cached := st.decodeCached // st belongs to the caller: read it here, not in the goroutine
 	in.w.bg.Add(1)
 	go func() {
 		defer in.w.bg.Done()
-		in.w.register(ctx, in.room, in.p.bsAddr, in.s, st.decodeCached)
+		in.w.register(ctx, in.room, in.p.bsAddr, in.s, cached)
 	}()
 }
 
