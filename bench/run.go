@@ -140,7 +140,7 @@ func levelInfo(lv workloads.Level) reports.LevelInfo {
 func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	info := levelInfo(lv)
 	load := r.cfg.Load
-	src, err := workloads.NewSource(r.cfg.Workload)
+	src, err := workloads.NewSource(r.cfg.Load.LevelParams(r.cfg.Workload, i))
 	if err != nil {
 		return reports.Level{}, err
 	}

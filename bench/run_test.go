@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -490,4 +491,50 @@ func TestRunRecordsTarget(t *testing.T) {
 	run, err := reports.ReadRun(cfg.Out, false)
 	require.NoError(t, err)
 	assert.Equal(t, "threshold-0.3", run.Name, "the label names the run in reports")
+}
+
+// Each level draws conversations of its own: no prompt of level 2 was sent in level 1, with
+// or without --flush-cache; --same-conversations replays level 1's.
+func TestRunLevelsDrawFreshConversations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		flush, same bool
+	}{{"fresh", false, false}, {"fresh+flush", true, false}, {"same", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSSE{}
+			srv := startFake(t, f)
+			cfg := smallConfig(srv.URL)
+			cfg.Load.Concurrency = []int{1, 2}
+			cfg.Load.FlushCache, cfg.Load.SameConversations = tc.flush, tc.same
+			runOK(t, cfg)
+			bodies := f.requests()
+			require.Len(t, bodies, 12, "3 conversations of 2 turns per level")
+			first, second := map[string]bool{}, map[string]bool{}
+			for i, b := range bodies {
+				var req struct {
+					Messages []struct{ Content string } `json:"messages"`
+				}
+				require.NoError(t, json.Unmarshal(b, &req))
+				last := req.Messages[len(req.Messages)-1].Content // the turn's question
+				if i < 6 {
+					first[last] = true
+				} else {
+					second[last] = true
+				}
+			}
+			shared := 0
+			for q := range second {
+				if first[q] {
+					shared++
+				}
+			}
+			if tc.same {
+				assert.Equal(t, first, second, "--same-conversations replays level 1")
+			} else {
+				assert.Zero(t, shared, "level 2 sends none of level 1's questions")
+			}
+		})
+	}
 }

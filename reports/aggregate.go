@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // SLO is a set of per-request latency objectives in ms for goodput; a zero field is not
@@ -149,4 +150,41 @@ func Aggregate(info LevelInfo, records []Record) (Level, error) {
 func sortSummarize(s []float64) Stats {
 	slices.Sort(s)
 	return summarizeSorted(s)
+}
+
+// MinPercentileSamples is the fewest successful requests a level's P95/P99 should rest on.
+const MinPercentileSamples = 100
+
+// LevelWarnings says what makes a level's figures weaker than they look: a closed-loop level
+// with more clients than the workload has conversations (conversations > 0) cannot keep them
+// busy, so its concurrency is really at most that; percentiles resting on fewer than
+// MinPercentileSamples successful requests move with a handful of them.
+func LevelWarnings(l *Level, conversations int) []string {
+	var out []string
+	if l.Concurrency != nil && conversations > 0 && conversations < *l.Concurrency {
+		out = append(out, fmt.Sprintf("level %s: the workload has %d conversations for %d clients, so at most %d requests run at once (raise --conversations, or the workload's own count)",
+			l.Label, conversations, *l.Concurrency, conversations))
+	}
+	if ok := l.Requests - l.Errors; ok < MinPercentileSamples {
+		out = append(out, fmt.Sprintf("level %s: its percentiles rest on %d successful requests (fewer than %d: P95 is about the %s-largest; raise --requests or --duration)",
+			l.Label, ok, MinPercentileSamples, ordinal(max(1, int(float64(ok)*0.05+0.5)))))
+	}
+	return out
+}
+
+func ordinal(n int) string {
+	if n == 1 {
+		return "1st"
+	}
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return strconv.Itoa(n) + suffix
 }

@@ -151,3 +151,31 @@ func TestSameInstantArrivalsKeepTheirOrder(t *testing.T) {
 	assert.True(t, slices.IsSorted(ordered), "--gsp-ordered: the router sees group after group: %v", ordered)
 	assert.False(t, slices.IsSorted(shuffled), "shuffled: groups interleave: %v", shuffled)
 }
+
+// Each level draws conversations of its own: at level 2 the router's tree, which still holds
+// level 1's prompts (no --flush-cache), predicts almost no match for level 2's first request;
+// with --same-conversations it predicts a near-full match (a replay). With --flush-cache both
+// start from nothing.
+func TestLevelsDrawFreshConversations(t *testing.T) {
+	t.Parallel()
+	firstOfLevel2 := func(same, flush bool) float64 {
+		cfg := baseConfig()
+		cfg.Load.Concurrency = []int{1, 2}
+		cfg.Load.Requests = 8
+		cfg.Load.SameConversations, cfg.Load.FlushCache = same, flush
+		var log bytes.Buffer
+		cfg.DecisionLog = &log
+		mustRun(t, cfg)
+		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		require.Len(t, lines, 16)
+		var d struct {
+			MatchRate float64 `json:"match_rate"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(lines[8]), &d))
+		return d.MatchRate
+	}
+	assert.Less(t, firstOfLevel2(false, false), 0.2, "fresh conversations: level 1's prompts do not match")
+	assert.Greater(t, firstOfLevel2(true, false), 0.9, "--same-conversations: a replay of level 1's first prompt")
+	assert.Less(t, firstOfLevel2(false, true), 0.2, "fresh, with --flush-cache")
+	assert.Less(t, firstOfLevel2(true, true), 0.2, "replay, but the trees were flushed")
+}

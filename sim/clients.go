@@ -53,7 +53,7 @@ func (x *sim) canIssue() bool { return x.lv.canIssue(x.clock.now, x.cfg.Load.Dur
 // startLevel starts level x.li at the current virtual time.
 func (x *sim) startLevel() {
 	info := x.levels[x.li]
-	src, err := workloads.NewSource(x.cfg.Workload)
+	src, err := workloads.NewSource(x.cfg.Load.LevelParams(x.cfg.Workload, x.li))
 	if err != nil {
 		x.err = err
 		return

@@ -27,6 +27,29 @@ type LoadParams struct {
 	Duration    time.Duration // --duration: bound on each level; 0 = none
 	Warmup      int           // --warmup: unrecorded requests before each level; default 0
 	FlushCache  bool          // --flush-cache: flush router and worker caches between levels
+	// SameConversations replays the same conversations at every level (--same-conversations);
+	// by default level k draws its own (LevelParams), so a later level measures fresh traffic
+	// rather than prompts an earlier level left in the caches.
+	SameConversations bool
+}
+
+// LevelSeed is the workload seed of level k of a run seeded seed: seed itself for the first
+// level, a seed derived from (seed, k) for the others, so every level draws conversations of
+// its own (distinct prompts, the same shapes and lengths distribution).
+func LevelSeed(seed uint64, k int) uint64 {
+	if k == 0 {
+		return seed
+	}
+	return mix(seed, domLevel, uint64(k))
+}
+
+// LevelParams returns the workload parameters of level k: p with LevelSeed(p.Seed, k), or p
+// itself with SameConversations.
+func (l LoadParams) LevelParams(p Params, k int) Params {
+	if !l.SameConversations {
+		p.Seed = LevelSeed(p.Seed, k)
+	}
+	return p
 }
 
 // DefaultLoadParams returns the defaults: no levels given (see Levels), Poisson arrivals,

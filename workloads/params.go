@@ -137,3 +137,19 @@ func (p Params) Validate() error {
 func (p Params) form() requestForm {
 	return requestForm{api: p.API, model: p.Model, ignoreEOS: p.IgnoreEOS}
 }
+
+// ConversationCount is how many conversations the workload holds (0 for traces, whose length
+// is the file's): a closed-loop level of more clients than that cannot keep them all busy.
+func (p Params) ConversationCount() int {
+	switch p.Workload {
+	case WorkloadMultiTurn:
+		return p.Conversations
+	case WorkloadGSP:
+		return p.GSPNumGroups * p.GSPPromptsPerGroup
+	case WorkloadLongSystemPrompt:
+		return p.LSPPrompts
+	case WorkloadRandom:
+		return p.NumPrompts
+	}
+	return 0
+}

@@ -133,6 +133,7 @@ const (
 	domAzure
 	domReply
 	domShuffle
+	domLevel // a level's seed (LevelSeed)
 )
 
 // genText returns n generated tokens of text keyed by (seed, dom, a, b).

@@ -88,6 +88,7 @@ of each on stderr; the table and results are still written.`,
 				if err := reports.RenderTable(cmd.OutOrStdout(), res); err != nil {
 					return err
 				}
+				printLevelWarnings(cmd.ErrOrStderr(), res, p)
 			}
 			if runErr != nil {
 				return runErr

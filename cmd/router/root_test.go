@@ -8,15 +8,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// run executes the command line and returns its stdout (stderr: runWithStderr).
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runWithStderr(t, args...)
+	return out, err
+}
+
+func runWithStderr(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	cmd := newRootCmd()
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetErr(&out)
+	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
+	err = cmd.Execute()
+	return out.String(), errOut.String(), err
 }
 
 func TestVersion(t *testing.T) {

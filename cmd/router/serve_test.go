@@ -59,7 +59,7 @@ func TestServeBadCombinationsNameTheFlag(t *testing.T) {
 }
 
 func TestServeWarnsAboutIgnoredSGLangFlags(t *testing.T) {
-	out, err := run(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config")
+	_, out, err := runWithStderr(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config")
 	require.NoError(t, err)
 	assert.Contains(t, out, "warning: ignoring sgl-router flags pdrouter does not implement: --log-dir (log files")
 }

@@ -204,6 +204,7 @@ func newSimCmd() *cobra.Command {
 		if err := writeSimOutput(cmd.OutOrStdout(), f.format, res.Results); err != nil {
 			return err
 		}
+		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload)
 		if f.out != "" {
 			if err := reports.WriteDir(f.out, res.Results, res.Records); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -189,8 +190,9 @@ func TestSimDecodeRadixCache(t *testing.T) {
 	args := []string{"sim", "--conversations", "8", "--turns", "4", "--concurrency", "4", "--format", "json",
 		"--link-gbps", "1", "--policy", "cache_aware"}
 	ttft := func(extra ...string) float64 {
-		out, err := run(t, append(args, extra...)...)
-		require.NoError(t, err)
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, execute(append(args, extra...), &stdout, &stderr), stderr.String())
+		out := stdout.String()
 		var res struct {
 			Levels []struct {
 				TTFT struct{ P50 float64 } `json:"ttft_ms"`
@@ -202,4 +204,16 @@ func TestSimDecodeRadixCache(t *testing.T) {
 	}
 	off, on := ttft(), ttft("--decode-radix-cache")
 	assert.Less(t, on, off*0.9, "TTFT P50 with the decode radix cache %.1f ms, without %.1f ms", on, off)
+}
+
+// Warnings name what weakens a level's figures: more clients than conversations, and
+// percentiles on fewer than 100 requests.
+func TestSimWarnsAboutWeakLevels(t *testing.T) {
+	_, stderr, err := runWithStderr(t, "sim", "--concurrency", "4,128", "--requests", "50")
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "warning: level c128: the workload has 64 conversations for 128 clients, so at most 64 requests run at once")
+	assert.Contains(t, stderr, "warning: level c4: its percentiles rest on 50 successful requests (fewer than 100")
+	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "4", "--requests", "128")
+	require.NoError(t, err)
+	assert.NotContains(t, stderr, "warning")
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -70,6 +72,7 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.DurationVar(&l.Duration, "duration", l.Duration, "bound on each level's duration (0 = none)")
 	fs.IntVar(&l.Warmup, "warmup", l.Warmup, "unrecorded warm-up requests before each level")
 	fs.BoolVar(&l.FlushCache, "flush-cache", l.FlushCache, "flush router and worker caches between levels")
+	fs.BoolVar(&l.SameConversations, "same-conversations", l.SameConversations, "replay the same conversations at every level (default: each level draws its own, so caches hold nothing of earlier levels' prompts)")
 }
 
 // validateWorkloadFlags checks both structs; errors name the flag at fault.
@@ -125,4 +128,13 @@ func (r *rateList) Set(s string) error {
 		*r = append(*r, v)
 	}
 	return nil
+}
+
+// printLevelWarnings writes reports.LevelWarnings of every level of res on w (stderr).
+func printLevelWarnings(w io.Writer, res *reports.Results, p workloads.Params) {
+	for i := range res.Levels {
+		for _, msg := range reports.LevelWarnings(&res.Levels[i], p.ConversationCount()) {
+			fmt.Fprintln(w, "warning: "+msg)
+		}
+	}
 }
