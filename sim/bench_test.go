@@ -1,9 +1,13 @@
 package sim
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 // speedConfig is the speed acceptance run, scaled by conversations: multiturn at
@@ -31,6 +35,47 @@ func BenchmarkRun(b *testing.B) {
 			}
 			b.ReportAllocs()
 			cfg := speedConfig(tc.convs)
+			var events, reqs uint64
+			for b.Loop() {
+				res, err := Run(cfg)
+				require.NoError(b, err)
+				events += res.Stats.Events
+				reqs += uint64(res.Stats.Requests)
+			}
+			s := b.Elapsed().Seconds()
+			b.ReportMetric(float64(events)/s, "events/s")
+			b.ReportMetric(float64(reqs)/s, "requests/s")
+		})
+	}
+}
+
+// scaleConfig is the scale run: n requests of the multiturn workload (n/4
+// conversations × 4 turns, 256-token replies) arriving at 500 conversations/s on 16 prefill
+// + 16 decode servers, dp 8, DP attention.
+func scaleConfig(n int) Config {
+	cfg := baseConfig()
+	cfg.Cluster.Prefill, cfg.Cluster.Decode, cfg.Cluster.DPSize, cfg.Cluster.DPAttention = 16, 16, 8, true
+	p := workloads.DefaultParams()
+	p.Conversations, p.Turns, p.OutputLen = n/4, 4, 256
+	cfg.Workload = p
+	cfg.Load.Concurrency, cfg.Load.Rates = nil, []float64{500}
+	return cfg
+}
+
+// BenchmarkRunScale runs scaleConfig at 10k and 100k requests (1M with -short=false and
+// SIM_BENCH_1M=1): wall time per run, events/s and requests/s.
+func BenchmarkRunScale(b *testing.B) {
+	sizes := []int{10_000, 100_000}
+	if os.Getenv("SIM_BENCH_1M") != "" {
+		sizes = append(sizes, 1_000_000)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
+			if n > 10_000 && testing.Short() {
+				b.Skip("large run")
+			}
+			b.ReportAllocs()
+			cfg := scaleConfig(n)
 			var events, reqs uint64
 			for b.Loop() {
 				res, err := Run(cfg)

@@ -18,6 +18,11 @@ type Turn struct {
 	MaxTokens   int           // max_tokens / max_new_tokens requested (the output length)
 	ThinkTime   time.Duration // wait after the previous reply before sending (0 for turn 0)
 	PromptIDs   []uint32      // the prompt's token ids if the session tracks them, else nil
+	// RouteText is the router's routing text of Body (wire.Body.Text: chat contents joined by
+	// spaces, the prompt otherwise) and Model its "model" ("" for generate), when the session
+	// tracks them (ForSimulator); "" otherwise.
+	RouteText string
+	Model     string
 }
 
 // Session is one conversation: a fixed number of turns whose prompts grow by the previous
@@ -40,6 +45,46 @@ type Session struct {
 
 	trackIDs bool
 	ids      []uint32 // token ids of the history incl. sys, when trackIDs
+
+	trackText bool   // maintain text, the routing text (ForSimulator)
+	noBody    bool   // do not render Turn.Body (ForSimulator)
+	text      []byte // the routing text of the history incl. sys, when trackText
+}
+
+// ForSimulator prepares the session for a simulator, which never sends bodies: every later
+// Turn carries PromptIDs (TrackPromptIDs), RouteText and Model, each maintained incrementally
+// (a turn costs its new pieces, not its whole history), and no Body. Running the same session
+// without ForSimulator gives the bodies a bench sends, whose parse (wire.Parse) yields the same
+// RouteText and Model and whose tokenization (PromptIDs) the same ids. Call it before the
+// first Next.
+func (s *Session) ForSimulator() {
+	s.TrackPromptIDs()
+	if s.trackText {
+		return
+	}
+	s.trackText, s.noBody = true, true
+	if s.sys != nil {
+		s.text = append(s.text, s.sys.text...)
+	}
+}
+
+// addText appends one piece to the routing text: chat joins non-empty contents with a space
+// (wire's addPiece), the other forms are the prompt itself, pieces joined by "\n".
+func (s *Session) addText(text string) {
+	if s.req.api == APIChat {
+		if text == "" {
+			return
+		}
+		if len(s.text) > 0 {
+			s.text = append(s.text, ' ')
+		}
+		s.text = append(s.text, text...)
+		return
+	}
+	if len(s.hist) > 0 || s.sys != nil {
+		s.text = append(s.text, '\n')
+	}
+	s.text = append(s.text, text...)
 }
 
 // TrackPromptIDs makes every later Turn carry PromptIDs, maintained incrementally (only the new
@@ -106,7 +151,15 @@ func (s *Session) Next(prevReply string) (Turn, bool) {
 	if s.req.api == APIChat {
 		t.InputTokens += genPromptTokens
 	}
-	t.Body = s.body(maxTokens)
+	if !s.noBody {
+		t.Body = s.body(maxTokens)
+	}
+	if s.trackText {
+		t.RouteText = string(s.text)
+		if s.req.api != APIGenerate {
+			t.Model = s.req.model
+		}
+	}
 	if s.trackIDs {
 		t.PromptIDs = make([]uint32, len(s.ids), len(s.ids)+genPromptTokens)
 		copy(t.PromptIDs, s.ids)
@@ -127,6 +180,9 @@ func (s *Session) reserve(tokens int) {
 
 // appendPiece adds one piece of content to the history.
 func (s *Session) appendPiece(role, text string, tokens int) {
+	if s.trackText {
+		s.addText(text)
+	}
 	nonEmpty := len(s.hist) > 0 || s.sys != nil
 	if s.req.api == APIChat {
 		if nonEmpty {
