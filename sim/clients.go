@@ -13,7 +13,6 @@ import (
 // the next conversation when its own ends; in open loop it is one arrival's conversation.
 type conv struct {
 	sc     *script
-	i      int // the pending step
 	client bool
 }
 
@@ -115,8 +114,8 @@ func (x *sim) takeSession() (*script, int64) {
 
 // begin starts conversation sc on c: its first turn is sent now.
 func (x *sim) begin(c *conv, sc *script) {
-	c.sc, c.i = sc, 0
-	if len(sc.steps) == 0 {
+	c.sc = sc
+	if !sc.has {
 		x.endConv(c)
 		return
 	}
@@ -190,10 +189,16 @@ func (x *sim) clientEnd(r *request) {
 		p(lv.info.Label, x.stats.Requests, time.Duration(x.clock.now))
 	}
 	c := r.conv
-	if r.errMsg == nil && c.i+1 < len(c.sc.steps) {
-		c.i++
-		x.push(event{at: x.clock.now + int64(c.sc.steps[c.i].turn.ThinkTime), kind: evSend, conv: c})
-		return
+	if r.errMsg == nil {
+		more, err := c.sc.next()
+		if err != nil {
+			x.err = err
+			return
+		}
+		if more && c.sc.has {
+			x.push(event{at: x.clock.now + int64(c.sc.turn.ThinkTime), kind: evSend, conv: c})
+			return
+		}
 	}
 	if c.client {
 		x.nextSession(c)

@@ -8,53 +8,54 @@ import (
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
-// script is a conversation prepared in advance: every turn's body built, parsed and tokenized,
-// and the reply the servers will give. A simulated server always generates exactly max_tokens
-// tokens and its reply text is workloads.ReplyText, so a successful conversation is fully
-// determined before it runs; a failed turn ends its conversation (there is no reply to
-// append), so nothing prepared is ever wrong.
+// script is a conversation in progress: its session, kept incrementally (workloads
+// Session.ForSimulator: token ids and routing text appended piece by piece, no bodies), and
+// its pending turn. Turn 0 is built by the prefetcher, on another core; each later turn is
+// built when the previous one succeeded, from its reply. A simulated server always generates
+// exactly max_tokens tokens and its reply text is workloads.ReplyText, so the reply is known
+// without the response; a failed turn ends its conversation.
 type script struct {
-	steps []step
+	sess     *workloads.Session
+	turn     workloads.Turn // the pending turn, when has
+	has      bool
+	route    wire.Route
+	regular  bool
+	replyIDs []uint32 // regular mode: the pending turn's reply ids (the server caches them)
 }
 
-// step is one prepared turn.
-type step struct {
-	turn     workloads.Turn
-	body     *wire.Body
-	reply    string   // the reply the next turn appends
-	replyIDs []uint32 // regular mode: the reply's token ids, cached by the server with the prompt
+// newScript starts s and builds its first turn.
+func newScript(s *workloads.Session, regular bool) (*script, error) {
+	s.ForSimulator()
+	sc := &script{sess: s, regular: regular}
+	return sc, sc.build("")
 }
 
-// buildScript runs every turn of s.
-func buildScript(s *workloads.Session, regular bool) (*script, error) {
-	s.TrackPromptIDs()
-	sc := &script{steps: make([]step, 0, s.Turns())}
-	reply := ""
-	for {
-		t, ok := s.Next(reply)
-		if !ok {
-			return sc, nil
-		}
-		route, ok := wire.RouteFromPath(t.Path)
-		if !ok {
-			return nil, errors.New("sim: workload turn has no inference path")
-		}
-		body, err := wire.Parse(route, t.Body)
-		if err != nil {
-			return nil, err
-		}
-		reply = workloads.ReplyText(t.PromptIDs, t.MaxTokens)
-		st := step{turn: t, body: body, reply: reply}
-		if regular {
-			st.replyIDs = workloads.Tokenize(reply)
-		}
-		sc.steps = append(sc.steps, st)
+// build makes the next turn, the previous one's reply appended; has is false at the end.
+func (sc *script) build(reply string) error {
+	t, ok := sc.sess.Next(reply)
+	sc.turn, sc.has = t, ok
+	if !ok {
+		return nil
 	}
+	route, ok := wire.RouteFromPath(t.Path)
+	if !ok {
+		return errors.New("sim: workload turn has no inference path")
+	}
+	sc.route = route
+	if sc.regular {
+		sc.replyIDs = workloads.Tokenize(workloads.ReplyText(t.PromptIDs, t.MaxTokens))
+	}
+	return nil
+}
+
+// next builds the turn after the pending one from its reply; false when it was the last.
+func (sc *script) next() (bool, error) {
+	return sc.has, sc.build(workloads.ReplyText(sc.turn.PromptIDs, sc.turn.MaxTokens))
 }
 
 // prefetcher prepares a level's conversations, in source order, on its own goroutine, a few
-// ahead of the simulation: the preparation (building, parsing and tokenizing bodies) then runs
-// on another core while the event loop runs. The order of conversations is the source's, so
+// ahead of the simulation: their first turns (generating and tokenizing the opening prompt)
+// are built on another core while the event loop runs. The order of conversations is the source's, so
 // results do not depend on scheduling.
 type prefetcher struct {
 	ch     chan prefetched
@@ -89,7 +90,7 @@ func startPrefetch(src workloads.Source, regular bool) *prefetcher {
 				item.err = err
 			default:
 				item.arr = int64(sess.Arrival)
-				item.s, item.err = buildScript(sess, regular)
+				item.s, item.err = newScript(sess, regular)
 			}
 			select {
 			case p.ch <- item:

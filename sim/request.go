@@ -17,7 +17,7 @@ import (
 type request struct {
 	conv     *conv
 	turn     workloads.Turn
-	body     *wire.Body
+	route    wire.Route
 	id       string   // session/turn, e.g. "multiturn-3/1"
 	recorded bool     // not a warm-up request
 	sendAt   int64    // client send time
@@ -78,9 +78,9 @@ func (x *sim) send(c *conv) {
 		x.endConv(c)
 		return
 	}
-	st := &c.sc.steps[c.i]
-	r := &request{conv: c, turn: st.turn, body: st.body, replyIDs: st.replyIDs,
-		id:       st.turn.Session + "/" + strconv.Itoa(st.turn.Index),
+	sc := c.sc
+	r := &request{conv: c, turn: sc.turn, route: sc.route, replyIDs: sc.replyIDs,
+		id:       sc.turn.Session + "/" + strconv.Itoa(sc.turn.Index),
 		recorded: lv.issued >= x.cfg.Load.Warmup, sendAt: x.clock.now, firstTok: -1}
 	if r.recorded && !lv.recording {
 		lv.recording, lv.recBegin = true, x.clock.now
@@ -121,7 +121,7 @@ func arrivalJitter(id string) int64 {
 // the router's source), then rid and room from the wire source, then both legs sent.
 func (x *sim) route(r *request) {
 	if r.rreq.Text == "" {
-		r.rreq.Text, r.rreq.Model = r.body.Text, r.body.Model
+		r.rreq.Text, r.rreq.Model = r.turn.RouteText, r.turn.Model
 	}
 	d, err := x.rt.Route(&r.rreq)
 	if err != nil {
@@ -146,16 +146,10 @@ func (x *sim) route(r *request) {
 		if rk, ok := d.Decode.Rank(); ok {
 			a.decRank = rk
 		}
-		switch {
-		case r.body.Batch > 0: // not produced by the workloads, kept for fidelity
-			legs := r.body.PD(x.ids, wire.PDOptions{Host: wire.BootstrapHost(d.Prefill.URL())})
-			a.rid, a.room = legs.RIDs[0], legs.Rooms[0]
-		case r.body.HasRID:
-			a.rid, a.room = r.body.RID, x.ids.Room()
-		default:
-			a.rid = x.ids.RID(r.body.Route)
-			a.room = x.ids.Room()
-		}
+		// The workloads send single requests without a rid: serve then draws the rid and the
+		// room from the wire source in this order (wire.Body.PD), and so does the simulator.
+		a.rid = x.ids.RID(r.route)
+		a.room = x.ids.Room()
 		if x.rooms[a.room] != nil { // a 63-bit collision: astronomically unlikely
 			a.room ^= 1 << 62
 		}
