@@ -20,7 +20,8 @@ type script struct {
 	has      bool
 	route    wire.Route
 	regular  bool
-	replyIDs []uint32 // regular mode: the pending turn's reply ids (the server caches them)
+	reply    string   // the pending turn's reply (regular mode: built with the turn)
+	replyIDs []uint32 // its token ids (regular mode: the server caches them with the prompt)
 }
 
 // newScript starts s and builds its first turn.
@@ -33,6 +34,11 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 // build makes the next turn, the previous one's reply appended; has is false at the end.
 func (sc *script) build(reply string) error {
 	t, ok := sc.sess.Next(reply)
+	return sc.set(t, ok)
+}
+
+// set makes t the pending turn (none when !ok).
+func (sc *script) set(t workloads.Turn, ok bool) error {
 	sc.turn, sc.has = t, ok
 	if !ok {
 		return nil
@@ -42,15 +48,23 @@ func (sc *script) build(reply string) error {
 		return errors.New("sim: workload turn has no inference path")
 	}
 	sc.route = route
+	sc.reply, sc.replyIDs = "", nil
 	if sc.regular {
-		sc.replyIDs = workloads.Tokenize(workloads.ReplyText(t.PromptIDs, t.MaxTokens))
+		sc.reply, sc.replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
 	}
 	return nil
 }
 
 // next builds the turn after the pending one from its reply; false when it was the last.
 func (sc *script) next() (bool, error) {
-	return sc.has, sc.build(workloads.ReplyText(sc.turn.PromptIDs, sc.turn.MaxTokens))
+	if !sc.has {
+		return false, nil
+	}
+	if sc.replyIDs == nil {
+		sc.reply, sc.replyIDs = workloads.Reply(sc.turn.PromptIDs, sc.turn.MaxTokens)
+	}
+	t, ok := sc.sess.NextReply(sc.reply, sc.replyIDs)
+	return ok, sc.set(t, ok)
 }
 
 // prefetcher prepares a level's conversations, in source order, on its own goroutine, a few

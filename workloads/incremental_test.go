@@ -162,3 +162,16 @@ func parsePieces(t *testing.T, api API, body []byte) []piece {
 	}
 	return out
 }
+
+// Reply generates a reply's token ids with its text: they are the text's tokenization.
+func TestReplyIDsAreItsTokens(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 1, 7, 256} {
+		text, ids := Reply([]uint32{1, 2, 3, uint32(n)}, n)
+		assert.Equal(t, ReplyText([]uint32{1, 2, 3, uint32(n)}, n), text)
+		if n > 0 {
+			assert.Equal(t, Tokenize(text), ids, "n=%d", n)
+		}
+		assert.Len(t, ids, n)
+	}
+}

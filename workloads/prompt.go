@@ -283,10 +283,24 @@ func ReplyText(promptIDs []uint32, n int) string {
 	if n <= 0 {
 		return ""
 	}
+	return string(replyStream(promptIDs).appendText(make([]byte, 0, n*5), n))
+}
+
+// Reply returns ReplyText(promptIDs, n) and its token ids (Tokenize of that text), generated
+// together rather than tokenized back.
+func Reply(promptIDs []uint32, n int) (string, []uint32) {
+	if n <= 0 {
+		return "", nil
+	}
+	text := ReplyText(promptIDs, n)
+	return text, replyStream(promptIDs).appendIDs(make([]uint32, 0, n), n)
+}
+
+func replyStream(promptIDs []uint32) *wordStream {
 	h := uint64(14695981039346656037)
 	for _, id := range promptIDs {
 		h ^= uint64(id)
 		h *= 1099511628211
 	}
-	return string(newWordStream(mix(domReply, uint64(len(promptIDs))), h).appendText(make([]byte, 0, n*5), n))
+	return newWordStream(mix(domReply, uint64(len(promptIDs))), h)
 }

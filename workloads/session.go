@@ -46,6 +46,7 @@ type Session struct {
 	trackIDs bool
 	ids      []uint32 // token ids of the history incl. sys, when trackIDs
 
+	pieces    int    // pieces appended after sys
 	trackText bool   // maintain text, the routing text (ForSimulator)
 	noBody    bool   // do not render Turn.Body (ForSimulator)
 	text      []byte // the routing text of the history incl. sys, when trackText
@@ -63,6 +64,7 @@ func (s *Session) ForSimulator() {
 		return
 	}
 	s.trackText, s.noBody = true, true
+	s.hist = nil // no body to render: the reserved history goes
 	if s.sys != nil {
 		s.text = append(s.text, s.sys.text...)
 	}
@@ -81,7 +83,7 @@ func (s *Session) addText(text string) {
 		s.text = append(s.text, text...)
 		return
 	}
-	if len(s.hist) > 0 || s.sys != nil {
+	if s.pieces > 0 || s.sys != nil {
 		s.text = append(s.text, '\n')
 	}
 	s.text = append(s.text, text...)
@@ -133,13 +135,30 @@ func (s *Session) Turns() int { return s.turns }
 // ReplyText(prompt ids, MaxTokens). For chat it is appended as an assistant message; for
 // completions and generate it is appended to the prompt text after a "\n".
 func (s *Session) Next(prevReply string) (Turn, bool) {
+	return s.next1(prevReply, nil)
+}
+
+// NextReply is Next with the reply's token ids (Tokenize(prevReply), e.g. from Reply), which
+// spares tokenizing it again.
+func (s *Session) NextReply(prevReply string, replyIDs []uint32) (Turn, bool) {
+	if replyIDs == nil && prevReply != "" {
+		return s.next1(prevReply, nil)
+	}
+	return s.next1(prevReply, replyIDs)
+}
+
+func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {
 	if s.next >= s.turns {
 		return Turn{}, false
 	}
 	k := s.next
 	s.next++
 	if k > 0 {
-		s.appendPiece("assistant", prevReply, Count(prevReply))
+		n := len(replyIDs)
+		if replyIDs == nil {
+			n = Count(prevReply)
+		}
+		s.appendPieceIDs("assistant", prevReply, n, replyIDs)
 	}
 	q, qTokens, maxTokens, think := s.script(k)
 	s.appendPiece("user", q, qTokens)
@@ -180,38 +199,58 @@ func (s *Session) reserve(tokens int) {
 
 // appendPiece adds one piece of content to the history.
 func (s *Session) appendPiece(role, text string, tokens int) {
+	s.appendPieceIDs(role, text, tokens, nil)
+}
+
+// appendPieceIDs is appendPiece with text's token ids when the caller has them (nil:
+// tokenize). Without a body to render (ForSimulator) the JSON history is not kept.
+func (s *Session) appendPieceIDs(role, text string, tokens int, ids []uint32) {
 	if s.trackText {
 		s.addText(text)
 	}
-	nonEmpty := len(s.hist) > 0 || s.sys != nil
-	if s.req.api == APIChat {
-		if nonEmpty {
-			s.hist = append(s.hist, ',')
+	nonEmpty := s.pieces > 0 || s.sys != nil
+	s.pieces++
+	appendText := func() {
+		if ids != nil {
+			s.ids = append(s.ids, ids...)
+		} else {
+			s.ids = AppendTokens(s.ids, text)
 		}
-		s.hist = append(s.hist, `{"role":"`...)
-		s.hist = append(s.hist, role...)
-		s.hist = append(s.hist, `","content":`...)
-		s.hist = wire.AppendJSONString(s.hist, text)
-		s.hist = append(s.hist, '}')
+	}
+	if s.req.api == APIChat {
+		if !s.noBody {
+			if nonEmpty {
+				s.hist = append(s.hist, ',')
+			}
+			s.hist = append(s.hist, `{"role":"`...)
+			s.hist = append(s.hist, role...)
+			s.hist = append(s.hist, `","content":`...)
+			s.hist = wire.AppendJSONString(s.hist, text)
+			s.hist = append(s.hist, '}')
+		}
 		s.tokens += messageOverhead(role) + tokens
 		if s.trackIDs { // exact: content sits between the template's "\n" and "<"
 			s.ids = AppendTokens(s.ids, chatStart+role+"\n")
-			s.ids = AppendTokens(s.ids, text)
+			appendText()
 			s.ids = AppendTokens(s.ids, chatEnd)
 		}
 		return
 	}
 	if nonEmpty {
-		s.hist = append(s.hist, `\n`...)
+		if !s.noBody {
+			s.hist = append(s.hist, `\n`...)
+		}
 		s.tokens += newlineTokens
 		if s.trackIDs {
 			s.ids = AppendTokens(s.ids, "\n")
 		}
 	}
 	if s.trackIDs { // exact: "\n" always ends a token
-		s.ids = AppendTokens(s.ids, text)
+		appendText()
 	}
-	s.hist = wire.AppendJSONStringBody(s.hist, text)
+	if !s.noBody {
+		s.hist = wire.AppendJSONStringBody(s.hist, text)
+	}
 	s.tokens += tokens
 }
 
