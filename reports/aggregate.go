@@ -116,6 +116,9 @@ func Aggregate(info LevelInfo, records []Record) (Level, error) {
 	l.TTFTMs = sortSummarize(ttft)
 	l.TPOTMs = sortSummarize(tpot)
 	l.ITLMs = sortSummarize(itl)
+	if info.ITL != nil {
+		l.ITLMs = info.ITL.Stats()
+	}
 	l.E2EMs = sortSummarize(e2e)
 	if info.openLoop() {
 		q := sortSummarize(queue)

@@ -103,6 +103,9 @@ type LevelInfo struct {
 	Sim *SimStats
 	// SGLangCacheHitRate is copied to Level.SGLangCacheHitRate (from the engines' counters).
 	SGLangCacheHitRate *float64
+	// ITL, when non-nil, holds the ITLs of the level's successful requests and gives its
+	// itl_ms (the records' ITLMs are then not read): a simulator keeps counts, not lists.
+	ITL *Counts
 }
 
 // ClosedLoop describes a closed-loop level of n clients (label c{n}).

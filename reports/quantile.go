@@ -34,8 +34,12 @@ func Percentile(sorted []float64, p float64) float64 {
 	if i >= n-1 {
 		return sorted[n-1]
 	}
-	a, b := sorted[i], sorted[i+1]
-	g := h - lo
+	return lerp(sorted[i], sorted[i+1], h-lo)
+}
+
+// lerp interpolates between a and b with weight g in [0,1) as numpy's _lerp does: from the
+// lower end when g < 0.5, from the upper end otherwise.
+func lerp(a, b, g float64) float64 {
 	d := b - a
 	// float64(…) forbids fused multiply-add so every platform rounds as numpy does.
 	if g >= 0.5 {

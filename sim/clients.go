@@ -35,6 +35,7 @@ type level struct {
 	nextArr              int
 	pending              *script // trace: the conversation whose arrival is scheduled
 	records              []reports.Record
+	itl                  reports.Counts // ITLs of the recorded successful requests
 
 	// simulator metrics over the recorded requests
 	predicted, predictedW float64 // Σ match rate × input tokens, Σ input tokens
@@ -239,7 +240,14 @@ func (x *sim) record(r *request) {
 	if r.errMsg == nil {
 		rec.OutputTokens = r.usage.CompletionTokens
 		rec.CachedTokens = r.usage.CachedTokens
-		rec.ITLMs = r.itl
+		lv.itl.AddAll(r.itl)
+		if x.cfg.KeepITL {
+			rec.ITLMs = make([]float64, len(r.itl))
+			for i, d := range r.itl {
+				rec.ITLMs[i] = ms(d)
+			}
+		}
+		r.itl = nil
 		if rec.TTFTMs != nil {
 			rec.TPOTMs = reports.TPOT(*rec.TTFTMs, rec.E2EMs, rec.OutputTokens)
 		}
@@ -287,6 +295,7 @@ func (x *sim) endLevel() {
 	}
 	info.SLO = x.cfg.SLO
 	info.Sim = x.simStats(lv)
+	info.ITL = &lv.itl
 	if hit, nw := x.batchCounters(); lv.recording && hit+nw > lv.batchHit0+lv.batchNew0 {
 		rate := float64(hit-lv.batchHit0) / float64(hit+nw-lv.batchHit0-lv.batchNew0)
 		info.SGLangCacheHitRate = &rate

@@ -197,4 +197,8 @@ type Config struct {
 	// requests and once at the end of each level, with the level's label, the requests
 	// completed so far in the run and the virtual time elapsed. It must not block for long.
 	Progress func(level string, completed int, virtual time.Duration)
+	// KeepITL keeps every record's ITL list (for requests.jsonl). Without it a level counts
+	// its ITLs (reports.Counts, exact percentiles) and the records carry none, which keeps a
+	// run of a million requests in bounded memory.
+	KeepITL bool
 }

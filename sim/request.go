@@ -28,7 +28,7 @@ type request struct {
 	attempts int
 
 	firstTok, lastTok int64 // client-observed token times; firstTok < 0: none yet
-	itl               []float64
+	itl               []int64 // ns between client-observed tokens (recorded requests)
 	usage             engine.Usage
 	errMsg            *string
 }
@@ -277,10 +277,10 @@ func (x *sim) token(a *attempt, at int64) {
 	if r.firstTok < 0 {
 		r.firstTok = ct
 		if r.recorded && r.itl == nil {
-			r.itl = make([]float64, 0, max(r.turn.MaxTokens-1, 0))
+			r.itl = make([]int64, 0, max(r.turn.MaxTokens-1, 0))
 		}
 	} else if r.recorded {
-		r.itl = append(r.itl, ms(ct-r.lastTok))
+		r.itl = append(r.itl, ct-r.lastTok)
 	}
 	r.lastTok = ct
 }

@@ -150,7 +150,7 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 	if err := cl.Validate(rc.PDDisaggregation); err != nil {
 		return sim.Config{}, err
 	}
-	cfg := sim.Config{Cluster: cl, Router: rc, Workload: f.params, Load: f.load, Version: version}
+	cfg := sim.Config{Cluster: cl, Router: rc, Workload: f.params, Load: f.load, Version: version, KeepITL: f.out != ""}
 	for _, k := range f.kills {
 		kill, err := sim.ParseKill(k)
 		if err != nil {

@@ -163,5 +163,5 @@ func (sc Scenario) SimCluster() sim.Cluster {
 // SimConfig returns the simulation of the scenario.
 func (sc Scenario) SimConfig(version string) sim.Config {
 	return sim.Config{Cluster: sc.SimCluster(), Router: sc.RouterConfig(nil), Workload: sc.workload(),
-		Load: sc.Load, Version: version}
+		Load: sc.Load, Version: version, KeepITL: true}
 }
