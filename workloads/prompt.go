@@ -292,8 +292,9 @@ func Reply(promptIDs []uint32, n int) (string, []uint32) {
 	if n <= 0 {
 		return "", nil
 	}
-	text := ReplyText(promptIDs, n)
-	return text, replyStream(promptIDs).appendIDs(make([]uint32, 0, n), n)
+	w := replyStream(promptIDs)
+	ws := *w // the same stream twice: once for the words, once for their ids
+	return string(w.appendText(make([]byte, 0, n*5), n)), ws.appendIDs(make([]uint32, 0, n), n)
 }
 
 func replyStream(promptIDs []uint32) *wordStream {

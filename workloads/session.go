@@ -3,6 +3,7 @@ package workloads
 import (
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/pdrouter/pdrouter/router/wire"
 )
@@ -174,7 +175,9 @@ func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {
 		t.Body = s.body(maxTokens)
 	}
 	if s.trackText {
-		t.RouteText = string(s.text)
+		// s.text only ever grows by appending, so its first len bytes never change: the
+		// turn's routing text aliases them instead of copying the whole history each turn.
+		t.RouteText = unsafe.String(unsafe.SliceData(s.text), len(s.text))
 		if s.req.api != APIGenerate {
 			t.Model = s.req.model
 		}
