@@ -217,3 +217,9 @@ func TestSimWarnsAboutWeakLevels(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, stderr, "warning")
 }
+
+func TestSimReportsItsSpeed(t *testing.T) {
+	_, stderr, err := runWithStderr(t, "sim", "--requests", "128")
+	require.NoError(t, err)
+	assert.Regexp(t, `sim: \d+ events and \d+ requests in [0-9.]+ s of wall time: \d+ events/s, \d+ requests/s`, stderr)
+}
