@@ -92,7 +92,7 @@ func TestLongSystemPromptHotSpot(t *testing.T) {
 	}
 	pts, err := Sweep(lspConfig(router.PolicyCacheAware), vars, 0, nil)
 	require.NoError(t, err)
-	ranked := Rank(pts, nil)
+	ranked := RankBy(pts, Objective{Name: ObjectiveP95TTFT})
 	require.Len(t, ranked, 8)
 	best := ranked[0].Last()
 	t.Logf("best of the sweep: %s TTFT P95 %.1f ms spread %.2f", ranked[0].Label(vars), best.TTFTMs.P95, best.Sim.LoadSpread)

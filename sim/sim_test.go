@@ -154,12 +154,12 @@ func TestSweepGridAndRank(t *testing.T) {
 	for _, p := range pts {
 		require.NoError(t, p.Err)
 	}
-	ranked := Rank(pts, nil)
+	ranked := RankBy(pts, Objective{Name: ObjectiveP95TTFT})
 	require.Len(t, ranked, 4)
 	for i := 1; i < len(ranked); i++ {
 		assert.LessOrEqual(t, ranked[i-1].Last().TTFTMs.P95, ranked[i].Last().TTFTMs.P95)
 	}
-	assert.Empty(t, Rank(pts, &reports.SLO{TTFTMs: 0.001}))
+	assert.Empty(t, RankBy(pts, Objective{Name: ObjectiveP95TTFT, SLO: &reports.SLO{TTFTMs: 0.001}}))
 
 	_, err = ParseVary("nope")
 	assert.Error(t, err)

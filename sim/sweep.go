@@ -141,13 +141,28 @@ func apply(c Config, key, val string) (Config, error) {
 
 // Sweep runs every point of the grid of base over vars, parallel runs at once (≤ 0: one per
 // core), each fully deterministic, and returns the points in grid order. progress, when set,
-// is called (from any goroutine, serialised) after each point. Decision logs and per-run
-// progress are off in sweeps.
-func Sweep(base Config, vars []Vary, parallel int, progress func(done, total int)) ([]Point, error) {
+// is called (from any goroutine, serialised) after each point with the point just finished.
+// Decision logs and per-run progress are off in sweeps.
+func Sweep(base Config, vars []Vary, parallel int, progress func(done, total int, p *Point)) ([]Point, error) {
+	return SweepShard(base, vars, parallel, 0, 1, progress)
+}
+
+// SweepShard is Sweep over shard i of n (0 ≤ i < n): the points whose grid index is i mod n,
+// so n machines sharing the work run every point once. It returns the shard's points.
+func SweepShard(base Config, vars []Vary, parallel, i, n int, progress func(done, total int, p *Point)) ([]Point, error) {
 	base.DecisionLog, base.Progress = nil, nil
-	pts, err := Grid(base, vars)
+	all, err := Grid(base, vars)
 	if err != nil {
 		return nil, err
+	}
+	if n < 1 || i < 0 || i >= n {
+		return nil, fmt.Errorf("sim: shard %d/%d: want 0 ≤ i < n", i, n)
+	}
+	var pts []Point
+	for _, p := range all {
+		if p.Index%n == i {
+			pts = append(pts, p)
+		}
 	}
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
@@ -163,7 +178,7 @@ func Sweep(base Config, vars []Vary, parallel int, progress func(done, total int
 				mu.Lock()
 				done++
 				if progress != nil {
-					progress(done, len(pts))
+					progress(done, len(pts), &pts[i])
 				}
 				mu.Unlock()
 			}
@@ -177,43 +192,148 @@ func Sweep(base Config, vars []Vary, parallel int, progress func(done, total int
 	return pts, nil
 }
 
-// Rank orders points best first: runs that completed without errors before the others, then
-// by the last level's P95 TTFT, its P95 TPOT and the grid order. With an SLO, points whose last
-// level misses it (P95 TTFT above slo.TTFTMs or P95 TPOT above slo.TPOTMs; zero fields are
-// not constrained) are dropped. The input is not modified.
-func Rank(points []Point, slo *reports.SLO) []Point {
-	var out []Point
-	for _, p := range points {
-		l := p.Last()
-		if l == nil {
-			continue
-		}
-		if slo != nil && (slo.TTFTMs > 0 && l.TTFTMs.P95 > slo.TTFTMs || slo.TPOTMs > 0 && l.TPOTMs.P95 > slo.TPOTMs) {
-			continue
-		}
-		out = append(out, p)
+// Sweep objectives (--objective).
+const (
+	ObjectiveP95TTFT    = "p95-ttft"
+	ObjectiveP99TTFT    = "p99-ttft"
+	ObjectiveGoodput    = "goodput"
+	ObjectiveThroughput = "throughput"
+)
+
+// Objectives lists the objective names.
+var Objectives = []string{ObjectiveP95TTFT, ObjectiveP99TTFT, ObjectiveGoodput, ObjectiveThroughput}
+
+// Objective scores a point over all its levels by its worst level — the highest P95 or P99
+// TTFT, the lowest goodput or throughput — so a setting ranks well only if it holds at every
+// load of the sweep, not just the last. Goodput is requests/s meeting SLO (a level's goodput
+// share times its requests/s); throughput is requests/s.
+type Objective struct {
+	Name string
+	SLO  *reports.SLO
+}
+
+// ParseObjective checks name (empty: p95-ttft); goodput needs an SLO.
+func ParseObjective(name string, slo *reports.SLO) (Objective, error) {
+	if name == "" {
+		name = ObjectiveP95TTFT
 	}
-	slices.SortStableFunc(out, func(a, b Point) int {
-		la, lb := a.Last(), b.Last()
-		if ea, eb := la.Errors > 0, lb.Errors > 0; ea != eb {
+	if !slices.Contains(Objectives, name) {
+		return Objective{}, fmt.Errorf("sim: --objective %q is not one of %s", name, strings.Join(Objectives, ", "))
+	}
+	if name == ObjectiveGoodput && slo == nil {
+		return Objective{}, fmt.Errorf("sim: --objective goodput needs --slo ttft=MS,tpot=MS (the requests that count)")
+	}
+	return Objective{Name: name, SLO: slo}, nil
+}
+
+// Label names the score column, e.g. "worst P95 TTFT ms".
+func (o Objective) Label() string {
+	switch o.Name {
+	case ObjectiveP99TTFT:
+		return "worst P99 TTFT ms"
+	case ObjectiveGoodput:
+		return "worst goodput req/s"
+	case ObjectiveThroughput:
+		return "worst req/s"
+	}
+	return "worst P95 TTFT ms"
+}
+
+func (o Objective) higherIsBetter() bool {
+	return o.Name == ObjectiveGoodput || o.Name == ObjectiveThroughput
+}
+
+// Score is p's objective over its levels (false: no levels).
+func (o Objective) Score(p *Point) (float64, bool) {
+	if p.Result == nil || len(p.Result.Results.Levels) == 0 {
+		return 0, false
+	}
+	var score float64
+	for i, l := range p.Result.Results.Levels {
+		var v float64
+		switch o.Name {
+		case ObjectiveP99TTFT:
+			v = l.TTFTMs.P99
+		case ObjectiveGoodput:
+			if l.Goodput != nil {
+				v = *l.Goodput * l.Throughput.ReqS
+			}
+		case ObjectiveThroughput:
+			v = l.Throughput.ReqS
+		default:
+			v = l.TTFTMs.P95
+		}
+		if i == 0 || (o.higherIsBetter() && v < score) || (!o.higherIsBetter() && v > score) {
+			score = v
+		}
+	}
+	return score, true
+}
+
+// Ranked is a point in ranking order: its rank (equal scores share one), score, and whether
+// it ties with another point.
+type Ranked struct {
+	Point
+	Rank  int
+	Score float64
+	Tied  bool
+}
+
+// RankBy orders points best first by objective o: points without errors before the others,
+// then by score; equal scores share a rank (1, 2, 2, 4) and are marked Tied, listed in grid
+// order. With an SLO and a latency or throughput objective, points whose worst level misses
+// it (P95 TTFT above slo.TTFTMs or P95 TPOT above slo.TPOTMs; zero fields are not
+// constrained) are dropped. The input is not modified.
+func RankBy(points []Point, o Objective) []Ranked {
+	var out []Ranked
+	for _, p := range points {
+		score, ok := o.Score(&p)
+		if !ok {
+			continue
+		}
+		if slo := o.SLO; slo != nil && o.Name != ObjectiveGoodput && missesSLO(&p, slo) {
+			continue
+		}
+		out = append(out, Ranked{Point: p, Score: score})
+	}
+	errs := func(r *Ranked) bool {
+		for _, l := range r.Result.Results.Levels {
+			if l.Errors > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	slices.SortStableFunc(out, func(a, b Ranked) int {
+		if ea, eb := errs(&a), errs(&b); ea != eb {
 			if ea {
 				return 1
 			}
 			return -1
 		}
-		if la.TTFTMs.P95 != lb.TTFTMs.P95 {
-			if la.TTFTMs.P95 < lb.TTFTMs.P95 {
-				return -1
-			}
-			return 1
-		}
-		if la.TPOTMs.P95 != lb.TPOTMs.P95 {
-			if la.TPOTMs.P95 < lb.TPOTMs.P95 {
+		if a.Score != b.Score {
+			if (a.Score < b.Score) != o.higherIsBetter() {
 				return -1
 			}
 			return 1
 		}
 		return a.Index - b.Index
 	})
+	for i := range out {
+		out[i].Rank = i + 1
+		if i > 0 && out[i].Score == out[i-1].Score && errs(&out[i]) == errs(&out[i-1]) {
+			out[i].Rank = out[i-1].Rank
+			out[i].Tied, out[i-1].Tied = true, true
+		}
+	}
 	return out
+}
+
+func missesSLO(p *Point, slo *reports.SLO) bool {
+	for _, l := range p.Result.Results.Levels {
+		if slo.TTFTMs > 0 && l.TTFTMs.P95 > slo.TTFTMs || slo.TPOTMs > 0 && l.TPOTMs.P95 > slo.TPOTMs {
+			return true
+		}
+	}
+	return false
 }

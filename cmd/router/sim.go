@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -236,28 +239,87 @@ func newSimCmd() *cobra.Command {
 
 func newSimSweepCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "sweep --vary KEY=v1,v2,... [--vary ...]",
-		Short: "Simulate a grid of router settings in parallel and rank them by P95 TTFT",
+		Use:   "sweep --vary KEY=v1,v2,... [--vary ...] | --merge DIR...",
+		Short: "Simulate a grid of router settings in parallel and rank them by an objective",
 		Long: `sweep runs 'router sim' once per point of the grid given by --vary (the cartesian
 product; KEY is a router setting under its config-file name, e.g. cache_threshold,
 balance_abs_threshold, balance_rel_threshold, policy, dp_aware, or a cluster key such as dp_size),
-in parallel on all cores, each run deterministic, and prints the configurations ranked by the
-last level's P95 TTFT with P95 TPOT and throughput beside (runs with errors rank last).
---slo ttft=MS,tpot=MS drops configurations missing it; --write-config FILE writes the winner
-in 'router serve --config' form and --out DIR its results. Every other flag is sim's.`,
-		Args: cobra.NoArgs,
+in parallel on all cores, each run deterministic, and prints the configurations ranked by
+--objective over all levels, each point scored by its worst level:
+
+  p95-ttft    the highest P95 TTFT of any level (default; lower is better)
+  p99-ttft    the highest P99 TTFT of any level
+  goodput     the lowest requests/s meeting --slo of any level (higher is better)
+  throughput  the lowest requests/s of any level
+
+Configurations with equal scores share a rank ("2=") and are named as ties; runs with errors
+rank last. --slo ttft=MS,tpot=MS drops configurations whose P95 misses it at any level (with
+--objective goodput it defines the goodput instead). --write-config FILE writes the winner in
+'router serve --config' form and --out DIR its results. Progress goes to stderr: a bar on a
+terminal, a line per finished point otherwise.
+
+On several machines: 'sweep --shard i/N --out DIR ...' runs every N-th point of the same grid
+(those whose index is i mod N) and writes DIR/sweep.json; 'sweep --merge DIR... [--write-config
+FILE]' reads every shard and ranks the union exactly as one sweep would
+(deploy/k8s/sim-sweep-job.yaml runs the shards as a Kubernetes Indexed Job). Every other flag
+is sim's.`,
+		Example: `  router sim sweep --vary cache_threshold=0.1,0.3,0.5 --vary balance_abs_threshold=8,32,64 --write-config best.yaml
+  router sim sweep --objective goodput --slo ttft=500,tpot=50 --rate 4,8 --vary policy=cache_aware,round_robin
+  router sim sweep --shard 0/3 --out runs/shard-0 --vary cache_threshold=0.1,0.3,0.5
+  router sim sweep --merge runs/shard-0 runs/shard-1 runs/shard-2 --write-config best.yaml`,
+		Args: cobra.ArbitraryArgs,
 	}
 	f := bindSimFlags(cmd.Flags())
-	var varies []string
+	var (
+		varies    []string
+		objective string
+		shard     string
+		merge     bool
+	)
 	parallel := runtime.GOMAXPROCS(0)
 	cmd.Flags().StringArrayVar(&varies, "vary", nil, "KEY=v1,v2,...: one sweep dimension (repeatable)")
 	cmd.Flags().IntVar(&parallel, "parallel", parallel, "runs at once (default: one per core)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.Flags().StringVar(&objective, "objective", sim.ObjectiveP95TTFT, "ranking: "+strings.Join(sim.Objectives, ", ")+", each over the worst level")
+	cmd.Flags().StringVar(&shard, "shard", "", "I/N: run only the points whose index is I mod N, writing them to --out DIR for --merge")
+	cmd.Flags().BoolVar(&merge, "merge", false, "rank the shards in the directories given as arguments instead of running")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if f.format != "table" {
+			return fmt.Errorf("sweep: --format %s: a sweep prints a table (use --out DIR for the best run's results)", f.format)
+		}
+		var slo *reports.SLO
+		if f.slo != "" {
+			s, err := parseSimSLO(f.slo)
+			if err != nil {
+				return err
+			}
+			slo = s
+		}
+		obj, err := sim.ParseObjective(objective, slo)
+		if err != nil {
+			return err
+		}
+		if merge {
+			if len(varies) > 0 || shard != "" {
+				return fmt.Errorf("sweep: --merge ranks finished shards: it takes no --vary or --shard")
+			}
+			vars, pts, err := sim.ReadShards(args)
+			if err != nil {
+				return err
+			}
+			return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, false)
+		}
+		if len(args) > 0 {
+			return fmt.Errorf("sweep: unexpected argument %q (directories are for --merge)", args[0])
+		}
 		if len(varies) == 0 {
 			return fmt.Errorf("sweep: give at least one --vary KEY=v1,v2,...")
 		}
-		if f.format != "table" {
-			return fmt.Errorf("sweep: --format %s: a sweep prints a table (use --out DIR for the best run's results)", f.format)
+		si, sn, err := parseShard(shard)
+		if err != nil {
+			return err
+		}
+		if sn > 1 && f.out == "" {
+			return fmt.Errorf("sweep: --shard %s needs --out DIR for its results", shard)
 		}
 		base, err := f.resolve(cmd.Flags(), version)
 		if err != nil {
@@ -271,10 +333,12 @@ in 'router serve --config' form and --out DIR its results. Every other flag is s
 			}
 			vars = append(vars, v)
 		}
-		prog := newSimProgress(cmd.ErrOrStderr())
-		pts, err := sim.Sweep(base, vars, parallel, func(done, total int) {
-			prog.update(fmt.Sprintf("sim sweep: %d/%d runs done", done, total))
-		})
+		all, err := sim.Grid(base, vars)
+		if err != nil {
+			return err
+		}
+		prog := newSweepProgress(cmd.ErrOrStderr(), vars, obj)
+		pts, err := sim.SweepShard(base, vars, parallel, si, sn, prog.point)
 		prog.finish()
 		if err != nil {
 			return err
@@ -284,41 +348,107 @@ in 'router serve --config' form and --out DIR its results. Every other flag is s
 				return fmt.Errorf("sweep: %s: %w", p.Label(vars), p.Err)
 			}
 		}
-		ranked := sim.Rank(pts, base.SLO)
-		if err := writeSweepTable(cmd.OutOrStdout(), vars, ranked, len(pts)); err != nil {
-			return err
-		}
-		if f.out != "" && len(ranked) > 0 {
-			if err := reports.WriteDir(f.out, ranked[0].Result.Results, ranked[0].Result.Records); err != nil {
+		if sn > 1 {
+			if err := sim.WriteShard(f.out, vars, len(all), si, sn, pts); err != nil {
 				return err
 			}
+			fmt.Fprintf(cmd.OutOrStdout(), "shard %d/%d: %d of %d points written to %s (rank them with --merge)\n", si, sn, len(pts), len(all), filepath.Join(f.out, sim.ShardFile))
+			return nil
 		}
-		if f.writeConfig != "" {
-			if len(ranked) == 0 {
-				return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
-			}
-			if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
-		}
-		return nil
+		return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, true)
 	}
 	return cmd
 }
 
+// finishSweep ranks pts, prints the table, and writes --out (the best run's results, when
+// its records are at hand) and --write-config.
+func finishSweep(w io.Writer, f *simFlags, vars []sim.Vary, pts []sim.Point, obj sim.Objective, haveRecords bool) error {
+	ranked := sim.RankBy(pts, obj)
+	if err := writeSweepTable(w, vars, ranked, len(pts), obj); err != nil {
+		return err
+	}
+	if f.out != "" && len(ranked) > 0 && haveRecords {
+		if err := reports.WriteDir(f.out, ranked[0].Result.Results, ranked[0].Result.Records); err != nil {
+			return err
+		}
+	}
+	if f.writeConfig != "" {
+		if len(ranked) == 0 {
+			return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
+		}
+		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
+	}
+	return nil
+}
+
+// parseShard parses --shard I/N ("" is the whole grid, 0/1).
+func parseShard(s string) (int, int, error) {
+	if s == "" {
+		return 0, 1, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(strings.TrimSpace(a))
+	n, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, fmt.Errorf("sweep: --shard %q: want I/N with 0 ≤ I < N, e.g. 0/3", s)
+	}
+	return i, n, nil
+}
+
+// sweepProgress reports finished points on stderr: a bar redrawn in place on a terminal, a
+// line per point otherwise.
+type sweepProgress struct {
+	w    io.Writer
+	tty  bool
+	vars []sim.Vary
+	obj  sim.Objective
+	bar  *simProgress
+}
+
+func newSweepProgress(w io.Writer, vars []sim.Vary, obj sim.Objective) *sweepProgress {
+	return &sweepProgress{w: w, tty: isTerminal(w), vars: vars, obj: obj, bar: newSimProgress(w)}
+}
+
+func (p *sweepProgress) point(done, total int, pt *sim.Point) {
+	if p.tty {
+		p.bar.update(fmt.Sprintf("sim sweep: %d/%d points done", done, total))
+		return
+	}
+	status := "failed: " + fmt.Sprint(pt.Err)
+	if pt.Err == nil {
+		score, _ := p.obj.Score(pt)
+		status = fmt.Sprintf("%s %.4g", p.obj.Label(), score)
+	}
+	fmt.Fprintf(p.w, "sim sweep: point %d/%d done (%s): %s\n", done, total, pt.Label(p.vars), status)
+}
+
+func (p *sweepProgress) finish() {
+	if p.tty {
+		p.bar.finish()
+	}
+}
+
 // writeSweepTable prints the ranked points.
-func writeSweepTable(w io.Writer, vars []sim.Vary, ranked []sim.Point, total int) error {
+func writeSweepTable(w io.Writer, vars []sim.Vary, ranked []sim.Ranked, total int, obj sim.Objective) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"rank"}
 	for _, v := range vars {
 		head = append(head, v.Key)
 	}
-	head = append(head, "TTFT p95 ms", "TPOT p95 ms", "req/s", "errs", "cache", "spread")
+	head = append(head, obj.Label(), "TTFT p95 ms", "TPOT p95 ms", "req/s", "errs", "cache", "spread")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
-	for i, p := range ranked {
+	ties := map[int][]string{}
+	for _, p := range ranked {
 		l := p.Last()
-		row := []string{strconv.Itoa(i + 1)}
+		rank := strconv.Itoa(p.Rank)
+		if p.Tied {
+			rank += "="
+			ties[p.Rank] = append(ties[p.Rank], p.Label(vars))
+		}
+		row := []string{rank}
 		row = append(row, p.Values...)
 		cache := "-"
 		if l.CacheHitRate != nil {
@@ -328,12 +458,17 @@ func writeSweepTable(w io.Writer, vars []sim.Vary, ranked []sim.Point, total int
 		if l.Sim != nil {
 			spread = fmt.Sprintf("%.2f", l.Sim.LoadSpread)
 		}
-		row = append(row, fmt.Sprintf("%.1f", l.TTFTMs.P95), fmt.Sprintf("%.2f", l.TPOTMs.P95),
+		row = append(row, fmt.Sprintf("%.4g", p.Score), fmt.Sprintf("%.1f", l.TTFTMs.P95), fmt.Sprintf("%.2f", l.TPOTMs.P95),
 			fmt.Sprintf("%.1f", l.Throughput.ReqS), strconv.Itoa(l.Errors), cache, spread)
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	fmt.Fprintf(w, "(ranked by %s: each configuration's worst level; the other columns are its last level)\n", obj.Name)
+	ranks := slices.Sorted(maps.Keys(ties))
+	for _, r := range ranks {
+		fmt.Fprintf(w, "tie at rank %d: %s\n", r, strings.Join(ties[r], " | "))
 	}
 	if len(ranked) < total {
 		_, err := fmt.Fprintf(w, "(%d of %d configurations miss the SLO)\n", total-len(ranked), total)

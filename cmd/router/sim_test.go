@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,7 +138,7 @@ func TestSimSweepWriteConfigThenServe(t *testing.T) {
 	var winner []string
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && f[0] == "1" {
+		if len(f) > 4 && strings.TrimSuffix(f[0], "=") == "1" {
 			winner = f[1:4]
 			break
 		}
@@ -222,4 +223,52 @@ func TestSimReportsItsSpeed(t *testing.T) {
 	_, stderr, err := runWithStderr(t, "sim", "--requests", "128")
 	require.NoError(t, err)
 	assert.Regexp(t, `sim: \d+ events and \d+ requests in [0-9.]+ s of wall time: \d+ events/s, \d+ requests/s`, stderr)
+}
+
+// A 24-point sweep prints a line per finished point (stderr is not a terminal here) and its
+// ranking names the ties: eviction_interval_secs does not change a short run, so each
+// configuration ties with its twin.
+func TestSimSweepProgressAndTies(t *testing.T) {
+	args := append([]string{"sim", "sweep", "--vary", "cache_threshold=0.1,0.5,0.9", "--vary", "balance_abs_threshold=1,64",
+		"--vary", "policy=cache_aware,round_robin", "--vary", "eviction_interval_secs=100,200"}, simSmall...)
+	out, stderr, err := runWithStderr(t, args...)
+	require.NoError(t, err)
+	assert.Equal(t, 24, strings.Count(stderr, "sim sweep: point "), stderr)
+	assert.Contains(t, stderr, "sim sweep: point 24/24 done (")
+	assert.Contains(t, out, "ranked by p95-ttft: each configuration's worst level")
+	assert.Regexp(t, `(?m)^ +1= `, out)
+	assert.Regexp(t, `tie at rank 1: \S+.*eviction_interval_secs=100 \| .*eviction_interval_secs=200`, out)
+}
+
+// Three shards and a merge rank exactly as one sweep, and write the same config file.
+func TestSimSweepShardsMerge(t *testing.T) {
+	dir := t.TempDir()
+	grid := append([]string{"--vary", "cache_threshold=0.1,0.5,0.9", "--vary", "balance_abs_threshold=1,64",
+		"--vary", "policy=cache_aware,round_robin", "--objective", "p99-ttft"}, simSmall...)
+	one, err := run(t, append([]string{"sim", "sweep", "--write-config", filepath.Join(dir, "one.yaml")}, grid...)...)
+	require.NoError(t, err)
+	var shards []string
+	for i := range 3 {
+		out := filepath.Join(dir, fmt.Sprintf("shard-%d", i))
+		shards = append(shards, out)
+		msg, err := run(t, append([]string{"sim", "sweep", "--shard", fmt.Sprintf("%d/3", i), "--out", out}, grid...)...)
+		require.NoError(t, err)
+		assert.Contains(t, msg, fmt.Sprintf("shard %d/3: 4 of 12 points written", i))
+	}
+	merged, err := run(t, append([]string{"sim", "sweep", "--merge", "--objective", "p99-ttft", "--write-config", filepath.Join(dir, "merged.yaml")}, shards...)...)
+	require.NoError(t, err)
+	table := func(s string) string { s, _, _ = strings.Cut(s, "\nwrote the best"); return s }
+	assert.Equal(t, table(one), table(merged))
+	a, err := os.ReadFile(filepath.Join(dir, "one.yaml"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "merged.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, string(a), string(b))
+
+	_, err = run(t, "sim", "sweep", "--merge", shards[0], shards[2])
+	assert.ErrorContains(t, err, "4 of 12 points missing (indexes 1,4,7,10)")
+	_, err = run(t, "sim", "sweep", "--shard", "3/3", "--out", dir, "--vary", "policy=round_robin")
+	assert.ErrorContains(t, err, "--shard")
+	_, err = run(t, "sim", "sweep", "--objective", "goodput", "--vary", "policy=round_robin")
+	assert.ErrorContains(t, err, "--objective goodput needs --slo")
 }
