@@ -27,7 +27,7 @@ type request struct {
 	att      *attempt       // current (last) attempt
 	attempts int
 
-	firstTok, lastTok int64 // client-observed token times; firstTok < 0: none yet
+	firstTok, lastTok int64   // client-observed token times; firstTok < 0: none yet
 	itl               []int64 // ns between client-observed tokens (recorded requests)
 	usage             engine.Usage
 	errMsg            *string

@@ -141,8 +141,8 @@ func parsePieces(t *testing.T, api API, body []byte) []piece {
 	t.Helper()
 	var v struct {
 		Messages []struct{ Role, Content string } `json:"messages"`
-		Prompt   string                          `json:"prompt"`
-		Text     string                          `json:"text"`
+		Prompt   string                           `json:"prompt"`
+		Text     string                           `json:"text"`
 	}
 	require.NoError(t, json.Unmarshal(body, &v))
 	var out []piece
