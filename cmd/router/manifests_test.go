@@ -66,6 +66,10 @@ func TestSimSweepJobManifest(t *testing.T) {
 	for i := range n {
 		assert.Contains(t, margs, fmt.Sprintf("/results/shard-%d", i))
 	}
+	// Applied in two steps by label: the shards (and their volume), then the merge.
+	assert.Equal(t, "shards", pvc.Labels["pdrouter.io/step"])
+	assert.Equal(t, "shards", sweep.Labels["pdrouter.io/step"])
+	assert.Equal(t, "merge", merge.Labels["pdrouter.io/step"])
 	for _, j := range []*batchv1.Job{sweep, merge} {
 		vols := j.Spec.Template.Spec.Volumes
 		require.Len(t, vols, 1)
