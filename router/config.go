@@ -103,7 +103,7 @@ type Config struct {
 	HealthCheckEndpoint     string `json:"health_check_endpoint" yaml:"health_check_endpoint"`           // default /health
 
 	// Admission.
-	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests"` // -1 = off (default)
+	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests"` // ≤ 0 = no limit (default -1), as sgl-router
 	QueueSize             int `json:"queue_size" yaml:"queue_size"`                           // default 100
 	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs"`           // default 60
 	// ShutdownTimeoutSecs bounds the drain of in-flight requests on SIGTERM (default 30).
@@ -355,8 +355,6 @@ func (c Config) validateLimits() error {
 		return settingErrorf("request_timeout_secs", "--request-timeout-secs %d must be ≥ 1", c.RequestTimeoutSecs)
 	case c.MaxPayloadSize < 1:
 		return settingErrorf("max_payload_size", "--max-payload-size %d must be ≥ 1", c.MaxPayloadSize)
-	case c.MaxConcurrentRequests == 0 || c.MaxConcurrentRequests < -1:
-		return settingErrorf("max_concurrent_requests", "--max-concurrent-requests %d must be ≥ 1, or -1 for no limit", c.MaxConcurrentRequests)
 	case c.QueueSize < 0:
 		return settingErrorf("queue_size", "--queue-size %d must be ≥ 0", c.QueueSize)
 	case c.QueueTimeoutSecs < 1:

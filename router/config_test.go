@@ -63,7 +63,6 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"startup interval", func(c *Config) { c.WorkerStartupCheckInterval = 0 }, "--worker-startup-check-interval 0"},
 		{"request timeout", func(c *Config) { c.RequestTimeoutSecs = 0 }, "--request-timeout-secs 0"},
 		{"payload", func(c *Config) { c.MaxPayloadSize = 0 }, "--max-payload-size 0"},
-		{"concurrency zero", func(c *Config) { c.MaxConcurrentRequests = 0 }, "--max-concurrent-requests 0 must be ≥ 1, or -1"},
 		{"queue", func(c *Config) { c.QueueSize = -1 }, "--queue-size -1"},
 		{"queue timeout", func(c *Config) { c.QueueTimeoutSecs = 0 }, "--queue-timeout-secs 0"},
 		{"log level", func(c *Config) { c.LogLevel = "trace" }, `--log-level "trace"`},
@@ -153,4 +152,13 @@ func TestConfigJSONRoundTrip(t *testing.T) {
 	require.True(t, r.PDDisaggregation, "the mode is a routing setting")
 	require.Equal(t, "<redacted>", c.Redacted().APIKey)
 	require.Equal(t, "secret", c.APIKey, "Redacted copies")
+}
+
+// sgl-router treats --max-concurrent-requests ≤ 0 as no limit; so do we.
+func TestMaxConcurrentRequestsZeroIsUnlimited(t *testing.T) {
+	for _, n := range []int{0, -1, -5} {
+		c := DefaultConfig()
+		c.MaxConcurrentRequests = n
+		assert.NoError(t, c.Validate(), n)
+	}
 }

@@ -52,7 +52,7 @@ var serveFlagHelp = map[string]string{
 	"health_failure_threshold":      "consecutive failed probes that mark a worker unhealthy",
 	"health_success_threshold":      "consecutive passed probes that mark it healthy again",
 	"health_check_endpoint":         "path probed on each worker",
-	"max_concurrent_requests":       "requests served at once (-1: no limit); others wait in the queue",
+	"max_concurrent_requests":       "requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue",
 	"queue_size":                    "requests that may wait for a slot (full: 429)",
 	"queue_timeout_secs":            "seconds a request may wait for a slot (then 408)",
 	"shutdown_timeout_secs":         "seconds to drain in-flight requests on SIGTERM",

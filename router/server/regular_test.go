@@ -239,3 +239,34 @@ func TestRouterConfigEndpoint(t *testing.T) {
 	assert.Equal(t, "<redacted>", got["api_key"])
 	assert.NotContains(t, string(raw), "s3cret")
 }
+
+// A known path with the wrong method answers 405 with Allow; DELETE /workers/{url} takes the
+// worker URL raw (the README's form, no 307 from path cleaning) or percent-encoded.
+func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
+	a, b := newWorker(t, nil), newWorker(t, nil)
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{a.URL(), b.URL()}
+	tr := startRouter(t, cfg)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path string) *http.Response {
+		req, err := http.NewRequest(method, tr.srv.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	r := do(http.MethodGet, "/generate")
+	assert.Equal(t, http.StatusMethodNotAllowed, r.StatusCode)
+	assert.Equal(t, "POST", r.Header.Get("Allow"))
+	r = do(http.MethodDelete, "/get_loads")
+	assert.Equal(t, http.StatusMethodNotAllowed, r.StatusCode)
+	assert.Equal(t, http.StatusNotFound, do(http.MethodGet, "/no/such/route").StatusCode)
+	assert.Equal(t, http.StatusMethodNotAllowed, do(http.MethodPut, "/workers/"+url.PathEscape(a.URL())).StatusCode)
+
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/workers/"+a.URL()).StatusCode, "raw URL")
+	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "raw URL, no 307")
+	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+url.PathEscape(b.URL())).StatusCode, "percent-encoded")
+	assert.Equal(t, http.StatusNotFound, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "already removed")
+}

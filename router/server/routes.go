@@ -11,37 +11,67 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler returns the router's HTTP API (SPEC §2).
+// Handler returns the router's HTTP API (SPEC §2). A known path asked with a method it does
+// not take answers 405 with Allow, an unknown path 404. /workers/{url} takes the worker URL raw
+// (http://host:port, which net/http's path cleaning would redirect) or percent-encoded.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	allow := map[string][]string{} // path → methods, for 405
+	handle := func(method, path string, h http.Handler) {
+		mux.Handle(method+" "+path, h)
+		allow[path] = append(allow[path], method)
+	}
 	for _, r := range wire.Routes {
-		mux.Handle("POST "+r.String(), s.protected(s.inference(r)))
+		handle("POST", r.String(), s.protected(s.inference(r)))
 	}
 	for _, p := range []string{"/v1/embeddings", "/v1/rerank", "/v1/responses", "/v1/classify", "/v1/score"} {
-		mux.Handle("POST "+p, s.protected(s.passthrough(p)))
+		handle("POST", p, s.protected(s.passthrough(p)))
 	}
 	for _, p := range []string{"/v1/models", "/get_model_info", "/get_server_info"} {
-		mux.Handle("GET "+p, s.protected(s.proxyGet(p)))
+		handle("GET", p, s.protected(s.proxyGet(p)))
 	}
 	ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
-	mux.HandleFunc("GET /health", ok)
-	mux.HandleFunc("GET /liveness", ok)
-	mux.HandleFunc("GET /readiness", s.readiness)
-	mux.Handle("GET /health_generate", s.protected(http.HandlerFunc(s.healthGenerate)))
-	mux.Handle("GET /get_loads", s.protected(http.HandlerFunc(s.getLoads)))
-	mux.Handle("GET /get_router_config", s.protected(http.HandlerFunc(s.routerConfig)))
-	mux.Handle("POST /flush_cache", s.protected(http.HandlerFunc(s.flushCache)))
-	mux.Handle("GET /workers", s.protected(http.HandlerFunc(s.listWorkers)))
-	mux.Handle("POST /workers", s.protected(http.HandlerFunc(s.addWorkerJSON)))
-	mux.Handle("GET /workers/{url...}", s.protected(http.HandlerFunc(s.getWorker)))
-	mux.Handle("DELETE /workers/{url...}", s.protected(http.HandlerFunc(s.deleteWorker)))
-	mux.Handle("POST /add_worker", s.protected(http.HandlerFunc(s.addWorkerLegacy)))
-	mux.Handle("POST /remove_worker", s.protected(http.HandlerFunc(s.removeWorkerLegacy)))
-	mux.Handle("GET /list_workers", s.protected(http.HandlerFunc(s.listWorkersLegacy)))
+	handle("GET", "/health", http.HandlerFunc(ok))
+	handle("GET", "/liveness", http.HandlerFunc(ok))
+	handle("GET", "/readiness", http.HandlerFunc(s.readiness))
+	handle("GET", "/health_generate", s.protected(http.HandlerFunc(s.healthGenerate)))
+	handle("GET", "/get_loads", s.protected(http.HandlerFunc(s.getLoads)))
+	handle("GET", "/get_router_config", s.protected(http.HandlerFunc(s.routerConfig)))
+	handle("POST", "/flush_cache", s.protected(http.HandlerFunc(s.flushCache)))
+	handle("GET", "/workers", s.protected(http.HandlerFunc(s.listWorkers)))
+	handle("POST", "/workers", s.protected(http.HandlerFunc(s.addWorkerJSON)))
+	handle("POST", "/add_worker", s.protected(http.HandlerFunc(s.addWorkerLegacy)))
+	handle("POST", "/remove_worker", s.protected(http.HandlerFunc(s.removeWorkerLegacy)))
+	handle("GET", "/list_workers", s.protected(http.HandlerFunc(s.listWorkersLegacy)))
+	getWorker, deleteWorker := s.protected(http.HandlerFunc(s.getWorker)), s.protected(http.HandlerFunc(s.deleteWorker))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if methods := allow[r.URL.Path]; len(methods) > 0 {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest,
+				fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, strings.Join(methods, ", ")))
+			return
+		}
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.cors(s.accessLog(mux))
+	// /workers/{url}: before the mux, whose path cleaning answers a raw "http://…" with 307.
+	routed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/workers/"); found && rest != "" {
+			r.SetPathValue("url", rest)
+			switch r.Method {
+			case http.MethodGet:
+				getWorker.ServeHTTP(w, r)
+			case http.MethodDelete:
+				deleteWorker.ServeHTTP(w, r)
+			default:
+				w.Header().Set("Allow", "GET, DELETE")
+				writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest,
+					fmt.Sprintf("%s /workers/{url}: method not allowed (allowed: GET, DELETE)", r.Method))
+			}
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	return s.cors(s.accessLog(routed))
 }
 
 // MetricsHandler serves /metrics for the --prometheus-port listener.
