@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -39,13 +40,60 @@ func (c RetryConfig) Backoff(attempt int, rng *rand.Rand) time.Duration {
 }
 
 // RetryableStatus reports whether an upstream HTTP status may be retried: 408, 429, 500, 502,
-// 503 and 504.
+// 503 and 504 (a 500 only when its body does not say the request itself is invalid: see
+// Retryable).
 func RetryableStatus(status int) bool {
 	switch status {
 	case 408, 429, 500, 502, 503, 504:
 		return true
 	}
 	return false
+}
+
+// invalidRequestPhrases are what a worker's 500 says when the request itself can never
+// succeed, on any worker: SGLang's context-length and validation errors
+// (python/sglang/srt/managers/tokenizer_manager.py: "is longer than the model's context
+// length", "exceeds the maximum allowed length"; scheduler.py's abort of a request that does
+// not fit: "exceeds the max_total_num_tokens") and fakeworker's engine ("more than the rank's
+// capacity"). Matched case-insensitively.
+var invalidRequestPhrases = []string{
+	"context length",
+	"maximum allowed length",
+	"maximum context length",
+	"max_total_num_tokens",
+	"more than the rank's capacity",
+	"validation error",
+	"invalid request",
+}
+
+// InvalidRequestBody reports whether a worker's error body says the request is invalid
+// (invalidRequestPhrases), so retrying it elsewhere cannot help.
+func InvalidRequestBody(body []byte) bool {
+	b := bytes.ToLower(body)
+	for _, p := range invalidRequestPhrases {
+		if bytes.Contains(b, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Retryable is the one rule, for serve and sim alike, of which failed attempts may succeed
+// if tried again (on another worker when one is available): none once the response has
+// started; transport errors (no response: refused, reset, timed out); 408, 429, 502, 503 and
+// 504; and 500 unless the worker's body says the request itself is invalid
+// (InvalidRequestBody: a prompt beyond the context length fails on every worker). Any other
+// status — a 4xx is the client's request — is final.
+func Retryable(a Attempt) bool {
+	switch {
+	case a.Started:
+		return false
+	case a.Transport:
+		return true
+	case a.Status == 500:
+		return !InvalidRequestBody(a.Body)
+	}
+	return RetryableStatus(a.Status)
 }
 
 // Attempt describes how one attempt failed, for [Retrier.Next].
@@ -56,6 +104,8 @@ type Attempt struct {
 	Transport bool
 	// Started is true once any response byte reached the client: no retry is possible then.
 	Started bool
+	// Body is a bounded prefix of the worker's error body, when it answered one.
+	Body []byte
 }
 
 // Retrier is one request's retry budget. Get it from [Router.NewRetrier]; it is owned by the
@@ -71,10 +121,7 @@ type Retrier struct {
 // budget of MaxAttempts attempts is spent.
 func (rt *Retrier) Next(a Attempt) (wait time.Duration, retry bool) {
 	rt.attempts++
-	if a.Started || rt.attempts >= rt.cfg.MaxAttempts {
-		return 0, false
-	}
-	if !a.Transport && !RetryableStatus(a.Status) {
+	if rt.attempts >= rt.cfg.MaxAttempts || !Retryable(a) {
 		return 0, false
 	}
 	return rt.r.backoff(rt.cfg, rt.attempts-1), true

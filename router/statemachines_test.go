@@ -168,3 +168,27 @@ func TestRetrierBudget(t *testing.T) {
 	_, ok = newTestRouter(t, cfg).NewRetrier().Next(Attempt{Status: 503})
 	require.False(t, ok, "--disable-retries means one attempt")
 }
+
+// The one retry rule: transport errors and 408/429/502/503/504 and a 500 that does not say the
+// request is invalid; nothing once the response started; any other status is final.
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		a    Attempt
+		want bool
+	}{
+		{Attempt{Transport: true}, true},
+		{Attempt{Transport: true, Started: true}, false},
+		{Attempt{Status: 503}, true},
+		{Attempt{Status: 429}, true},
+		{Attempt{Status: 408}, true},
+		{Attempt{Status: 500, Body: []byte(`{"error":{"message":"worker crashed"}}`)}, true},
+		{Attempt{Status: 500, Body: []byte(`{"error":{"message":"Requested token count exceeds the model's maximum context length"}}`)}, false},
+		{Attempt{Status: 500, Body: []byte("needs 9 KV tokens, more than the rank's capacity of 8")}, false},
+		{Attempt{Status: 400}, false},
+		{Attempt{Status: 401}, false},
+		{Attempt{Status: 404}, false},
+		{Attempt{Status: 501}, false},
+	} {
+		assert.Equal(t, tc.want, Retryable(tc.a), "%+v %s", tc.a, tc.a.Body)
+	}
+}

@@ -326,14 +326,21 @@ func (x *sim) legEnd(ev *event) {
 	// As serve: the retry avoids the worker that failed, if another is available.
 	r.rreq.Avoid = append(r.rreq.Avoid, a.server(role).url)
 	started := a.started && a.startedAt <= x.clock.now
-	wait, retry := r.retrier.Next(router.Attempt{Status: 502, Transport: true, Started: started})
-	if retry {
-		x.push(event{at: x.clock.now + int64(wait), kind: evRetry, req: r})
-		return
-	}
 	why := a.decWhy
 	if role == router.Prefill {
 		why = a.preWhy
+	}
+	// As the worker answers: a dead server sends nothing (a transport error); a live one
+	// answers 500 with the engine's reason, as fakeworker does. router.Retryable decides, as
+	// in serve.
+	outcome := router.Attempt{Status: 500, Body: []byte(why), Started: started}
+	if a.server(role).eng.Dead() {
+		outcome = router.Attempt{Transport: true, Started: started}
+	}
+	wait, retry := r.retrier.Next(outcome)
+	if retry {
+		x.push(event{at: x.clock.now + int64(wait), kind: evRetry, req: r})
+		return
 	}
 	msg := role.String() + " " + a.server(role).url + ": " + why
 	if started {

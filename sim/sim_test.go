@@ -180,3 +180,17 @@ func TestRunStopsOnDecisionLogError(t *testing.T) {
 	_, err := Run(cfg)
 	require.ErrorContains(t, err, "disk full")
 }
+
+// The retry rule is serve's (router.Retryable): a prompt beyond the KV capacity fails the
+// same way on every worker, so it is not retried; a killed worker is (a transport error).
+func TestSimRetriesAsServe(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig()
+	cfg.Workload.Conversations, cfg.Workload.Turns, cfg.Workload.SystemPromptLen = 2, 1, 500_000
+	cfg.Load.Concurrency = []int{1}
+	res, err := Run(cfg)
+	require.NoError(t, err)
+	l := res.Results.Levels[0]
+	require.Equal(t, 2, l.Errors, "both prompts exceed the 415k-token KV capacity")
+	assert.Equal(t, 2, res.Stats.Attempts, "one attempt each: the worker said the request is invalid")
+}

@@ -243,3 +243,28 @@ func TestPDHeadersHeldUntilPrefillOrFirstEvent(t *testing.T) {
 	tr.requireLoadsZero(t)
 
 }
+
+// A 500 whose body says the request itself is invalid (a prompt beyond the KV capacity or the
+// context length) fails at once: it would fail on every worker. A plain 500 is retried.
+func TestInvalidRequest500IsNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		msg      string
+		attempts int64
+	}{
+		{"room 7: needs 900000 KV tokens, more than the rank's capacity of 415000", 1},
+		{"The input (9000 tokens) is longer than the model's context length (8192 tokens).", 1},
+		{"CUDA error: an illegal memory access", 3},
+	} {
+		w := newWorker(t, statusReply(http.StatusInternalServerError, tc.msg))
+		cfg := router.DefaultConfig()
+		cfg.WorkerURLs = []string{w.URL()}
+		cfg.RetryMaxRetries, cfg.RetryInitialBackoffMs, cfg.RetryMaxBackoffMs = 3, 1, 1
+		cfg.DisableCircuitBreaker = true
+		tr := startRouter(t, cfg)
+		status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+		require.Equal(t, http.StatusInternalServerError, status, body)
+		assert.Contains(t, body, tc.msg)
+		assert.Equal(t, tc.attempts, int64(w.callCount()), tc.msg)
+	}
+}

@@ -190,7 +190,7 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			// A reset on a reused keep-alive connection: the worker closed it as we sent.
 			retriedReuse, retry = true, true
 		} else {
-			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
+			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body})
 		}
 		if !retry || ctx.Err() != nil {
 			w.Header().Set("X-Request-Id", id)
