@@ -98,6 +98,15 @@ func (w *Worker) serveInference(route wire.Route) http.HandlerFunc {
 			writeError(rw, http.StatusBadRequest, "fakeworker: the prompt is empty")
 			return
 		}
+		// SGLang refuses, with 400, a request whose prompt and output do not fit the model's
+		// context (python/sglang/srt/managers/tokenizer_manager.py); here the context is the
+		// rank's KV capacity. Checked before anything is sized by max_tokens.
+		if ctxLen := w.maxTotalTokens(); ctxLen > 0 && (p.maxNew > ctxLen || len(ids)+p.maxNew > ctxLen) {
+			writeError(rw, http.StatusBadRequest, fmt.Sprintf("Requested token count exceeds the model's maximum context length of %d tokens. "+
+				"You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion.",
+				ctxLen, len(ids)+p.maxNew, len(ids), p.maxNew))
+			return
+		}
 		in := &inflight{w: w, route: route, p: p, prompt: ids, start: start, s: newSub()}
 		in.setup(b)
 		w.track(in.rid, in.room)

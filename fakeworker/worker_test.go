@@ -154,6 +154,12 @@ func TestBadRequests(t *testing.T) {
 		{"rank out of range", w.URL() + "/generate", `{"text":"a","data_parallel_rank":3}`, "data_parallel_rank"},
 		{"decode without bootstrap", d.URL() + "/generate", `{"text":"a"}`, "bootstrap_room"},
 		{"decode without host", d.URL() + "/generate", `{"text":"a","bootstrap_room":1}`, "bootstrap_host"},
+		// A length beyond the context is refused before anything is sized by it (it used to
+		// run the worker out of memory generating the reply).
+		{"max_tokens beyond context", w.URL() + "/v1/chat/completions",
+			`{"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000000000}`, "exceeds the model's maximum context length"},
+		{"max_new_tokens beyond context", w.URL() + "/generate",
+			`{"text":"hi","sampling_params":{"max_new_tokens":1000000000000}}`, "exceeds the model's maximum context length"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, raw := post(t, tc.url, tc.body)
