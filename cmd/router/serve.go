@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +50,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
 
 func newServeCmd() *cobra.Command {
 	flagCfg := router.DefaultConfig()
-	var configPath string
+	var configPath, apiKeyFile string
 	var printConfig, flushEachEvent bool
 	cmd := &cobra.Command{
 		Use:     "serve [flags]",
@@ -84,6 +85,9 @@ func newServeCmd() *cobra.Command {
 				}
 				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
 			}
+			if err := apiKeyFrom(&cfg, fs.Changed("api-key") || file.lines["api_key"] > 0, apiKeyFile); err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return file.explain(err, fs)
 			}
@@ -103,6 +107,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().SortFlags = false
 	cmd.Flags().StringVar(&configPath, "config", "", "settings file (YAML or JSON) read before the flags; flags override it")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective settings as YAML and exit")
+	cmd.Flags().StringVar(&apiKeyFile, "api-key-file", "", "read the API key from this file (first line), not the command line where ps shows it; PDROUTER_API_KEY in the environment works too")
 	serveFlags(cmd.Flags(), &flagCfg)
 	// For benchmarks only (BenchmarkProxy's flush comparison): the slower flush policy.
 	cmd.Flags().BoolVar(&flushEachEvent, "flush-each-event", false, "flush relayed streams after every SSE event (slower; for benchmarks)")
@@ -234,4 +239,32 @@ func localIP() string {
 		return a.IP.String()
 	}
 	return "127.0.0.1"
+}
+
+// apiKeyEnv names the environment variable serve reads the API key from.
+const apiKeyEnv = "PDROUTER_API_KEY"
+
+// apiKeyFrom fills cfg.APIKey from --api-key-file or PDROUTER_API_KEY when neither --api-key
+// nor the settings file gave one (given says they did): a key on the command line shows in
+// ps. Two sources of a key are an error naming both.
+func apiKeyFrom(cfg *router.Config, given bool, file string) error {
+	if file != "" {
+		if given {
+			return fmt.Errorf("serve: --api-key-file and --api-key (or the settings file's api_key) both give the key: keep one")
+		}
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("serve: --api-key-file: %w", err)
+		}
+		key, _, _ := strings.Cut(string(raw), "\n")
+		if key = strings.TrimSpace(key); key == "" {
+			return fmt.Errorf("serve: --api-key-file %s is empty", file)
+		}
+		cfg.APIKey = key
+		return nil
+	}
+	if env := strings.TrimSpace(os.Getenv(apiKeyEnv)); env != "" && !given {
+		cfg.APIKey = env
+	}
+	return nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/router"
 )
 
 func TestServePrintConfig(t *testing.T) {
@@ -209,4 +211,30 @@ func TestServeGracefulShutdown(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not exit")
 	}
+}
+
+// The API key can come from a file or the environment, so it stays out of ps; it is never
+// printed.
+func TestServeAPIKeyFromFileOrEnv(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("s3cret-from-file\n"), 0o600))
+	cfg := router.DefaultConfig()
+	require.NoError(t, apiKeyFrom(&cfg, false, keyFile))
+	assert.Equal(t, "s3cret-from-file", cfg.APIKey)
+
+	t.Setenv(apiKeyEnv, "s3cret-from-env")
+	cfg = router.DefaultConfig()
+	require.NoError(t, apiKeyFrom(&cfg, false, ""))
+	assert.Equal(t, "s3cret-from-env", cfg.APIKey)
+	cfg = router.DefaultConfig()
+	cfg.APIKey = "flag"
+	require.NoError(t, apiKeyFrom(&cfg, true, ""))
+	assert.Equal(t, "flag", cfg.APIKey, "--api-key wins over the environment")
+	assert.ErrorContains(t, apiKeyFrom(&cfg, true, keyFile), "--api-key-file and --api-key")
+
+	out, err := run(t, "serve", "--api-key-file", keyFile, "--print-config")
+	require.NoError(t, err)
+	assert.Contains(t, out, "api_key: <redacted>")
+	assert.NotContains(t, out, "s3cret")
 }
