@@ -130,8 +130,15 @@ func (m *Metrics) ObserveDecision(d *router.Decision) {
 	}
 }
 
-// ObserveRequest counts one answered request.
-func (m *Metrics) ObserveRequest(route string, code int, seconds float64) {
-	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+// ObserveRequest records an inference request's duration (requests_total counts every
+// response, in the handler: CountResponse).
+func (m *Metrics) ObserveRequest(route string, _ int, seconds float64) {
 	m.RequestDuration.WithLabelValues(route).Observe(seconds)
+}
+
+// CountResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
+// in requests_total{route,code}; route is the matched path ("other" for unknown ones, so a
+// scanner cannot grow the label set).
+func (m *Metrics) CountResponse(route string, code int) {
+	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 }

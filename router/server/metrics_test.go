@@ -28,6 +28,7 @@ func TestMetricsMirrorRouterState(t *testing.T) {
 	require.NoError(t, err)
 	m.ObserveDecision(d)
 	m.ObserveRequest("/generate", 200, 0.5)
+	m.CountResponse("/generate", 200)
 
 	want := `
 # HELP pdrouter_target_load Requests routed to the target and not finished (the router's own count).

@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -269,4 +271,40 @@ func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "raw URL, no 307")
 	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+url.PathEscape(b.URL())).StatusCode, "percent-encoded")
 	assert.Equal(t, http.StatusNotFound, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "already removed")
+}
+
+// Every response is counted in requests_total — 401s, 404s and 405s included, unknown paths
+// under one "other" label — and /metrics carries the Go and process collectors.
+func TestEveryResponseCountedAndProcessMetrics(t *testing.T) {
+	w := newWorker(t, nil)
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.APIKey = "k"
+	tr := startRouter(t, cfg)
+	get := func(path string, auth bool) int {
+		req, _ := http.NewRequest(http.MethodGet, tr.srv.URL+path, nil)
+		if auth {
+			req.Header.Set("Authorization", "Bearer k")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, get("/get_loads", false))
+	require.Equal(t, http.StatusOK, get("/get_loads", true))
+	require.Equal(t, http.StatusNotFound, get("/scan/me", true))
+	require.Equal(t, http.StatusMethodNotAllowed, get("/generate", true))
+	require.Equal(t, http.StatusOK, get("/health", false))
+	m := tr.s.metrics
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/get_loads", "401")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/get_loads", "200")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("other", "404")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/generate", "405")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/health", "200")))
+
+	rec := httptest.NewRecorder()
+	tr.s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), "go_goroutines ")
+	assert.Contains(t, rec.Body.String(), "process_resident_memory_bytes ")
 }

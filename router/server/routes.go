@@ -55,6 +55,22 @@ func (s *Server) Handler() http.Handler {
 	})
 	// /workers/{url}: before the mux, whose path cleaning answers a raw "http://…" with 307.
 	routed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
+		defer func() {
+			route := r.URL.Path
+			switch {
+			case strings.HasPrefix(route, "/workers/"):
+				route = "/workers/{url}"
+			case len(allow[route]) == 0:
+				route = "other"
+			}
+			code := sw.status
+			if code == 0 {
+				code = http.StatusOK
+			}
+			s.metrics.CountResponse(route, code)
+		}()
 		if rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/workers/"); found && rest != "" {
 			r.SetPathValue("url", rest)
 			switch r.Method {

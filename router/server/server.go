@@ -13,6 +13,7 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Options configure a [Server].
@@ -87,7 +88,10 @@ func New(opts Options) (*Server, error) {
 	}
 	reg := opts.Registry
 	if reg == nil {
-		reg = prometheus.NewRegistry()
+		r := prometheus.NewRegistry()
+		// go_* and process_* beside pdrouter_*, as a Prometheus operator expects.
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = r
 	}
 	logger := opts.Logger
 	if logger == nil {
