@@ -169,7 +169,9 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 		mln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot
+	// hold thousands open; headers must arrive within 30 s; bodies within 60 s (readBody).
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
 	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()

@@ -90,7 +90,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		start := time.Now()
 		id := s.clientRequestID(req)
-		raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, s.cfg.MaxPayloadSize))
+		raw, err := s.readBody(w, req)
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -336,4 +336,36 @@ func (s *Server) abort(urls []string, rids []string) {
 			}()
 		}
 	}
+}
+
+// bodyReadTimeout bounds the reading of one request body: a client trickling a byte every few
+// seconds is cut off instead of holding a connection and a goroutine for minutes.
+const bodyReadTimeout = 60 * time.Second
+
+// readBody reads a request body within --max-payload-size. A Content-Length above the limit
+// is refused before a byte is read; a chunked body is counted as it is read and cut at the
+// limit. Either way the error is an *http.MaxBytesError (answer 413, and the connection
+// closes). A declared length is read into one buffer of that size, so a body costs its size
+// once, not the doublings of a growing buffer.
+func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+	limit := s.cfg.MaxPayloadSize
+	if req.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }()
+	body := http.MaxBytesReader(w, req.Body, limit)
+	if req.ContentLength >= 0 {
+		buf := make([]byte, req.ContentLength)
+		n, err := io.ReadFull(body, buf)
+		if err == io.ErrUnexpectedEOF || err == io.EOF && n == 0 && req.ContentLength > 0 {
+			return nil, fmt.Errorf("body ended after %d of %d bytes", n, req.ContentLength)
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+	return io.ReadAll(body)
 }

@@ -1,15 +1,18 @@
 package server
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
@@ -307,4 +310,35 @@ func TestEveryResponseCountedAndProcessMetrics(t *testing.T) {
 	tr.s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.Contains(t, rec.Body.String(), "go_goroutines ")
 	assert.Contains(t, rec.Body.String(), "process_resident_memory_bytes ")
+}
+
+// A declared Content-Length above --max-payload-size is answered 413 before any of the body is
+// read (the client has sent none here), and the connection closes; a chunked body is cut at
+// the limit as it is counted.
+func TestPayloadLimitBeforeReading(t *testing.T) {
+	w := newWorker(t, nil)
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.MaxPayloadSize = 1000
+	tr := startRouter(t, cfg)
+	addr := strings.TrimPrefix(tr.srv.URL, "http://")
+
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	fmt.Fprintf(c, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 600000000\r\n\r\n")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err, "answered without the body being sent")
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	assert.True(t, resp.Close, "the connection closes")
+
+	body := `{"text":"` + strings.Repeat("x", 2000) + `"}`
+	req, _ := http.NewRequest(http.MethodPost, tr.srv.URL+"/generate", io.MultiReader(strings.NewReader(body)))
+	req.ContentLength = -1 // chunked
+	r2, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	r2.Body.Close()
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r2.StatusCode)
+	assert.Zero(t, w.callCount(), "nothing reached the worker")
 }
