@@ -103,6 +103,18 @@ func (b *Breaker) Record(success bool, now time.Time) {
 	}
 }
 
+// ProbePassed is a passing health probe at now: an open breaker moves to half-open at once,
+// rather than after the rest of its timeout, so a worker restarted in seconds takes traffic
+// again (on probation) within one health interval. It reports whether the state changed.
+func (b *Breaker) ProbePassed(now time.Time) bool {
+	if b.cfg.Disabled || b.State(now) != BreakerOpen {
+		return false
+	}
+	b.state = BreakerHalfOpen
+	b.successes = 0
+	return true
+}
+
 func (b *Breaker) open(now time.Time) {
 	b.state = BreakerOpen
 	b.openedAt = now

@@ -39,6 +39,7 @@ type Router struct {
 	clock Clock
 
 	mu        sync.Mutex // protects everything below; target loads are atomics
+	events    chan WorkerEvent // WatchEvents; nil: nobody watches
 	rng       *rand.Rand
 	workers   [numRoles][]*Worker // in registration order
 	targets   [numRoles][]*Target // role's targets in target order (worker order, then rank)
@@ -278,8 +279,55 @@ func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool
 	if !found {
 		return false, fmt.Errorf("router: health of %s: not registered", url)
 	}
-	_ = now // the health machine counts probes; now is kept for symmetry with the breaker
-	return r.workers[role][i].health.Observe(ok), nil
+	w := r.workers[role][i]
+	before := workerState(w, now)
+	flipped = w.health.Observe(ok)
+	reason := "health probe failed"
+	if ok {
+		reason = "health probe passed"
+		w.breaker.ProbePassed(now) // the worker is back: traffic on probation at once
+	}
+	r.noteLocked(w, before, now, reason)
+	return flipped, nil
+}
+
+// WatchEvents returns a channel of worker state changes (health verdicts, breakers opening
+// and recovering), buffered for n events; later changes are dropped while it is full. Call it
+// once, before traffic; without it no events are kept.
+func (r *Router) WatchEvents(n int) <-chan WorkerEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events == nil {
+		r.events = make(chan WorkerEvent, n)
+	}
+	return r.events
+}
+
+// noteLocked emits w's state change since before, if any (r.mu held).
+func (r *Router) noteLocked(w *Worker, before WorkerState, now time.Time, reason string) {
+	if r.events == nil {
+		return
+	}
+	after := workerState(w, now)
+	if after == before {
+		return
+	}
+	select {
+	case r.events <- WorkerEvent{URL: w.url, Role: w.role, From: before, To: after, Reason: reason}:
+	default:
+	}
+}
+
+// recordLocked feeds one request outcome into w's breaker (r.mu held).
+func (r *Router) recordLocked(w *Worker, success bool) {
+	now := r.clock.Now()
+	before := workerState(w, now)
+	w.breaker.Record(success, now)
+	reason := "request succeeded"
+	if !success {
+		reason = fmt.Sprintf("%d failed requests in a row (--cb-failure-threshold)", r.cfg.CBFailureThreshold)
+	}
+	r.noteLocked(w, before, now, reason)
 }
 
 // RecordOutcome feeds an outcome that is not tied to a decision (e.g. a proxied GET) into the
@@ -291,7 +339,7 @@ func (r *Router) RecordOutcome(url string, o Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if role, i, ok := r.findLocked(url); ok {
-		r.workers[role][i].breaker.Record(o == Success, r.clock.Now())
+		r.recordLocked(r.workers[role][i], o == Success)
 	}
 }
 
@@ -349,8 +397,9 @@ func (r *Router) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for role := range numRoles {
 		for _, w := range r.workers[role] {
+			st := workerState(w, now)
 			wi := WorkerInfo{URL: w.url, Role: role, BootstrapPort: w.bootstrapPort, DPSize: w.dpSize,
-				Healthy: w.health.Healthy(), Breaker: w.breaker.State(now)}
+				State: st, Healthy: st == WorkerHealthy, Breaker: w.breaker.State(now)}
 			for _, t := range w.targets {
 				wi.Load += t.Load()
 			}
@@ -459,7 +508,7 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	if o != Cancelled {
 		r := d.r
 		r.mu.Lock()
-		t.worker.breaker.Record(o == Success, r.clock.Now())
+		r.recordLocked(t.worker, o == Success)
 		r.mu.Unlock()
 	}
 	return true

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Worker is one server process: a base URL with a role, its health and its circuit breaker.
@@ -122,9 +123,42 @@ type WorkerInfo struct {
 	Role          Role
 	BootstrapPort *int
 	DPSize        int
-	Healthy       bool
-	Breaker       BreakerState
-	Load          int64 // sum over the worker's targets
+	// State is the one verdict every view shows (/workers, /readiness, /get_loads, metrics);
+	// Healthy is State == WorkerHealthy: the worker takes traffic.
+	State   WorkerState
+	Healthy bool
+	Breaker BreakerState
+	Load    int64 // sum over the worker's targets
+}
+
+// WorkerState is a worker's state as every view shows it.
+type WorkerState string
+
+// Worker states, worst first: a failing health check wins over an open breaker.
+const (
+	WorkerHealthy     WorkerState = "healthy"      // passes health checks, breaker closed or half-open: takes traffic
+	WorkerUnhealthy   WorkerState = "unhealthy"    // failed --health-failure-threshold probes in a row
+	WorkerBreakerOpen WorkerState = "breaker_open" // failed --cb-failure-threshold requests in a row: no traffic until a probe passes or the timeout ends
+)
+
+func workerState(w *Worker, now time.Time) WorkerState {
+	switch {
+	case !w.health.Healthy():
+		return WorkerUnhealthy
+	case !w.breaker.Allow(now):
+		return WorkerBreakerOpen
+	}
+	return WorkerHealthy
+}
+
+// WorkerEvent is a change of a worker's state or breaker (Router.WatchEvents): what serve
+// logs, so a failing worker is named in the log as it happens.
+type WorkerEvent struct {
+	URL    string
+	Role   Role
+	From   WorkerState
+	To     WorkerState
+	Reason string // what moved it: "health probe failed", "request failures", "health probe passed", …
 }
 
 // NoTargetError is returned by [Router.Route] when a role has no available target (all

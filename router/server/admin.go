@@ -109,7 +109,7 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 			counts[wi.Role.String()] = c
 		}
 		c["total"]++
-		if wi.Healthy && wi.Breaker != router.BreakerOpen {
+		if wi.Healthy {
 			c["healthy"]++
 		}
 	}
@@ -224,13 +224,15 @@ type workerJSON struct {
 	BootstrapPort *int   `json:"bootstrap_port"`
 	DPSize        int    `json:"dp_size,omitempty"`
 	Healthy       bool   `json:"healthy"`
+	IsHealthy     bool   `json:"is_healthy"` // sgl-router's name for healthy
+	State         string `json:"state"`      // healthy, unhealthy or breaker_open: the one verdict every view shows
 	Load          int64  `json:"load"`
 	Breaker       string `json:"circuit_breaker"`
 }
 
 func toWorkerJSON(wi router.WorkerInfo) workerJSON {
 	return workerJSON{URL: wi.URL, WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
-		Healthy: wi.Healthy, Load: wi.Load, Breaker: wi.Breaker.String()}
+		Healthy: wi.Healthy, IsHealthy: wi.Healthy, State: string(wi.State), Load: wi.Load, Breaker: wi.Breaker.String()}
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
@@ -267,4 +270,78 @@ func TestInvalidRequest500IsNotRetried(t *testing.T) {
 		assert.Contains(t, body, tc.msg)
 		assert.Equal(t, tc.attempts, int64(w.callCount()), tc.msg)
 	}
+}
+
+// A worker that fails requests: its breaker opens and the log names it at once (WARN, with the
+// reason); every view then agrees it takes no traffic — /workers, /readiness, /get_loads and
+// pdrouter_worker_healthy. A passing health probe puts it back on probation at once (INFO),
+// without waiting out --cb-timeout-duration-secs.
+func TestOneHealthTruthAndLoudFailures(t *testing.T) {
+	good := newWorker(t, jsonReply(genReply))
+	bad := newWorker(t, statusReply(http.StatusInternalServerError, "exploded"))
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{good.URL(), bad.URL()}
+	cfg.Policy = router.PolicyRoundRobin
+	cfg.CBFailureThreshold, cfg.DisableRetries = 2, true
+	cfg.HealthCheckIntervalSecs = 3600 // probes by hand below
+	logs := &syncBuffer{}
+	s, err := New(Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, s.Start(ctx))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); s.Wait() })
+	tr := &testRouter{s: s, srv: srv}
+
+	for range 4 {
+		tr.post(t, "/generate", `{"text":"x"}`, nil)
+	}
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "worker stopped taking traffic") })
+	line := logs.String()
+	assert.Contains(t, line, "level=WARN")
+	assert.Contains(t, line, "worker="+bad.URL())
+	assert.Contains(t, line, "to=breaker_open")
+	assert.Contains(t, line, "2 failed requests in a row")
+	assert.Contains(t, logs.String(), `msg="attempt failed" worker=`+bad.URL())
+
+	var workers struct{ Workers []map[string]any }
+	getJSON(t, srv.URL+"/workers", &workers)
+	require.Len(t, workers.Workers, 2)
+	for _, w := range workers.Workers {
+		bad := w["url"] == bad.URL()
+		assert.Equal(t, !bad, w["healthy"], w)
+		assert.Equal(t, !bad, w["is_healthy"], w)
+		if bad {
+			assert.Equal(t, "breaker_open", w["state"])
+		}
+	}
+	var ready map[string]any
+	getJSON(t, srv.URL+"/readiness", &ready)
+	assert.Equal(t, map[string]any{"healthy": 1.0, "total": 2.0}, ready["workers"].(map[string]any)["regular"])
+	var loads struct{ Workers []map[string]any }
+	getJSON(t, srv.URL+"/get_loads", &loads)
+	for _, l := range loads.Workers {
+		assert.Equal(t, l["worker"] != bad.URL(), l["healthy"], l)
+	}
+	rec := httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), `pdrouter_worker_healthy{role="regular",worker="`+bad.URL()+`"} 0`)
+
+	_, err = s.Router().ObserveHealth(bad.URL(), true, time.Now())
+	require.NoError(t, err)
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "worker takes traffic again") })
+	assert.Contains(t, logs.String(), "reason=\"health probe passed\"")
+	workers.Workers = nil
+	getJSON(t, srv.URL+"/workers", &workers)
+	for _, w := range workers.Workers {
+		assert.Equal(t, true, w["healthy"], w)
+	}
+}
+
+func getJSON(t *testing.T, url string, dst any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(dst))
 }

@@ -257,9 +257,11 @@ func TestH1CancelUnblocksEveryStage(t *testing.T) {
 	require.NoError(t, err)
 	_, err = resp.Body.Read(buf)
 	require.NoError(t, err)
+	// The read blocks (the server holds the body open) until Close from the other goroutine
+	// ends it; if Close wins the race the read sees a closed body at once. Either way it
+	// returns: a hang here is the failure (the test's deadline).
 	go resp.Body.Close()
-	_, err = io.ReadAll(resp.Body)
-	assert.Error(t, err)
+	_, _ = io.ReadAll(resp.Body)
 }
 
 func TestH1Pending(t *testing.T) {

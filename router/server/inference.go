@@ -183,7 +183,7 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 		ue := res.failed
 		rreq.Avoid = append(rreq.Avoid, ue.Worker) // the retry moves to another target if it can
 		s.metrics.Errors.WithLabelValues(errorKind(ue)).Inc()
-		s.log.Debug("attempt failed", "id", id, "attempt", attempt, "err", ue.Error())
+		s.attemptFailed(id, attempt, ue)
 		var wait time.Duration
 		retry := false
 		if ue.Status == 0 && ue.reused && !retriedReuse {

@@ -65,6 +65,10 @@ type Server struct {
 	amu   sync.Mutex // protects access writes
 	bg    sync.WaitGroup
 	regMu sync.Mutex // serialises worker registration (discovery may be slow)
+
+	events         <-chan router.WorkerEvent // the router's worker state changes, logged
+	logMu          sync.Mutex                // protects lastAttemptLog
+	lastAttemptLog map[string]time.Time      // per worker: the last failed attempt logged at WARN
 }
 
 // New builds a server for opts.Config (which must pass Validate). It registers no workers:
@@ -112,6 +116,9 @@ func New(opts Options) (*Server, error) {
 		dlog:      opts.DecisionLog,
 		access:    opts.AccessLog,
 		flushEach: opts.FlushEachEvent,
+
+		events:         r.WatchEvents(256),
+		lastAttemptLog: map[string]time.Time{},
 	}
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
@@ -173,11 +180,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	hc := &HealthChecker{Router: s.r, Client: s.admin, Endpoint: s.cfg.HealthCheckEndpoint,
 		Timeout: time.Duration(s.cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(s.cfg.HealthCheckIntervalSecs) * time.Second,
-		APIKey: s.cfg.APIKey, Now: time.Now, OnFlip: func(url string, ok bool) {
-			s.log.Warn("worker health changed", "url", url, "healthy", ok)
-		}}
-	s.bg.Add(2)
+		APIKey: s.cfg.APIKey, Now: time.Now}
+	s.bg.Add(3)
 	go func() { defer s.bg.Done(); hc.Run(ctx) }()
+	go func() { defer s.bg.Done(); s.logWorkerEvents(ctx) }()
 	go func() {
 		defer s.bg.Done()
 		t := time.NewTicker(time.Second)
@@ -193,6 +199,46 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	return nil
 }
+
+// logWorkerEvents logs every worker state change as it happens: WARN when a worker stops
+// taking traffic (health checks failing, breaker opening), INFO when it is back, each with
+// the worker, its role and the reason.
+func (s *Server) logWorkerEvents(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-s.events:
+			args := []any{"worker", ev.URL, "role", ev.Role.String(), "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason}
+			if ev.To == router.WorkerHealthy {
+				s.log.Info("worker takes traffic again", args...)
+			} else {
+				s.log.Warn("worker stopped taking traffic", args...)
+			}
+		}
+	}
+}
+
+// attemptFailed logs a failed attempt at WARN, at most once per worker per
+// attemptLogInterval (the others are counted in pdrouter_errors_total).
+func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
+	now := time.Now()
+	s.logMu.Lock()
+	last, seen := s.lastAttemptLog[ue.Worker]
+	ok := !seen || now.Sub(last) >= attemptLogInterval
+	if ok {
+		s.lastAttemptLog[ue.Worker] = now
+	}
+	s.logMu.Unlock()
+	if ok {
+		s.log.Warn("attempt failed", "worker", ue.Worker, "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
+	} else {
+		s.log.Debug("attempt failed", "worker", ue.Worker, "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
+	}
+}
+
+// attemptLogInterval rate-limits the WARN of failed attempts per worker.
+const attemptLogInterval = 5 * time.Second
 
 // discover returns the worker's dp_size under --dp-aware, 0 otherwise.
 func (s *Server) discover(ctx context.Context, url string) (int, error) {
