@@ -38,7 +38,7 @@ type Router struct {
 	cfg   Config
 	clock Clock
 
-	mu        sync.Mutex // protects everything below; target loads are atomics
+	mu        sync.Mutex       // protects everything below; target loads are atomics
 	events    chan WorkerEvent // WatchEvents; nil: nobody watches
 	rng       *rand.Rand
 	workers   [numRoles][]*Worker // in registration order
