@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -344,4 +345,32 @@ func getJSON(t *testing.T, url string, dst any) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(dst))
+}
+
+// A 94-byte request cannot make the router expand it into a million rids and rooms: n above
+// wire.MaxN answers 400 naming it, and a request at the cap costs a few MB at most (measured as
+// bytes allocated by the whole process, workers included).
+func TestBatchAmplificationCapped(t *testing.T) {
+	pw := newWorker(t, jsonReply(genReply))
+	dw := newWorker(t, jsonReply(genReply))
+	for _, pd := range []bool{true, false} {
+		cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+		if !pd {
+			cfg = router.DefaultConfig()
+			cfg.WorkerURLs = []string{pw.URL()}
+		}
+		tr := startRouter(t, cfg)
+		body := `{"messages":[{"role":"user","content":"hi"}],"n":1000000}`
+		status, _, resp := tr.post(t, "/v1/chat/completions", body, nil)
+		require.Equal(t, http.StatusBadRequest, status, resp)
+		assert.Contains(t, resp, "n must be an integer between 1 and 128")
+
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		status, _, resp = tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"n":128}`, nil)
+		runtime.ReadMemStats(&after)
+		require.Less(t, status, 600, resp)
+		assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "pd=%v: bytes allocated for one request at the cap", pd)
+	}
 }

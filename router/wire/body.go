@@ -248,6 +248,11 @@ func (b *Body) view() *Error {
 	return b.viewRID(rid)
 }
 
+// MaxN caps "n", the one field that multiplies a request without growing its body: a PD
+// request is expanded into n rids and rooms, so an uncapped n let a 94-byte request cost the
+// router gigabytes. 128 is OpenAI's own limit for n.
+const MaxN = 128
+
 func (b *Body) viewN(n []byte) *Error {
 	if n == nil {
 		return nil
@@ -256,8 +261,8 @@ func (b *Body) viewN(n []byte) *Error {
 		return wrongType("n", "an integer", n, "n")
 	}
 	f, perr := strconv.ParseFloat(string(n), 64)
-	if perr != nil || f != float64(int64(f)) || f < 1 || f > 1<<20 {
-		return badRequest("n", "n must be an integer between 1 and 1048576, got "+string(n))
+	if perr != nil || f != float64(int64(f)) || f < 1 || f > MaxN {
+		return badRequest("n", "n must be an integer between 1 and "+strconv.Itoa(MaxN)+" (OpenAI's limit), got "+string(n))
 	}
 	b.N = int(f)
 	return nil
