@@ -349,3 +349,18 @@ func TestResetTreesForgetsRoutedTexts(t *testing.T) {
 	require.Equal(t, ReasonCacheMiss, d.Reason, "nothing is remembered after a reset")
 	d.Done(Regular, Success)
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://10.0.0.1:30000":           "http://10.0.0.1:30000",
+		"http://10.0.0.1:30000@3":         "http://10.0.0.1:30000@3",
+		"http://user:pw@10.0.0.1:30000":   "http://***@10.0.0.1:30000",
+		"http://user:pw@10.0.0.1:30000@3": "http://***@10.0.0.1:30000@3",
+		"https://tok@host/path?q=a@b":     "https://***@host/path?q=a@b",
+		"http://host/path@x":              "http://host/path@x",
+		"not a url":                       "not a url",
+		"http://a%40b:p%3Aw@h:1":          "http://***@h:1",
+	} {
+		assert.Equal(t, want, RedactURL(in), in)
+	}
+}

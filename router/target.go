@@ -174,3 +174,31 @@ func (e *NoTargetError) Error() string {
 	}
 	return fmt.Sprintf("no available %s workers (%d registered, all unhealthy or circuit open)", e.Role, e.Registered)
 }
+
+// RedactURL hides the credentials of a worker URL or target name (http://user:pw@host →
+// http://***@host, http://user:pw@host@3 → http://***@host@3)
+// wherever a URL is shown — logs, /workers, /get_loads, metric labels, error messages — so no
+// secret leaves the router (SPEC §1.7). The router keeps the URL as given to reach the worker.
+func RedactURL(u string) string {
+	// A target name is url@rank: keep the rank, redact the URL.
+	if i := strings.LastIndex(u, "@"); i >= 0 && i+1 < len(u) && strings.Trim(u[i+1:], "0123456789") == "" && strings.Contains(u[:i], "://") {
+		return redactURL(u[:i]) + u[i:]
+	}
+	return redactURL(u)
+}
+
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	host := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		host = rest[:i]
+	}
+	at := strings.LastIndex(host, "@")
+	if at < 0 {
+		return u
+	}
+	return scheme + "://***@" + rest[at+1:]
+}

@@ -134,7 +134,7 @@ type loadEntry struct {
 func (s *Server) getLoads(w http.ResponseWriter, _ *http.Request) {
 	out := []loadEntry{}
 	for _, t := range s.r.Targets() {
-		e := loadEntry{Worker: t.URL, Target: t.Name, Role: t.Role.String(), Load: t.Load, Healthy: t.Healthy}
+		e := loadEntry{Worker: router.RedactURL(t.URL), Target: router.RedactURL(t.Name), Role: t.Role.String(), Load: t.Load, Healthy: t.Healthy}
 		if t.Rank >= 0 {
 			r := t.Rank
 			e.DPRank = &r
@@ -192,7 +192,11 @@ func (s *Server) flushCache(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"flushed": len(urls)})
 		return
 	}
-	writeJSON(w, http.StatusPartialContent, map[string]any{"flushed": len(urls) - len(failed), "failed": failed})
+	shown := make(map[string]string, len(failed))
+	for u, why := range failed {
+		shown[router.RedactURL(u)] = redactIn(why, u)
+	}
+	writeJSON(w, http.StatusPartialContent, map[string]any{"flushed": len(urls) - len(failed), "failed": shown})
 }
 
 // healthGenerate probes a worker (PD: a prefill and a decode worker) with /health_generate.
@@ -231,7 +235,7 @@ type workerJSON struct {
 }
 
 func toWorkerJSON(wi router.WorkerInfo) workerJSON {
-	return workerJSON{URL: wi.URL, WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
+	return workerJSON{URL: router.RedactURL(wi.URL), WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
 		Healthy: wi.Healthy, IsHealthy: wi.Healthy, State: string(wi.State), Load: wi.Load, Breaker: wi.Breaker.String()}
 }
 
@@ -278,7 +282,7 @@ func (s *Server) removeWorker(w http.ResponseWriter, u string) {
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
 		return
 	}
-	s.log.Info("worker removed", "url", u)
+	s.log.Info("worker removed", "url", router.RedactURL(u))
 	writeJSON(w, http.StatusOK, map[string]any{"removed": u})
 }
 
@@ -313,7 +317,11 @@ func (s *Server) removeWorkerLegacy(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) listWorkersLegacy(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"urls": s.workerURLs()})
+	urls := s.workerURLs()
+	for i := range urls {
+		urls[i] = router.RedactURL(urls[i])
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"urls": urls})
 }
 
 // addWorker registers a worker at run time, after the URL checks of SPEC §1.7 and discovery.
@@ -354,7 +362,7 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 		writeError(w, status, wire.TypeInvalidRequest, err.Error())
 		return
 	}
-	s.log.Info("worker added", "url", u, "role", role.String(), "dp_size", dp)
+	s.log.Info("worker added", "url", router.RedactURL(u), "role", role.String(), "dp_size", dp)
 	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
 }
 

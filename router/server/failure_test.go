@@ -374,3 +374,38 @@ func TestBatchAmplificationCapped(t *testing.T) {
 		assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "pd=%v: bytes allocated for one request at the cap", pd)
 	}
 }
+
+// Credentials in a worker URL never leave the router: not in the log, /workers, /get_loads,
+// /metrics, nor the error a client gets (SPEC §1.7).
+func TestWorkerURLCredentialsRedacted(t *testing.T) {
+	w := newWorker(t, jsonReply(genReply))
+	secretURL := strings.Replace(w.URL(), "http://", "http://admin:s3cret@", 1)
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{secretURL}
+	cfg.DisableRetries = true
+	logs := &syncBuffer{}
+	s, err := New(Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, s.Start(ctx))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { srv.Close(); cancel(); s.Wait() })
+	tr := &testRouter{s: s, srv: srv}
+
+	_, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	var seen strings.Builder
+	seen.WriteString(body)
+	for _, path := range []string{"/workers", "/get_loads", "/list_workers"} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen.Write(b)
+	}
+	rec := httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	seen.WriteString(rec.Body.String())
+	seen.WriteString(logs.String())
+	assert.Contains(t, seen.String(), "http://***@127.0.0.1:", "the worker is still named, its credentials hidden")
+	assert.NotContains(t, seen.String(), "s3cret")
+}

@@ -100,15 +100,15 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.r.Targets() {
-		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), t.Name, t.Role.String())
+		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), router.RedactURL(t.Name), t.Role.String())
 	}
 	for _, w := range c.r.Workers() {
 		healthy := 0.0
 		if w.Healthy {
 			healthy = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descWorkerHealthy, prometheus.GaugeValue, healthy, w.URL, w.Role.String())
-		ch <- prometheus.MustNewConstMetric(descCBState, prometheus.GaugeValue, float64(w.Breaker), w.URL)
+		ch <- prometheus.MustNewConstMetric(descWorkerHealthy, prometheus.GaugeValue, healthy, router.RedactURL(w.URL), w.Role.String())
+		ch <- prometheus.MustNewConstMetric(descCBState, prometheus.GaugeValue, float64(w.Breaker), router.RedactURL(w.URL))
 	}
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
 		if chars, nodes, ok := c.r.TreeStats(role); ok {

@@ -173,7 +173,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i]}); err != nil {
 			return err
 		}
-		s.log.Info("worker registered", "url", sp.url, "role", sp.role.String(), "dp_size", sizes[i])
+		s.log.Info("worker registered", "url", router.RedactURL(sp.url), "role", sp.role.String(), "dp_size", sizes[i])
 	}
 	if s.cfg.PDDisaggregation && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
@@ -209,7 +209,7 @@ func (s *Server) logWorkerEvents(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case ev := <-s.events:
-			args := []any{"worker", ev.URL, "role", ev.Role.String(), "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason}
+			args := []any{"worker", router.RedactURL(ev.URL), "role", ev.Role.String(), "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason}
 			if ev.To == router.WorkerHealthy {
 				s.log.Info("worker takes traffic again", args...)
 			} else {
@@ -231,9 +231,9 @@ func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
 	}
 	s.logMu.Unlock()
 	if ok {
-		s.log.Warn("attempt failed", "worker", ue.Worker, "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
+		s.log.Warn("attempt failed", "worker", router.RedactURL(ue.Worker), "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
 	} else {
-		s.log.Debug("attempt failed", "worker", ue.Worker, "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
+		s.log.Debug("attempt failed", "worker", router.RedactURL(ue.Worker), "role", ue.Role, "id", id, "attempt", attempt, "cause", ue.Error())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pdrouter/pdrouter/router"
 	"io"
 	"net"
 	"net/http"
@@ -52,13 +53,13 @@ type upstreamError struct {
 
 func (e *upstreamError) Error() string {
 	if e.Status == 0 {
-		return fmt.Sprintf("%s worker %s: %v", e.Role, e.Worker, e.Err)
+		return fmt.Sprintf("%s worker %s: %s", e.Role, router.RedactURL(e.Worker), redactIn(e.Err.Error(), e.Worker))
 	}
 	msg := strings.TrimSpace(string(e.Body))
 	if msg == "" {
 		msg = http.StatusText(e.Status)
 	}
-	return fmt.Sprintf("%s worker %s answered %d: %s", e.Role, e.Worker, e.Status, msg)
+	return fmt.Sprintf("%s worker %s answered %d: %s", e.Role, router.RedactURL(e.Worker), e.Status, msg)
 }
 
 // clientStatus is the status to answer the client with: the worker's, or 502 for a transport
@@ -128,4 +129,20 @@ func copyResponseHeaders(dst, src http.Header) {
 			dst[k] = v
 		}
 	}
+}
+
+// redactIn replaces the worker URL inside a transport error's text (Go's errors quote the URL
+// they dialled) with its redacted form.
+func redactIn(text, workerURL string) string {
+	r := router.RedactURL(workerURL)
+	if r == workerURL {
+		return text
+	}
+	text = strings.ReplaceAll(text, workerURL, r)
+	// The dialler quotes the host it looked up, userinfo included.
+	_, rest, _ := strings.Cut(workerURL, "://")
+	if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
+		text = strings.ReplaceAll(text, rest[:at+1], "***@")
+	}
+	return text
 }
