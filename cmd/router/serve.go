@@ -73,9 +73,6 @@ func newServeCmd() *cobra.Command {
 			if fs.NArg() > 0 {
 				return fmt.Errorf("serve: unexpected argument %q (flags take the form --name value)", fs.Arg(0))
 			}
-			if w := ignoredWarning(ignored); w != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), w)
-			}
 			cfg := flagCfg
 			var file settingsFile
 			if configPath != "" {
@@ -84,6 +81,13 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
+			}
+			if w := ignoredWarning(ignored); w != "" {
+				if cfg.LogJSON { // --log-json: every line is JSON
+					newLogger(cfg, cmd.ErrOrStderr()).Warn(w)
+				} else {
+					fmt.Fprintln(cmd.ErrOrStderr(), w)
+				}
 			}
 			if err := apiKeyFrom(&cfg, fs.Changed("api-key") || file.lines["api_key"] > 0, apiKeyFile); err != nil {
 				return err
@@ -177,7 +181,11 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- msrv.Serve(mln) }()
 	// One parseable line for scripts and tests that start the router on port 0.
-	fmt.Fprintf(stderr, "router listening on http://%s (metrics on http://%s/metrics)\n", ln.Addr(), mln.Addr())
+	if cfg.LogJSON {
+		logger.Info("router listening", "url", "http://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics")
+	} else {
+		fmt.Fprintf(stderr, "router listening on http://%s (metrics on http://%s/metrics)\n", ln.Addr(), mln.Addr())
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -237,4 +239,69 @@ func TestServeAPIKeyFromFileOrEnv(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "api_key: <redacted>")
 	assert.NotContains(t, out, "s3cret")
+}
+
+// With --log-json every line serve writes is a JSON object: the ignored-flags warning, the
+// listening line, the access log and the logger's own lines.
+func TestServeLogJSONCoversEveryLine(t *testing.T) {
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte(`{"text":"ok","meta_info":{}}`))
+	}))
+	defer worker.Close()
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(pw)
+	cmd.SetArgs([]string{"serve", "--worker-urls", worker.URL, "--host", "127.0.0.1", "--port", "0",
+		"--prometheus-host", "127.0.0.1", "--prometheus-port", "0", "--log-json", "--access-log", "-", "--log-dir", "/tmp/x"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+
+	// The pipe is drained by its own goroutine: serve logs on the request path and a
+	// synchronous pipe nobody reads would block it.
+	linec := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			linec <- sc.Text()
+		}
+		close(linec)
+	}()
+	var lines []string
+	base := ""
+	for l := range linec {
+		lines = append(lines, l)
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "router listening" {
+			base, _ = m["url"].(string)
+			break
+		}
+	}
+	require.NotEmpty(t, base, "no JSON listening line in %q", lines)
+	resp, err := http.Post(base+"/generate", "application/json", strings.NewReader(`{"text":"hi"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	for l := range linec {
+		lines = append(lines, l)
+		if strings.Contains(l, `"msg":"access"`) {
+			break
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+	for l := range linec {
+		lines = append(lines, l)
+	}
+	require.NotEmpty(t, lines)
+	var msgs []string
+	for _, l := range lines {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), "not JSON: %q", l)
+		msgs = append(msgs, fmt.Sprint(m["msg"]))
+	}
+	assert.Contains(t, strings.Join(msgs, "|"), "ignoring sgl-router flags")
+	assert.Contains(t, msgs, "access")
+	assert.Contains(t, msgs, "worker registered")
 }

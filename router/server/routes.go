@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -180,8 +181,23 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
-		line := fmt.Sprintf("%s %s %s %d %.3fms id=%s\n", start.UTC().Format(time.RFC3339Nano), r.Method, r.URL.Path,
-			sw.status, float64(time.Since(start).Microseconds())/1000, strings.ReplaceAll(w.Header().Get("X-Request-Id"), " ", "_"))
+		var line string
+		ms := float64(time.Since(start).Microseconds()) / 1000
+		if s.cfg.LogJSON { // --log-json: one JSON object per request, as every other line
+			b, _ := json.Marshal(struct {
+				Time       string  `json:"time"`
+				Msg        string  `json:"msg"`
+				Method     string  `json:"method"`
+				Path       string  `json:"path"`
+				Status     int     `json:"status"`
+				DurationMs float64 `json:"duration_ms"`
+				ID         string  `json:"id"`
+			}{start.UTC().Format(time.RFC3339Nano), "access", r.Method, r.URL.Path, sw.status, ms, w.Header().Get("X-Request-Id")})
+			line = string(b) + "\n"
+		} else {
+			line = fmt.Sprintf("%s %s %s %d %.3fms id=%s\n", start.UTC().Format(time.RFC3339Nano), r.Method, r.URL.Path,
+				sw.status, ms, strings.ReplaceAll(w.Header().Get("X-Request-Id"), " ", "_"))
+		}
 		s.amu.Lock()
 		_, _ = s.access.Write([]byte(line))
 		s.amu.Unlock()
