@@ -123,6 +123,26 @@ type Config struct {
 	// AccessLog is a file receiving one line per HTTP request ("" = off, "-" = stderr).
 	AccessLog string `json:"access_log" yaml:"access_log"`
 
+	// Kubernetes service discovery (sgl-router's flags and meanings): pods matching the
+	// selectors become workers while they are Running, Ready and have an IP.
+	ServiceDiscovery          bool     `json:"service_discovery" yaml:"service_discovery"`                     // --service-discovery
+	Selector                  []string `json:"selector" yaml:"selector"`                                       // regular mode: k=v ... (all must match)
+	PrefillSelector           []string `json:"prefill_selector" yaml:"prefill_selector"`                       // PD: k=v ... of prefill pods
+	DecodeSelector            []string `json:"decode_selector" yaml:"decode_selector"`                         // PD: k=v ... of decode pods
+	ServiceDiscoveryPort      int      `json:"service_discovery_port" yaml:"service_discovery_port"`           // worker port on each pod, default 80
+	ServiceDiscoveryNamespace string   `json:"service_discovery_namespace" yaml:"service_discovery_namespace"` // "" = all namespaces allowed, else the pod's own
+	BootstrapPortAnnotation   string   `json:"bootstrap_port_annotation" yaml:"bootstrap_port_annotation"`     // default sglang.ai/bootstrap-port
+	Kubeconfig                string   `json:"kubeconfig" yaml:"kubeconfig"`                                   // "" = $KUBECONFIG, ~/.kube/config, or in-cluster
+
+	// TLS. To workers: https:// URLs verified against CACertPaths (none: the system roots),
+	// with a client certificate when both paths are set. To clients: TLSCertPath/TLSKeyPath.
+	// Certificate files are re-read when they change.
+	ClientCertPath string   `json:"client_cert_path" yaml:"client_cert_path"`
+	ClientKeyPath  string   `json:"client_key_path" yaml:"client_key_path"`
+	CACertPaths    []string `json:"ca_cert_paths" yaml:"ca_cert_paths"`
+	TLSCertPath    string   `json:"tls_cert_path" yaml:"tls_cert_path"`
+	TLSKeyPath     string   `json:"tls_key_path" yaml:"tls_key_path"`
+
 	// Seed seeds rooms, rids and the random policies; nil picks a random seed at start.
 	Seed *int64 `json:"seed" yaml:"seed"`
 }
@@ -167,6 +187,8 @@ func DefaultConfig() Config {
 		PrometheusHost:             "0.0.0.0",
 		PrometheusPort:             29000,
 		LogLevel:                   "info",
+		ServiceDiscoveryPort:       80,
+		BootstrapPortAnnotation:    "sglang.ai/bootstrap-port",
 	}
 }
 
@@ -257,7 +279,7 @@ func flagKey(flag string) string { return strings.ReplaceAll(strings.TrimPrefix(
 // Validate checks every setting and returns the first problem as a *SettingError naming the
 // flag, e.g. "router: --cache-threshold 1.7 is outside [0,1]".
 func (c Config) Validate() error {
-	for _, check := range []func() error{c.validateMode, c.validatePolicies, c.validateLimits, c.validateReliability} {
+	for _, check := range []func() error{c.validateMode, c.validatePolicies, c.validateLimits, c.validateReliability, c.validateDiscovery, c.validateTLS} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -433,6 +455,54 @@ func CheckWorkerURL(raw string) error {
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("worker URL %q must not have a query or fragment", raw)
+	}
+	return nil
+}
+
+func (c Config) validateDiscovery() error {
+	sels := []struct {
+		flag string
+		kvs  []string
+	}{{"--selector", c.Selector}, {"--prefill-selector", c.PrefillSelector}, {"--decode-selector", c.DecodeSelector}}
+	for _, sel := range sels {
+		for _, kv := range sel.kvs {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || strings.ContainsAny(k+v, " ,!()") {
+				return settingErrorf(flagKey(sel.flag), "%s %q is not a label key=value", sel.flag, kv)
+			}
+		}
+	}
+	if !c.ServiceDiscovery {
+		for _, sel := range sels {
+			if len(sel.kvs) > 0 {
+				return settingErrorf(flagKey(sel.flag), "%s needs --service-discovery", sel.flag)
+			}
+		}
+		return nil
+	}
+	switch {
+	case c.ServiceDiscoveryPort < 1 || c.ServiceDiscoveryPort > 65535:
+		return settingErrorf("service_discovery_port", "--service-discovery-port %d is outside [1,65535]", c.ServiceDiscoveryPort)
+	case c.BootstrapPortAnnotation == "":
+		return settingErrorf("bootstrap_port_annotation", "--bootstrap-port-annotation is empty")
+	case c.PDDisaggregation && (len(c.PrefillSelector) == 0 || len(c.DecodeSelector) == 0):
+		return settingErrorf("prefill_selector", "--service-discovery with --pd-disaggregation needs --prefill-selector and --decode-selector (k=v ...)")
+	case c.PDDisaggregation && len(c.Selector) > 0:
+		return settingErrorf("selector", "--selector is for regular mode; with --pd-disaggregation give --prefill-selector and --decode-selector")
+	case !c.PDDisaggregation && len(c.Selector) == 0:
+		return settingErrorf("selector", "--service-discovery needs --selector k=v ... (the labels of the worker pods)")
+	case !c.PDDisaggregation && (len(c.PrefillSelector) > 0 || len(c.DecodeSelector) > 0):
+		return settingErrorf("prefill_selector", "--prefill-selector and --decode-selector need --pd-disaggregation")
+	}
+	return nil
+}
+
+func (c Config) validateTLS() error {
+	switch {
+	case (c.ClientCertPath == "") != (c.ClientKeyPath == ""):
+		return settingErrorf("client_cert_path", "--client-cert-path and --client-key-path go together (got only one)")
+	case (c.TLSCertPath == "") != (c.TLSKeyPath == ""):
+		return settingErrorf("tls_cert_path", "--tls-cert-path and --tls-key-path go together (got only one)")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
 func newServeCmd() *cobra.Command {
 	flagCfg := router.DefaultConfig()
 	var configPath, apiKeyFile string
-	var printConfig, flushEachEvent bool
+	var printConfig, flushEachEvent, allowIgnored bool
 	cmd := &cobra.Command{
 		Use:     "serve [flags]",
 		Short:   "Route requests to an SGLang cluster (regular or prefill/decode)",
@@ -82,11 +83,16 @@ func newServeCmd() *cobra.Command {
 				}
 				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
 			}
+			// Running without a feature the command line asked for (discovery, TLS, …) is
+			// worse than not starting: ignored flags are an error unless allowed.
 			if w := ignoredWarning(ignored); w != "" {
+				if !allowIgnored {
+					return fmt.Errorf("serve: %s; remove them, or give --allow-ignored-flags to run without them", w)
+				}
 				if cfg.LogJSON { // --log-json: every line is JSON
-					newLogger(cfg, cmd.ErrOrStderr()).Warn(w)
+					newLogger(cfg, cmd.ErrOrStderr()).Warn("ignoring " + w)
 				} else {
-					fmt.Fprintln(cmd.ErrOrStderr(), w)
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning: ignoring "+w)
 				}
 			}
 			if err := apiKeyFrom(&cfg, fs.Changed("api-key") || file.lines["api_key"] > 0, apiKeyFile); err != nil {
@@ -111,6 +117,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().SortFlags = false
 	cmd.Flags().StringVar(&configPath, "config", "", "settings file (YAML or JSON) read before the flags; flags override it")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective settings as YAML and exit")
+	cmd.Flags().BoolVar(&allowIgnored, "allow-ignored-flags", false, "start even when sgl-router flags pdrouter does not implement are given (they are then ignored, with a warning)")
 	cmd.Flags().StringVar(&apiKeyFile, "api-key-file", "", "read the API key from this file (first line), not the command line where ps shows it; PDROUTER_API_KEY in the environment works too")
 	serveFlags(cmd.Flags(), &flagCfg)
 	// For benchmarks only (BenchmarkProxy's flush comparison): the slower flush policy.
@@ -156,6 +163,12 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 	if err != nil {
 		return err
 	}
+	var servingTLS *tls.Config
+	if cfg.TLSCertPath != "" {
+		if servingTLS, err = server.ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return fmt.Errorf("--host/--port: %w", err)
@@ -166,25 +179,39 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 		return fmt.Errorf("--prometheus-host/--prometheus-port: %w", err)
 	}
 	bg, cancelBG := context.WithCancel(context.Background())
-	defer func() { cancelBG(); s.Wait() }()
+	stopDiscovery := func() {}
+	defer func() { cancelBG(); stopDiscovery(); s.Wait() }()
 	logger.Info("registering workers", "mode", mode(cfg), "policy", cfg.Policy, "seed", seed)
 	if err := s.Start(bg); err != nil {
 		ln.Close()
 		mln.Close()
 		return err
 	}
+	stop, err := startDiscovery(bg, cfg, s, logger)
+	if err != nil {
+		ln.Close()
+		mln.Close()
+		return err
+	}
+	stopDiscovery = stop
 	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot
 	// hold thousands open; headers must arrive within 30 s; bodies within 60 s (readBody).
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
 	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	scheme := "http"
+	if srv.TLSConfig = servingTLS; servingTLS != nil {
+		scheme = "https"
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
 	go func() { errc <- msrv.Serve(mln) }()
 	// One parseable line for scripts and tests that start the router on port 0.
 	if cfg.LogJSON {
-		logger.Info("router listening", "url", "http://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics")
+		logger.Info("router listening", "url", scheme+"://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics")
 	} else {
-		fmt.Fprintf(stderr, "router listening on http://%s (metrics on http://%s/metrics)\n", ln.Addr(), mln.Addr())
+		fmt.Fprintf(stderr, "router listening on %s://%s (metrics on http://%s/metrics)\n", scheme, ln.Addr(), mln.Addr())
 	}
 	select {
 	case <-ctx.Done():

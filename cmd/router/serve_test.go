@@ -62,10 +62,21 @@ func TestServeBadCombinationsNameTheFlag(t *testing.T) {
 	}
 }
 
-func TestServeWarnsAboutIgnoredSGLangFlags(t *testing.T) {
-	_, out, err := runWithStderr(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config")
+// An sgl-router flag pdrouter does not implement stops serve with an error naming it (running
+// silently without it is worse); --allow-ignored-flags turns the error into a warning.
+func TestServeRefusesIgnoredSGLangFlags(t *testing.T) {
+	_, _, err := runWithStderr(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "sgl-router flags pdrouter does not implement: --log-dir (log files")
+	assert.Contains(t, err.Error(), "--allow-ignored-flags")
+
+	_, out, err := runWithStderr(t, "serve", "--log-dir", "/tmp/x", "--enable-igw", "--print-config", "--allow-ignored-flags")
 	require.NoError(t, err)
 	assert.Contains(t, out, "warning: ignoring sgl-router flags pdrouter does not implement: --log-dir (log files")
+
+	// Discovery and TLS flags are implemented now: not ignored.
+	_, _, err = runWithStderr(t, "serve", "--service-discovery", "--selector", "app=sglang", "--ca-cert-paths", "/tmp/ca.pem", "--print-config")
+	require.NoError(t, err)
 }
 
 // TestServeEndToEnd runs the real command in-process on port 0 in front of two recording
@@ -254,7 +265,7 @@ func TestServeLogJSONCoversEveryLine(t *testing.T) {
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(pw)
 	cmd.SetArgs([]string{"serve", "--worker-urls", worker.URL, "--host", "127.0.0.1", "--port", "0",
-		"--prometheus-host", "127.0.0.1", "--prometheus-port", "0", "--log-json", "--access-log", "-", "--log-dir", "/tmp/x"})
+		"--prometheus-host", "127.0.0.1", "--prometheus-port", "0", "--log-json", "--access-log", "-", "--log-dir", "/tmp/x", "--allow-ignored-flags"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()

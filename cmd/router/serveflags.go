@@ -63,6 +63,19 @@ var serveFlagHelp = map[string]string{
 	"log_level":                     "debug, info, warn or error",
 	"log_json":                      "log JSON lines instead of text",
 	"access_log":                    "file receiving one line per HTTP request (- for stderr)",
+	"service_discovery":             "find workers among Kubernetes pods (Running, Ready, with an IP) by label; combines with static workers",
+	"selector":                      "service discovery, regular mode: labels k=v ... worker pods carry (all must match)",
+	"prefill_selector":              "service discovery, PD: labels k=v ... of prefill pods",
+	"decode_selector":               "service discovery, PD: labels k=v ... of decode pods",
+	"service_discovery_port":        "service discovery: the port workers listen on in each pod (URL http://POD_IP:PORT)",
+	"service_discovery_namespace":   "service discovery: namespace to watch (empty: all namespaces if RBAC allows, else the router pod's own)",
+	"bootstrap_port_annotation":     "service discovery: pod annotation holding a prefill pod's bootstrap port (absent: null)",
+	"kubeconfig":                    "service discovery: kubeconfig file (empty: $KUBECONFIG, ~/.kube/config, or the in-cluster service account)",
+	"client_cert_path":              "TLS to workers: client certificate (PEM) presented to https:// workers; re-read when it changes",
+	"client_key_path":               "TLS to workers: the client certificate's private key (PEM)",
+	"ca_cert_paths":                 "TLS to workers: CA bundles (PEM) that https:// workers' certificates must chain to (empty: system roots)",
+	"tls_cert_path":                 "serve HTTPS with this certificate (PEM); re-read when it changes",
+	"tls_key_path":                  "serve HTTPS: the certificate's private key (PEM)",
 }
 
 // serveFlagAliases are other spellings sgl-router versions used for the same setting.
@@ -82,16 +95,6 @@ var ignoredSGLangFlags = map[string]struct {
 	what  string
 }{
 	"log-dir":                      {1, "log files (we log to stderr)"},
-	"service-discovery":            {0, "Kubernetes service discovery"},
-	"selector":                     {-1, "Kubernetes service discovery"},
-	"prefill-selector":             {-1, "Kubernetes service discovery"},
-	"decode-selector":              {-1, "Kubernetes service discovery"},
-	"service-discovery-port":       {1, "Kubernetes service discovery"},
-	"service-discovery-namespace":  {1, "Kubernetes service discovery"},
-	"bootstrap-port-annotation":    {1, "Kubernetes service discovery"},
-	"client-cert-path":             {1, "mTLS to workers"},
-	"client-key-path":              {1, "mTLS to workers"},
-	"ca-cert-paths":                {-1, "mTLS to workers"},
 	"enable-igw":                   {0, "multi-model gateway"},
 	"backend":                      {1, "non-SGLang backends"},
 	"mini-lb":                      {0, "the Python mini load balancer"},
@@ -111,7 +114,8 @@ var ignoredSGLangFlags = map[string]struct {
 // multiValueServeFlags take several space-separated values after the flag (argparse nargs).
 var multiValueServeFlags = map[string]bool{
 	"worker-urls": true, "request-id-headers": true, "cors-allowed-origins": true,
-	"worker-url-allow": true, "prefill": true,
+	"worker-url-allow": true, "prefill": true, "selector": true, "prefill-selector": true,
+	"decode-selector": true, "ca-cert-paths": true,
 }
 
 // normalizeServeArgs rewrites sgl-router's argparse forms into what pflag parses:
@@ -175,7 +179,7 @@ func ignoredWarning(ignored []string) string {
 	for _, f := range ignored {
 		parts = append(parts, fmt.Sprintf("%s (%s)", f, ignoredSGLangFlags[strings.TrimPrefix(f, "--")].what))
 	}
-	return "warning: ignoring sgl-router flags pdrouter does not implement: " + strings.Join(parts, ", ")
+	return "sgl-router flags pdrouter does not implement: " + strings.Join(parts, ", ")
 }
 
 // flagName turns a Config json key into its flag name.
@@ -195,6 +199,10 @@ var notRoutingSettings = map[string]bool{
 	"max_concurrent_requests": true, "queue_size": true, "queue_timeout_secs": true, "shutdown_timeout_secs": true,
 	"request_id_headers": true, "cors_allowed_origins": true, "prometheus_host": true, "prometheus_port": true,
 	"log_level": true, "log_json": true, "access_log": true,
+	"service_discovery": true, "selector": true, "prefill_selector": true, "decode_selector": true,
+	"service_discovery_port": true, "service_discovery_namespace": true, "bootstrap_port_annotation": true,
+	"kubeconfig": true, "client_cert_path": true, "client_key_path": true, "ca_cert_paths": true,
+	"tls_cert_path": true, "tls_key_path": true,
 }
 
 // routingFlags binds only the routing settings (policy, thresholds, tree, DP awareness, retry,

@@ -63,7 +63,7 @@ func TestMultiValueFlags(t *testing.T) {
 		--prefill http://p1:30001 9001 --prefill http://p2:30001 --prefill http://[::1]:30001 NONE
 		--decode http://d1:1 --decode http://d2:1
 		--request-id-headers x-a x-b --cors-allowed-origins https://a https://b
-		--log-dir /tmp/x --enable-igw --selector app=a tier=b --ca-cert-paths a b --json-log --seed 7`)...)
+		--log-dir /tmp/x --enable-igw --service-discovery --prefill-selector app=a tier=b --decode-selector app=d --ca-cert-paths a b --json-log --seed 7`)...)
 	require.NoError(t, err)
 	port := 9001
 	assert.Equal(t, []router.PrefillWorker{{URL: "http://p1:30001", BootstrapPort: &port}, {URL: "http://p2:30001"}, {URL: "http://[::1]:30001"}}, cfg.Prefill)
@@ -73,7 +73,11 @@ func TestMultiValueFlags(t *testing.T) {
 	assert.True(t, cfg.LogJSON, "--json-log is an alias")
 	require.NotNil(t, cfg.Seed)
 	assert.Equal(t, int64(7), *cfg.Seed)
-	assert.Equal(t, []string{"--log-dir", "--enable-igw", "--selector", "--ca-cert-paths"}, ignored)
+	assert.Equal(t, []string{"--log-dir", "--enable-igw"}, ignored)
+	assert.Equal(t, []string{"app=a", "tier=b"}, cfg.PrefillSelector)
+	assert.Equal(t, []string{"app=d"}, cfg.DecodeSelector)
+	assert.Equal(t, []string{"a", "b"}, cfg.CACertPaths)
+	require.NoError(t, cfg.Validate())
 	w := ignoredWarning(ignored)
 	assert.Contains(t, w, "--log-dir (log files")
 	assert.Contains(t, w, "--enable-igw (multi-model gateway)")

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -278,11 +279,10 @@ func (s *Server) deleteWorker(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) removeWorker(w http.ResponseWriter, u string) {
-	if err := s.r.RemoveWorker(u); err != nil {
+	if err := s.RemoveWorker(u, "api"); err != nil {
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
 		return
 	}
-	s.log.Info("worker removed", "url", router.RedactURL(u))
 	writeJSON(w, http.StatusOK, map[string]any{"removed": u})
 }
 
@@ -324,17 +324,8 @@ func (s *Server) listWorkersLegacy(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"urls": urls})
 }
 
-// addWorker registers a worker at run time, after the URL checks of SPEC §1.7 and discovery.
+// addWorker registers a worker at run time (POST /workers, /add_worker).
 func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleName string, port *int) {
-	u = strings.TrimSuffix(u, "/")
-	if err := router.CheckWorkerURL(u); err != nil {
-		writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
-		return
-	}
-	if !s.allowedWorker(u) {
-		writeError(w, http.StatusForbidden, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not allowed by --worker-url-allow", u))
-		return
-	}
 	role := router.Regular
 	if s.r.PD() {
 		role = router.Decode
@@ -347,23 +338,77 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 		}
 		role = r
 	}
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
-	dp, err := s.discover(ctx, u)
+	u = strings.TrimSuffix(u, "/")
+	dp, err := s.AddWorker(ctx, u, role, port, "api")
 	if err != nil {
-		writeError(w, http.StatusBadGateway, wire.TypeUpstream, err.Error())
+		var re *registerError
+		status := http.StatusBadRequest
+		if errors.As(err, &re) {
+			status = re.status
+		}
+		typ := wire.TypeInvalidRequest
+		if status == http.StatusBadGateway {
+			typ = wire.TypeUpstream
+		}
+		writeError(w, status, typ, err.Error())
 		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
+}
+
+// registerError carries the HTTP status POST /workers answers for a failed registration.
+type registerError struct {
+	status int
+	err    error
+}
+
+func (e *registerError) Error() string { return e.err.Error() }
+func (e *registerError) Unwrap() error { return e.err }
+
+// AddWorker registers a worker at run time: the URL checks of SPEC §1.7, --worker-url-allow,
+// dp_size discovery under --dp-aware (waiting up to --worker-startup-timeout-secs for a
+// starting worker, without holding up other registrations), then the router. POST /workers
+// and Kubernetes service discovery both come through here; source ("api", "discovery") is
+// logged. It returns the worker's dp_size (0 without --dp-aware).
+func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port *int, source string) (int, error) {
+	if err := router.CheckWorkerURL(u); err != nil {
+		return 0, &registerError{http.StatusBadRequest, err}
+	}
+	if !s.allowedWorker(u) {
+		return 0, &registerError{http.StatusForbidden, fmt.Errorf("worker %s is not allowed by --worker-url-allow", router.RedactURL(u))}
+	}
+	dp, err := s.discover(ctx, u)
+	if err != nil {
+		return 0, &registerError{http.StatusBadGateway, err}
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
 	if err := s.r.AddWorker(router.WorkerSpec{URL: u, Role: role, BootstrapPort: port, DPSize: dp}); err != nil {
 		status := http.StatusBadRequest
 		if strings.Contains(err.Error(), "already registered") {
 			status = http.StatusConflict
 		}
-		writeError(w, status, wire.TypeInvalidRequest, err.Error())
-		return
+		return 0, &registerError{status, err}
 	}
-	s.log.Info("worker added", "url", router.RedactURL(u), "role", role.String(), "dp_size", dp)
-	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
+	s.log.Info("worker added", "url", router.RedactURL(u), "role", role.String(), "dp_size", dp, "source", source)
+	return dp, nil
+}
+
+// RemoveWorker takes a worker out of routing (DELETE /workers, service discovery). Requests
+// already sent to it finish; their loads are released on the removed targets.
+func (s *Server) RemoveWorker(u, source string) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if err := s.r.RemoveWorker(u); err != nil {
+		return err
+	}
+	s.log.Info("worker removed", "url", router.RedactURL(u), "source", source)
+	return nil
+}
+
+// DiscoveryEvent counts one service-discovery event (added, removed, skipped) for role.
+func (s *Server) DiscoveryEvent(role router.Role, event string) {
+	s.metrics.DiscoveryEvents.WithLabelValues(role.String(), event).Inc()
 }
 
 // allowedWorker applies --worker-url-allow (hosts or CIDRs; empty allows any).

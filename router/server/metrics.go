@@ -27,6 +27,7 @@ type Metrics struct {
 	DecodeFailures    prometheus.Counter       // pd_decode_failures_total
 	PrefixMatchRatio  prometheus.Histogram     // prefix_match_ratio: the router's predicted match rate
 	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
+	DiscoveryEvents   *prometheus.CounterVec   // discovery_events_total{role,event}: Kubernetes pods added, removed, skipped
 
 	policy     [3]string // policy name per router.Role, fixed when the router is built
 	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
@@ -62,6 +63,16 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		WorkerCachedRatio: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pdrouter_worker_cached_token_ratio", Help: "cached_tokens/prompt_tokens as reported by the worker, beside the router's prediction.",
 			Buckets: ratioBuckets}),
+		DiscoveryEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_discovery_events_total", Help: "Service discovery: pods added as workers, removed, or skipped (not ready, bad annotation, failed dp_size read), by role."},
+			[]string{"role", "event"}),
+	}
+	// Every (role, event) series exists from the start, at 0, so dashboards and alerts see
+	// the series before the first pod comes or goes.
+	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+		for _, ev := range []string{"added", "removed", "skipped"} {
+			m.DiscoveryEvents.WithLabelValues(role.String(), ev)
+		}
 	}
 	first := router.Regular
 	if r.PD() {
@@ -74,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
-		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, &stateCollector{r: r})
+		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, &stateCollector{r: r})
 	return m
 }
 

@@ -64,7 +64,7 @@ type Server struct {
 	dbuf  []byte
 	amu   sync.Mutex // protects access writes
 	bg    sync.WaitGroup
-	regMu sync.Mutex // serialises worker registration (discovery may be slow)
+	regMu sync.Mutex // serialises changes to the worker set (not the dp_size discovery before them)
 
 	events         <-chan router.WorkerEvent // the router's worker state changes, logged
 	logMu          sync.Mutex                // protects lastAttemptLog
@@ -123,11 +123,23 @@ func New(opts Options) (*Server, error) {
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
 	}
+	// https:// workers (the h1 transport hands them to its net/http fallback).
+	tc, err := workerTLS(cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths)
+	if err != nil {
+		return nil, err
+	}
 	s.disc = &Discoverer{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
 		APIKey:   cfg.APIKey,
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
 		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
+	}
+	if tc != nil {
+		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
+		s.disc.Client.Transport.(*http.Transport).TLSClientConfig = tc
+		for _, c := range s.clients {
+			c.fallback.Transport.(*http.Transport).TLSClientConfig = tc
+		}
 	}
 	return s, nil
 }
@@ -175,7 +187,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		s.log.Info("worker registered", "url", router.RedactURL(sp.url), "role", sp.role.String(), "dp_size", sizes[i])
 	}
-	if s.cfg.PDDisaggregation && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
+	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
 	hc := &HealthChecker{Router: s.r, Client: s.admin, Endpoint: s.cfg.HealthCheckEndpoint,
