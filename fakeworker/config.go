@@ -1,6 +1,7 @@
 package fakeworker
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -52,6 +53,9 @@ type Config struct {
 
 	Failures Failures
 	Logger   *slog.Logger // nil: discard
+	// TLS, when set, makes the worker serve HTTPS (URL https://…), requiring client
+	// certificates when its ClientAuth says so. The bootstrap server stays plain HTTP.
+	TLS *tls.Config
 }
 
 // withDefaults fills the zero fields.

@@ -2,6 +2,7 @@ package fakeworker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,9 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fakeworker: --port %d: %w", cfg.Port, err)
 	}
+	if cfg.TLS != nil {
+		w.ln = tls.NewListener(w.ln, cfg.TLS)
+	}
 	if cfg.Mode == engine.RolePrefill {
 		w.bln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.BootstrapPort)))
 		if err != nil {
@@ -154,8 +158,13 @@ func (w *Worker) serve(s *http.Server, ln net.Listener) {
 	}
 }
 
-// URL returns the worker's base URL, e.g. "http://127.0.0.1:30001".
-func (w *Worker) URL() string { return "http://" + w.ln.Addr().String() }
+// URL returns the worker's base URL, e.g. "http://127.0.0.1:30001" (https:// with Config.TLS).
+func (w *Worker) URL() string {
+	if w.cfg.TLS != nil {
+		return "https://" + w.ln.Addr().String()
+	}
+	return "http://" + w.ln.Addr().String()
+}
 
 // BootstrapPort returns the port of the prefill bootstrap server, or 0 in other modes.
 func (w *Worker) BootstrapPort() int {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -84,7 +87,7 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 
 func newFakeworkerCmd() *cobra.Command {
 	var f fakeworkerFlags
-	var mode, cpuProfile string
+	var mode, cpuProfile, tlsCert, tlsKey, tlsClientCA string
 	cmd := &cobra.Command{
 		Use:   "fakeworker",
 		Short: "Run an SGLang-compatible fake worker (regular, prefill or decode) driven by the engine model",
@@ -114,6 +117,9 @@ It stops cleanly on SIGINT/SIGTERM.`,
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
+			if c.TLS, err = fakeworkerTLS(tlsCert, tlsKey, tlsClientCA); err != nil {
+				return err
+			}
 			w, err := fakeworker.Start(ctx, c)
 			if err != nil {
 				return err
@@ -132,6 +138,9 @@ It stops cleanly on SIGINT/SIGTERM.`,
 	fs.IntVar(&f.cfg.Port, "port", 30000, "HTTP port (0: any free port)")
 	fs.IntVar(&f.cfg.BootstrapPort, "bootstrap-port", fakeworker.DefaultBootstrapPort, "prefill: port of the KV bootstrap server")
 	fs.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (pprof) of the whole run to this file")
+	fs.StringVar(&tlsCert, "tls-cert-path", "", "serve HTTPS with this certificate (PEM; re-read when it changes)")
+	fs.StringVar(&tlsKey, "tls-key-path", "", "serve HTTPS: the certificate's private key (PEM)")
+	fs.StringVar(&tlsClientCA, "tls-client-ca", "", "HTTPS: require client certificates signed by this CA bundle (PEM), i.e. mTLS")
 	cmd.AddCommand(newFakeworkerClusterCmd(), newFakeworkerProfilesCmd())
 	return cmd
 }
@@ -214,4 +223,30 @@ step-time coefficients.`,
 	}
 	cmd.Flags().BoolVar(&coefficients, "coefficients", false, "also print each preset's step-time coefficients")
 	return cmd
+}
+
+// fakeworkerTLS builds the HTTPS settings of `fakeworker --tls-cert-path` (nil without it).
+func fakeworkerTLS(certPath, keyPath, clientCA string) (*tls.Config, error) {
+	switch {
+	case certPath == "" && keyPath == "" && clientCA == "":
+		return nil, nil
+	case certPath == "" || keyPath == "":
+		return nil, fmt.Errorf("fakeworker: --tls-cert-path and --tls-key-path go together (--tls-client-ca needs both)")
+	}
+	tc, err := server.ServingTLS(certPath, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("fakeworker: %w", err)
+	}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("fakeworker: --tls-client-ca: %w", err)
+		}
+		tc.ClientCAs = x509.NewCertPool()
+		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("fakeworker: --tls-client-ca %s holds no PEM certificate", clientCA)
+		}
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
 }
