@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-fidelity test-browser chromium nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-fidelity test-k8s test-browser chromium nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -49,6 +49,14 @@ test-integration:
 # runs; not yet a gate (issue 9, see cmd/router/internal/demo/fidelity_test.go).
 test-fidelity:
 	$(GO) test -count=1 -tags fidelity -run '^TestIntegrationDemoFidelity$$' -v ./cmd/router/internal/demo
+
+# Service discovery against a real Kubernetes API server (opt-in): kube-apiserver and etcd are
+# built once from the Go module proxy (k8s.io/kubernetes with its staging modules pinned; a few
+# minutes on two cores) into K8SBIN, then serve watches pods there with the RBAC of deploy/k8s/base.
+K8SBIN ?= $(HOME)/.cache/pdrouter/k8s-v1.34.1
+test-k8s:
+	GO=$(GO) scripts/k8s-testenv.sh $(K8SBIN)
+	PDROUTER_K8S_BIN=$(K8SBIN) $(GO) test -count=1 -tags k8s -run '^TestK8s' -v ./cmd/router
 
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router

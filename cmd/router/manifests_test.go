@@ -11,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -37,6 +39,20 @@ func decodeManifests(t *testing.T, path string) []any {
 			obj = &batchv1.Job{}
 		case "PersistentVolumeClaim":
 			obj = &corev1.PersistentVolumeClaim{}
+		case "Deployment":
+			obj = &appsv1.Deployment{}
+		case "Service":
+			obj = &corev1.Service{}
+		case "ServiceAccount":
+			obj = &corev1.ServiceAccount{}
+		case "Namespace":
+			obj = &corev1.Namespace{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		case "ServiceMonitor":
+			obj = &serviceMonitor{}
 		default:
 			t.Fatalf("%s document %d: kind %q has no decoder in this test", path, i, meta.Kind)
 		}
