@@ -306,9 +306,19 @@ func TestDiscoveryPDPodsFollowTheirState(t *testing.T) {
 	r.waitWorkers("d1 deleted while serving", url(ips[0]))
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done, "the in-flight request finishes")
-	loads := r.srv.Router().Targets()
-	require.Len(t, loads, 1)
-	assert.Zero(t, loads[0].Load, "loads return to zero")
+	resp, err := http.Get(r.http.URL + "/get_loads")
+	require.NoError(t, err)
+	var loads struct {
+		Workers []struct {
+			Worker string `json:"worker"`
+			Load   int64  `json:"load"`
+		} `json:"workers"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&loads))
+	resp.Body.Close()
+	require.Len(t, loads.Workers, 1)
+	assert.Equal(t, url(ips[0]), loads.Workers[0].Worker)
+	assert.Zero(t, loads.Workers[0].Load, "/get_loads is back to zero")
 
 	r.delete("p1")
 	r.waitWorkers("all gone")
