@@ -61,6 +61,10 @@ type Cluster struct {
 	NetLatency time.Duration `json:"net_latency" yaml:"net_latency"`
 	// Speedup divides every model duration, as fakeworker's --speedup; 0 → 1.
 	Speedup float64 `json:"speedup" yaml:"speedup"`
+	// Profiles are profiles by name beyond the presets (profile files, calibrated fits); a
+	// name here wins over a preset of the same name. They are recorded in results.json with
+	// the cluster, so a run says exactly which coefficients it used.
+	Profiles map[string]engine.Profile `json:"profiles,omitempty" yaml:"profiles,omitempty"`
 }
 
 // WithDefaults returns c with zero fields set to their defaults; pd says which mode's counts
@@ -104,6 +108,9 @@ func (c Cluster) WithDefaults(pd bool) Cluster {
 func (c Cluster) profile(name string) (engine.Profile, error) {
 	if name == "" {
 		name = c.Profile
+	}
+	if p, ok := c.Profiles[name]; ok {
+		return p, nil
 	}
 	p, err := engine.LookupProfile(name)
 	if err != nil {

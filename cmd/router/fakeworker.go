@@ -36,7 +36,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.BoolVar(&c.DecodeRadixCache, "disaggregation-decode-enable-radix-cache", false, "decode worker: keep a prefix cache of the prompts served, as SGLang; a hit shrinks the KV transfer")
-	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, or a preset listed by \"router fakeworker profiles\"")
+	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, a preset listed by \"router fakeworker profiles\", or a profile file (YAML/JSON, see profiles --show)")
 	fs.DurationVar(&f.ttft, "ttft", 0, "constant profile: time to first token (default 100ms)")
 	fs.DurationVar(&f.itl, "itl", 0, "constant profile: time between output tokens (default 20ms)")
 	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", 30*time.Second, "PD: fail a room whose peer has not shown up within this long")
@@ -68,7 +68,13 @@ func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error)
 	if !cmd.Flags().Changed("profile") && (f.ttft != 0 || f.itl != 0) {
 		f.profile = "constant"
 	}
-	p, err := fakeworker.ResolveProfile(f.profile, f.ttft, f.itl)
+	var p engine.Profile
+	var err error
+	if isProfileFile(f.profile) {
+		p, err = loadProfileFile(f.profile)
+	} else {
+		p, err = fakeworker.ResolveProfile(f.profile, f.ttft, f.itl)
+	}
 	if err != nil {
 		return c, err
 	}
@@ -207,21 +213,41 @@ ports). It stops cleanly on SIGINT/SIGTERM.`,
 
 func newFakeworkerProfilesCmd() *cobra.Command {
 	var coefficients bool
+	var show string
 	cmd := &cobra.Command{
-		Use:   "profiles",
+		Use:   "profiles [--show NAME]",
 		Short: "List the engine presets: KV capacity, modelled prefill tok/s and decode ITL, sources",
 		Long: `profiles lists the engine presets of fakeworker and sim, one per line: KV capacity per
 rank (tokens), the modelled prefill speed (an 8k-token first chunk on an idle rank) and decode ITL
 at batch 1, 64 and 256 (1k-token contexts; DP-attention presets: one rank loaded), and the sources the
 numbers come from (model card, GPU datasheet, assumptions). --coefficients adds each preset's
-step-time coefficients.`,
+step-time coefficients.
+
+--show NAME prints one preset as a profile file (YAML, units in comments): edit it and pass it
+as --profile FILE to sim, sim sweep, fakeworker or fakeworker cluster, or start router sim
+calibrate from it (--base-profile).`,
+		Example: `  router fakeworker profiles --show llama3-8b-h100 > my-gpu.yaml
+  router sim --profile my-gpu.yaml --concurrency 1,8,32`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if show != "" {
+				p, err := fakeworker.ResolveProfile(show, 0, 0)
+				if err != nil {
+					return err
+				}
+				out, err := profileYAML(p)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(out)
+				return err
+			}
 			_, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets(coefficients))
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&coefficients, "coefficients", false, "also print each preset's step-time coefficients")
+	cmd.Flags().StringVar(&show, "show", "", "print this preset as a profile file (YAML with units), the form --profile FILE reads")
 	return cmd
 }
 

@@ -90,7 +90,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.BoolVar(&c.DecodeRadixCache, "decode-radix-cache", false, "decode servers keep a prefix cache of the prompts they served (SGLang --disaggregation-decode-enable-radix-cache); a hit shrinks the KV transfer")
-	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server (router fakeworker profiles lists them)")
+	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server: a preset (router fakeworker profiles lists them) or a profile file (YAML/JSON)")
 	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")
 	fs.StringVar(&c.DecodeProfile, "decode-profile", "", "engine profile of decode servers (default --profile)")
 	fs.DurationVar(&c.TTFT, "ttft", 100*time.Millisecond, "--profile constant: time to first token")
@@ -127,6 +127,9 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 			return sim.Config{}, err
 		}
 		cl = mergeSimCluster(fs, fileCl, f.cluster)
+	}
+	if err := loadClusterProfiles(&cl); err != nil {
+		return sim.Config{}, err
 	}
 	for _, n := range []struct {
 		flag string
@@ -598,6 +601,26 @@ const simMemoryLimit = 900 << 20
 func checkSchedulePolicy(p string) error {
 	if p != "" && p != engine.PolicyLPM && p != engine.PolicyFCFS {
 		return fmt.Errorf("--schedule-policy %q is not lpm or fcfs", p)
+	}
+	return nil
+}
+
+// loadClusterProfiles reads the profile files named by --profile, --prefill-profile and
+// --decode-profile into the cluster's Profiles, naming each by its file's name: field.
+func loadClusterProfiles(cl *sim.Cluster) error {
+	for _, name := range []*string{&cl.Profile, &cl.PrefillProfile, &cl.DecodeProfile} {
+		if !isProfileFile(*name) {
+			continue
+		}
+		p, err := loadProfileFile(*name)
+		if err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+		if cl.Profiles == nil {
+			cl.Profiles = map[string]engine.Profile{}
+		}
+		cl.Profiles[p.Name] = p
+		*name = p.Name
 	}
 	return nil
 }

@@ -30,43 +30,44 @@ import (
 // A Constant profile ignores the coefficients: every request gets exactly TTFT and ITL however
 // many run (an infinitely parallel server); `instant` is Constant with both zero.
 type Profile struct {
-	Name string
+	Name string `json:"name" yaml:"name"`
 
-	A0 float64 // prefill: fixed seconds per step
-	A1 float64 // prefill: seconds per new token (linear layers)
-	A2 float64 // prefill: seconds per new token × context token (attention)
-	B0 float64 // decode: fixed seconds per step (scheduler, launches, sampling)
-	B1 float64 // decode, additive form: seconds per request in the batch
-	B2 float64 // decode, additive form: seconds per context token in the batch
-	M0 float64 // decode, memory-bound: seconds to read the weights once
-	M2 float64 // decode, memory-bound: seconds per context token (its KV read)
-	C1 float64 // decode, compute-bound: seconds per request (2·active params FLOPs)
-	C2 float64 // decode, compute-bound: seconds per context token (attention FLOPs)
+	A0 float64 `json:"a0" yaml:"a0"` // prefill: fixed seconds per step
+	A1 float64 `json:"a1" yaml:"a1"` // prefill: seconds per new token (linear layers)
+	A2 float64 `json:"a2" yaml:"a2"` // prefill: seconds per new token × context token (attention)
+	B0 float64 `json:"b0" yaml:"b0"` // decode: fixed seconds per step (scheduler, launches, sampling)
+	B1 float64 `json:"b1" yaml:"b1"` // decode, additive form: seconds per request in the batch
+	B2 float64 `json:"b2" yaml:"b2"` // decode, additive form: seconds per context token in the batch
+	M0 float64 `json:"m0" yaml:"m0"` // decode, memory-bound: seconds to read the weights once
+	M2 float64 `json:"m2" yaml:"m2"` // decode, memory-bound: seconds per context token (its KV read)
+	C1 float64 `json:"c1" yaml:"c1"` // decode, compute-bound: seconds per request (2·active params FLOPs)
+	C2 float64 `json:"c2" yaml:"c2"` // decode, compute-bound: seconds per context token (attention FLOPs)
 	// ExpertM0 is, for MoE models, the seconds to read every routed expert once; a decode step
 	// reads only the experts its batch routes to, Experts·(1 − (1 − TopK/Experts)^batch) of
 	// them in expectation (uniform routing), so ExpertM0·that share joins M0. M0 then holds
 	// the other weights. Zero for dense models.
-	ExpertM0      float64
-	Experts, TopK int
-	T0            float64 // transfer: fixed seconds per room (connection lookup, descriptor exchange)
+	ExpertM0 float64 `json:"expert_m0,omitempty" yaml:"expert_m0,omitempty"`
+	Experts  int     `json:"experts,omitempty" yaml:"experts,omitempty"` // routed experts (MoE); 0: dense
+	TopK     int     `json:"top_k,omitempty" yaml:"top_k,omitempty"`     // experts each token routes to
+	T0       float64 `json:"t0" yaml:"t0"`                               // transfer: fixed seconds per room (connection lookup, descriptor exchange)
 
 	// PDOverhead is the fixed cost of disaggregation per request, in seconds, beyond T0: the
 	// bootstrap handshake, KV-transfer setup and the router waiting on both legs. It is added
 	// once to every room's KV transfer, so it shows once in TTFT (sim and fakeworker alike).
-	PDOverhead float64
+	PDOverhead float64 `json:"pd_overhead" yaml:"pd_overhead"`
 
 	// DPAttn, when set, is how a step divides under DP attention; nil: each rank's whole step,
 	// the slowest gating the server (the lockstep of older profiles).
-	DPAttn *DPAttnSplit
+	DPAttn *DPAttnSplit `json:"dp_attention,omitempty" yaml:"dp_attention,omitempty"`
 
-	KVBytesPerToken float64 // bytes of KV per token for the whole rank (all layers, K and V)
-	MaxTotalTokens  int     // default KV capacity per rank in tokens (max_total_num_tokens); Config.MaxTotalTokens overrides
+	KVBytesPerToken float64 `json:"kv_bytes_per_token" yaml:"kv_bytes_per_token"` // bytes of KV per token for the whole rank (all layers, K and V)
+	MaxTotalTokens  int     `json:"max_total_tokens" yaml:"max_total_tokens"`     // default KV capacity per rank in tokens (max_total_num_tokens); Config.MaxTotalTokens overrides
 
-	Constant bool          // load-independent timing: TTFT and ITL per request, coefficients unused
-	TTFT     time.Duration // Constant: time from admission (unified), Handshake (prefill) to the first token
-	ITL      time.Duration // Constant: time between output tokens
+	Constant bool          `json:"constant,omitempty" yaml:"constant,omitempty"` // load-independent timing: TTFT and ITL per request, coefficients unused
+	TTFT     time.Duration `json:"ttft,omitempty" yaml:"ttft,omitempty"`         // Constant: time from admission (unified), Handshake (prefill) to the first token
+	ITL      time.Duration `json:"itl,omitempty" yaml:"itl,omitempty"`           // Constant: time between output tokens
 
-	Source string // where the numbers come from, one line
+	Source string `json:"source" yaml:"source"` // where the numbers come from, one line
 }
 
 // DPAttnSplit divides a step under SGLang's DP attention (--enable-dp-attention, with expert
@@ -85,15 +86,15 @@ type Profile struct {
 // request of decode ranks. The coefficients assume the server has GPUs GPUs (its DP size
 // times GPUs per rank).
 type DPAttnSplit struct {
-	GPUs         int     // GPUs of the server the shared coefficients assume
-	AttnA1       float64 // prefill: seconds per new token in the attention projections (per rank)
-	AttnM0       float64 // decode: seconds to read the attention weights (every rank holds them all)
-	AttnC1       float64 // decode: seconds per request in the attention projections
-	FFNM0        float64 // seconds to read one GPU's share of the FFN weights other than routed experts
-	ExpertM0     float64 // seconds to read one GPU's share of all routed experts (E(n): the hit share)
-	FFNC1        float64 // seconds per gathered token of FFN/MoE compute (spread over the GPUs)
-	CommFixed    float64 // collective latency per step, all layers
-	CommPerToken float64 // collective seconds per gathered token
+	GPUs         int     `json:"gpus" yaml:"gpus"`                     // GPUs of the server the shared coefficients assume
+	AttnA1       float64 `json:"attn_a1" yaml:"attn_a1"`               // prefill: seconds per new token in the attention projections (per rank)
+	AttnM0       float64 `json:"attn_m0" yaml:"attn_m0"`               // decode: seconds to read the attention weights (every rank holds them all)
+	AttnC1       float64 `json:"attn_c1" yaml:"attn_c1"`               // decode: seconds per request in the attention projections
+	FFNM0        float64 `json:"ffn_m0" yaml:"ffn_m0"`                 // seconds to read one GPU's share of the FFN weights other than routed experts
+	ExpertM0     float64 `json:"expert_m0" yaml:"expert_m0"`           // seconds to read one GPU's share of all routed experts (E(n): the hit share)
+	FFNC1        float64 `json:"ffn_c1" yaml:"ffn_c1"`                 // seconds per gathered token of FFN/MoE compute (spread over the GPUs)
+	CommFixed    float64 `json:"comm_fixed" yaml:"comm_fixed"`         // collective latency per step, all layers
+	CommPerToken float64 `json:"comm_per_token" yaml:"comm_per_token"` // collective seconds per gathered token
 }
 
 // PrefillTime is the duration of one prefill step computing newTokens tokens in total whose
