@@ -57,6 +57,10 @@ type Config struct {
 	// Both go to results.json's meta.
 	Label   string
 	Command []string
+	// ScrapeMetrics are worker URLs (base or /metrics) whose SGLang gauges (ScrapedMetrics)
+	// are sampled every ScrapeInterval during the run into Out/metrics.jsonl; needs Out.
+	ScrapeMetrics  []string
+	ScrapeInterval time.Duration // 0 → DefaultScrapeInterval
 	// Transport is the base RoundTripper under the timing transport; nil means a tuned
 	// *http.Transport of the run's own (HTTP/1.1, no compression, large idle pool).
 	Transport http.RoundTripper

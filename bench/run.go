@@ -57,11 +57,15 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	replay, err := json.Marshal(workloads.Replay{Workload: cfg.Workload, Load: cfg.Load})
+	if err != nil {
+		return nil, err
+	}
 	target := cfg.URL
 	started := time.Now().UTC().Truncate(time.Second)
 	res := &reports.Results{Schema: reports.SchemaVersion, Meta: reports.Meta{
 		Tool: reports.ToolBench, Version: cfg.Version, Seed: int64(cfg.Workload.Seed),
-		Workload: wl, Target: &target, Started: &started, Label: cfg.Label, Command: cfg.Command,
+		Workload: wl, Target: &target, Started: &started, Label: cfg.Label, Command: cfg.Command, Replay: replay,
 	}}
 
 	r := &runner{cfg: cfg, base: strings.TrimRight(u.String(), "/"), ctx: ctx}
@@ -82,6 +86,23 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 		}
 		defer f.Close()
 		r.rw = reports.NewRecordWriter(f)
+	}
+
+	stopScrape := func() error { return nil }
+	if len(cfg.ScrapeMetrics) > 0 {
+		if cfg.Out == "" {
+			return nil, fmt.Errorf("bench: --scrape-metrics needs --out (the samples go to DIR/%s)", MetricsFile)
+		}
+		interval := cfg.ScrapeInterval
+		if interval <= 0 {
+			interval = DefaultScrapeInterval
+		}
+		sc, err := startScraper(ctx, cfg.ScrapeMetrics, cfg.Out, interval, r.flushClient)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = sc.stop() }() // early returns; the normal end below reports a failed flush
+		stopScrape = sc.stop
 	}
 
 	res.Meta.Router = r.describe("/get_router_config")
@@ -106,6 +127,9 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("bench: stopped after level %s: %w", level.Label, err)
 		}
+	}
+	if err := stopScrape(); err != nil {
+		return res, err
 	}
 	return res, checkErrorRate(res, cfg.MaxErrorRate, r.examples)
 }

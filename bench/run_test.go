@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -537,4 +540,39 @@ func TestRunLevelsDrawFreshConversations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// --scrape-metrics samples the SGLang gauges of the given /metrics during the run into
+// metrics.jsonl, and results.json carries the replay parameters.
+func TestScrapeMetricsAndReplay(t *testing.T) {
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "# HELP sglang:num_running_reqs x\n# TYPE sglang:num_running_reqs gauge\n"+
+			"sglang:num_running_reqs{model_name=\"m\",dp_rank=\"0\"} 3\nsglang:token_usage{model_name=\"m\",dp_rank=\"0\"} 0.25\n"+
+			"sglang:other 7\nsglang:gen_throughput{model_name=\"m\"} 1234.5\n")
+	}))
+	defer metrics.Close()
+	srv := startFake(t, &fakeSSE{})
+	dir := t.TempDir()
+	cfg := smallConfig(srv.URL)
+	cfg.Out, cfg.ScrapeMetrics, cfg.ScrapeInterval = dir, []string{metrics.URL}, time.Millisecond
+	res := runOK(t, cfg)
+	b, err := os.ReadFile(filepath.Join(dir, MetricsFile))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.GreaterOrEqual(t, len(lines), 3, "at least one scrape (three series)")
+	var s Sample
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &s))
+	assert.Equal(t, Sample{TMs: s.TMs, URL: metrics.URL + "/metrics", Metric: "sglang:num_running_reqs",
+		Labels: map[string]string{"model_name": "m", "dp_rank": "0"}, Value: 3}, s)
+	assert.NotContains(t, string(b), "sglang:other")
+	assert.Contains(t, string(b), `"metric":"sglang:gen_throughput","labels":{"model_name":"m"},"value":1234.5`)
+
+	var rp workloads.Replay
+	require.NoError(t, json.Unmarshal(res.Meta.Replay, &rp))
+	assert.Equal(t, cfg.Workload, rp.Workload)
+	assert.Equal(t, cfg.Load, rp.Load)
+
+	cfg.Out = ""
+	_, err = Run(context.Background(), cfg)
+	require.ErrorContains(t, err, "--scrape-metrics needs --out")
 }

@@ -3,9 +3,11 @@ package fakeworker
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // metrics are one worker's Prometheus metrics, on its own registry, under SGLang's names
@@ -63,7 +65,13 @@ func (m *metrics) observe(start, first, end time.Time, u usage, _ int) {
 }
 
 // gauges collects the per-rank engine gauges from one Loads snapshot per scrape.
-type gauges struct{ w *Worker }
+type gauges struct {
+	w *Worker
+
+	mu       sync.Mutex // protects the previous scrape's generated tokens and time
+	lastGen  float64
+	lastTime time.Time
+}
 
 var (
 	rankLabels      = []string{"model_name", "dp_rank"}
@@ -72,11 +80,12 @@ var (
 	descUsedTokens  = prometheus.NewDesc("sglang:num_used_tokens", "KV tokens in use.", rankLabels, nil)
 	descTokenUsage  = prometheus.NewDesc("sglang:token_usage", "KV tokens in use / max_total_num_tokens.", rankLabels, nil)
 	descCacheHit    = prometheus.NewDesc("sglang:cache_hit_rate", "Prefix cache hit rate as SGLang's scheduler logs it: per prefill batch cached / (cached + new) tokens, summed over the batches so far.", rankLabels, nil)
+	descGenTput     = prometheus.NewDesc("sglang:gen_throughput", "Output tokens per second since the previous scrape (SGLang: the decode log's gen throughput).", []string{"model_name"}, nil)
 	descCacheConfig = prometheus.NewDesc("sglang:cache_config_info", "KV cache configuration (value 1).", []string{"model_name", "page_size", "num_pages", "max_total_num_tokens"}, nil)
 )
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range [...]*prometheus.Desc{descRunning, descQueued, descUsedTokens, descTokenUsage, descCacheHit, descCacheConfig} {
+	for _, d := range [...]*prometheus.Desc{descRunning, descQueued, descUsedTokens, descTokenUsage, descCacheHit, descGenTput, descCacheConfig} {
 		ch <- d
 	}
 }
@@ -86,6 +95,17 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	model := w.cfg.ModelPath
 	total, page := w.maxTotalTokens(), w.pageSize()
 	ch <- prometheus.MustNewConstMetric(descCacheConfig, prometheus.GaugeValue, 1, model, strconv.Itoa(page), strconv.Itoa(total/page), strconv.Itoa(total))
+	var m dto.Metric
+	_ = w.metrics.generated.Write(&m)
+	gen, now := m.GetCounter().GetValue(), time.Now()
+	g.mu.Lock()
+	tput := 0.0
+	if dt := now.Sub(g.lastTime).Seconds(); !g.lastTime.IsZero() && dt > 0 {
+		tput = (gen - g.lastGen) / dt
+	}
+	g.lastGen, g.lastTime = gen, now
+	g.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descGenTput, prometheus.GaugeValue, tput, model)
 	for _, l := range w.loads(context.Background()) {
 		rank := strconv.Itoa(l.Rank)
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(l.Running), model, rank)

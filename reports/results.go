@@ -60,6 +60,9 @@ type Meta struct {
 	// ServerInfo is the bench target's /get_server_info answer (a JSON object) when it gave
 	// one; nil otherwise and for the simulator.
 	ServerInfo json.RawMessage `json:"server_info,omitempty"`
+	// Replay is the bench's exact workload and load parameters (workloads.Replay as JSON),
+	// which `router sim calibrate` replays; nil for the simulator and older runs.
+	Replay json.RawMessage `json:"replay,omitempty"`
 }
 
 // Workload is the workload name plus its parameters, written as one flat JSON object
@@ -292,7 +295,7 @@ func (r *Results) Validate() error {
 	if r.Meta.Workload.Name == "" {
 		return errors.New("reports: meta.workload.name is empty")
 	}
-	for name, raw := range map[string]json.RawMessage{"cluster": r.Meta.Cluster, "router": r.Meta.Router, "server_info": r.Meta.ServerInfo} {
+	for name, raw := range map[string]json.RawMessage{"cluster": r.Meta.Cluster, "router": r.Meta.Router, "server_info": r.Meta.ServerInfo, "replay": r.Meta.Replay} {
 		if raw == nil {
 			continue
 		}

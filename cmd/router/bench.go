@@ -28,6 +28,7 @@ func newBenchCmd() *cobra.Command {
 		quiet         bool
 		maxErrorRate  float64
 		label         string
+		scrape        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --url URL [--workload NAME] [load flags]",
@@ -46,7 +47,10 @@ Progress goes to stderr (a bar on a terminal, one line per level and warm-up oth
 table to stdout, and with --out DIR results.json and requests.jsonl (render them again with
 router report). results.json records what the run ran against: --label, the command line,
 the target's /get_server_info and, from a router serve, its settings (/get_router_config), so
-router report --compare names the settings that differ between two runs.
+router report --compare names the settings that differ between two runs; and the exact workload
+and load, so router sim calibrate can replay the run. requests.jsonl holds every request's
+prompt, cached and output tokens, send time, TTFT, ITLs and E2E. --scrape-metrics samples the
+workers' SGLang gauges during the run into metrics.jsonl.
 
 Exit status: 1 when a level's failed requests exceed --max-error-rate (default 0: any failed
 request), after every level ran, with each failing level's error kinds and the first message
@@ -60,7 +64,7 @@ of each on stderr; the table and results are still written.`,
 			}
 			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
 				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate,
-				Label: label, Command: commandLine}
+				Label: label, Command: commandLine, ScrapeMetrics: scrape}
 			for _, h := range headers {
 				if err := bench.ParseHeader(cfg.Header, h); err != nil {
 					return err
@@ -107,6 +111,7 @@ of each on stderr; the table and results are still written.`,
 	fs.StringVar(&label, "label", "", "name of the run in reports (default: the --out directory's name); recorded with the command line and the target's settings")
 	fs.DurationVar(&timeout, "request-timeout", bench.DefaultRequestTimeout, "bound on one request, stream included")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	fs.StringSliceVar(&scrape, "scrape-metrics", nil, "worker URLs (comma-separated) whose /metrics are sampled every second into DIR/metrics.jsonl (sglang:num_running_reqs, num_queue_reqs, token_usage, gen_throughput, cache_hit_rate); needs --out")
 	fs.Float64Var(&maxErrorRate, "max-error-rate", 0, "fraction of a level's requests that may fail before bench exits 1 (0: none may; negative: never fail)")
 	addWorkloadFlags(fs, &p, &l)
 	_ = cmd.MarkFlagRequired("url")
