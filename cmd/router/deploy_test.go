@@ -197,21 +197,23 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 
 	// A PD router in-process; one failed attempt (retried), one streamed request (TTFT) and one
 	// bad request (errors) go through it, so the labelled series exist.
-	var calls atomic.Int32
-	worker := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if calls.Add(1) == 1 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
+	var calls atomic.Int32 // the decode worker's: its first answer is a 503
+	worker := func(failFirst bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if failFirst && calls.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			if strings.Contains(string(b), `"stream":true`) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "data: {\"text\":\"o\",\"meta_info\":{}}\n\ndata: [DONE]\n\n")
+				return
+			}
+			_, _ = w.Write([]byte(`{"text":"ok","meta_info":{"prompt_tokens":4,"cached_tokens":0}}`))
 		}
-		if strings.Contains(string(b), `"stream":true`) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, "data: {\"text\":\"o\",\"meta_info\":{}}\n\ndata: [DONE]\n\n")
-			return
-		}
-		_, _ = w.Write([]byte(`{"text":"ok","meta_info":{"prompt_tokens":4,"cached_tokens":0}}`))
-	})
-	p, d := httptest.NewServer(worker), httptest.NewServer(worker)
+	}
+	p, d := httptest.NewServer(worker(false)), httptest.NewServer(worker(true))
 	defer p.Close()
 	defer d.Close()
 	cfg := router.DefaultConfig()
