@@ -236,7 +236,7 @@ func newSimCmd() *cobra.Command {
 		}
 		return nil
 	}
-	cmd.AddCommand(newSimSweepCmd())
+	cmd.AddCommand(newSimSweepCmd(), newSimCalibrateCmd())
 	return cmd
 }
 
