@@ -46,27 +46,7 @@ func TestIntegrationCalibrationPredictsUnseenRuns(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2,
-		Worker: fakeworker.Config{Host: "127.0.0.1", Profile: prof, Seed: 1}})
-	require.NoError(t, err)
-	defer cl.Stop()
-	rc := router.DefaultConfig()
-	rc.PDDisaggregation = true
-	for _, w := range cl.Workers() {
-		switch fakeworker.ModeName(w.Mode()) {
-		case "prefill":
-			port := w.BootstrapPort()
-			rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: w.URL(), BootstrapPort: &port})
-		case "decode":
-			rc.Decode = append(rc.Decode, w.URL())
-		}
-	}
-	srv, err := server.New(server.Options{Config: rc, Seed: 1})
-	require.NoError(t, err)
-	sctx, stopRouter := context.WithCancel(ctx)
-	require.NoError(t, srv.Start(sctx))
-	front := httptest.NewServer(srv.Handler())
-	defer func() { front.Close(); stopRouter(); srv.Wait() }()
+	frontURL := startLivePD(t, ctx, prof)
 
 	// Every run draws its own conversations (its own seed): the live caches keep what earlier
 	// runs sent, and the simulator starts each run cold.
@@ -82,7 +62,7 @@ func TestIntegrationCalibrationPredictsUnseenRuns(t *testing.T) {
 		l := workloads.DefaultLoadParams()
 		l.Concurrency, l.Requests, l.Warmup = []int{clients}, requests, 8
 		out := filepath.Join(dir, name)
-		res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
+		res, err := bench.Run(ctx, bench.Config{URL: frontURL, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
 		require.NoError(t, err, name)
 		lv := res.Levels[0]
 		t.Logf("live %s: TTFT p50 %.1f p95 %.1f ms, TPOT p50 %.2f ms", name, lv.TTFTMs.P50, lv.TTFTMs.P95, lv.TPOTMs.P50)
@@ -153,4 +133,31 @@ func abs(v float64) float64 {
 		return -v
 	}
 	return v
+}
+
+// startLivePD starts a live PD cluster of 2 prefill + 2 decode fakeworkers running prof,
+// behind the real router (in-process, on loopback), until ctx ends; it returns the router's URL.
+func startLivePD(t *testing.T, ctx context.Context, prof engine.Profile) string {
+	t.Helper()
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2,
+		Worker: fakeworker.Config{Host: "127.0.0.1", Profile: prof, Seed: 1}})
+	require.NoError(t, err)
+	rc := router.DefaultConfig()
+	rc.PDDisaggregation = true
+	for _, w := range cl.Workers() {
+		switch fakeworker.ModeName(w.Mode()) {
+		case "prefill":
+			port := w.BootstrapPort()
+			rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: w.URL(), BootstrapPort: &port})
+		case "decode":
+			rc.Decode = append(rc.Decode, w.URL())
+		}
+	}
+	srv, err := server.New(server.Options{Config: rc, Seed: 1})
+	require.NoError(t, err)
+	sctx, stopRouter := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { front.Close(); stopRouter(); srv.Wait(); cl.Stop(); _ = cl.Wait() })
+	return front.URL
 }
