@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-fidelity test-k8s test-browser chromium nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-browser chromium nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -43,12 +43,6 @@ test-unit:
 test-integration:
 	$(GO) test -count=1 -tags integration -run '^$$' $(PKGS) >/dev/null
 	$(GO) test -p 1 -count=1 -tags integration -run '^TestIntegration' $(PKGS)
-
-# The demo's live-vs-simulated fidelity check (about 40 s). Opt-in: TTFT moves in whole
-# decode steps and the c16 P50 sits on a step's edge, so live timing noise flips it in many
-# runs; not yet a gate (issue 9, see cmd/router/internal/demo/fidelity_test.go).
-test-fidelity:
-	$(GO) test -count=1 -tags fidelity -run '^TestIntegrationDemoFidelity$$' -v ./cmd/router/internal/demo
 
 # Service discovery against a real Kubernetes API server (opt-in): kube-apiserver and etcd are
 # built once from the Go module proxy (k8s.io/kubernetes with its staging modules pinned; a few
