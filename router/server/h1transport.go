@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,8 +43,39 @@ type h1Conn struct {
 	t      *h1Transport
 	host   string
 	conn   net.Conn
+	head   *headCap // bounds the bytes read for a response head
 	br     *bufio.Reader
 	idleAt time.Time
+}
+
+// maxResponseHead bounds a worker's response head (status line and headers), as net/http's
+// Transport.MaxResponseHeaderBytes does: a worker streaming headers without end cannot make
+// the router buffer them.
+const maxResponseHead = 1 << 20
+
+// errResponseHeadTooLarge reports a response head over maxResponseHead.
+var errResponseHeadTooLarge = fmt.Errorf("worker response head exceeds %d bytes", maxResponseHead)
+
+// headCap passes reads through, at most left bytes while armed.
+type headCap struct {
+	r     io.Reader
+	armed bool
+	left  int
+}
+
+func (h *headCap) Read(p []byte) (int, error) {
+	if !h.armed {
+		return h.r.Read(p)
+	}
+	if h.left <= 0 {
+		return 0, errResponseHeadTooLarge
+	}
+	if len(p) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.r.Read(p)
+	h.left -= n
+	return n, err
 }
 
 // peekAfter is how long a connection may idle before it is checked for a close by the worker
@@ -120,19 +152,43 @@ func (t *h1Transport) exchange(ctx context.Context, method, host, uri string, hd
 		}
 		return nil, reused, err
 	}
-	if _, err := c.conn.Write(*head); err != nil {
-		return fail(err)
+	_, werr := c.conn.Write(*head)
+	// A worker may answer before it has read the whole body (413, 400) and close: the write
+	// then fails, but its response is there to read, as net/http reads it.
+	resp, err := c.readHead(method)
+	if werr != nil && err != nil {
+		return fail(werr)
 	}
-	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 	if err != nil {
 		return fail(err)
 	}
-	if resp.StatusCode < 200 {
-		return fail(fmt.Errorf("unexpected informational response %d", resp.StatusCode))
-	}
+	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	resp.Body = &h1Body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: !resp.Close, chunked: chunked}
+	resp.Body = &h1Body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked}
 	return resp, reused, nil
+}
+
+// readHead reads the final response head, skipping informational ones (100 Continue, 103
+// Early Hints), within maxResponseHead bytes in all.
+func (c *h1Conn) readHead(method string) (*http.Response, error) {
+	c.head.armed, c.head.left = true, maxResponseHead
+	defer func() { c.head.armed = false }()
+	for {
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
+		if err != nil {
+			if errors.Is(err, errResponseHeadTooLarge) {
+				return nil, errResponseHeadTooLarge
+			}
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, fmt.Errorf("unexpected 101 Switching Protocols")
+		case resp.StatusCode >= 100 && resp.StatusCode < 200:
+			continue // informational: no body, the final response follows
+		}
+		return resp, nil
+	}
 }
 
 // serialize writes a request's head and body into a pooled buffer.
@@ -278,7 +334,8 @@ func (t *h1Transport) get(ctx context.Context, host string) (*h1Conn, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
-	return &h1Conn{t: t, host: host, conn: conn, br: bufio.NewReaderSize(conn, 4<<10)}, false, nil
+	hc := &headCap{r: conn}
+	return &h1Conn{t: t, host: host, conn: conn, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}, false, nil
 }
 
 // put returns a connection whose last response was read to its end, and closes connections

@@ -353,3 +353,78 @@ func TestH1DoSendsJSONAndReportsReuse(t *testing.T) {
 	assert.Equal(t, "ok", readAll(t, resp))
 	assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
 }
+
+// rawHeadWorker accepts connections and hands each to serve after reading only the request
+// head (the body is left unread).
+func rawHeadWorker(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					serve(c)
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// 100 Continue and 103 Early Hints before the final response are skipped, as net/http does.
+func TestH1SkipsInformationalResponses(t *testing.T) {
+	url := rawWorker(t, func(c net.Conn, _ *bufio.Reader) {
+		_, _ = io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"+
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, url, "{}", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "ok", readAll(t, resp))
+	// The connection is still in step: a second request on it works.
+	resp, reused, err := h1Do(context.Background(), tr, url, "{}", nil)
+	require.NoError(t, err)
+	assert.True(t, reused)
+	assert.Equal(t, "ok", readAll(t, resp))
+}
+
+// A worker that answers 413 before reading an 8 MiB body and closes: the router gets the 413,
+// not the write's broken pipe (which it would turn into a 502 and retry).
+func TestH1EarlyResponseWhileTheBodyIsWritten(t *testing.T) {
+	url := rawHeadWorker(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{\"error\":\"large\"}")
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+			_ = tc.SetLinger(0) // reset: the unread body must not keep the socket alive
+		}
+	})
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, url, strings.Repeat("x", 8<<20), nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	assert.Equal(t, `{"error":"large"}`, readAll(t, resp))
+	assert.Empty(t, tr.pools[strings.TrimPrefix(url, "http://")], "the connection is not reused")
+}
+
+// Response headers without end are cut at maxResponseHead, not buffered.
+func TestH1ResponseHeadIsBounded(t *testing.T) {
+	url := rawWorker(t, func(c net.Conn, _ *bufio.Reader) {
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+		for i := 0; i < 2*maxResponseHead/len(line); i++ {
+			if _, err := io.WriteString(c, line); err != nil {
+				return
+			}
+		}
+	})
+	_, _, err := h1Do(context.Background(), newH1Transport(3*time.Second), url, "{}", nil)
+	require.ErrorIs(t, err, errResponseHeadTooLarge)
+}
