@@ -265,9 +265,14 @@ func commitHeaders(w http.ResponseWriter, resp *http.Response, id string, stream
 // error (after an error event and [DONE]); a failure after [DONE] is a clean end. end, if not
 // nil, is how the held part ended (io.EOF or a read error): then body is not read.
 func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io.Reader, sw *streamWriter, held [][]byte, end error, worker, role string) error {
+	err := end
 	for _, c := range held {
-		if err := sw.write(c); err != nil {
-			return errClientGone
+		if werr := sw.write(c); werr != nil {
+			if !errors.Is(werr, errSSEEventTooLarge) {
+				return errClientGone
+			}
+			err = werr // the worker's fault: answered below as a failed stream
+			break
 		}
 	}
 	if len(held) > 0 {
@@ -277,13 +282,16 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 	defer relayBufs.Put(bp)
 	buf := *bp
 	pb, _ := body.(pendingBody)
-	err := end
 	for err == nil {
 		var n int
 		n, err = body.Read(buf)
 		if n > 0 {
 			if werr := sw.write(buf[:n]); werr != nil {
-				return errClientGone
+				if !errors.Is(werr, errSSEEventTooLarge) {
+					return errClientGone
+				}
+				err = werr
+				break
 			}
 			// Flush when the upstream has nothing more buffered: bytes that already arrived
 			// go out in the same write as the next read's.

@@ -48,6 +48,9 @@ func readFirst(body io.Reader, stream bool, limit int64, done <-chan struct{}) <
 					for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
 						first = first || ev.HasData()
 					}
+					if probe.Buffered() > maxSSEEvent && err == nil {
+						err = errSSEEventTooLarge
+					}
 				}
 				select {
 				case ch <- relayChunk{data: buf[:n]}:
@@ -108,10 +111,25 @@ func (s *Server) newStreamWriter(w http.ResponseWriter, pre []byte, started time
 	return sw
 }
 
+// maxSSEEvent bounds one relayed SSE event (the bytes a worker may send without ending an
+// event with a blank line): the relay holds an event whole until it ends, so without a bound a
+// worker could make it buffer without limit after the headers are sent (SPEC §1.4). SGLang's
+// largest events (cumulative /generate text with logprobs) stay far below it.
+const maxSSEEvent = 16 << 20
+
+// errSSEEventTooLarge ends a relayed stream whose event exceeds maxSSEEvent.
+var errSSEEventTooLarge = fmt.Errorf("worker stream event exceeds %d bytes without ending", maxSSEEvent)
+
 // write feeds one upstream chunk; it writes every complete event.
 func (s *streamWriter) write(chunk []byte) error {
 	s.parser.Feed(chunk)
-	return s.drain()
+	if err := s.drain(); err != nil {
+		return err
+	}
+	if s.parser.Buffered() > maxSSEEvent {
+		return errSSEEventTooLarge
+	}
+	return nil
 }
 
 // close ends the upstream stream and writes what remains (an unterminated last event).

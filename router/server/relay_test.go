@@ -66,3 +66,40 @@ func TestRelayFlushesEveryReadWithoutPending(t *testing.T) {
 }
 
 var _ http.Flusher = (*flushCounter)(nil)
+
+// endlessEvent is a stream that sends one event's data line without ever ending it.
+type endlessEvent struct{ sent int }
+
+func (e *endlessEvent) Read(p []byte) (int, error) {
+	if e.sent == 0 {
+		e.sent += copy(p, "data: {\"text\":\"")
+		return e.sent, nil
+	}
+	for i := range p {
+		p[i] = 'a'
+	}
+	e.sent += len(p)
+	return len(p), nil
+}
+
+// An event without its blank line is held only up to maxSSEEvent: the relay then ends the
+// stream with an error instead of buffering whatever the worker sends (the 64 MiB event that
+// once grew the heap to 280 MiB).
+func TestRelayBoundsAnUnendedEvent(t *testing.T) {
+	rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	s := &Server{}
+	body := &endlessEvent{}
+	sw := newStreamWriter(rec, nil, time.Now(), nil)
+	err := s.relayStream(context.Background(), rec, body, sw, nil, nil, "w", "regular")
+	require.ErrorContains(t, err, errSSEEventTooLarge.Error())
+	assert.Less(t, body.sent, maxSSEEvent+relayBufSize+64, "read stops at the bound")
+	assert.Contains(t, rec.Body.String(), "stream failed: "+errSSEEventTooLarge.Error(), "the client gets an error event")
+	assert.NotContains(t, rec.Body.String(), "aaaa", "nothing of the unended event was relayed")
+
+	// The first-event probe of the PD path stops at the same bound.
+	var last relayChunk
+	for c := range readFirst(&endlessEvent{}, true, 1<<40, make(chan struct{})) {
+		last = c
+	}
+	require.ErrorIs(t, last.err, errSSEEventTooLarge)
+}
