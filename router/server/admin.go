@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
@@ -356,6 +357,11 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
 }
 
+// apiDiscoveryTimeout bounds the dp_size read of a worker added through the API, which has
+// just answered its health probe (discovery keeps --worker-startup-timeout-secs for workers
+// still starting).
+const apiDiscoveryTimeout = 30 * time.Second
+
 // registerError carries the HTTP status POST /workers answers for a failed registration.
 type registerError struct {
 	status int
@@ -376,6 +382,18 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 	}
 	if !s.allowedWorker(u) {
 		return 0, &registerError{http.StatusForbidden, fmt.Errorf("worker %s is not allowed by --worker-url-allow", router.RedactURL(u))}
+	}
+	if source == "api" {
+		// An operator adding a worker by hand learns at once when it does not answer, rather
+		// than after a 600 s discovery wait or from a "ready" router sending it traffic.
+		if err := s.hc.check(ctx, u); err != nil {
+			return 0, &registerError{http.StatusBadGateway, fmt.Errorf("worker %s does not answer: %w", router.RedactURL(u), err)}
+		}
+		if s.cfg.DPAware {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, apiDiscoveryTimeout)
+			defer cancel()
+		}
 	}
 	dp, err := s.discover(ctx, u)
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -46,23 +47,29 @@ func (h *HealthChecker) CheckAll(ctx context.Context) {
 	wg.Wait()
 }
 
-func (h *HealthChecker) probe(ctx context.Context, url string) bool {
+func (h *HealthChecker) probe(ctx context.Context, url string) bool { return h.check(ctx, url) == nil }
+
+// check probes url's health endpoint once and says why it failed.
+func (h *HealthChecker) check(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+h.Endpoint, nil)
 	if err != nil {
-		return false
+		return err
 	}
 	if h.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+h.APIKey)
 	}
 	resp, err := h.Client.Do(req)
 	if err != nil {
-		return false
+		return fmt.Errorf("GET %s: %w", h.Endpoint, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	return resp.StatusCode >= 200 && resp.StatusCode < 300
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		return fmt.Errorf("GET %s: status %d", h.Endpoint, resp.StatusCode)
+	}
+	return nil
 }
 
 // Run probes every Interval until ctx is done.

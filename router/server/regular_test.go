@@ -342,3 +342,26 @@ func TestPayloadLimitBeforeReading(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, r2.StatusCode)
 	assert.Zero(t, w.callCount(), "nothing reached the worker")
 }
+
+// POST /workers for a worker that does not answer its health probe is refused at once with
+// a 502 naming it, with and without --dp-aware (whose discovery would otherwise wait for the
+// 600 s startup timeout), and nothing is registered.
+func TestAddingAnUnreachableWorkerFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, dpAware := range []bool{false, true} {
+		cfg := router.DefaultConfig()
+		cfg.DPAware = dpAware
+		tr := startRouter(t, cfg)
+		resp, err := http.Post(tr.srv.URL+"/workers", "application/json", strings.NewReader(fmt.Sprintf(`{"url":%q}`, dead)))
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "dp-aware %v", dpAware)
+		assert.Contains(t, string(body), "worker "+dead+" does not answer: GET /health")
+		assert.Empty(t, tr.s.Router().Workers(), "nothing registered")
+	}
+}

@@ -55,6 +55,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	log       *slog.Logger
 	disc      *Discoverer
+	hc        *HealthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
 
@@ -134,6 +135,9 @@ func New(opts Options) (*Server, error) {
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
 		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
 	}
+	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: cfg.HealthCheckEndpoint,
+		Timeout: time.Duration(cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(cfg.HealthCheckIntervalSecs) * time.Second,
+		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.disc.Client.Transport.(*http.Transport).TLSClientConfig = tc
@@ -190,11 +194,8 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
-	hc := &HealthChecker{Router: s.r, Client: s.admin, Endpoint: s.cfg.HealthCheckEndpoint,
-		Timeout: time.Duration(s.cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(s.cfg.HealthCheckIntervalSecs) * time.Second,
-		APIKey: s.cfg.APIKey, Now: time.Now}
 	s.bg.Add(3)
-	go func() { defer s.bg.Done(); hc.Run(ctx) }()
+	go func() { defer s.bg.Done(); s.hc.Run(ctx) }()
 	go func() { defer s.bg.Done(); s.logWorkerEvents(ctx) }()
 	go func() {
 		defer s.bg.Done()
