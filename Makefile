@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-browser chromium nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -40,7 +40,7 @@ test-unit:
 # Integration tests carry timing tolerances (fidelity, bench accuracy), so packages run one at
 # a time (-p 1): two live clusters on two cores would skew each other. Their test binaries are
 # built first, in parallel.
-test-integration:
+test-integration: uvicorn
 	$(GO) test -count=1 -tags integration -run '^$$' $(PKGS) >/dev/null
 	$(GO) test -p 1 -count=1 -tags integration -run '^TestIntegration' $(PKGS)
 
@@ -59,6 +59,12 @@ test-imports: ## ARCHITECTURE §2: who may import whom
 # the data and it loads nothing from the network. The test fails, never skips, without a browser.
 test-browser: chromium
 	$(GO) test -count=1 -tags browser -run '^TestBrowser' ./reports
+
+# Debian's uvicorn and FastAPI (SGLang's server stack) for the upstream-transport integration
+# test, installed once (needs root and the Debian archive).
+uvicorn:
+	@/usr/bin/python3 -c 'import uvicorn, fastapi' 2>/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-uvicorn python3-fastapi >/dev/null; }
 
 # Debian's chromium for test-browser, installed once (needs root and the Debian archive).
 chromium:
