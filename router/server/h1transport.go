@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +121,26 @@ func (t *h1Transport) do(ctx context.Context, method, url string, body []byte, h
 	host, uri := rest, "/"
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		host, uri = rest[:i], rest[i:]
+	}
+	if at := strings.LastIndexByte(host, '@'); at >= 0 {
+		// http://user:pass@host: credentials go in Authorization: Basic, as net/http sends
+		// them, unless the request carries its own (the client's bearer token wins).
+		userinfo := host[:at]
+		host = host[at+1:]
+		if hdr.Get("Authorization") == "" {
+			user, pass, _ := strings.Cut(userinfo, ":")
+			if u, err := neturl.PathUnescape(user); err == nil {
+				user = u
+			}
+			if p, err := neturl.PathUnescape(pass); err == nil {
+				pass = p
+			}
+			hdr = hdr.Clone()
+			if hdr == nil {
+				hdr = http.Header{}
+			}
+			hdr.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+		}
 	}
 	ctype := ""
 	if body != nil {

@@ -428,3 +428,27 @@ func TestH1ResponseHeadIsBounded(t *testing.T) {
 	_, _, err := h1Do(context.Background(), newH1Transport(3*time.Second), url, "{}", nil)
 	require.ErrorIs(t, err, errResponseHeadTooLarge)
 }
+
+// A worker URL with user:pass@ sends the credentials as Authorization: Basic (as net/http
+// does) and dials the host alone; a request's own Authorization wins.
+func TestH1UserinfoBecomesBasicAuth(t *testing.T) {
+	got := make(chan [2]string, 2)
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		user, pass, _ := r.BasicAuth()
+		got <- [2]string{user + ":" + pass, r.Host}
+		_, _ = io.WriteString(w, "ok")
+	})
+	u := strings.Replace(srv.URL, "http://", "http://us%3Aer:p%40ss@", 1)
+	tr := newH1Transport(3 * time.Second)
+	resp, _, err := h1Do(context.Background(), tr, u, "{}", nil)
+	require.NoError(t, err)
+	readAll(t, resp)
+	g := <-got
+	assert.Equal(t, "us:er:p@ss", g[0])
+	assert.Equal(t, strings.TrimPrefix(srv.URL, "http://"), g[1], "no credentials in Host")
+
+	resp, _, err = h1Do(context.Background(), tr, u, "{}", http.Header{"Authorization": {"Bearer client"}})
+	require.NoError(t, err)
+	readAll(t, resp)
+	assert.Equal(t, ":", (<-got)[0], "the request's own Authorization is kept")
+}
