@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"gonum.org/v1/gonum/stat"
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/reports"
@@ -81,14 +80,6 @@ func levelSamples(recs []reports.Record) map[string]samples {
 	return out
 }
 
-// ksDistance is the two-sample Kolmogorov-Smirnov distance of sorted samples.
-func ksDistance(a, b []float64) float64 {
-	if len(a) == 0 || len(b) == 0 {
-		return 1
-	}
-	return stat.KolmogorovSmirnov(a, nil, b, nil)
-}
-
 // band is a quantile's relative tolerance.
 type band struct {
 	q, rel float64
@@ -110,7 +101,7 @@ func gateFailures(what string, live1, live2, simulated []float64, bands []band) 
 		return []string{what + ": no samples"}, ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: KS sim-live %.3f, live-live %.3f;", what, ksDistance(simulated, live1), ksDistance(live1, live2))
+	fmt.Fprintf(&b, "%s: KS sim-live %.3f, live-live %.3f;", what, reports.KSDistance(simulated, live1), reports.KSDistance(live1, live2))
 	for _, bd := range bands {
 		q := bd.q
 		l1, l2, s := reports.Percentile(live1, q), reports.Percentile(live2, q), reports.Percentile(simulated, q)

@@ -265,3 +265,14 @@ func TestParityLine(t *testing.T) {
 	l.Concurrency = []int{4}
 	assert.Contains(t, ParityLine(l, 3, 432), "no fixed number")
 }
+
+func TestDistributionLine(t *testing.T) {
+	ms := func(v float64) *float64 { return &v }
+	rec := func(level string, ttft, tpot float64) reports.Record {
+		return reports.Record{Level: level, TTFTMs: ms(ttft), TPOTMs: ms(tpot)}
+	}
+	live := []reports.Record{rec("c1", 10, 5), rec("c1", 20, 5), rec("c4", 30, 6)}
+	sim := []reports.Record{rec("c1", 10, 5), rec("c1", 20, 5), rec("c4", 40, 7)}
+	line := DistributionLine(live, sim, []Row{{Label: "c1"}, {Label: "c4"}})
+	assert.Contains(t, line, "c1 TTFT 0.00, TPOT 0.00; c4 TTFT 1.00, TPOT 1.00")
+}
