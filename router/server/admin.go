@@ -16,6 +16,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -420,6 +421,8 @@ func (s *Server) RemoveWorker(u, source string) error {
 	if err := s.r.RemoveWorker(u); err != nil {
 		return err
 	}
+	// Its series go with it: discovery churn must not grow /metrics without bound.
+	s.metrics.WorkerErrors.DeletePartialMatch(prometheus.Labels{"worker": router.RedactURL(u)})
 	s.log.Info("worker removed", "url", router.RedactURL(u), "source", source)
 	return nil
 }

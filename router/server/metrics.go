@@ -28,6 +28,7 @@ type Metrics struct {
 	PrefixMatchRatio  prometheus.Histogram     // prefix_match_ratio: the router's predicted match rate
 	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
 	DiscoveryEvents   *prometheus.CounterVec   // discovery_events_total{role,event}: Kubernetes pods added, removed, skipped
+	WorkerErrors      *prometheus.CounterVec   // worker_errors_total{worker,role,kind}: failed attempts per worker
 
 	policy     [3]string // policy name per router.Role, fixed when the router is built
 	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
@@ -66,6 +67,9 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		DiscoveryEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_discovery_events_total", Help: "Service discovery: pods added as workers, removed, or skipped (not ready, bad annotation, failed dp_size read), by role."},
 			[]string{"role", "event"}),
+		WorkerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_worker_errors_total", Help: "Failed attempts by worker, role and kind (upstream_status, upstream_transport, timeout, …); retried or not."},
+			[]string{"worker", "role", "kind"}),
 	}
 	// Every (role, event) series exists from the start, at 0, so dashboards and alerts see
 	// the series before the first pod comes or goes.
@@ -85,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
-		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, &stateCollector{r: r})
+		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, &stateCollector{r: r})
 	return m
 }
 

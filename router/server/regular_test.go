@@ -365,3 +365,28 @@ func TestAddingAnUnreachableWorkerFailsAtOnce(t *testing.T) {
 		assert.Empty(t, tr.s.Router().Workers(), "nothing registered")
 	}
 }
+
+// Failed attempts are counted per worker (pdrouter_worker_errors_total{worker,role,kind}), and
+// a removed worker's series go with it.
+func TestWorkerErrorsPerWorker(t *testing.T) {
+	t.Parallel()
+	bad := newWorker(t, statusReply(http.StatusServiceUnavailable, "busy"))
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{bad.URL()}
+	cfg.DisableRetries = true
+	tr := startRouter(t, cfg)
+	status, _, _ := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tr.s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	assert.Contains(t, scrape(), fmt.Sprintf(`pdrouter_worker_errors_total{kind="regular_status",role="regular",worker=%q} 1`, bad.URL()))
+	req, _ := http.NewRequest(http.MethodDelete, tr.srv.URL+"/workers/"+bad.URL(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.NotContains(t, scrape(), "pdrouter_worker_errors_total{", "the removed worker's series are gone")
+}

@@ -235,6 +235,7 @@ func (s *Server) logWorkerEvents(ctx context.Context) {
 // attemptFailed logs a failed attempt at WARN, at most once per worker per
 // attemptLogInterval (the others are counted in pdrouter_errors_total).
 func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
+	s.metrics.WorkerErrors.WithLabelValues(router.RedactURL(ue.Worker), ue.Role, errorKind(ue)).Inc()
 	now := time.Now()
 	s.logMu.Lock()
 	last, seen := s.lastAttemptLog[ue.Worker]
