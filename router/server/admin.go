@@ -44,9 +44,8 @@ func (s *Server) passthrough(path string) http.HandlerFunc {
 			return
 		}
 		t := d.Regular
-		resp, err := send(req.Context(), s.clients[router.Regular], http.MethodPost, t.URL()+path, raw, s.forwardHeaders(req), "regular", t.URL())
-		if err != nil {
-			ue := err.(*upstreamError)
+		resp, ue := send(req.Context(), s.clients[router.Regular], http.MethodPost, t.URL()+path, raw, s.forwardHeaders(req), "regular", t.URL())
+		if ue != nil {
 			d.Done(router.Regular, legOutcome(ue))
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
 			return
@@ -89,9 +88,8 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker to answer %s", s.infoRole(), path))
 			return
 		}
-		resp, err := send(req.Context(), clientDoer{s.admin}, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
-		if err != nil {
-			ue := err.(*upstreamError)
+		resp, ue := send(req.Context(), clientDoer{s.admin}, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
+		if ue != nil {
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
 			return
 		}
@@ -160,14 +158,14 @@ func (s *Server) fanOut(ctx context.Context, method, path string, urls []string)
 			if method == http.MethodPost {
 				body = []byte("{}")
 			}
-			resp, err := send(ctx, clientDoer{s.admin}, method, u+path, body, nil, "worker", u)
-			if err == nil {
+			resp, ue := send(ctx, clientDoer{s.admin}, method, u+path, body, nil, "worker", u)
+			if ue == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				return
 			}
 			mu.Lock()
-			failed[u] = err.Error()
+			failed[u] = ue.Error()
 			mu.Unlock()
 		}()
 	}

@@ -51,9 +51,8 @@ type attemptResult struct {
 
 // legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
 // counts as a success (the worker answered correctly), as in sgl-router's PD path.
-func legOutcome(err error) router.Outcome {
-	var ue *upstreamError
-	if errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 {
+func legOutcome(ue *upstreamError) router.Outcome {
+	if ue != nil && ue.Status >= 400 && ue.Status < 500 {
 		return router.Success
 	}
 	return router.Failure
@@ -336,8 +335,8 @@ func (s *Server) abort(urls []string, rids []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
-				resp, err := send(ctx, clientDoer{s.admin}, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
-				if err == nil {
+				resp, ue := send(ctx, clientDoer{s.admin}, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
+				if ue == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}

@@ -60,26 +60,27 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		defer close(prefExited)
 		defer pcancel()
 		res := legResult{}
-		resp, err := send(pctx, s.clients[router.Prefill], http.MethodPost, pt.URL()+path, legs.Prefill, hdr, "prefill", pt.URL())
-		if err == nil {
-			res.body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
+		resp, ue := send(pctx, s.clients[router.Prefill], http.MethodPost, pt.URL()+path, legs.Prefill, hdr, "prefill", pt.URL())
+		if ue == nil {
+			var rerr error
+			res.body, rerr = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
 			resp.Body.Close()
 			switch {
-			case err != nil:
-				err = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: err}
+			case rerr != nil:
+				ue = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: rerr}
 			case len(res.body) > maxPrefillBody:
-				err = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)}
+				ue = &upstreamError{Worker: pt.URL(), Role: "prefill", Err: fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)}
 			}
 		}
-		if err == nil {
+		switch {
+		case ue == nil:
 			d.Done(router.Prefill, router.Success)
-		} else {
-			res.err = err.(*upstreamError)
-			if res.err.Status == 0 && pctx.Err() != nil {
-				d.Done(router.Prefill, router.Cancelled) // we cancelled it: says nothing of the worker
-			} else {
-				d.Done(router.Prefill, legOutcome(err))
-			}
+		case ue.Status == 0 && pctx.Err() != nil:
+			res.err = ue
+			d.Done(router.Prefill, router.Cancelled) // we cancelled it: says nothing of the worker
+		default:
+			res.err = ue
+			d.Done(router.Prefill, legOutcome(ue))
 		}
 		prefDone <- res
 	}()
@@ -89,9 +90,9 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	}
 	decHead := make(chan head, 1)
 	go func() {
-		resp, err := send(dctx, s.clients[router.Decode], http.MethodPost, dt.URL()+path, legs.Decode, hdr, "decode", dt.URL())
-		if err != nil {
-			decHead <- head{err: err.(*upstreamError)}
+		resp, ue := send(dctx, s.clients[router.Decode], http.MethodPost, dt.URL()+path, legs.Decode, hdr, "decode", dt.URL())
+		if ue != nil {
+			decHead <- head{err: ue}
 			return
 		}
 		decHead <- head{resp: resp}

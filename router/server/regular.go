@@ -21,9 +21,8 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 	}
 	path := b.Route.String()
 	s.logDecision(id, "", 0, path, d)
-	resp, err := send(ctx, s.clients[router.Regular], http.MethodPost, t.URL()+path, body, hdr, "regular", t.URL())
-	if err != nil {
-		ue := err.(*upstreamError)
+	resp, ue := send(ctx, s.clients[router.Regular], http.MethodPost, t.URL()+path, body, hdr, "regular", t.URL())
+	if ue != nil {
 		if ctx.Err() != nil {
 			d.Done(router.Regular, router.Cancelled)
 			return attemptResult{gone: true}, 0
@@ -55,7 +54,7 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 		return attemptResult{}, resp.StatusCode
 	}
 	sw := s.newStreamWriter(w, nil, start, path)
-	err = s.relayStream(ctx, w, resp.Body, sw, nil, nil, t.URL(), "regular")
+	err := s.relayStream(ctx, w, resp.Body, sw, nil, nil, t.URL(), "regular")
 	switch {
 	case errors.Is(err, errClientGone):
 		d.Done(router.Regular, router.Cancelled)

@@ -108,7 +108,7 @@ func (c clientDoer) do(ctx context.Context, method, url string, body []byte, hdr
 
 // send POSTs (or GETs, body nil) to url and returns the response once its headers arrived. A
 // non-2xx answer is returned as an *upstreamError with its body read (bounded) and closed.
-func send(ctx context.Context, d doer, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, error) {
+func send(ctx context.Context, d doer, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, *upstreamError) {
 	resp, reused, err := d.do(ctx, method, url, body, hdr)
 	if err != nil {
 		return nil, &upstreamError{Worker: worker, Role: role, Err: err, reused: reused}
