@@ -14,18 +14,34 @@ type HealthConfig struct {
 type Health struct {
 	cfg       HealthConfig
 	healthy   bool
-	failures  int // consecutive failed probes
-	successes int // consecutive passed probes
+	starting  bool // not yet passed a probe (NewStartingHealth): the first pass makes it healthy
+	failures  int  // consecutive failed probes
+	successes int  // consecutive passed probes
 }
 
 // NewHealth returns a healthy machine.
 func NewHealth(cfg HealthConfig) *Health { return &Health{cfg: cfg, healthy: true} }
+
+// NewStartingHealth returns the machine of a worker not yet probed: unhealthy until its first
+// passing probe, which makes it healthy at once (SuccessThreshold applies to recoveries).
+func NewStartingHealth(cfg HealthConfig) *Health { return &Health{cfg: cfg, starting: true} }
+
+// Starting reports whether the worker has never passed a probe.
+func (h *Health) Starting() bool { return h.starting }
 
 // Healthy reports the current verdict.
 func (h *Health) Healthy() bool { return h.healthy }
 
 // Observe feeds one probe result and reports whether the verdict flipped.
 func (h *Health) Observe(ok bool) (flipped bool) {
+	if h.starting {
+		if !ok {
+			h.failures++
+			return false
+		}
+		h.starting, h.healthy, h.failures, h.successes = false, true, 0, 1
+		return true
+	}
 	if ok {
 		h.failures = 0
 		h.successes++

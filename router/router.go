@@ -103,7 +103,11 @@ func (r *Router) AddWorker(s WorkerSpec) error {
 	if s.BootstrapPort != nil && s.Role != Prefill {
 		return fmt.Errorf("router: add worker %s: bootstrap port is only for prefill workers", s.URL)
 	}
-	w := &Worker{url: s.URL, role: s.Role, health: NewHealth(r.cfg.Health()), breaker: NewBreaker(r.cfg.Breaker())}
+	health := NewHealth(r.cfg.Health())
+	if s.Starting {
+		health = NewStartingHealth(r.cfg.Health())
+	}
+	w := &Worker{url: s.URL, role: s.Role, health: health, breaker: NewBreaker(r.cfg.Breaker())}
 	if s.BootstrapPort != nil {
 		p := *s.BootstrapPort
 		w.bootstrapPort = &p

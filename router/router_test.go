@@ -229,7 +229,7 @@ func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 	_, err = r.ObserveHealth("http://c:1", false, clock.Now())
 	require.NoError(t, err)
 	_, err = r.Route(&Request{})
-	require.EqualError(t, err, "no available regular workers (3 registered, all unhealthy or circuit open)")
+	require.EqualError(t, err, "no available regular workers (3 registered, all starting, unhealthy or circuit open)")
 	require.False(t, r.Ready())
 
 	// After the breaker timeout, a is half-open and gets traffic again.

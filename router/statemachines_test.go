@@ -192,3 +192,23 @@ func TestRetryable(t *testing.T) {
 		assert.Equal(t, tc.want, Retryable(tc.a), "%+v %s", tc.a, tc.a.Body)
 	}
 }
+
+// A starting worker is unhealthy until its first passing probe, which makes it healthy at
+// once; failures before that keep it starting.
+func TestStartingHealth(t *testing.T) {
+	h := NewStartingHealth(HealthConfig{FailureThreshold: 3, SuccessThreshold: 2})
+	assert.True(t, h.Starting())
+	assert.False(t, h.Healthy())
+	for range 5 {
+		assert.False(t, h.Observe(false))
+		assert.True(t, h.Starting())
+	}
+	assert.True(t, h.Observe(true), "the first pass flips it")
+	assert.True(t, h.Healthy())
+	assert.False(t, h.Starting())
+	// From then on the usual thresholds.
+	assert.False(t, h.Observe(false))
+	assert.False(t, h.Observe(false))
+	assert.True(t, h.Observe(false))
+	assert.False(t, h.Healthy())
+}

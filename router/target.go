@@ -105,6 +105,9 @@ type WorkerSpec struct {
 	// DPSize is the worker's dp_size from /get_server_info; used only when the router is
 	// DP-aware, where it must be ≥ 1.
 	DPSize int
+	// Starting registers a worker not yet probed: it takes no traffic until a health probe
+	// passes (WorkerStarting). Without it the worker starts healthy (it was just probed).
+	Starting bool
 }
 
 // TargetInfo is a snapshot of one target for /get_loads and metrics.
@@ -136,6 +139,7 @@ type WorkerState string
 
 // Worker states, worst first: a failing health check wins over an open breaker.
 const (
+	WorkerStarting    WorkerState = "starting"     // registered, no health probe passed yet: no traffic
 	WorkerHealthy     WorkerState = "healthy"      // passes health checks, breaker closed or half-open: takes traffic
 	WorkerUnhealthy   WorkerState = "unhealthy"    // failed --health-failure-threshold probes in a row
 	WorkerBreakerOpen WorkerState = "breaker_open" // failed --cb-failure-threshold requests in a row: no traffic until a probe passes or the timeout ends
@@ -143,6 +147,8 @@ const (
 
 func workerState(w *Worker, now time.Time) WorkerState {
 	switch {
+	case w.health.Starting():
+		return WorkerStarting
 	case !w.health.Healthy():
 		return WorkerUnhealthy
 	case !w.breaker.Allow(now):
@@ -162,7 +168,7 @@ type WorkerEvent struct {
 }
 
 // NoTargetError is returned by [Router.Route] when a role has no available target (all
-// unhealthy, all circuits open, or none registered). Serve answers 503.
+// starting, unhealthy or with open circuits, or none registered). Serve answers 503.
 type NoTargetError struct {
 	Role       Role
 	Registered int // targets registered for the role
@@ -172,7 +178,7 @@ func (e *NoTargetError) Error() string {
 	if e.Registered == 0 {
 		return fmt.Sprintf("no %s workers registered", e.Role)
 	}
-	return fmt.Sprintf("no available %s workers (%d registered, all unhealthy or circuit open)", e.Role, e.Registered)
+	return fmt.Sprintf("no available %s workers (%d registered, all starting, unhealthy or circuit open)", e.Role, e.Registered)
 }
 
 // RedactURL hides the credentials of a worker URL or target name (http://user:pw@host →

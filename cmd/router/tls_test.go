@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -140,13 +141,13 @@ func TestTLSToWorkers(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(w.URL(), "https://"), w.URL())
 
-	newRouter := func(ca string) *httptest.Server {
+	newRouter := func(ca string, log io.Writer) *httptest.Server {
 		cfg := router.DefaultConfig()
 		cfg.WorkerURLs = []string{w.URL()}
 		cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths = cert, key, []string{ca}
 		cfg.UpstreamIdleTimeoutMs = 1 // a new upstream connection (and handshake) per request
 		cfg.DisableRetries = true
-		s, err := server.New(server.Options{Config: cfg, Seed: 1})
+		s, err := server.New(server.Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(log, nil))})
 		require.NoError(t, err)
 		sctx, scancel := context.WithCancel(ctx)
 		require.NoError(t, s.Start(sctx))
@@ -164,7 +165,7 @@ func TestTLSToWorkers(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	good := newRouter(serverCA.write(t, dir))
+	good := newRouter(serverCA.write(t, dir), io.Discard)
 	code, body := generate(good.URL)
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Equal(t, "client-1", lastClient())
@@ -185,11 +186,15 @@ func TestTLSToWorkers(t *testing.T) {
 	}
 	assert.Equal(t, "client-2", lastClient(), "the rotated client certificate is presented")
 
-	bad := newRouter(otherCA.write(t, dir))
+	// A worker signed by another CA never passes its first health probe: it takes no traffic
+	// and the WARN names it and the cause.
+	var logs lockedBuffer
+	bad := newRouter(otherCA.write(t, dir), &logs)
 	code, body = generate(bad.URL)
-	assert.Equal(t, http.StatusBadGateway, code)
-	assert.Contains(t, body, w.URL(), "the error names the worker")
-	assert.Contains(t, body, "not trusted by --ca-cert-paths")
+	assert.Equal(t, http.StatusServiceUnavailable, code, body)
+	assert.Contains(t, logs.String(), "worker did not pass its first health probe")
+	assert.Contains(t, logs.String(), "url="+w.URL(), "the log names the worker")
+	assert.Contains(t, logs.String(), "not trusted by --ca-cert-paths")
 }
 
 // serve --tls-cert-path/--tls-key-path serves HTTPS and says so on its listening line.

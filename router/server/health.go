@@ -72,16 +72,57 @@ func (h *HealthChecker) check(ctx context.Context, url string) error {
 	return nil
 }
 
-// Run probes every Interval until ctx is done.
+// startingProbeInterval separates the probes of workers that have not passed one yet: a
+// worker coming up takes traffic within a second, not a whole --health-check-interval-secs.
+const startingProbeInterval = time.Second
+
+// CheckStarting probes the workers still starting once, concurrently, and returns why each
+// that failed did.
+func (h *HealthChecker) CheckStarting(ctx context.Context) map[string]error {
+	var mu sync.Mutex
+	failed := map[string]error{}
+	var wg sync.WaitGroup
+	for _, w := range h.Router.Workers() {
+		if w.State != router.WorkerStarting {
+			continue
+		}
+		wg.Add(1)
+		go func(url string) {
+			defer wg.Done()
+			err := h.check(ctx, url)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				mu.Lock()
+				failed[url] = err
+				mu.Unlock()
+			}
+			flipped, rerr := h.Router.ObserveHealth(url, err == nil, h.Now())
+			if rerr == nil && flipped && h.OnFlip != nil {
+				h.OnFlip(url, err == nil)
+			}
+		}(w.URL)
+	}
+	wg.Wait()
+	return failed
+}
+
+// Run probes every worker every Interval, and starting workers every second, until ctx is
+// done.
 func (h *HealthChecker) Run(ctx context.Context) {
 	t := time.NewTicker(h.Interval)
 	defer t.Stop()
+	fast := time.NewTicker(startingProbeInterval)
+	defer fast.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			h.CheckAll(ctx)
+		case <-fast.C:
+			h.CheckStarting(ctx)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,4 +67,37 @@ func TestHealthCheckerFlipsAtThresholds(t *testing.T) {
 	h.CheckAll(context.Background())
 	h.CheckAll(context.Background())
 	require.False(t, healthy())
+}
+
+// A configured worker that does not pass its first health probe at start is "starting" in
+// every view and takes no traffic; it takes traffic within a second or two of passing, not a
+// whole --health-check-interval-secs later.
+func TestWorkerStartingUntilItsFirstProbePasses(t *testing.T) {
+	var up atomic.Bool
+	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && !up.Load() {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(rw, `{"text":"ok","meta_info":{}}`)
+	}))
+	defer w.Close()
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL}
+	tr := startRouter(t, cfg)
+	infos := tr.s.Router().Workers()
+	require.Len(t, infos, 1)
+	assert.Equal(t, router.WorkerStarting, infos[0].State)
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, body)
+	resp, err := http.Get(tr.srv.URL + "/readiness")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	up.Store(true)
+	require.Eventually(t, func() bool { return tr.s.Router().Workers()[0].State == router.WorkerHealthy },
+		10*time.Second, 20*time.Millisecond, "probed every second while starting")
+	status, _, body = tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusOK, status, body)
 }

@@ -186,10 +186,17 @@ func (s *Server) Start(ctx context.Context) error {
 		if errs[i] != nil {
 			return errs[i]
 		}
-		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i]}); err != nil {
+		// Starting until its first health probe passes (right below, then every second).
+		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true}); err != nil {
 			return err
 		}
 		s.log.Info("worker registered", "url", router.RedactURL(sp.url), "role", sp.role.String(), "dp_size", sizes[i])
+	}
+	if len(specs) > 0 {
+		for url, err := range s.hc.CheckStarting(ctx) {
+			s.log.Warn("worker did not pass its first health probe: no traffic until it does (probed every second)",
+				"url", router.RedactURL(url), "cause", err.Error())
+		}
 	}
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
