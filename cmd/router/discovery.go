@@ -27,8 +27,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +42,31 @@ type workerSet interface {
 	DiscoveryEvent(role router.Role, event string)
 }
 
+// podClient lists and watches pods in a namespace ("" = all). The REST implementation below
+// knows only core/v1: client-go's typed clientset would link every API group's types (the
+// binary grew from 32 to 88 MB with it).
+type podClient interface {
+	List(ctx context.Context, namespace string, o metav1.ListOptions) (*corev1.PodList, error)
+	Watch(ctx context.Context, namespace string, o metav1.ListOptions) (watch.Interface, error)
+}
+
+// restPods is podClient over a core/v1 REST client.
+type restPods struct {
+	rc     *rest.RESTClient
+	params runtime.ParameterCodec
+}
+
+func (c restPods) List(ctx context.Context, ns string, o metav1.ListOptions) (*corev1.PodList, error) {
+	var out corev1.PodList
+	err := c.rc.Get().Namespace(ns).Resource("pods").VersionedParams(&o, c.params).Do(ctx).Into(&out)
+	return &out, err
+}
+
+func (c restPods) Watch(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+	o.Watch = true
+	return c.rc.Get().Namespace(ns).Resource("pods").VersionedParams(&o, c.params).Watch(ctx)
+}
+
 // roleSelector is one role's label selector (regular; or prefill and decode).
 type roleSelector struct {
 	role router.Role
@@ -49,7 +75,7 @@ type roleSelector struct {
 
 // podDiscovery turns pods into workers. Build it with newPodDiscovery; Run it once.
 type podDiscovery struct {
-	client     kubernetes.Interface
+	client     podClient
 	namespace  string // "" = all namespaces
 	port       int
 	annotation string
@@ -81,7 +107,7 @@ const discoveryResync = 30 * time.Second
 const discoverySyncTimeout = 60 * time.Second
 
 // newPodDiscovery reads the discovery settings of cfg.
-func newPodDiscovery(cfg router.Config, client kubernetes.Interface, namespace string, workers workerSet, log *slog.Logger) (*podDiscovery, error) {
+func newPodDiscovery(cfg router.Config, client podClient, namespace string, workers workerSet, log *slog.Logger) (*podDiscovery, error) {
 	d := &podDiscovery{client: client, namespace: namespace, port: cfg.ServiceDiscoveryPort,
 		annotation: cfg.BootstrapPortAnnotation, workers: workers, log: log, resync: discoveryResync,
 		pods: map[string]*podWorker{}, skipped: map[string]string{}}
@@ -111,35 +137,46 @@ func newPodDiscovery(cfg router.Config, client kubernetes.Interface, namespace s
 // (their registrations then run on their own), or ctx's error; stopped, it waits for the
 // registrations in flight. Call stop after cancelling ctx.
 func (d *podDiscovery) Run(ctx context.Context) (stop func(), err error) {
-	var factories []informers.SharedInformerFactory
+	ictx, cancel := context.WithCancel(ctx)
+	var informers []cache.SharedIndexInformer
+	var wg sync.WaitGroup
 	for _, rs := range d.roles {
-		f := informers.NewSharedInformerFactoryWithOptions(d.client, d.resync, informers.WithNamespace(d.namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = rs.sel.String() }))
-		inf := f.Core().V1().Pods().Informer()
+		sel, ns := rs.sel.String(), d.namespace
+		// A shared informer over the role's pods only: list + watch with the selector on the
+		// server side, resync every d.resync.
+		inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sel
+				return d.client.List(ctx, ns, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sel
+				return d.client.Watch(ctx, ns, o)
+			},
+		}, &corev1.Pod{}, d.resync, cache.Indexers{})
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { d.sync(ctx, rs, obj, false) },
 			UpdateFunc: func(_, obj any) { d.sync(ctx, rs, obj, false) },
 			DeleteFunc: func(obj any) { d.sync(ctx, rs, obj, true) },
 		}); err != nil {
+			cancel()
 			return nil, err
 		}
-		f.Start(ctx.Done())
-		factories = append(factories, f)
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.RunWithContext(ictx) }()
+		informers = append(informers, inf)
 	}
 	stop = func() {
-		for _, f := range factories {
-			f.Shutdown()
-		}
+		cancel()
+		wg.Wait()
 		d.wg.Wait()
 	}
-	wctx, cancel := context.WithTimeout(ctx, discoverySyncTimeout)
-	defer cancel()
-	for _, f := range factories {
-		for typ, ok := range f.WaitForCacheSync(wctx.Done()) {
-			if !ok {
-				stop()
-				return nil, fmt.Errorf("service discovery: listing %v did not finish within %v: %w", typ, discoverySyncTimeout, context.Cause(wctx))
-			}
+	wctx, wcancel := context.WithTimeout(ctx, discoverySyncTimeout)
+	defer wcancel()
+	for i, inf := range informers {
+		if !cache.WaitForCacheSync(wctx.Done(), inf.HasSynced) {
+			stop()
+			return nil, fmt.Errorf("service discovery: listing %s pods did not finish within %v: %w", d.roles[i].role, discoverySyncTimeout, context.Cause(wctx))
 		}
 	}
 	return stop, nil
@@ -286,7 +323,7 @@ func portString(p *int) string {
 // kubeClient builds a client from --kubeconfig, else $KUBECONFIG or ~/.kube/config, else the
 // in-cluster service account; it also returns the namespace that configuration names (the
 // router pod's own in a cluster).
-func kubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
+func kubeClient(kubeconfig string) (podClient, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
@@ -306,23 +343,33 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	client, err := kubernetes.NewForConfig(conf)
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, "", err
+	}
+	rc := rest.CopyConfig(conf)
+	rc.GroupVersion, rc.APIPath = &corev1.SchemeGroupVersion, "/api"
+	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if rc.UserAgent == "" {
+		rc.UserAgent = "pdrouter"
+	}
+	client, err := rest.RESTClientFor(rc)
 	if err != nil {
 		return nil, "", fmt.Errorf("--service-discovery: %w", err)
 	}
-	return client, ns, nil
+	return restPods{rc: client, params: runtime.NewParameterCodec(scheme)}, ns, nil
 }
 
 // discoveryNamespace resolves --service-discovery-namespace: as given; else every namespace
 // when the router may list pods cluster-wide; else its own (a namespaced Role, the least
 // privilege the manifests in deploy/k8s grant).
-func discoveryNamespace(ctx context.Context, client kubernetes.Interface, given, own string) (string, error) {
+func discoveryNamespace(ctx context.Context, client podClient, given, own string) (string, error) {
 	if given != "" {
 		return given, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, discoverySyncTimeout)
 	defer cancel()
-	_, err := client.CoreV1().Pods("").List(lctx, metav1.ListOptions{Limit: 1})
+	_, err := client.List(lctx, "", metav1.ListOptions{Limit: 1})
 	switch {
 	case err == nil:
 		return "", nil

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -29,6 +30,17 @@ import (
 // tests); the informers watching it are the real ones serve uses. The workers are real HTTP
 // servers, one per pod, each on its own loopback address (127.0.0.N) and the one port that
 // --service-discovery-port names for every pod.
+
+// fakePods is podClient over the fake clientset.
+type fakePods struct{ cs *fake.Clientset }
+
+func (f fakePods) List(ctx context.Context, ns string, o metav1.ListOptions) (*corev1.PodList, error) {
+	return f.cs.CoreV1().Pods(ns).List(ctx, o)
+}
+
+func (f fakePods) Watch(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+	return f.cs.CoreV1().Pods(ns).Watch(ctx, o)
+}
 
 // lockedBuffer is a log sink safe for the concurrent writes of informers and handlers.
 type lockedBuffer struct {
@@ -113,7 +125,7 @@ func newDiscoveryRig(t *testing.T, cfg router.Config) *discoveryRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
 	client := fake.NewClientset()
-	d, err := newPodDiscovery(cfg, client, "pods", s, logger)
+	d, err := newPodDiscovery(cfg, fakePods{client}, "pods", s, logger)
 	require.NoError(t, err)
 	d.resync = time.Second // client-go's minimum
 	stop, err := d.Run(ctx)
