@@ -99,6 +99,7 @@ func TestIncrementalSessionMatchesFromScratch(t *testing.T) {
 			route, ok := wire.RouteFromPath(api.Path())
 			require.True(t, ok)
 			var pieces []piece
+			var kept, seen [][]uint32
 			reply := ""
 			for k := range 10 {
 				bt, ok := bench.Next(reply)
@@ -130,6 +131,13 @@ func TestIncrementalSessionMatchesFromScratch(t *testing.T) {
 				assert.Nil(t, st.Body, "the simulator's turns carry no body")
 				assert.Equal(t, bt.InputTokens, st.InputTokens)
 				reply = ReplyText(st.PromptIDs, st.MaxTokens)
+				kept = append(kept, ids)
+				seen = append(seen, bt.PromptIDs, st.PromptIDs)
+			}
+			// Turns alias the session's ids: ten turns later, every turn still holds its own.
+			for k, ids := range kept {
+				assert.Equal(t, ids, seen[2*k], "turn %d ids (bench) after the conversation", k)
+				assert.Equal(t, ids, seen[2*k+1], "turn %d ids (simulator) after the conversation", k)
 			}
 		})
 	}

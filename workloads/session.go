@@ -183,10 +183,18 @@ func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {
 		}
 	}
 	if s.trackIDs {
-		t.PromptIDs = make([]uint32, len(s.ids), len(s.ids)+genPromptTokens)
-		copy(t.PromptIDs, s.ids)
+		// s.ids only grows by appending, so the turn's ids alias its first elements rather than
+		// copying the whole history each turn (the copy was a sixth of a 100k-request
+		// simulation's allocations). A chat turn ends with the generation prompt, which is
+		// written past the history's end and then dropped from it: the next piece is the
+		// assistant's, whose header writes the very same ids there again (chatGenPrompt is
+		// chatStart+"assistant\n"), so the turn's view never changes.
 		if s.req.api == APIChat {
-			t.PromptIDs = AppendTokens(t.PromptIDs, chatGenPrompt)
+			s.ids = AppendTokens(s.ids, chatGenPrompt)
+			t.PromptIDs = s.ids[:len(s.ids):len(s.ids)]
+			s.ids = s.ids[:len(s.ids)-genPromptTokens]
+		} else {
+			t.PromptIDs = s.ids[:len(s.ids):len(s.ids)]
 		}
 	}
 	return t, true
