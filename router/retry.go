@@ -96,6 +96,16 @@ func Retryable(a Attempt) bool {
 	return RetryableStatus(a.Status)
 }
 
+// LegOutcome is what a failed leg tells its worker's circuit breaker, the one rule serve and
+// sim share: a 4xx answer is the request's fault and says the worker is well (Success);
+// anything else — a transport error, a 5xx — counts against the worker (Failure).
+func LegOutcome(a Attempt) Outcome {
+	if !a.Transport && a.Status >= 400 && a.Status < 500 {
+		return Success
+	}
+	return Failure
+}
+
 // Attempt describes how one attempt failed, for [Retrier.Next].
 type Attempt struct {
 	// Status is the upstream HTTP status, 0 for a transport error.

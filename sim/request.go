@@ -299,7 +299,18 @@ func (x *sim) legEnd(ev *event) {
 		x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: a.req})
 		return
 	}
-	a.d.Done(role, router.Failure)
+	// As the worker answers: a dead server sends nothing (a transport error); a live one
+	// answers 500 with the engine's reason, as fakeworker does. router.LegOutcome and
+	// router.Retryable decide, as in serve.
+	why := a.decWhy
+	if role == router.Prefill {
+		why = a.preWhy
+	}
+	outcome := router.Attempt{Status: 500, Body: []byte(why)}
+	if a.server(role).eng.Dead() {
+		outcome = router.Attempt{Transport: true}
+	}
+	a.d.Done(role, router.LegOutcome(outcome))
 	if a.over {
 		return
 	}
@@ -325,25 +336,14 @@ func (x *sim) legEnd(ev *event) {
 	r := a.req
 	// As serve: the retry avoids the worker that failed, if another is available.
 	r.rreq.Avoid = append(r.rreq.Avoid, a.server(role).url)
-	started := a.started && a.startedAt <= x.clock.now
-	why := a.decWhy
-	if role == router.Prefill {
-		why = a.preWhy
-	}
-	// As the worker answers: a dead server sends nothing (a transport error); a live one
-	// answers 500 with the engine's reason, as fakeworker does. router.Retryable decides, as
-	// in serve.
-	outcome := router.Attempt{Status: 500, Body: []byte(why), Started: started}
-	if a.server(role).eng.Dead() {
-		outcome = router.Attempt{Transport: true, Started: started}
-	}
+	outcome.Started = a.started && a.startedAt <= x.clock.now
 	wait, retry := r.retrier.Next(outcome)
 	if retry {
 		x.push(event{at: x.clock.now + int64(wait), kind: evRetry, req: r})
 		return
 	}
 	msg := role.String() + " " + a.server(role).url + ": " + why
-	if started {
+	if outcome.Started {
 		r.errMsg = reports.FormatError(reports.ErrKindStreamCut, msg)
 	} else {
 		r.errMsg = reports.FormatError(reports.HTTPErrorKind(502), msg)

@@ -52,10 +52,10 @@ type attemptResult struct {
 // legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
 // counts as a success (the worker answered correctly), as in sgl-router's PD path.
 func legOutcome(ue *upstreamError) router.Outcome {
-	if ue != nil && ue.Status >= 400 && ue.Status < 500 {
-		return router.Success
+	if ue == nil {
+		return router.Failure
 	}
-	return router.Failure
+	return router.LegOutcome(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
 }
 
 // forwardHeaders picks the client headers forwarded to workers.
