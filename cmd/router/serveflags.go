@@ -85,6 +85,7 @@ var serveFlagAliases = map[string]string{
 	"policy-prefill":      "prefill-policy",
 	"policy-decode":       "decode-policy",
 	"prometheus-hostname": "prometheus-host",
+	"ca-cert-path":        "ca-cert-paths", // the SGLang Model Gateway's spelling, repeatable
 }
 
 // ignoredSGLangFlags are sgl-router flags we accept so existing command lines keep working,

@@ -195,3 +195,11 @@ func TestSettingErrorsNameFileAndLine(t *testing.T) {
 	_, err = run(t, "sim", "--cluster", cluster)
 	require.ErrorContains(t, err, cluster+`:2: unknown key "decodes"`)
 }
+
+// The Model Gateway spells the CA flag --ca-cert-path, repeatable; both spellings collect.
+func TestCACertPathAlias(t *testing.T) {
+	cfg, ignored, err := parseServe(t, strings.Fields(`--worker-urls https://w:1 --ca-cert-path a.pem --ca-cert-path b.pem`)...)
+	require.NoError(t, err)
+	require.Empty(t, ignored)
+	assert.Equal(t, []string{"a.pem", "b.pem"}, cfg.CACertPaths)
+}
