@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,6 +225,7 @@ func (s *Server) healthGenerate(w http.ResponseWriter, req *http.Request) {
 
 // workerJSON is a worker as /workers lists it, and what POST /workers accepts.
 type workerJSON struct {
+	ID            string `json:"id,omitempty"` // stable per URL (workerID): /workers/{id} works as /workers/{url}
 	URL           string `json:"url"`
 	WorkerType    string `json:"worker_type"`
 	BootstrapPort *int   `json:"bootstrap_port"`
@@ -236,27 +238,49 @@ type workerJSON struct {
 }
 
 func toWorkerJSON(wi router.WorkerInfo) workerJSON {
-	return workerJSON{URL: router.RedactURL(wi.URL), WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
+	return workerJSON{ID: workerID(wi.URL), URL: router.RedactURL(wi.URL), WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
 		Healthy: wi.Healthy, IsHealthy: wi.Healthy, State: string(wi.State), Load: wi.Load, Breaker: wi.Breaker.String()}
+}
+
+// workerID is a worker's id in the worker API: a UUID-shaped name derived from its URL
+// (SHA-1, as a name-based UUID), so it is the same across restarts and replicas, and
+// /workers/{id} reaches the worker as /workers/{url} does (the SGLang Model Gateway's clients
+// address workers by id).
+func workerID(u string) string {
+	h := sha1.Sum([]byte("pdrouter-worker:" + u))
+	h[6] = h[6]&0x0f | 0x50 // version 5
+	h[8] = h[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
 	out := []workerJSON{}
+	stats := map[string]int{"prefill_count": 0, "decode_count": 0, "regular_count": 0}
 	for _, wi := range s.r.Workers() {
 		out = append(out, toWorkerJSON(wi))
+		stats[wi.Role.String()+"_count"]++
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workers": out})
+	writeJSON(w, http.StatusOK, map[string]any{"workers": out, "total": len(out), "stats": stats})
+}
+
+// workerByPath finds the worker /workers/{url-or-id} names.
+func (s *Server) workerByPath(req *http.Request) (router.WorkerInfo, string, bool) {
+	u := workerPathURL(req)
+	for _, wi := range s.r.Workers() {
+		if wi.URL == u || workerID(wi.URL) == u {
+			return wi, u, true
+		}
+	}
+	return router.WorkerInfo{}, u, false
 }
 
 func (s *Server) getWorker(w http.ResponseWriter, req *http.Request) {
-	u := workerPathURL(req)
-	for _, wi := range s.r.Workers() {
-		if wi.URL == u {
-			writeJSON(w, http.StatusOK, toWorkerJSON(wi))
-			return
-		}
+	wi, u, ok := s.workerByPath(req)
+	if !ok {
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not registered", router.RedactURL(u)))
+		return
 	}
-	writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not registered", u))
+	writeJSON(w, http.StatusOK, toWorkerJSON(wi))
 }
 
 // workerPathURL reads the worker URL from /workers/{url...}, URL-encoded or not.
@@ -275,6 +299,10 @@ func workerPathURL(req *http.Request) string {
 }
 
 func (s *Server) deleteWorker(w http.ResponseWriter, req *http.Request) {
+	if wi, _, ok := s.workerByPath(req); ok {
+		s.removeWorker(w, wi.URL)
+		return
+	}
 	s.removeWorker(w, workerPathURL(req))
 }
 
@@ -294,7 +322,7 @@ func (s *Server) addWorkerJSON(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "POST /workers wants {\"url\", \"worker_type\", \"bootstrap_port\"}: "+err.Error())
 		return
 	}
-	s.addWorker(w, req.Context(), in.URL, in.WorkerType, in.BootstrapPort)
+	s.addWorker(w, req.Context(), in.URL, in.WorkerType, in.BootstrapPort, http.StatusAccepted)
 }
 
 // addWorkerLegacy handles POST /add_worker?url=…[&role=prefill&bootstrap_port=N].
@@ -309,7 +337,7 @@ func (s *Server) addWorkerLegacy(w http.ResponseWriter, req *http.Request) {
 		}
 		port = &n
 	}
-	s.addWorker(w, req.Context(), q.Get("url"), q.Get("role"), port)
+	s.addWorker(w, req.Context(), q.Get("url"), q.Get("role"), port, http.StatusOK)
 }
 
 func (s *Server) removeWorkerLegacy(w http.ResponseWriter, req *http.Request) {
@@ -324,8 +352,10 @@ func (s *Server) listWorkersLegacy(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"urls": urls})
 }
 
-// addWorker registers a worker at run time (POST /workers, /add_worker).
-func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleName string, port *int) {
+// addWorker registers a worker at run time and answers okStatus: POST /workers answers 202
+// with the worker's id, as the SGLang Model Gateway does (here the worker is registered, and
+// health-probed, by the time it answers); the legacy /add_worker answers 200.
+func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleName string, port *int, okStatus int) {
 	role := router.Regular
 	if s.r.PD() {
 		role = router.Decode
@@ -353,7 +383,9 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 		writeError(w, status, typ, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"added": u, "worker_type": role.String(), "dp_size": dp})
+	id := workerID(u)
+	writeJSON(w, okStatus, map[string]any{"status": "accepted", "worker_id": id, "location": "/workers/" + id,
+		"added": router.RedactURL(u), "url": router.RedactURL(u), "worker_type": role.String(), "dp_size": dp})
 }
 
 // apiDiscoveryTimeout bounds the dp_size read of a worker added through the API, which has

@@ -148,8 +148,12 @@ func TestWorkerManagementAPI(t *testing.T) {
 	resp, err := http.Post(tr.srv.URL+"/workers", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"url":%q,"worker_type":"prefill","bootstrap_port":8998}`, p.URL())))
 	require.NoError(t, err)
+	var added map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&added))
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "the Model Gateway's 202, with the worker's id")
+	assert.Equal(t, workerID(p.URL()), added["worker_id"])
+	assert.Equal(t, "accepted", added["status"])
 	resp, err = http.Post(tr.srv.URL+"/add_worker?role=decode&url="+url.QueryEscape(d.URL()), "", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -389,4 +393,36 @@ func TestWorkerErrorsPerWorker(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.NotContains(t, scrape(), "pdrouter_worker_errors_total{", "the removed worker's series are gone")
+}
+
+// The worker API as the SGLang Model Gateway's clients use it: every entry has a stable id,
+// the listing carries total and per-role stats, and /workers/{id} reaches the worker as
+// /workers/{url} does (GET and DELETE).
+func TestWorkerAPIIDsTotalAndStats(t *testing.T) {
+	t.Parallel()
+	p, d := newWorker(t, jsonReply(genReply)), newWorker(t, jsonReply(genReply))
+	tr := startRouter(t, pdConfig([]*testWorker{p}, []*testWorker{d}, nil))
+	var list struct {
+		Workers []map[string]any `json:"workers"`
+		Total   int              `json:"total"`
+		Stats   map[string]int   `json:"stats"`
+	}
+	getJSON(t, tr.srv.URL+"/workers", &list)
+	require.Len(t, list.Workers, 2)
+	assert.Equal(t, 2, list.Total)
+	assert.Equal(t, map[string]int{"prefill_count": 1, "decode_count": 1, "regular_count": 0}, list.Stats)
+	id := list.Workers[1]["id"].(string)
+	assert.Equal(t, workerID(d.URL()), id)
+	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, id)
+
+	var one map[string]any
+	getJSON(t, tr.srv.URL+"/workers/"+id, &one)
+	assert.Equal(t, d.URL(), one["url"])
+	req, _ := http.NewRequest(http.MethodDelete, tr.srv.URL+"/workers/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	getJSON(t, tr.srv.URL+"/workers", &list)
+	assert.Equal(t, 1, list.Total)
 }
