@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -43,6 +43,13 @@ test-unit:
 test-integration: uvicorn
 	$(GO) test -count=1 -tags integration -run '^$$' $(PKGS) >/dev/null
 	$(GO) test -p 1 -count=1 -tags integration -run '^TestIntegration' $(PKGS)
+
+# The fault soak (opt-in, about 90 s): a PD cluster of fakeworkers with injected faults (500s,
+# 503s, hangs, a prefill that never sends KV, cut streams, a decode worker crashing and
+# restarting) under open-loop load; every request answered within its timeout, loads and
+# goroutines back to their level.
+test-soak:
+	$(GO) test -count=1 -tags soak -run '^TestSoak' -v ./cmd/router
 
 # Service discovery against a real Kubernetes API server (opt-in): kube-apiserver and etcd are
 # built once from the Go module proxy (k8s.io/kubernetes with its staging modules pinned; a few

@@ -1,0 +1,163 @@
+//go:build soak
+
+package main
+
+// The fault soak (make test-soak, about a minute and a half): a PD cluster of fakeworkers with
+// injected faults — 500s and 503s, hung requests, a prefill that never finishes its KV
+// transfer, cut streams, a decode worker that crashes and is restarted on its port — behind
+// the real router (in-process), under open-loop Poisson load from router bench. Every request
+// must get exactly one answer within its timeout, /get_loads must come back to zero, and the
+// goroutines to their level before the load.
+
+import (
+	"context"
+	"net/http/httptest"
+	neturl "net/url"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/bench"
+	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+func TestSoakFaultsUnderLoad(t *testing.T) {
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := fakeworker.Config{Host: "127.0.0.1", Profile: prof, Speedup: 2, BootstrapTimeout: 3 * time.Second}
+	start := func(mode engine.Role, seed uint64, f fakeworker.Failures, port int) *fakeworker.Worker {
+		c := base
+		c.Mode, c.Seed, c.Failures, c.Port = mode, seed, f, port
+		w, err := fakeworker.Start(ctx, c)
+		require.NoError(t, err)
+		return w
+	}
+	prefills := []*fakeworker.Worker{
+		start(engine.RolePrefill, 1, fakeworker.Failures{ErrorRate: 0.05}, 0),
+		start(engine.RolePrefill, 2, fakeworker.Failures{HangRate: 0.02}, 0),
+		start(engine.RolePrefill, 3, fakeworker.Failures{NeverSignalKV: true}, 0),
+	}
+	decodes := []*fakeworker.Worker{
+		start(engine.RoleDecode, 4, fakeworker.Failures{ErrorRate: 0.05, ErrorStatus: 503}, 0),
+		start(engine.RoleDecode, 5, fakeworker.Failures{CrashAfter: 150}, 0),
+		start(engine.RoleDecode, 6, fakeworker.Failures{CutStreamAfter: 20}, 0),
+	}
+	// The crashing decode worker comes back on its port a moment after it dies, every time.
+	crashURL := decodes[1].URL()
+	var restarts int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w := decodes[1]
+		for ctx.Err() == nil {
+			_ = w.Wait()
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second): // a quick restart
+			}
+			c := base
+			c.Mode, c.Seed, c.Failures, c.Port = engine.RoleDecode, uint64(50+restarts), fakeworker.Failures{CrashAfter: 150}, portOf(t, crashURL)
+			nw, err := fakeworker.Start(ctx, c)
+			if err != nil {
+				t.Errorf("restart: %v", err)
+				return
+			}
+			restarts++
+			w = nw
+		}
+	}()
+
+	rc := router.DefaultConfig()
+	rc.PDDisaggregation = true
+	rc.RequestTimeoutSecs = 10
+	rc.HealthCheckIntervalSecs, rc.HealthCheckTimeoutSecs = 1, 1
+	rc.CBTimeoutDurationSecs = 2
+	for _, p := range prefills {
+		port := p.BootstrapPort()
+		rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: p.URL(), BootstrapPort: &port})
+	}
+	for _, d := range decodes {
+		rc.Decode = append(rc.Decode, d.URL())
+	}
+	srv, err := server.New(server.Options{Config: rc, Seed: 1})
+	require.NoError(t, err)
+	sctx, stopRouter := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	defer front.Close()
+	defer func() { stopRouter(); srv.Wait() }()
+	baseGoroutines := runtime.NumGoroutine()
+
+	p := workloads.DefaultParams()
+	p.Workload, p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio = workloads.WorkloadRandom, 100000, 256, 32, 0.5
+	l := workloads.DefaultLoadParams()
+	l.Rates, l.Arrival, l.Duration = []float64{40}, workloads.ArrivalPoisson, 60*time.Second
+	began := time.Now()
+	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(),
+		RequestTimeout: 30 * time.Second, MaxErrorRate: -1})
+	require.NoError(t, err)
+	lv := res.Levels[0]
+	t.Logf("soak: %d requests in %.0f s, %d failed %v; E2E p50 %.0f p99 %.0f max %.0f ms; decode worker restarts %d",
+		lv.Requests, time.Since(began).Seconds(), lv.Errors, lv.ErrorsByKind, lv.E2EMs.P50, lv.E2EMs.P99, lv.E2EMs.Max, restarts)
+
+	assert.Greater(t, lv.Requests, 1500, "the load ran")
+	assert.Less(t, float64(lv.Errors)/float64(lv.Requests), 0.5, "retries and breakers keep most requests succeeding")
+	assert.LessOrEqual(t, lv.E2EMs.Max, 11_000.0, "no request waits past --request-timeout-secs")
+	assert.GreaterOrEqual(t, restarts, 1, "the crashing decode worker crashed and came back")
+
+	// Every load back to zero, and the goroutines to their level before the load.
+	require.Eventually(t, func() bool {
+		for _, tg := range srv.Router().Targets() {
+			if tg.Load != 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "/get_loads back to zero")
+	// Idle keep-alive connections hold three goroutines each until they expire: the decode
+	// workers' bootstrap client keeps them 30 s, so the count settles after that.
+	if !assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseGoroutines+8 },
+		45*time.Second, 100*time.Millisecond, "goroutines back to their level (%d before the load)", baseGoroutines) {
+		var b strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Logf("goroutines:\n%s", b.String())
+	}
+	kinds := slices.Collect(func(yield func(string) bool) {
+		for k := range lv.ErrorsByKind {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	t.Logf("error kinds: %v; goroutines before %d, after %d", kinds, baseGoroutines, runtime.NumGoroutine())
+	cancel()
+	wg.Wait()
+}
+
+func portOf(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	return port
+}
