@@ -184,11 +184,11 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	sawEvent, ended := false, false
 	var readErr error
 	for {
-		stopped := sawEvent || ended
-		ready := (pref != nil && !stream || sawEvent || ended && !stream && readErr == nil) && (!b.Logprobs || pref != nil)
-		if stopped && (ready || ended && (pref != nil || readErr != nil)) {
+		hs := holdState{stream: stream, logprobs: b.Logprobs, prefillDone: pref != nil, sawEvent: sawEvent, ended: ended, readFailed: readErr != nil}
+		if hs.done() {
 			break
 		}
+		stopped := sawEvent || ended
 		var prefCh <-chan legResult
 		if pref == nil {
 			prefCh = prefDone
@@ -295,4 +295,24 @@ func collect(held [][]byte) []byte {
 		out = append(out, c...)
 	}
 	return out
+}
+
+// holdState is what the PD path knows while it holds decode's head (step 2 of attemptPD).
+type holdState struct {
+	stream      bool // decode answers an event stream
+	logprobs    bool // the client asked for logprobs: prefill's answer must be merged in
+	prefillDone bool // prefill answered (successfully: a failure ends the attempt at once)
+	sawEvent    bool // the reader stopped after decode's first complete event
+	ended       bool // decode's body ended (EOF) or broke while held
+	readFailed  bool // it broke (a read error), rather than ended
+}
+
+// done is the hold loop's exit rule: stop holding once the reader has stopped (first event
+// seen, or the body over) and either what the commit needs is there — the first event (stream)
+// or the whole body (non-stream), plus prefill's answer when logprobs must be merged — or the
+// body is over and nothing more can come: prefill has answered, or decode broke.
+func (h holdState) done() bool {
+	stopped := h.sawEvent || h.ended
+	ready := (h.prefillDone && !h.stream || h.sawEvent || h.ended && !h.stream && !h.readFailed) && (!h.logprobs || h.prefillDone)
+	return stopped && (ready || h.ended && (h.prefillDone || h.readFailed))
 }

@@ -152,3 +152,27 @@ func TestPDClientRIDKept(t *testing.T) {
 	require.Equal(t, pw.URL(), line["prefill"].(map[string]any)["worker"])
 	require.Nil(t, line["regular"])
 }
+
+// The PD hold loop's exit rule, case by case.
+func TestPDHoldDone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    holdState
+		want bool
+	}{
+		{"nothing yet", holdState{stream: true}, false},
+		{"stream: first event", holdState{stream: true, sawEvent: true}, true},
+		{"stream: first event, logprobs, prefill pending", holdState{stream: true, logprobs: true, sawEvent: true}, false},
+		{"stream: first event, logprobs, prefill answered", holdState{stream: true, logprobs: true, sawEvent: true, prefillDone: true}, true},
+		{"stream: ended without an event, prefill pending", holdState{stream: true, ended: true}, false},
+		{"stream: ended without an event, prefill answered", holdState{stream: true, ended: true, prefillDone: true}, true},
+		{"stream: broke, prefill pending", holdState{stream: true, ended: true, readFailed: true}, true},
+		{"body: whole, prefill pending", holdState{ended: true}, true},
+		{"body: whole, logprobs, prefill pending", holdState{ended: true, logprobs: true}, false},
+		{"body: whole, logprobs, prefill answered", holdState{ended: true, logprobs: true, prefillDone: true}, true},
+		{"body: broke, logprobs, prefill pending", holdState{ended: true, readFailed: true, logprobs: true}, true},
+		{"body: still reading, prefill answered", holdState{prefillDone: true}, false},
+	} {
+		assert.Equal(t, tc.want, tc.h.done(), tc.name)
+	}
+}
