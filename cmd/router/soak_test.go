@@ -4,15 +4,23 @@ package main
 
 // The fault soak (make test-soak, about a minute and a half): a PD cluster of fakeworkers with
 // injected faults — 500s and 503s, hung requests, a prefill that never finishes its KV
-// transfer, cut streams, a decode worker that crashes and is restarted on its port — behind
+// transfer, cut streams, a decode worker that crashes and is restarted on its port, and a
+// prefill worker in a network namespace of the test's own whose link goes down for 20 s, so
+// its packets are dropped rather than refused — behind
 // the real router (in-process), under open-loop Poisson load from router bench. Every request
 // must get exactly one answer within its timeout, /get_loads must come back to zero, and the
 // goroutines to their level before the load.
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	neturl "net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -56,6 +64,10 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		start(engine.RoleDecode, 5, fakeworker.Failures{CrashAfter: 150}, 0),
 		start(engine.RoleDecode, 6, fakeworker.Failures{CutStreamAfter: 20}, 0),
 	}
+	// A prefill worker partitioned by dropped packets: its own process in a network namespace
+	// the test makes (veth pair, 10.213.N.0/30), whose link the test takes down and up.
+	part := startPartitionable(t, ctx)
+
 	// The crashing decode worker comes back on its port a moment after it dies, every time.
 	crashURL := decodes[1].URL()
 	var restarts int
@@ -95,6 +107,8 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		port := p.BootstrapPort()
 		rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: p.URL(), BootstrapPort: &port})
 	}
+	partPort := part.bootstrap
+	rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: part.url, BootstrapPort: &partPort})
 	for _, d := range decodes {
 		rc.Decode = append(rc.Decode, d.URL())
 	}
@@ -112,6 +126,44 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	l := workloads.DefaultLoadParams()
 	l.Rates, l.Arrival, l.Duration = []float64{40}, workloads.ArrivalPoisson, 60*time.Second
 	began := time.Now()
+	// 20 s into the load the partitioned worker's link goes down for 20 s.
+	var partMu sync.Mutex
+	var partSeen []router.WorkerState
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		state := func() router.WorkerState {
+			for _, w := range srv.Router().Workers() {
+				if w.URL == part.url {
+					return w.State
+				}
+			}
+			return ""
+		}
+		for _, step := range []struct {
+			after time.Duration
+			up    bool
+		}{{20 * time.Second, false}, {40 * time.Second, true}} {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(began.Add(step.after))):
+			}
+			st := state()
+			partMu.Lock()
+			partSeen = append(partSeen, st)
+			partMu.Unlock()
+			part.link(t, step.up)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(began.Add(58 * time.Second))):
+			st := state()
+			partMu.Lock()
+			partSeen = append(partSeen, st)
+			partMu.Unlock()
+		}
+	}()
 	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(),
 		RequestTimeout: 30 * time.Second, MaxErrorRate: -1})
 	require.NoError(t, err)
@@ -123,6 +175,15 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	assert.Less(t, float64(lv.Errors)/float64(lv.Requests), 0.5, "retries and breakers keep most requests succeeding")
 	assert.LessOrEqual(t, lv.E2EMs.Max, 11_000.0, "no request waits past --request-timeout-secs")
 	assert.GreaterOrEqual(t, restarts, 1, "the crashing decode worker crashed and came back")
+	partMu.Lock()
+	seen := slices.Clone(partSeen)
+	partMu.Unlock()
+	t.Logf("partitioned prefill worker: state before the cut, before the repair, at the end: %v; it served %d requests", seen, part.served(t))
+	if assert.Len(t, seen, 3) {
+		assert.Equal(t, router.WorkerHealthy, seen[0], "before the cut")
+		assert.NotEqual(t, router.WorkerHealthy, seen[1], "20 s without packets: out of rotation")
+		assert.Equal(t, router.WorkerHealthy, seen[2], "back in rotation after the repair")
+	}
 
 	// Every load back to zero, and the goroutines to their level before the load.
 	require.Eventually(t, func() bool {
@@ -160,4 +221,86 @@ func portOf(t *testing.T, raw string) int {
 	port, err := strconv.Atoi(u.Port())
 	require.NoError(t, err)
 	return port
+}
+
+// partitioned is a prefill fakeworker in its own network namespace, reached over a veth pair.
+type partitioned struct {
+	ns, hostIf, nsIf string
+	url              string
+	bootstrap        int
+}
+
+// startPartitionable makes the namespace and starts `router fakeworker --mode prefill` in it
+// (a process of its own: a namespace belongs to a process). The test fails, never skips,
+// without `ip netns` (root).
+func startPartitionable(t *testing.T, ctx context.Context) *partitioned {
+	t.Helper()
+	n := os.Getpid() % 200
+	p := &partitioned{ns: fmt.Sprintf("pdsoak%d", os.Getpid()), hostIf: fmt.Sprintf("pdh%d", n), nsIf: fmt.Sprintf("pdn%d", n)}
+	hostIP, nsIP := fmt.Sprintf("10.213.%d.1", n), fmt.Sprintf("10.213.%d.2", n)
+	run := func(args ...string) {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "ip %v: %s", args, out)
+	}
+	run("netns", "add", p.ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.ns).Run() })
+	run("link", "add", p.hostIf, "type", "veth", "peer", "name", p.nsIf)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", p.hostIf).Run() })
+	run("link", "set", p.nsIf, "netns", p.ns)
+	run("addr", "add", hostIP+"/30", "dev", p.hostIf)
+	run("link", "set", p.hostIf, "up")
+	run("netns", "exec", p.ns, "ip", "addr", "add", nsIP+"/30", "dev", p.nsIf)
+	run("netns", "exec", p.ns, "ip", "link", "set", p.nsIf, "up")
+	run("netns", "exec", p.ns, "ip", "link", "set", "lo", "up")
+
+	bin := filepath.Join(t.TempDir(), "router")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	p.bootstrap = 30001
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.ns, bin, "fakeworker", "--mode", "prefill",
+		"--host", nsIP, "--port", "30000", "--bootstrap-port", strconv.Itoa(p.bootstrap),
+		"--profile", "llama3-8b-h100", "--speedup", "2", "--bootstrap-timeout", "3s", "--log-level", "error")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p.url = "http://" + nsIP + ":30000"
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(p.url + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "the partitioned worker did not start")
+	return p
+}
+
+// link takes the namespace's end of the veth pair down (packets to the worker are dropped:
+// no RST, no ICMP) or up again.
+func (p *partitioned) link(t *testing.T, up bool) {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	if out, err := exec.Command("ip", "netns", "exec", p.ns, "ip", "link", "set", p.nsIf, state).CombinedOutput(); err != nil {
+		t.Errorf("ip link set %s %s: %v: %s", p.nsIf, state, err, out)
+	}
+}
+
+// served reads the worker's finished-request counter.
+func (p *partitioned) served(t *testing.T) int {
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "sglang:num_requests_total") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return int(v)
+		}
+	}
+	return -1
 }
