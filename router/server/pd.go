@@ -104,6 +104,20 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 	}
 
 	var pref *legResult
+	// timedOut reports a prefill failure that is the request deadline seen through the prefill
+	// leg's own timer (same deadline, its own timer): it can fire a moment before the
+	// request's, so wait for that one — the client's answer is then the timeout's 504, not the
+	// prefill leg's error.
+	timedOut := func() bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		if !errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			return false
+		}
+		<-ctx.Done()
+		return true
+	}
 	// gone ends an attempt whose request context ended (client gone or request timeout):
 	// both legs cancelled and their rids aborted on both workers.
 	gone := func(committed bool) (attemptResult, int) {
@@ -143,7 +157,7 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		select {
 		case pr := <-prefDone:
 			if pr.err != nil {
-				if ctx.Err() != nil {
+				if timedOut() {
 					r, c := gone(false)
 					closeHead()
 					return r, c
@@ -200,7 +214,7 @@ func (s *Server) attemptPD(ctx context.Context, w http.ResponseWriter, b *wire.B
 		select {
 		case pr := <-prefCh:
 			if pr.err != nil {
-				if ctx.Err() != nil {
+				if timedOut() {
 					return gone(false)
 				}
 				return prefillFailed(pr)
