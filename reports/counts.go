@@ -29,6 +29,20 @@ func (c *Counts) Add(v int64) {
 	c.run, c.runCount = v, 1
 }
 
+// AddN adds n samples of v nanoseconds.
+func (c *Counts) AddN(v, n int64) {
+	if n <= 0 {
+		return
+	}
+	c.n += n
+	if c.runCount > 0 && v == c.run {
+		c.runCount += n
+		return
+	}
+	c.flush()
+	c.run, c.runCount = v, n
+}
+
 // AddAll adds every sample of vs.
 func (c *Counts) AddAll(vs []int64) {
 	for _, v := range vs {

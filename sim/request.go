@@ -199,7 +199,7 @@ func (x *sim) submit(a *attempt) {
 	r := a.req
 	a.submitAt = x.clock.now
 	now := x.t()
-	req := engine.Req{Room: a.room, Prompt: r.turn.PromptIDs, MaxNew: r.turn.MaxTokens}
+	req := engine.Req{Room: a.room, Prompt: r.turn.PromptIDs, MaxNew: r.turn.MaxTokens, Gaps: x.gapSink(r)}
 	if x.pd {
 		req.Rank = a.preRank
 		a.pre.eng.Submit(now, req)
@@ -266,6 +266,30 @@ func (x *sim) output(sv *server, o *engine.Output) {
 	}
 }
 
+// discardGaps is the gap sink of warm-up requests.
+type discardGaps struct{}
+
+func (discardGaps) AddN(int64, int64) {}
+
+// gapSink is where the engine counts r's inter-token gaps, or nil for a KindToken output per
+// token. A level keeps only the distribution of its successful requests' gaps, so without
+// per-request ITL lists (KeepITL) the engine counts them straight into the level's ITL. Only
+// with --kill is that not exact (a stream cut by a killed server would count its gaps), so
+// then every token is reported and a request's gaps join the level's when it succeeds. (A
+// room the engine fails after streaming for want of a whole rank's KV counts its gaps.)
+func (x *sim) gapSink(r *request) engine.GapSink {
+	if x.perToken() {
+		return nil
+	}
+	if !r.recorded {
+		return discardGaps{}
+	}
+	return &x.lv.itl
+}
+
+// perToken reports whether the engines report every token (see gapSink).
+func (x *sim) perToken() bool { return x.cfg.KeepITL || len(x.cfg.Kills) > 0 }
+
 // token records a streamed token produced at engine time at: the router relays it, the
 // client sees it 2×latency later.
 func (x *sim) token(a *attempt, at int64) {
@@ -276,7 +300,7 @@ func (x *sim) token(a *attempt, at int64) {
 	ct := at + 2*x.lat
 	if r.firstTok < 0 {
 		r.firstTok = ct
-		if r.recorded && r.itl == nil {
+		if r.recorded && r.itl == nil && x.perToken() {
 			r.itl = make([]int64, 0, max(r.turn.MaxTokens-1, 0))
 		}
 	} else if r.recorded {

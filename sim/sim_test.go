@@ -85,6 +85,29 @@ func TestRunDeterministic(t *testing.T) {
 	assert.NotContains(t, string(a), "started")
 }
 
+// TestITLCountedByTheEngineAsFromRecords: without requests.jsonl's ITL lists the engines count
+// the gaps straight into each level's ITL (engine.Req.Gaps); the results are the same, byte for
+// byte, as when every token reaches the simulator, in PD and regular clusters with warm-up.
+func TestITLCountedByTheEngineAsFromRecords(t *testing.T) {
+	t.Parallel()
+	for _, pd := range []bool{true, false} {
+		cfg := baseConfig()
+		cfg.Load.Concurrency, cfg.Load.Warmup = []int{2, 8}, 4
+		if !pd {
+			cfg.Router.PDDisaggregation = false
+			cfg.Cluster.Regular = 2
+		}
+		cfg.Cluster.DPSize = 2
+		cfg.KeepITL = true
+		every := mustRun(t, cfg)
+		cfg.KeepITL = false
+		counted := mustRun(t, cfg)
+		require.Positive(t, every.Results.Levels[1].ITLMs.P50)
+		assert.Equal(t, string(encode(t, every)), string(encode(t, counted)), "pd=%v", pd)
+		assert.Equal(t, every.Stats.Events, counted.Stats.Events, "the same run")
+	}
+}
+
 func TestDecisionLog(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer

@@ -67,6 +67,7 @@ func (s *Server) processAt(t time.Time) {
 		}
 	}
 	s.schedule(t)
+	s.flushGaps()
 }
 
 func (s *Server) timerValid(tm *timer) bool {
@@ -278,6 +279,30 @@ func (s *Server) cacheFinished(r *request) {
 }
 
 func (s *Server) token(r *request, t time.Time) {
-	s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: r.generated})
+	switch {
+	case r.gaps == nil:
+		s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: r.generated})
+	case r.generated == 0:
+		s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: 0})
+		r.lastTok = t
+	default:
+		g := int64(t.Sub(r.lastTok))
+		r.lastTok = t
+		if r.gaps != s.gapSink || g != s.gapNS {
+			s.flushGaps()
+			s.gapSink, s.gapNS = r.gaps, g
+		}
+		s.gapN++
+	}
 	r.generated++
+}
+
+// flushGaps hands the current run of equal gaps to its sink. A decode step's continuing rooms
+// share one gap (the step's length), so a step costs a sink call or two, not one per token.
+func (s *Server) flushGaps() {
+	if s.gapN > 0 {
+		s.gapSink.AddN(s.gapNS, s.gapN)
+		s.gapN = 0
+	}
+	s.gapSink = nil
 }

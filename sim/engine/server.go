@@ -17,7 +17,11 @@ type Server struct {
 	live     request             // sentinel of the live list, in Submit order (Kill iterates it)
 	timers   timerHeap
 	pending  []Output // produced, not yet returned by Advance
-	early    map[uint64]time.Time
+	// gapSink, gapNS, gapN: the run of equal token gaps not yet handed to its sink (Req.Gaps).
+	gapSink GapSink
+	gapNS   int64
+	gapN    int64
+	early   map[uint64]time.Time
 	// earlyCached is the decode-side hit of an early Handshake (HandshakeCached).
 	earlyCached map[uint64]int
 	last        time.Time // latest time seen
@@ -50,7 +54,9 @@ type request struct {
 	prefilled int   // tokens of target with KV (cached + computed)
 	generated int   // output tokens produced
 	firstTok  time.Time
-	earlyKV   bool // decode: KVArrived came while still in prealloc
+	earlyKV   bool      // decode: KVArrived came while still in prealloc
+	gaps      GapSink   // Req.Gaps: tokens after the first are counted here, not emitted
+	lastTok   time.Time // gaps: when the last output token was produced
 
 	decodeHit     int    // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
 	dnode         *node  // decode radix cache: the locked node of that hit
@@ -149,7 +155,7 @@ func (s *Server) Submit(now time.Time, req Req) {
 			rank = int(req.Room % uint64(len(s.ranks)))
 		}
 	}
-	r := &request{room: req.Room, rk: s.ranks[rank], prompt: req.Prompt, output: req.Output, maxNew: max(req.MaxNew, 1), target: len(req.Prompt)}
+	r := &request{room: req.Room, rk: s.ranks[rank], prompt: req.Prompt, output: req.Output, maxNew: max(req.MaxNew, 1), target: len(req.Prompt), gaps: req.Gaps}
 	s.rooms[r.room] = r
 	r.prev, r.next = s.live.prev, &s.live
 	s.live.prev.next = r

@@ -53,6 +53,17 @@ type Req struct {
 	// finishes, as SGLang caches finished sequences, so a conversation's next turn hits them.
 	// nil: only the prompt is cached. Must not be modified after Submit.
 	Output []uint32
+	// Gaps, when set, receives the gaps between the room's consecutive output tokens instead of
+	// a KindToken output per token: only the first token (Index 0) is reported. A decode step
+	// hands the gaps it produced to their sinks in runs (one AddN per run of equal gaps), so a
+	// driver that keeps only the distribution of inter-token latencies pays nothing per token.
+	// Every gap reaches its sink before the Advance that reports the room's end returns.
+	Gaps GapSink
+}
+
+// GapSink counts inter-token gaps: n gaps of ns nanoseconds each (reports.Counts is one).
+type GapSink interface {
+	AddN(ns, n int64)
 }
 
 // Kind says which event an Output reports.
