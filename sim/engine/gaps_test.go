@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,4 +111,10 @@ func TestGapsEqualPerTokenOutputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequestRecordIsLineAligned: the room record's size is a multiple of a cache line (and so
+// its own allocation size class), which keeps the decode loop's fields in two aligned lines.
+func TestRequestRecordIsLineAligned(t *testing.T) {
+	assert.Zero(t, unsafe.Sizeof(request{})%64, "size %d", unsafe.Sizeof(request{}))
 }

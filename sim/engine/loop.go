@@ -284,10 +284,11 @@ func (s *Server) token(r *request, t time.Time) {
 		s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: r.generated})
 	case r.generated == 0:
 		s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: 0})
-		r.lastTok = t
+		r.lastTok = t.UnixNano()
 	default:
-		g := int64(t.Sub(r.lastTok))
-		r.lastTok = t
+		tn := t.UnixNano()
+		g := tn - r.lastTok
+		r.lastTok = tn
 		if r.gaps != s.gapSink || g != s.gapNS {
 			s.flushGaps()
 			s.gapSink, s.gapNS = r.gaps, g
