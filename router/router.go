@@ -21,8 +21,11 @@ type Request struct {
 	// Avoid lists worker URLs to skip if any other target of the role is available: a retry
 	// passes the workers that already failed this request, so it moves to another target.
 	Avoid []string
+	// TextRunes is len(Text) in runes when the caller already knows it (the simulator's
+	// sessions count it as they grow); 0: Route counts it.
+	TextRunes int
 
-	runes int // len(Text) in runes, counted once per Route for every role's policy; -1: unknown
+	runes int // len(Text) in runes, counted at most once per Route for every role's policy
 }
 
 // textRunes returns the routing text's length in runes, counting it at most once.
@@ -203,7 +206,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 	}
 	d := &Decision{r: r}
-	req.runes = 0 // the text may have changed since a previous Route with this Request
+	req.runes = req.TextRunes // 0: counted when a policy needs it (the text may have changed since a previous Route)
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
 		p, err := r.policies[role].Pick(now, req, ts)

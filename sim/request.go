@@ -121,7 +121,7 @@ func arrivalJitter(id string) int64 {
 // the router's source), then rid and room from the wire source, then both legs sent.
 func (x *sim) route(r *request) {
 	if r.rreq.Text == "" {
-		r.rreq.Text, r.rreq.Model = r.turn.RouteText, r.turn.Model
+		r.rreq.Text, r.rreq.Model, r.rreq.TextRunes = r.turn.RouteText, r.turn.Model, r.turn.RouteRunes
 	}
 	d, err := x.rt.Route(&r.rreq)
 	if err != nil {

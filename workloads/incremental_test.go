@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,6 +128,7 @@ func TestIncrementalSessionMatchesFromScratch(t *testing.T) {
 				parsed, err := wire.Parse(route, bt.Body)
 				require.NoError(t, err)
 				assert.Equal(t, parsed.Text, st.RouteText, "turn %d routing text", k)
+				assert.Equal(t, utf8.RuneCountInString(st.RouteText), st.RouteRunes, "turn %d routing text runes", k)
 				assert.Equal(t, parsed.Model, st.Model, "turn %d model", k)
 				assert.Nil(t, st.Body, "the simulator's turns carry no body")
 				assert.Equal(t, bt.InputTokens, st.InputTokens)

@@ -3,6 +3,7 @@ package workloads
 import (
 	"strconv"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/pdrouter/pdrouter/router/wire"
@@ -24,6 +25,8 @@ type Turn struct {
 	// tracks them (ForSimulator); "" otherwise.
 	RouteText string
 	Model     string
+	// RouteRunes is len(RouteText) in runes, when RouteText is set.
+	RouteRunes int
 }
 
 // Session is one conversation: a fixed number of turns whose prompts grow by the previous
@@ -51,7 +54,13 @@ type Session struct {
 	trackText bool   // maintain text, the routing text (ForSimulator)
 	noBody    bool   // do not render Turn.Body (ForSimulator)
 	text      []byte // the routing text of the history incl. sys, when trackText
+	runes     int    // len(text) in runes
+	grow      int    // tokens the conversation is expected to add to its history (reserve)
 }
+
+// charsPerToken sizes the routing text for a number of tokens: generated text averages about
+// 4.5 bytes a token, so a reservation this generous is rarely outgrown.
+const charsPerToken = 5
 
 // ForSimulator prepares the session for a simulator, which never sends bodies: every later
 // Turn carries PromptIDs (TrackPromptIDs), RouteText and Model, each maintained incrementally
@@ -65,9 +74,14 @@ func (s *Session) ForSimulator() {
 		return
 	}
 	s.trackText, s.noBody = true, true
-	s.hist = nil // no body to render: the reserved history goes
+	sys := 0
+	if s.sys != nil {
+		sys = len(s.sys.text)
+	}
+	s.text = make([]byte, 0, sys+s.grow*charsPerToken+2*s.turns)
 	if s.sys != nil {
 		s.text = append(s.text, s.sys.text...)
+		s.runes = utf8.RuneCountInString(s.sys.text)
 	}
 }
 
@@ -80,14 +94,18 @@ func (s *Session) addText(text string) {
 		}
 		if len(s.text) > 0 {
 			s.text = append(s.text, ' ')
+			s.runes++
 		}
 		s.text = append(s.text, text...)
+		s.runes += utf8.RuneCountInString(text)
 		return
 	}
 	if s.pieces > 0 || s.sys != nil {
 		s.text = append(s.text, '\n')
+		s.runes++
 	}
 	s.text = append(s.text, text...)
+	s.runes += utf8.RuneCountInString(text)
 }
 
 // TrackPromptIDs makes every later Turn carry PromptIDs, maintained incrementally (only the new
@@ -101,13 +119,13 @@ func (s *Session) TrackPromptIDs() {
 		return
 	}
 	s.trackIDs = true
+	var sys []uint32
 	if s.sys != nil {
-		if s.req.api == APIChat {
-			s.ids = AppendTokens(s.ids, chatStart+"system\n"+s.sys.text+chatEnd)
-		} else {
-			s.ids = AppendTokens(s.ids, s.sys.text)
-		}
+		sys = s.sys.promptIDs(s.req.api)
 	}
+	// Room for the whole conversation: its pieces, each message's template ids, the chat
+	// generation prompt.
+	s.ids = append(make([]uint32, 0, len(sys)+s.grow+(2*s.turns+1)*8), sys...)
 }
 
 // requestForm holds the per-request fields every body carries.
@@ -178,6 +196,7 @@ func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {
 		// s.text only ever grows by appending, so its first len bytes never change: the
 		// turn's routing text aliases them instead of copying the whole history each turn.
 		t.RouteText = unsafe.String(unsafe.SliceData(s.text), len(s.text))
+		t.RouteRunes = s.runes
 		if s.req.api != APIGenerate {
 			t.Model = s.req.model
 		}
@@ -200,11 +219,15 @@ func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {
 	return t, true
 }
 
-// reserve sizes the history for about tokens more tokens of generated text, sparing the
-// reallocations of a growing conversation.
-func (s *Session) reserve(tokens int) {
-	if need := tokens*5 + 64*s.turns; cap(s.hist)-len(s.hist) < need {
-		s.hist = append(make([]byte, 0, len(s.hist)+need), s.hist...)
+// reserve says the conversation will add about tokens tokens of generated text to its
+// history: the history (or, ForSimulator, the routing text and token ids) is sized for them
+// when first written, sparing the reallocations of a growing conversation.
+func (s *Session) reserve(tokens int) { s.grow = tokens }
+
+// reserveHist sizes the JSON history for the tokens reserve announced, before its first piece.
+func (s *Session) reserveHist() {
+	if s.hist == nil && s.grow > 0 {
+		s.hist = make([]byte, 0, s.grow*charsPerToken+64*s.turns)
 	}
 }
 
@@ -230,6 +253,7 @@ func (s *Session) appendPieceIDs(role, text string, tokens int, ids []uint32) {
 	}
 	if s.req.api == APIChat {
 		if !s.noBody {
+			s.reserveHist()
 			if nonEmpty {
 				s.hist = append(s.hist, ',')
 			}
@@ -260,6 +284,7 @@ func (s *Session) appendPieceIDs(role, text string, tokens int, ids []uint32) {
 		appendText()
 	}
 	if !s.noBody {
+		s.reserveHist()
 		s.hist = wire.AppendJSONStringBody(s.hist, text)
 	}
 	s.tokens += tokens

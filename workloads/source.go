@@ -95,6 +95,22 @@ type shared struct {
 	text   string // the system prompt
 	enc    []byte // chat: the encoded system message; others: the escaped text
 	tokens int    // tokens the piece adds to the rendered prompt
+
+	idsOnce sync.Once
+	ids     []uint32 // the piece's token ids as the prompt holds them (promptIDs)
+}
+
+// promptIDs returns the token ids the piece opens a prompt with (chat: the system message in
+// the chat template), tokenized once for every session that shares the piece. Read-only.
+func (s *shared) promptIDs(api API) []uint32 {
+	s.idsOnce.Do(func() {
+		if api == APIChat {
+			s.ids = AppendTokens(nil, chatStart+"system\n"+s.text+chatEnd)
+		} else {
+			s.ids = AppendTokens(nil, s.text)
+		}
+	})
+	return s.ids
 }
 
 // sharedCache hands out one *shared per key while any session holds it; the weak pointers let
