@@ -191,12 +191,7 @@ func (x *sim) clientEnd(r *request) {
 	}
 	c := r.conv
 	if r.errMsg == nil {
-		more, err := c.sc.next()
-		if err != nil {
-			x.err = err
-			return
-		}
-		if more && c.sc.has {
+		if c.sc.next() {
 			x.push(event{at: x.clock.now + int64(c.sc.turn.ThinkTime), kind: evSend, conv: c})
 			return
 		}

@@ -3,68 +3,81 @@ package sim
 import (
 	"errors"
 	"io"
+	"strconv"
 
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
-// script is a conversation in progress: its session, kept incrementally (workloads
-// Session.ForSimulator: token ids and routing text appended piece by piece, no bodies), and
-// its pending turn. Turn 0 is built by the prefetcher, on another core; each later turn is
-// built when the previous one succeeded, from its reply. A simulated server always generates
-// exactly max_tokens tokens and its reply text is workloads.ReplyText, so the reply is known
-// without the response; a failed turn ends its conversation.
+// script is a conversation: every turn of it, built ahead on the prefetcher's goroutine
+// (workloads Session.ForSimulator: token ids and routing text appended piece by piece, no
+// bodies). A simulated server always generates exactly max_tokens tokens and its reply text is
+// workloads.ReplyText, so each reply, and with it the next turn, is known before the turn is
+// sent; a failed turn ends its conversation and the turns built after it are dropped.
 type script struct {
-	sess     *workloads.Session
-	turn     workloads.Turn // the pending turn, when has
-	has      bool
-	route    wire.Route
-	regular  bool
-	reply    string   // the pending turn's reply (regular mode: built with the turn)
-	replyIDs []uint32 // its token ids (regular mode: the server caches them with the prompt)
+	turns []plannedTurn
+	k     int            // the pending turn's index
+	turn  workloads.Turn // the pending turn, when has
+	has   bool
+	route wire.Route
+	id    string   // the pending turn's request id, "session/turn"
+	reply []uint32 // regular mode: the pending turn's reply ids (the server caches them)
 }
 
-// newScript starts s and builds its first turn.
+// plannedTurn is one turn of a script.
+type plannedTurn struct {
+	turn  workloads.Turn
+	route wire.Route
+	id    string
+	reply []uint32 // regular mode only
+}
+
+// newScript builds every turn of s and makes the first one pending.
 func newScript(s *workloads.Session, regular bool) (*script, error) {
 	s.ForSimulator()
-	sc := &script{sess: s, regular: regular}
-	return sc, sc.build("")
+	sc := &script{turns: make([]plannedTurn, 0, s.Turns())}
+	var reply string
+	var replyIDs []uint32
+	for {
+		t, ok := s.NextReply(reply, replyIDs)
+		if !ok {
+			break
+		}
+		route, ok := wire.RouteFromPath(t.Path)
+		if !ok {
+			return nil, errors.New("sim: workload turn has no inference path")
+		}
+		p := plannedTurn{turn: t, route: route, id: t.Session + "/" + strconv.Itoa(t.Index)}
+		reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		if regular {
+			p.reply = replyIDs
+		}
+		sc.turns = append(sc.turns, p)
+	}
+	sc.set(0)
+	return sc, nil
 }
 
-// build makes the next turn, the previous one's reply appended; has is false at the end.
-func (sc *script) build(reply string) error {
-	t, ok := sc.sess.Next(reply)
-	return sc.set(t, ok)
-}
-
-// set makes t the pending turn (none when !ok).
-func (sc *script) set(t workloads.Turn, ok bool) error {
-	sc.turn, sc.has = t, ok
-	if !ok {
-		return nil
-	}
-	route, ok := wire.RouteFromPath(t.Path)
-	if !ok {
-		return errors.New("sim: workload turn has no inference path")
-	}
-	sc.route = route
-	sc.reply, sc.replyIDs = "", nil
-	if sc.regular {
-		sc.reply, sc.replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
-	}
-	return nil
-}
-
-// next builds the turn after the pending one from its reply; false when it was the last.
-func (sc *script) next() (bool, error) {
+// set makes turn k pending (none past the last).
+func (sc *script) set(k int) {
+	sc.k = k
+	sc.has = k < len(sc.turns)
 	if !sc.has {
-		return false, nil
+		sc.turn, sc.reply, sc.turns = workloads.Turn{}, nil, nil
+		return
 	}
-	if sc.replyIDs == nil {
-		sc.reply, sc.replyIDs = workloads.Reply(sc.turn.PromptIDs, sc.turn.MaxTokens)
+	p := &sc.turns[k]
+	sc.turn, sc.route, sc.id, sc.reply = p.turn, p.route, p.id, p.reply
+	*p = plannedTurn{} // the script no longer holds what the request now does
+}
+
+// next makes the turn after the pending one pending; false when it was the last.
+func (sc *script) next() bool {
+	if !sc.has {
+		return false
 	}
-	t, ok := sc.sess.NextReply(sc.reply, sc.replyIDs)
-	return ok, sc.set(t, ok)
+	sc.set(sc.k + 1)
+	return sc.has
 }
 
 // prefetcher prepares a level's conversations, in source order, on its own goroutine, a few

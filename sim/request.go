@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"hash/fnv"
-	"strconv"
 	"time"
 
 	"github.com/pdrouter/pdrouter/reports"
@@ -79,8 +78,7 @@ func (x *sim) send(c *conv) {
 		return
 	}
 	sc := c.sc
-	r := &request{conv: c, turn: sc.turn, route: sc.route, replyIDs: sc.replyIDs,
-		id:       sc.turn.Session + "/" + strconv.Itoa(sc.turn.Index),
+	r := &request{conv: c, turn: sc.turn, route: sc.route, replyIDs: sc.reply, id: sc.id,
 		recorded: lv.issued >= x.cfg.Load.Warmup, sendAt: x.clock.now, firstTok: -1}
 	if r.recorded && !lv.recording {
 		lv.recording, lv.recBegin = true, x.clock.now
