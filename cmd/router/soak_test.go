@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -120,6 +121,7 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	defer front.Close()
 	defer func() { stopRouter(); srv.Wait() }()
 	baseGoroutines := runtime.NumGoroutine()
+	baseHeap, baseRSS := settledHeap(), procRSS(t)
 
 	p := workloads.DefaultParams()
 	p.Workload, p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio = workloads.WorkloadRandom, 100000, 256, 32, 0.5
@@ -202,6 +204,14 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
 		t.Logf("goroutines:\n%s", b.String())
 	}
+	// The heap back near its level before the load (the router, the workers and the bench
+	// share this process): what stays is the router's prefix trees and the workers' KV caches,
+	// a few MB; a leaked request would hold its bodies and stream buffers, and 2,000 of them
+	// tens of MB.
+	heap, rss := settledHeap(), procRSS(t)
+	t.Logf("heap in use %.1f MB before the load, %.1f MB after; RSS %.1f MB before, %.1f MB after",
+		float64(baseHeap)/1e6, float64(heap)/1e6, float64(baseRSS)/1e6, float64(rss)/1e6)
+	assert.Less(t, heap, baseHeap+48<<20, "heap back near its level before the load")
 	kinds := slices.Collect(func(yield func(string) bool) {
 		for k := range lv.ErrorsByKind {
 			if !yield(k) {
@@ -303,4 +313,28 @@ func (p *partitioned) served(t *testing.T) int {
 		}
 	}
 	return -1
+}
+
+// settledHeap is the heap in use after a full collection, in bytes.
+func settledHeap() uint64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// procRSS is this process's resident set size (VmRSS) in bytes.
+func procRSS(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
