@@ -200,12 +200,18 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	scheme := "http"
-	if srv.TLSConfig = servingTLS; servingTLS != nil {
+	// Requests with both Content-Length and Transfer-Encoding are refused (400, connection
+	// closed: RFC 9112 §6.3), which net/http cannot do alone: the listener follows the bytes.
+	guarded := server.GuardFraming(ln)
+	if servingTLS != nil {
 		scheme = "https"
-		go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { errc <- srv.Serve(ln) }()
+		// The guard needs the HTTP/1.x bytes, so it does the handshakes itself; HTTP/2 is
+		// still offered (ALPN) and served by net/http, which sets it up on its own copy.
+		servingTLS.NextProtos = []string{"h2", "http/1.1"}
+		srv.TLSConfig = servingTLS.Clone()
+		guarded = server.GuardFramingTLS(ln, servingTLS, srv.ReadHeaderTimeout)
 	}
+	go func() { errc <- srv.Serve(guarded) }()
 	go func() { errc <- msrv.Serve(mln) }()
 	// One parseable line for scripts and tests that start the router on port 0.
 	if cfg.LogJSON {

@@ -214,23 +214,39 @@ func TestServeHTTPS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+	listening := make(chan string, 1)
 	go func() { // keep draining: serve logs while it runs
 		sc := bufio.NewScanner(pr)
 		re := regexp.MustCompile(`router listening on (https://\S+) `)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				pool := x509.NewCertPool()
-				pool.AppendCertsFromPEM(ca.pem)
-				c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-				resp, err := c.Get(m[1] + "/liveness")
-				if assert.NoError(t, err) {
-					assert.Equal(t, http.StatusOK, resp.StatusCode)
-					resp.Body.Close()
-				}
-				cancel()
+				listening <- m[1]
 			}
 		}
+		close(listening)
 	}()
+	base, ok := <-listening
+	require.True(t, ok, "serve printed its listening line")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get(base + "/liveness")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 1, resp.ProtoMajor)
+	resp.Body.Close()
+	// HTTP/2 is still offered (ALPN h2).
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	resp, err = h2.Get(base + "/liveness")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 2, resp.ProtoMajor, "served over HTTP/2")
+	resp.Body.Close()
+	h2.CloseIdleConnections() // or shutdown waits out HTTP/2's 1 s GOAWAY grace
+	// HTTP/1.1 over TLS is guarded as plain HTTP is (RFC 9112 §6.3).
+	tc, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	require.NoError(t, err)
+	requireConflictingFramingRefused(t, tc)
+	cancel()
 	require.NoError(t, <-done)
-	require.Error(t, ctx.Err(), "the listening line was seen and /liveness answered over HTTPS")
 }

@@ -171,7 +171,9 @@ func startRouter(t *testing.T, cfg router.Config) *testRouter {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
-	srv := httptest.NewServer(s.Handler())
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.Listener = GuardFraming(srv.Listener) // as serve runs it
+	srv.Start()
 	tr := &testRouter{s: s, srv: srv, dlog: dlog, cancel: cancel}
 	t.Cleanup(func() {
 		srv.Close()

@@ -36,7 +36,9 @@ func BenchmarkHotPath(b *testing.B) {
 			if err := s.Start(ctx); err != nil {
 				b.Fatal(err)
 			}
-			front := httptest.NewServer(s.Handler())
+			front := httptest.NewUnstartedServer(s.Handler())
+			front.Listener = GuardFraming(front.Listener) // as serve runs it
+			front.Start()
 			defer front.Close()
 			lc := newLoadClient()
 			work := make(chan struct{})

@@ -54,18 +54,23 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
+	// routeOf is the route label of a path in requests_total: known paths as such, the rest
+	// "other" (so a scanner cannot grow the label set).
+	routeOf := func(path string) string {
+		switch {
+		case strings.HasPrefix(path, "/workers/"):
+			return "/workers/{url}"
+		case len(allow[path]) == 0:
+			return "other"
+		}
+		return path
+	}
 	// /workers/{url}: before the mux, whose path cleaning answers a raw "http://…" with 307.
 	routed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		w = sw
 		defer func() {
-			route := r.URL.Path
-			switch {
-			case strings.HasPrefix(route, "/workers/"):
-				route = "/workers/{url}"
-			case len(allow[route]) == 0:
-				route = "other"
-			}
+			route := routeOf(r.URL.Path)
 			code := sw.status
 			if code == 0 {
 				code = http.StatusOK
@@ -88,7 +93,22 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	return s.cors(s.accessLog(routed))
+	h := s.cors(s.accessLog(routed))
+	// A request GuardFraming marked (both Content-Length and Transfer-Encoding, RFC 9112
+	// §6.3) is refused before anything else, CORS preflights included, and its connection
+	// closed: what follows on it cannot be trusted to be a request of its own.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, marked := r.Header[framingHeader]; marked {
+			if msg := framingError(r); msg != "" {
+				s.metrics.Errors.WithLabelValues("bad_framing").Inc()
+				s.metrics.CountResponse(routeOf(r.URL.Path), http.StatusBadRequest)
+				w.Header().Set("Connection", "close")
+				writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, msg)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // MetricsHandler serves /metrics for the --prometheus-port listener.
