@@ -404,16 +404,28 @@ func (r *Router) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for role := range numRoles {
 		for _, w := range r.workers[role] {
-			st := workerState(w, now)
-			wi := WorkerInfo{URL: w.url, Role: role, BootstrapPort: w.bootstrapPort, DPSize: w.dpSize,
-				State: st, Healthy: st == WorkerHealthy, Breaker: w.breaker.State(now)}
-			for _, t := range w.targets {
-				wi.Load += t.Load()
-			}
-			out = append(out, wi)
+			out = append(out, infoLocked(w, now))
 		}
 	}
 	return out
+}
+
+// Worker returns the registered worker with url and a snapshot of it.
+func (r *Router) Worker(url string) (*Worker, WorkerInfo, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	role, i, ok := r.findLocked(url)
+	if !ok {
+		return nil, WorkerInfo{}, false
+	}
+	w := r.workers[role][i]
+	return w, infoLocked(w, r.clock.Now()), true
+}
+
+func infoLocked(w *Worker, now time.Time) WorkerInfo {
+	st := workerState(w, now)
+	return WorkerInfo{URL: w.url, Role: w.role, BootstrapPort: w.bootstrapPort, DPSize: w.dpSize,
+		State: st, Healthy: st == WorkerHealthy, Breaker: w.breaker.State(now), Load: w.Load()}
 }
 
 // Ready reports whether requests can be routed: a healthy regular worker, or in PD mode a

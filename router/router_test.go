@@ -157,6 +157,32 @@ func TestDoneConcurrentCallsDecrementOnce(t *testing.T) {
 	require.Zero(t, d.Regular.Load())
 }
 
+// A removed worker keeps its targets and their loads: requests routed to it before its
+// removal still balance them (what serve's draining state shows), and nothing new is routed.
+func TestRemovedWorkerKeepsItsLoad(t *testing.T) {
+	t.Parallel()
+	r := regularRouter(t, PolicyRoundRobin, "http://a:1", "http://b:1")
+	w, info, ok := r.Worker("http://a:1")
+	require.True(t, ok)
+	assert.Equal(t, WorkerInfo{URL: "http://a:1", Role: Regular, State: WorkerHealthy, Healthy: true, Breaker: BreakerClosed}, info)
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	require.Same(t, w, d.Regular.Worker())
+	require.NoError(t, r.RemoveWorker("http://a:1"))
+	_, _, ok = r.Worker("http://a:1")
+	require.False(t, ok)
+	require.Equal(t, int64(1), w.Load())
+	require.Equal(t, []*Target{d.Regular}, w.Targets())
+	for range 3 {
+		d2, err := r.Route(&Request{Text: "x"})
+		require.NoError(t, err)
+		require.Equal(t, "http://b:1", d2.Regular.URL())
+		d2.Done(Regular, Success)
+	}
+	d.Done(Regular, Success)
+	require.Zero(t, w.Load())
+}
+
 func TestRouteNoTargets(t *testing.T) {
 	t.Parallel()
 	r := newTestRouter(t, pdConfig())

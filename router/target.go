@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,20 @@ func (w *Worker) BootstrapPort() *int { return w.bootstrapPort }
 
 // DPSize returns the number of DP ranks the router addresses (0 when not DP-aware).
 func (w *Worker) DPSize() int { return w.dpSize }
+
+// Targets returns the worker's targets (fixed at registration). Their loads stay live after
+// the worker is removed, until the requests routed to them finish.
+func (w *Worker) Targets() []*Target { return slices.Clone(w.targets) }
+
+// Load returns the requests routed to the worker and not yet finished: the sum over its
+// targets. Safe to call without the router's lock, and after the worker is removed.
+func (w *Worker) Load() int64 {
+	var n int64
+	for _, t := range w.targets {
+		n += t.Load()
+	}
+	return n
+}
 
 // Target is what a policy chooses: a worker, or one DP rank of it under --dp-aware. It owns the
 // in-flight load counter and the cache-aware tenant. A Target must not be copied.
@@ -143,6 +158,10 @@ const (
 	WorkerHealthy     WorkerState = "healthy"      // passes health checks, breaker closed or half-open: takes traffic
 	WorkerUnhealthy   WorkerState = "unhealthy"    // failed --health-failure-threshold probes in a row
 	WorkerBreakerOpen WorkerState = "breaker_open" // failed --cb-failure-threshold requests in a row: no traffic until a probe passes or the timeout ends
+	// WorkerDraining is a worker removed (DELETE /workers, service discovery) while requests
+	// to it were in flight: the router has forgotten it and routes nothing new to it; serve
+	// shows it until those requests finish. The router core never reports it.
+	WorkerDraining WorkerState = "draining"
 )
 
 func workerState(w *Worker, now time.Time) WorkerState {

@@ -315,9 +315,16 @@ func TestDiscoveryPDPodsFollowTheirState(t *testing.T) {
 	}()
 	<-arrived
 	r.delete("d1")
-	r.waitWorkers("d1 deleted while serving", url(ips[0]))
+	// It takes no new request at once, but is shown draining until its request finishes.
+	require.Eventually(t, func() bool { return r.workers()[url(ips[1])]["state"] == "draining" }, 10*time.Second, 5*time.Millisecond,
+		"d1 deleted while serving: draining")
+	got = r.waitWorkers("d1 draining", url(ips[0]), url(ips[1]))
+	assert.EqualValues(t, 1, got[url(ips[1])]["load"])
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done, "the in-flight request finishes")
+	r.waitWorkers("d1 drained: gone", url(ips[0]))
+	assert.Contains(t, r.log.String(), `msg="worker draining: no new requests; removed once its in-flight requests finish" worker=`+url(ips[1])+
+		` role=decode from=healthy to=draining reason="its pod left service discovery"`)
 	// The response does not wait for the prefill leg's own end: /get_loads comes back to zero
 	// once it has ended too.
 	type loads struct {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -104,15 +103,20 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 // readiness answers 200 with healthy/total counts, 503 when requests cannot be routed.
 func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 	counts := map[string]map[string]int{}
-	for _, wi := range s.r.Workers() {
+	for _, wi := range s.allWorkers() {
 		c := counts[wi.Role.String()]
 		if c == nil {
-			c = map[string]int{"healthy": 0, "total": 0}
+			c = map[string]int{"healthy": 0, "total": 0, "draining": 0}
 			counts[wi.Role.String()] = c
 		}
-		c["total"]++
-		if wi.Healthy {
+		switch {
+		case wi.State == router.WorkerDraining: // removed: not in the total
+			c["draining"]++
+		case wi.Healthy:
 			c["healthy"]++
+			c["total"]++
+		default:
+			c["total"]++
 		}
 	}
 	status, state := http.StatusOK, "ready"
@@ -135,7 +139,7 @@ type loadEntry struct {
 // getLoads reports the router's own in-flight counts per target.
 func (s *Server) getLoads(w http.ResponseWriter, _ *http.Request) {
 	out := []loadEntry{}
-	for _, t := range s.r.Targets() {
+	for _, t := range s.allTargets() {
 		e := loadEntry{Worker: router.RedactURL(t.URL), Target: router.RedactURL(t.Name), Role: t.Role.String(), Load: t.Load, Healthy: t.Healthy}
 		if t.Rank >= 0 {
 			r := t.Rank
@@ -232,7 +236,7 @@ type workerJSON struct {
 	DPSize        int    `json:"dp_size,omitempty"`
 	Healthy       bool   `json:"healthy"`
 	IsHealthy     bool   `json:"is_healthy"` // sgl-router's name for healthy
-	State         string `json:"state"`      // healthy, unhealthy or breaker_open: the one verdict every view shows
+	State         string `json:"state"`      // starting, healthy, unhealthy, breaker_open or draining: the one verdict every view shows
 	Load          int64  `json:"load"`
 	Breaker       string `json:"circuit_breaker"`
 }
@@ -256,7 +260,7 @@ func workerID(u string) string {
 func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
 	out := []workerJSON{}
 	stats := map[string]int{"prefill_count": 0, "decode_count": 0, "regular_count": 0}
-	for _, wi := range s.r.Workers() {
+	for _, wi := range s.allWorkers() {
 		out = append(out, toWorkerJSON(wi))
 		stats[wi.Role.String()+"_count"]++
 	}
@@ -266,7 +270,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
 // workerByPath finds the worker /workers/{url-or-id} names.
 func (s *Server) workerByPath(req *http.Request) (router.WorkerInfo, string, bool) {
 	u := workerPathURL(req)
-	for _, wi := range s.r.Workers() {
+	for _, wi := range s.allWorkers() {
 		if wi.URL == u || workerID(wi.URL) == u {
 			return wi, u, true
 		}
@@ -311,7 +315,11 @@ func (s *Server) removeWorker(w http.ResponseWriter, u string) {
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"removed": u})
+	out := map[string]any{"removed": u}
+	if d := s.drainingWorker(u); d != nil { // requests in flight: it goes when they finish
+		out["state"], out["load"] = string(router.WorkerDraining), d.w.Load()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // addWorkerJSON handles POST /workers {"url", "worker_type", "bootstrap_port"}.
@@ -439,22 +447,9 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 		}
 		return 0, &registerError{status, err}
 	}
+	s.stopDraining(u)
 	s.log.Info("worker added", "url", router.RedactURL(u), "role", role.String(), "dp_size", dp, "source", source)
 	return dp, nil
-}
-
-// RemoveWorker takes a worker out of routing (DELETE /workers, service discovery). Requests
-// already sent to it finish; their loads are released on the removed targets.
-func (s *Server) RemoveWorker(u, source string) error {
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
-	if err := s.r.RemoveWorker(u); err != nil {
-		return err
-	}
-	// Its series go with it: discovery churn must not grow /metrics without bound.
-	s.metrics.WorkerErrors.DeletePartialMatch(prometheus.Labels{"worker": router.RedactURL(u)})
-	s.log.Info("worker removed", "url", router.RedactURL(u), "source", source)
-	return nil
 }
 
 // DiscoveryEvent counts one service-discovery event (added, removed, skipped) for role.

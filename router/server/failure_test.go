@@ -318,7 +318,7 @@ func TestOneHealthTruthAndLoudFailures(t *testing.T) {
 	}
 	var ready map[string]any
 	getJSON(t, srv.URL+"/readiness", &ready)
-	assert.Equal(t, map[string]any{"healthy": 1.0, "total": 2.0}, ready["workers"].(map[string]any)["regular"])
+	assert.Equal(t, map[string]any{"healthy": 1.0, "total": 2.0, "draining": 0.0}, ready["workers"].(map[string]any)["regular"])
 	var loads struct{ Workers []map[string]any }
 	getJSON(t, srv.URL+"/get_loads", &loads)
 	for _, l := range loads.Workers {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,9 +166,15 @@ func (b *syncBuffer) String() string {
 
 func startRouter(t *testing.T, cfg router.Config) *testRouter {
 	t.Helper()
+	return startRouterLogging(t, cfg, nil)
+}
+
+// startRouterLogging is startRouter with the server's log going to logger.
+func startRouterLogging(t *testing.T, cfg router.Config, logger *slog.Logger) *testRouter {
+	t.Helper()
 	require.NoError(t, cfg.Validate())
 	dlog := &syncBuffer{}
-	s, err := New(Options{Config: cfg, Seed: 42, DecisionLog: dlog})
+	s, err := New(Options{Config: cfg, Seed: 42, DecisionLog: dlog, Logger: logger})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))

@@ -32,6 +32,7 @@ type Metrics struct {
 
 	policy     [3]string // policy name per router.Role, fixed when the router is built
 	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
+	state      *stateCollector
 }
 
 // NewMetrics registers the metrics on reg, reading state gauges from r at scrape time.
@@ -88,13 +89,19 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		}
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
+	m.state = &stateCollector{r: r}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
-		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, &stateCollector{r: r})
+		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state)
 	return m
 }
 
 // stateCollector exports the router's current state at scrape time.
-type stateCollector struct{ r *router.Router }
+type stateCollector struct {
+	r *router.Router
+	// draining lists the removed workers with requests in flight (Server.drainingWorkers);
+	// nil: none. Set before the first scrape.
+	draining func() []*drainingWorker
+}
 
 var (
 	descTargetLoad = prometheus.NewDesc("pdrouter_target_load", "Requests routed to the target and not finished (the router's own count).",
@@ -103,27 +110,39 @@ var (
 		[]string{"worker", "role"}, nil)
 	descCBState = prometheus.NewDesc("pdrouter_cb_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
 		[]string{"worker"}, nil)
+	descWorkerState = prometheus.NewDesc("pdrouter_worker_state", "1 for each worker's state: starting, healthy, unhealthy, breaker_open, or draining (removed, requests still in flight).",
+		[]string{"worker", "role", "state"}, nil)
 	descTreeChars = prometheus.NewDesc("pdrouter_tree_chars", "Characters held by the cache-aware tree.", []string{"role"}, nil)
 	descTreeNodes = prometheus.NewDesc("pdrouter_tree_nodes", "Nodes of the cache-aware tree.", []string{"role"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descTreeChars, descTreeNodes} {
+	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descWorkerState, descTreeChars, descTreeNodes} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range c.r.Targets() {
+	targets, workers := c.r.Targets(), c.r.Workers()
+	if c.draining != nil {
+		for _, d := range c.draining() {
+			for _, t := range d.w.Targets() {
+				targets = append(targets, router.TargetInfo{Name: t.Name(), Role: t.Role(), Load: t.Load()})
+			}
+			workers = append(workers, d.view())
+		}
+	}
+	for _, t := range targets {
 		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), router.RedactURL(t.Name), t.Role.String())
 	}
-	for _, w := range c.r.Workers() {
+	for _, w := range workers {
 		healthy := 0.0
 		if w.Healthy {
 			healthy = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descWorkerHealthy, prometheus.GaugeValue, healthy, router.RedactURL(w.URL), w.Role.String())
 		ch <- prometheus.MustNewConstMetric(descCBState, prometheus.GaugeValue, float64(w.Breaker), router.RedactURL(w.URL))
+		ch <- prometheus.MustNewConstMetric(descWorkerState, prometheus.GaugeValue, 1, router.RedactURL(w.URL), w.Role.String(), string(w.State))
 	}
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
 		if chars, nodes, ok := c.r.TreeStats(role); ok {

@@ -67,6 +67,9 @@ type Server struct {
 	bg    sync.WaitGroup
 	regMu sync.Mutex // serialises changes to the worker set (not the dp_size discovery before them)
 
+	drainMu  sync.Mutex        // protects draining
+	draining []*drainingWorker // removed workers with requests in flight, in removal order
+
 	events         <-chan router.WorkerEvent // the router's worker state changes, logged
 	logMu          sync.Mutex                // protects lastAttemptLog
 	lastAttemptLog map[string]time.Time      // per worker: the last failed attempt logged at WARN
@@ -121,6 +124,7 @@ func New(opts Options) (*Server, error) {
 		events:         r.WatchEvents(256),
 		lastAttemptLog: map[string]time.Time{},
 	}
+	s.metrics.state.draining = s.drainingWorkers
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
 	}
@@ -214,6 +218,7 @@ func (s *Server) Start(ctx context.Context) error {
 				return
 			case now := <-t.C:
 				s.r.Tick(now)
+				s.drainingWorkers() // logs the drained ones as they go
 			}
 		}
 	}()
