@@ -46,7 +46,9 @@ type Meta struct {
 	Target *string `json:"target"`
 	// Cluster is the simulated (or described) cluster as JSON; nil when unknown.
 	Cluster json.RawMessage `json:"cluster"`
-	// Router is the router configuration (router.Config as JSON); nil when unknown.
+	// Router is the router configuration as JSON: the routing settings (router.Config) for the
+	// simulator, every setting (/get_router_config, server.Config) for a bench of a router serve;
+	// nil when unknown.
 	Router json.RawMessage `json:"router"`
 	// Started is when a bench run began, written as RFC 3339 in the value's own zone and
 	// precision (time.Now().UTC().Truncate(time.Second) gives a tidy value that reads back

@@ -142,7 +142,7 @@ func startLivePD(t *testing.T, ctx context.Context, prof engine.Profile) string 
 	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2,
 		Worker: fakeworker.Config{Host: "127.0.0.1", Profile: prof, Seed: 1}})
 	require.NoError(t, err)
-	rc := router.DefaultConfig()
+	rc := server.DefaultConfig()
 	rc.PDDisaggregation = true
 	for _, w := range cl.Workers() {
 		switch fakeworker.ModeName(w.Mode()) {

@@ -216,7 +216,7 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	p, d := httptest.NewServer(worker(false)), httptest.NewServer(worker(true))
 	defer p.Close()
 	defer d.Close()
-	cfg := router.DefaultConfig()
+	cfg := server.DefaultConfig()
 	cfg.PDDisaggregation = true
 	cfg.RetryInitialBackoffMs = 1
 	s, err := server.New(server.Options{Config: cfg, Seed: 1})

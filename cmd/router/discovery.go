@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,7 +108,7 @@ const discoveryResync = 30 * time.Second
 const discoverySyncTimeout = 60 * time.Second
 
 // newPodDiscovery reads the discovery settings of cfg.
-func newPodDiscovery(cfg router.Config, client podClient, namespace string, workers workerSet, log *slog.Logger) (*podDiscovery, error) {
+func newPodDiscovery(cfg server.Config, client podClient, namespace string, workers workerSet, log *slog.Logger) (*podDiscovery, error) {
 	d := &podDiscovery{client: client, namespace: namespace, port: cfg.ServiceDiscoveryPort,
 		annotation: cfg.BootstrapPortAnnotation, workers: workers, log: log, resync: discoveryResync,
 		pods: map[string]*podWorker{}, skipped: map[string]string{}}
@@ -381,7 +382,7 @@ func discoveryNamespace(ctx context.Context, client podClient, given, own string
 }
 
 // startDiscovery runs service discovery for serve until ctx is done (nothing when it is off).
-func startDiscovery(ctx context.Context, cfg router.Config, workers workerSet, log *slog.Logger) (stop func(), err error) {
+func startDiscovery(ctx context.Context, cfg server.Config, workers workerSet, log *slog.Logger) (stop func(), err error) {
 	if !cfg.ServiceDiscovery {
 		return func() {}, nil
 	}

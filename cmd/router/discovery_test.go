@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,7 +113,7 @@ func (p *promText) get(t *testing.T) string {
 	return rec.Body.String()
 }
 
-func newDiscoveryRig(t *testing.T, cfg router.Config) *discoveryRig {
+func newDiscoveryRig(t *testing.T, cfg server.Config) *discoveryRig {
 	t.Helper()
 	cfg.ServiceDiscovery = true
 	require.NoError(t, cfg.Validate())
@@ -246,7 +245,7 @@ func TestDiscoveryPDPodsFollowTheirState(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(`{"text":"ok","meta_info":{}}`))
 	}))
-	cfg := router.DefaultConfig()
+	cfg := server.DefaultConfig()
 	cfg.PDDisaggregation = true
 	cfg.PrefillSelector = []string{"app=sglang-prefill"}
 	cfg.DecodeSelector = []string{"app=sglang-decode"}
@@ -359,7 +358,7 @@ func TestDiscoveryRegularDPAwareDoesNotBlock(t *testing.T) {
 	ips, port := podWorkers(t, 1, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"dp_size":2,"model_path":"m"}`))
 	}))
-	cfg := router.DefaultConfig()
+	cfg := server.DefaultConfig()
 	cfg.Selector = []string{"app=sglang", "tier=gpu"}
 	cfg.ServiceDiscoveryPort = port
 	cfg.DPAware = true

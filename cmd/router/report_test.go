@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
-	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 )
 
@@ -97,7 +96,7 @@ func TestCompareNamesTheSettingThatDiffers(t *testing.T) {
 	worker, _ := sseServer(t)
 	dir := t.TempDir()
 	for _, th := range []string{"0.3", "0.7"} {
-		cfg := router.DefaultConfig()
+		cfg := server.DefaultConfig()
 		cfg.WorkerURLs = []string{worker.URL}
 		cfg.CacheThreshold, _ = strconv.ParseFloat(th, 64)
 		s, err := server.New(server.Options{Config: cfg, Seed: 1})

@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -50,7 +49,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
   router serve --config tuned.yaml --worker-urls http://a:30000 http://b:30000 --print-config`
 
 func newServeCmd() *cobra.Command {
-	flagCfg := router.DefaultConfig()
+	flagCfg := server.DefaultConfig()
 	var configPath, apiKeyFile string
 	var printConfig, flushEachEvent, allowIgnored bool
 	cmd := &cobra.Command{
@@ -129,7 +128,7 @@ func newServeCmd() *cobra.Command {
 
 // runServe runs the router until ctx is cancelled, then drains in-flight requests.
 // flushEachEvent selects the per-event flush policy (server.Options.FlushEachEvent).
-func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stderr io.Writer) error {
+func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	seed := randomSeed()
 	if cfg.Seed != nil {
@@ -237,14 +236,14 @@ func runServe(ctx context.Context, cfg router.Config, flushEachEvent bool, stder
 	return err
 }
 
-func mode(cfg router.Config) string {
+func mode(cfg server.Config) string {
 	if cfg.PDDisaggregation {
 		return "pd"
 	}
 	return "regular"
 }
 
-func newLogger(cfg router.Config, w io.Writer) *slog.Logger {
+func newLogger(cfg server.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	switch cfg.LogLevel {
 	case "debug":
@@ -290,7 +289,7 @@ const apiKeyEnv = "PDROUTER_API_KEY"
 // apiKeyFrom fills cfg.APIKey from --api-key-file or PDROUTER_API_KEY when neither --api-key
 // nor the settings file gave one (given says they did): a key on the command line shows in
 // ps. Two sources of a key are an error naming both.
-func apiKeyFrom(cfg *router.Config, given bool, file string) error {
+func apiKeyFrom(cfg *server.Config, given bool, file string) error {
 	if file != "" {
 		if given {
 			return fmt.Errorf("serve: --api-key-file and --api-key (or the settings file's api_key) both give the key: keep one")

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 )
 
 func TestServePrintConfig(t *testing.T) {
@@ -262,15 +262,15 @@ func TestServeAPIKeyFromFileOrEnv(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("s3cret-from-file\n"), 0o600))
-	cfg := router.DefaultConfig()
+	cfg := server.DefaultConfig()
 	require.NoError(t, apiKeyFrom(&cfg, false, keyFile))
 	assert.Equal(t, "s3cret-from-file", cfg.APIKey)
 
 	t.Setenv(apiKeyEnv, "s3cret-from-env")
-	cfg = router.DefaultConfig()
+	cfg = server.DefaultConfig()
 	require.NoError(t, apiKeyFrom(&cfg, false, ""))
 	assert.Equal(t, "s3cret-from-env", cfg.APIKey)
-	cfg = router.DefaultConfig()
+	cfg = server.DefaultConfig()
 	cfg.APIKey = "flag"
 	require.NoError(t, apiKeyFrom(&cfg, true, ""))
 	assert.Equal(t, "flag", cfg.APIKey, "--api-key wins over the environment")

@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/spf13/pflag"
 )
 
-// serveFlagHelp documents every router.Config field, keyed by its json name, except those
+// serveFlagHelp documents every server.Config setting (router.Config's included), keyed by
+// its json name, except those
 // sharedFlagHelp defines per command; the flag is the same name with dashes. A test checks that
 // every field has an entry in one of them, so a new setting cannot ship without a flag and help.
 var serveFlagHelp = map[string]string{
@@ -186,49 +189,70 @@ func ignoredWarning(ignored []string) string {
 // flagName turns a Config json key into its flag name.
 func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "-") }
 
-// serveFlags binds one flag per router.Config field (named after its json key) to cfg, which
+// serveFlags binds one flag per server.Config setting (named after its json key) to cfg, which
 // should hold the defaults: they show in --help.
-func serveFlags(fs *pflag.FlagSet, cfg *router.Config) { configFlags(fs, cfg, cmdServe, nil) }
+func serveFlags(fs *pflag.FlagSet, cfg *server.Config) { configFlags(fs, cfg, cmdServe, nil) }
 
-// notRoutingSettings are the Config keys that describe a live deployment (listeners, worker
-// lists, secrets, logging) rather than routing behaviour; `router sim` leaves them out.
-var notRoutingSettings = map[string]bool{
-	"host": true, "port": true, "worker_urls": true, "prefill": true, "decode": true,
-	"worker_url_allow": true, "worker_startup_timeout_secs": true, "worker_startup_check_interval": true,
-	"api_key": true, "request_timeout_secs": true, "max_payload_size": true, "upstream_idle_timeout_ms": true,
-	"health_check_interval_secs": true, "health_check_timeout_secs": true, "health_check_endpoint": true,
-	"max_concurrent_requests": true, "queue_size": true, "queue_timeout_secs": true, "shutdown_timeout_secs": true,
-	"request_id_headers": true, "cors_allowed_origins": true, "prometheus_host": true, "prometheus_port": true,
-	"log_level": true, "log_json": true, "access_log": true,
-	"service_discovery": true, "selector": true, "prefill_selector": true, "decode_selector": true,
-	"service_discovery_port": true, "service_discovery_namespace": true, "bootstrap_port_annotation": true,
-	"kubeconfig": true, "client_cert_path": true, "client_key_path": true, "ca_cert_paths": true,
-	"tls_cert_path": true, "tls_key_path": true,
+// notSimFlags are the router.Config keys `router sim` has no flag for: the worker lists (the
+// simulator names its own workers) and the health-check interval (a live deployment's probe
+// cadence; a --config file may still set it). The server's settings (server.Config) are not
+// the simulator's at all.
+var notSimFlags = map[string]bool{
+	"worker_urls": true, "prefill": true, "decode": true, "health_check_interval_secs": true,
 }
 
 // routingFlags binds only the routing settings (policy, thresholds, tree, DP awareness, retry,
 // breaker and health thresholds, seed, decision log, mode): the flags `router sim` shares
 // with serve, under the same names, so one settings file serves both.
 func routingFlags(fs *pflag.FlagSet, cfg *router.Config) {
-	configFlags(fs, cfg, cmdSim, func(key string) bool { return !notRoutingSettings[key] })
+	configFlags(fs, cfg, cmdSim, func(key string) bool { return !notSimFlags[key] })
 }
 
-// configFlags binds the Config fields whose json key passes include (nil: all), with the help
-// text of command cmd.
-func configFlags(fs *pflag.FlagSet, cfg *router.Config, cmd string, include func(key string) bool) {
-	v := reflect.ValueOf(cfg).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		key := t.Field(i).Tag.Get("json")
+// setting is one settings field of a config struct: its config-file key and its value.
+type setting struct {
+	key   string
+	name  string // the Go field name
+	value reflect.Value
+}
+
+// settingsOf lists the settings of cfg (a *server.Config or *router.Config), the embedded
+// router.Config's inline, in print order (server.SettingKeys).
+func settingsOf(cfg any) []setting {
+	var out []setting
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		t := v.Type()
+		for i := range t.NumField() {
+			if t.Field(i).Anonymous {
+				walk(v.Field(i))
+				continue
+			}
+			out = append(out, setting{key: t.Field(i).Tag.Get("json"), name: t.Field(i).Name, value: v.Field(i)})
+		}
+	}
+	walk(reflect.ValueOf(cfg).Elem())
+	rank := map[string]int{}
+	for i, k := range server.SettingKeys() {
+		rank[k] = i
+	}
+	slices.SortStableFunc(out, func(a, b setting) int { return rank[a.key] - rank[b.key] })
+	return out
+}
+
+// configFlags binds the settings of cfg (a *server.Config or *router.Config) whose json key
+// passes include (nil: all), with the help text of command cmd.
+func configFlags(fs *pflag.FlagSet, cfg any, cmd string, include func(key string) bool) {
+	for _, st := range settingsOf(cfg) {
+		key := st.key
 		if include != nil && !include(key) {
 			continue
 		}
 		name, help := flagName(key), flagHelp(cmd, key)
 		if key == "seed" {
-			seedFlag(fs, cmd, &cfg.Seed)
+			seedFlag(fs, cmd, st.value.Addr().Interface())
 			continue
 		}
-		switch p := v.Field(i).Addr().Interface().(type) {
+		switch p := st.value.Addr().Interface().(type) {
 		case *string:
 			fs.StringVar(p, name, *p, help)
 		case *int:
@@ -244,7 +268,7 @@ func configFlags(fs *pflag.FlagSet, cfg *router.Config, cmd string, include func
 		case *[]router.PrefillWorker:
 			fs.Var(&prefillList{p}, name, help)
 		default:
-			panic(fmt.Sprintf("configFlags: no flag type for Config.%s", t.Field(i).Name))
+			panic(fmt.Sprintf("configFlags: no flag type for Config.%s", st.name))
 		}
 	}
 }
@@ -296,8 +320,8 @@ func (s *prefillList) Set(v string) error {
 // loadConfigFile reads a YAML or JSON settings file (YAML is a superset, so one decoder reads
 // both) over the defaults. Unknown keys and wrong types are errors naming the file, line and
 // key, so a typo never silently falls back to a default.
-func loadConfigFile(path string) (router.Config, settingsFile, error) {
-	cfg := router.DefaultConfig()
+func loadConfigFile(path string) (server.Config, settingsFile, error) {
+	cfg := server.DefaultConfig()
 	doc, file, err := readSettingsFile("--config", path)
 	if err != nil || doc == nil {
 		return cfg, file, err
@@ -305,21 +329,20 @@ func loadConfigFile(path string) (router.Config, settingsFile, error) {
 	return cfg, file, file.decode(doc, &cfg)
 }
 
-// mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg:
-// flags override the file, except worker lists, which are appended to the file's.
-func mergeServeFlags(fs *pflag.FlagSet, fileCfg, flagCfg router.Config) router.Config {
-	dst, src := reflect.ValueOf(&fileCfg).Elem(), reflect.ValueOf(flagCfg)
-	t := dst.Type()
-	for i := range t.NumField() {
-		key := t.Field(i).Tag.Get("json")
-		if !fs.Changed(flagName(key)) {
+// mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg
+// (both server.Config, or both router.Config): flags override the file, except worker lists,
+// which are appended to the file's.
+func mergeServeFlags[C server.Config | router.Config](fs *pflag.FlagSet, fileCfg, flagCfg C) C {
+	dst, src := settingsOf(&fileCfg), settingsOf(&flagCfg)
+	for i, d := range dst {
+		if !fs.Changed(flagName(d.key)) {
 			continue
 		}
-		switch key {
+		switch d.key {
 		case "worker_urls", "prefill", "decode":
-			dst.Field(i).Set(reflect.AppendSlice(dst.Field(i), src.Field(i)))
+			d.value.Set(reflect.AppendSlice(d.value, src[i].value))
 		default:
-			dst.Field(i).Set(src.Field(i))
+			d.value.Set(src[i].value)
 		}
 	}
 	return fileCfg

@@ -3,21 +3,21 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // parseServe runs the serve flag pipeline on an sgl-router style command line.
-func parseServe(t *testing.T, args ...string) (router.Config, []string, error) {
+func parseServe(t *testing.T, args ...string) (server.Config, []string, error) {
 	t.Helper()
 	norm, ignored := normalizeServeArgs(args)
-	cfg := router.DefaultConfig()
+	cfg := server.DefaultConfig()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.SetOutput(&strings.Builder{})
 	serveFlags(fs, &cfg)
@@ -26,16 +26,16 @@ func parseServe(t *testing.T, args ...string) (router.Config, []string, error) {
 }
 
 func TestEveryConfigFieldHasAFlagWithHelp(t *testing.T) {
-	typ := reflect.TypeOf(router.Config{})
-	require.Len(t, serveFlagHelp, typ.NumField()-len(sharedFlagHelp), "serveFlagHelp and router.Config disagree")
+	cfg := server.DefaultConfig()
+	settings := settingsOf(&cfg)
+	require.Len(t, serveFlagHelp, len(settings)-len(sharedFlagHelp), "serveFlagHelp and server.Config disagree")
 	for key := range sharedFlagHelp {
 		require.NotContains(t, serveFlagHelp, key, "a shared flag is defined in sharedFlagHelp only")
 	}
-	cfg := router.DefaultConfig()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	serveFlags(fs, &cfg)
-	for i := range typ.NumField() {
-		key := typ.Field(i).Tag.Get("json")
+	for _, st := range settings {
+		key := st.key
 		f := fs.Lookup(flagName(key))
 		require.NotNil(t, f, key)
 		require.NotEmpty(t, f.Usage, key)
@@ -121,7 +121,7 @@ seed: 11
 
 	args := strings.Fields(`--config ` + yamlPath + ` --cache-threshold 0.4 --prefill http://flag-p:1 --decode http://d:1`)
 	norm, _ := normalizeServeArgs(args)
-	flagCfg := router.DefaultConfig()
+	flagCfg := server.DefaultConfig()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	fs.String("config", "", "")
 	serveFlags(fs, &flagCfg)
@@ -161,8 +161,8 @@ func TestRoutingFlagsLeaveOutDeploymentSettings(t *testing.T) {
 	for _, name := range []string{"prefill", "decode", "worker-urls", "port", "api-key", "prometheus-port"} {
 		require.Nil(t, fs.Lookup(name), name)
 	}
-	for key := range notRoutingSettings {
-		require.Contains(t, serveFlagHelp, key, "notRoutingSettings names a Config key")
+	for key := range notSimFlags {
+		require.Contains(t, serveFlagHelp, key, "notSimFlags names a Config key")
 	}
 }
 

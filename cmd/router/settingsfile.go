@@ -88,8 +88,11 @@ func (f settingsFile) decode(doc map[string]any, dst any) error {
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		key, _, _ := strings.Cut(typeErr.Field, ".")
-		return fmt.Errorf("%s: %s: want %s, got %s", f.at(key), typeErr.Field, typeErr.Type, typeErr.Value)
+		// The path starts with the embedded struct's name for an embedded setting
+		// (server.Config's router.Config: "Config.cache_threshold"); keys are snake_case.
+		field := strings.TrimPrefix(typeErr.Field, "Config.")
+		key, _, _ := strings.Cut(field, ".")
+		return fmt.Errorf("%s: %s: want %s, got %s", f.at(key), field, typeErr.Type, typeErr.Value)
 	}
 	if m := unknownFieldRE.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Errorf("%s: unknown key %q (see %s's settings in --help)", f.at(m[1]), m[1], f.flag)

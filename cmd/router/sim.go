@@ -22,6 +22,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
@@ -112,13 +113,16 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error) {
 	rc := f.cfg
 	var file settingsFile
+	// The settings file is serve's: its server settings are checked with the rest but do
+	// not reach the simulator, which runs on the routing settings (rc) alone.
+	fileCfg := server.DefaultConfig()
 	if f.configFile != "" {
-		fileCfg, cf, err := loadConfigFile(f.configFile)
-		file = cf
+		var err error
+		fileCfg, file, err = loadConfigFile(f.configFile)
 		if err != nil {
 			return sim.Config{}, err
 		}
-		rc = mergeServeFlags(fs, fileCfg, f.cfg)
+		rc = mergeServeFlags(fs, fileCfg.Config, f.cfg)
 	}
 	cl := f.cluster
 	if f.clusterFile != "" {
@@ -157,7 +161,8 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 	if err := validateWorkloadFlags(f.params, f.load); err != nil {
 		return sim.Config{}, err
 	}
-	if err := rc.Validate(); err != nil {
+	fileCfg.Config = rc
+	if err := fileCfg.Validate(); err != nil {
 		return sim.Config{}, file.explain(err, fs)
 	}
 	if err := cl.Validate(rc.PDDisaggregation); err != nil {

@@ -99,7 +99,7 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		}
 	}()
 
-	rc := router.DefaultConfig()
+	rc := server.DefaultConfig()
 	rc.PDDisaggregation = true
 	rc.RequestTimeoutSecs = 10
 	rc.HealthCheckIntervalSecs, rc.HealthCheckTimeoutSecs = 1, 1

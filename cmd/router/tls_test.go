@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/fakeworker"
-	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/stretchr/testify/assert"
@@ -142,7 +141,7 @@ func TestTLSToWorkers(t *testing.T) {
 	require.True(t, strings.HasPrefix(w.URL(), "https://"), w.URL())
 
 	newRouter := func(ca string, log io.Writer) *httptest.Server {
-		cfg := router.DefaultConfig()
+		cfg := server.DefaultConfig()
 		cfg.WorkerURLs = []string{w.URL()}
 		cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths = cert, key, []string{ca}
 		cfg.UpstreamIdleTimeoutMs = 1 // a new upstream connection (and handshake) per request

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func noRetries(cfg router.Config) router.Config {
+func noRetries(cfg Config) Config {
 	cfg.DisableRetries = true
 	return cfg
 }
@@ -261,7 +261,7 @@ func TestInvalidRequest500IsNotRetried(t *testing.T) {
 		{"CUDA error: an illegal memory access", 3},
 	} {
 		w := newWorker(t, statusReply(http.StatusInternalServerError, tc.msg))
-		cfg := router.DefaultConfig()
+		cfg := DefaultConfig()
 		cfg.WorkerURLs = []string{w.URL()}
 		cfg.RetryMaxRetries, cfg.RetryInitialBackoffMs, cfg.RetryMaxBackoffMs = 3, 1, 1
 		cfg.DisableCircuitBreaker = true
@@ -280,7 +280,7 @@ func TestInvalidRequest500IsNotRetried(t *testing.T) {
 func TestOneHealthTruthAndLoudFailures(t *testing.T) {
 	good := newWorker(t, jsonReply(genReply))
 	bad := newWorker(t, statusReply(http.StatusInternalServerError, "exploded"))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{good.URL(), bad.URL()}
 	cfg.Policy = router.PolicyRoundRobin
 	cfg.CBFailureThreshold, cfg.DisableRetries = 2, true
@@ -356,7 +356,7 @@ func TestBatchAmplificationCapped(t *testing.T) {
 	for _, pd := range []bool{true, false} {
 		cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
 		if !pd {
-			cfg = router.DefaultConfig()
+			cfg = DefaultConfig()
 			cfg.WorkerURLs = []string{pw.URL()}
 		}
 		tr := startRouter(t, cfg)
@@ -380,7 +380,7 @@ func TestBatchAmplificationCapped(t *testing.T) {
 func TestWorkerURLCredentialsRedacted(t *testing.T) {
 	w := newWorker(t, jsonReply(genReply))
 	secretURL := strings.Replace(w.URL(), "http://", "http://admin:s3cret@", 1)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{secretURL}
 	cfg.DisableRetries = true
 	logs := &syncBuffer{}

@@ -82,7 +82,7 @@ func TestWorkerStartingUntilItsFirstProbePasses(t *testing.T) {
 		_, _ = io.WriteString(rw, `{"text":"ok","meta_info":{}}`)
 	}))
 	defer w.Close()
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL}
 	tr := startRouter(t, cfg)
 	infos := tr.s.Router().Workers()

@@ -164,13 +164,13 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-func startRouter(t *testing.T, cfg router.Config) *testRouter {
+func startRouter(t *testing.T, cfg Config) *testRouter {
 	t.Helper()
 	return startRouterLogging(t, cfg, nil)
 }
 
 // startRouterLogging is startRouter with the server's log going to logger.
-func startRouterLogging(t *testing.T, cfg router.Config, logger *slog.Logger) *testRouter {
+func startRouterLogging(t *testing.T, cfg Config, logger *slog.Logger) *testRouter {
 	t.Helper()
 	require.NoError(t, cfg.Validate())
 	dlog := &syncBuffer{}
@@ -190,8 +190,8 @@ func startRouterLogging(t *testing.T, cfg router.Config, logger *slog.Logger) *t
 	return tr
 }
 
-func pdConfig(prefill, decode []*testWorker, port *int) router.Config {
-	cfg := router.DefaultConfig()
+func pdConfig(prefill, decode []*testWorker, port *int) Config {
+	cfg := DefaultConfig()
 	cfg.PDDisaggregation = true
 	for _, p := range prefill {
 		cfg.Prefill = append(cfg.Prefill, router.PrefillWorker{URL: p.URL(), BootstrapPort: port})

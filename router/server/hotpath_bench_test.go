@@ -18,7 +18,7 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Run("mode="+mode, func(b *testing.B) {
 			_, wurl := newInstantWorker(b, false)
 			_, purl := newInstantWorker(b, true)
-			cfg := router.DefaultConfig()
+			cfg := DefaultConfig()
 			cfg.Policy = router.PolicyRoundRobin
 			if mode == "pd" {
 				cfg.PDDisaggregation = true

@@ -24,7 +24,7 @@ const completion = `{"model":"m","prompt":"x","max_tokens":1,"stream":false}`
 func TestIncumbentBreakerPerWorkerIsolation(t *testing.T) {
 	t.Parallel()
 	bad, good := newWorker(t, statusReply(500, "boom")), newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{bad.URL(), good.URL()}
 	cfg.Policy = router.PolicyRoundRobin
 	cfg.CBFailureThreshold, cfg.CBSuccessThreshold, cfg.CBTimeoutDurationSecs = 2, 1, 60
@@ -48,7 +48,7 @@ func TestIncumbentBreakerPerWorkerIsolation(t *testing.T) {
 func TestIncumbentBreakerWithRetries(t *testing.T) {
 	t.Parallel()
 	bad, good := newWorker(t, statusReply(500, "boom")), newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{bad.URL(), good.URL()}
 	cfg.Policy = router.PolicyRoundRobin
 	cfg.RetryMaxRetries, cfg.RetryInitialBackoffMs, cfg.RetryMaxBackoffMs = 3, 10, 50
@@ -64,7 +64,7 @@ func TestIncumbentBreakerWithRetries(t *testing.T) {
 func TestIncumbentBreakerDisabled(t *testing.T) {
 	t.Parallel()
 	bad := newWorker(t, statusReply(500, "boom"))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{bad.URL()}
 	cfg.DisableCircuitBreaker, cfg.DisableRetries = true, true
 	tr := startRouter(t, cfg)
@@ -80,7 +80,7 @@ func TestIncumbentBreakerDisabled(t *testing.T) {
 func TestIncumbentBreakerOpensTo503(t *testing.T) {
 	t.Parallel()
 	bad := newWorker(t, statusReply(500, "boom"))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{bad.URL()}
 	cfg.CBFailureThreshold, cfg.CBTimeoutDurationSecs = 3, 60
 	cfg.DisableRetries = true
@@ -105,7 +105,7 @@ func TestIncumbentWorkerCrashRerouted(t *testing.T) {
 		}
 	})
 	good := newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{crash.URL(), good.URL()}
 	cfg.Policy = router.PolicyRoundRobin
 	cfg.RetryMaxRetries, cfg.RetryInitialBackoffMs, cfg.RetryMaxBackoffMs = 3, 10, 50
@@ -119,7 +119,7 @@ func TestIncumbentWorkerCrashRerouted(t *testing.T) {
 func TestIncumbentAddAndRemoveWorker(t *testing.T) {
 	t.Parallel()
 	w1, w2 := newWorker(t, jsonReply(genReply)), newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w1.URL()}
 	cfg.Policy = router.PolicyRoundRobin
 	tr := startRouter(t, cfg)
@@ -148,7 +148,7 @@ func TestIncumbentAddAndRemoveWorker(t *testing.T) {
 func TestIncumbentAPIKey(t *testing.T) {
 	t.Parallel()
 	w := newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	cfg.APIKey = "secret"
 	tr := startRouter(t, cfg)
@@ -166,7 +166,7 @@ func TestIncumbentAPIKey(t *testing.T) {
 func TestIncumbentPayloadSize(t *testing.T) {
 	t.Parallel()
 	w := newWorker(t, jsonReply(genReply))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	cfg.MaxPayloadSize = 1 << 20
 	tr := startRouter(t, cfg)

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func regularConfig(ws ...*testWorker) router.Config {
-	cfg := router.DefaultConfig()
+func regularConfig(ws ...*testWorker) Config {
+	cfg := DefaultConfig()
 	for _, w := range ws {
 		cfg.WorkerURLs = append(cfg.WorkerURLs, w.URL())
 	}
@@ -94,7 +94,7 @@ func TestRejectionsNeverReachWorkers(t *testing.T) {
 
 func TestNoWorkersAnd501InPD(t *testing.T) {
 	t.Parallel()
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.PDDisaggregation = true
 	tr := startRouter(t, cfg)
 	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
@@ -139,7 +139,7 @@ func TestWorkerManagementAPI(t *testing.T) {
 	p := newWorker(t, jsonReply(genReply))
 	d := newWorker(t, jsonReply(genReply))
 	p.dpSize, d.dpSize = 2, 1
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.PDDisaggregation = true
 	cfg.DPAware = true
 	tr := startRouter(t, cfg)
@@ -226,7 +226,7 @@ func TestFlushCacheFanOut(t *testing.T) {
 // GET /get_router_config answers the effective settings with the API key redacted.
 func TestRouterConfigEndpoint(t *testing.T) {
 	w := newWorker(t, nil)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	cfg.CacheThreshold = 0.42
 	cfg.APIKey = "s3cret"
@@ -253,7 +253,7 @@ func TestRouterConfigEndpoint(t *testing.T) {
 // worker URL raw (the README's form, no 307 from path cleaning) or percent-encoded.
 func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
 	a, b := newWorker(t, nil), newWorker(t, nil)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{a.URL(), b.URL()}
 	tr := startRouter(t, cfg)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -284,7 +284,7 @@ func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
 // under one "other" label — and /metrics carries the Go and process collectors.
 func TestEveryResponseCountedAndProcessMetrics(t *testing.T) {
 	w := newWorker(t, nil)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	cfg.APIKey = "k"
 	tr := startRouter(t, cfg)
@@ -321,7 +321,7 @@ func TestEveryResponseCountedAndProcessMetrics(t *testing.T) {
 // the limit as it is counted.
 func TestPayloadLimitBeforeReading(t *testing.T) {
 	w := newWorker(t, nil)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	cfg.MaxPayloadSize = 1000
 	tr := startRouter(t, cfg)
@@ -357,7 +357,7 @@ func TestAddingAnUnreachableWorkerFailsAtOnce(t *testing.T) {
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
 	for _, dpAware := range []bool{false, true} {
-		cfg := router.DefaultConfig()
+		cfg := DefaultConfig()
 		cfg.DPAware = dpAware
 		tr := startRouter(t, cfg)
 		resp, err := http.Post(tr.srv.URL+"/workers", "application/json", strings.NewReader(fmt.Sprintf(`{"url":%q}`, dead)))
@@ -375,7 +375,7 @@ func TestAddingAnUnreachableWorkerFailsAtOnce(t *testing.T) {
 func TestWorkerErrorsPerWorker(t *testing.T) {
 	t.Parallel()
 	bad := newWorker(t, statusReply(http.StatusServiceUnavailable, "busy"))
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{bad.URL()}
 	cfg.DisableRetries = true
 	tr := startRouter(t, cfg)

@@ -18,8 +18,8 @@ import (
 
 // Options configure a [Server].
 type Options struct {
-	// Config is the validated router configuration (SPEC §2).
-	Config router.Config
+	// Config is the validated configuration (SPEC §2): the routing settings and the server's.
+	Config Config
 	// Seed seeds the router's policies and the rid/room generator (router.NewRand,
 	// wire.NewRand), so a run with --seed takes the same decisions as `router sim --seed`.
 	Seed int64
@@ -43,7 +43,7 @@ type Options struct {
 // Create it with [New], register the configured workers with [Server.Start], serve
 // [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
 type Server struct {
-	cfg       router.Config
+	cfg       Config
 	r         *router.Router
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r, err := router.New(cfg, router.ClockFunc(time.Now), router.NewRand(opts.Seed))
+	r, err := router.New(cfg.Config, router.ClockFunc(time.Now), router.NewRand(opts.Seed))
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func TestErrorStatusesHaveJSONBodies(t *testing.T) {
 	require.Equal(t, int32(1), got408.Load(), "the queued request timed out with 408")
 
 	// 501 and 503 in PD mode, 502 for a dead worker: see the PD tests; here the bodies.
-	pd := router.DefaultConfig()
+	pd := DefaultConfig()
 	pd.PDDisaggregation = true
 	trPD := startRouter(t, pd)
 	status, _, out := trPD.post(t, "/v1/embeddings", `{}`, nil)

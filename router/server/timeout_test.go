@@ -19,7 +19,7 @@ func TestRequestTimeoutBeforeResponseIs504(t *testing.T) {
 	for _, mode := range []string{"pd", "regular"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			var cfg router.Config
+			var cfg Config
 			var hung []*testWorker
 			if mode == "pd" {
 				pw, dw := newWorker(t, hangReply(nil)), newWorker(t, hangReply(nil))

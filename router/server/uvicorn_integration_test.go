@@ -53,7 +53,7 @@ func startUvicorn(t *testing.T) string {
 // concurrent clients, and a 413 uvicorn sends before the body is read.
 func TestIntegrationUvicornUpstream(t *testing.T) {
 	url := startUvicorn(t)
-	cfg := router.DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{url}
 	cfg.Policy = router.PolicyRoundRobin
 	cfg.DisableRetries = true

@@ -54,7 +54,7 @@ func StartLive(ctx context.Context, sc Scenario, decisionLog io.Writer) (*Live, 
 	}
 	l := &Live{Cluster: cl, served: make(chan error, 1)}
 	l.ServeArgs = append(cl.ServeArgs(), "--policy", sc.Policy, "--seed", fmt.Sprint(sc.Seed))
-	rc := sc.RouterConfig(cl)
+	rc := sc.ServeConfig(cl)
 	if rc.DPAware && !slices.Contains(l.ServeArgs, "--dp-aware") {
 		l.ServeArgs = append(l.ServeArgs, "--dp-aware")
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/fakeworker"
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/workloads"
 )
@@ -129,15 +130,23 @@ func (sc Scenario) WorkerConfig() (fakeworker.Config, error) {
 		Profile: prof, Speedup: sc.Speedup, Seed: uint64(sc.Seed)}, nil
 }
 
-// RouterConfig returns the settings of the live router (what `router serve` would run with
-// the cluster's ServeArgs, --policy and --seed) for the given workers; nil cluster gives the
-// simulator's settings, whose workers the simulator adds itself.
+// ServeConfig returns the settings of the live router (what `router serve` would run with
+// the cluster's ServeArgs, --policy and --seed) for the given workers: [Scenario.RouterConfig]
+// and a listener on 127.0.0.1.
+func (sc Scenario) ServeConfig(cl *fakeworker.Cluster) server.Config {
+	c := server.DefaultConfig()
+	c.Config = sc.RouterConfig(cl)
+	c.Host, c.Port = "127.0.0.1", 0
+	return c
+}
+
+// RouterConfig returns the routing settings of the live router for the given workers; nil
+// cluster gives the simulator's settings, whose workers the simulator adds itself.
 func (sc Scenario) RouterConfig(cl *fakeworker.Cluster) router.Config {
 	rc := router.DefaultConfig()
 	rc.PDDisaggregation = true
 	rc.DPAware = sc.DPSize > 1
 	rc.Policy = sc.Policy
-	rc.Host, rc.Port = "127.0.0.1", 0
 	seed := sc.Seed
 	rc.Seed = &seed
 	if cl != nil {
