@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,9 @@ type fakeSSE struct {
 	NoCached   bool // omit cached_tokens
 	hits       atomic.Int64
 	flushes    atomic.Int64
-	mu         sync.Mutex // protects bodies
+	mu         sync.Mutex // protects bodies and firsts
 	bodies     [][]byte
+	firsts     []time.Duration // per streamed request: arrival → its first text event flushed
 	hangCancel chan struct{}
 }
 
@@ -45,6 +47,17 @@ func startFake(t testing.TB, f *fakeSSE) *httptest.Server {
 		srv.Close()
 	})
 	return srv
+}
+
+// takeFirsts returns the server-side times to first event recorded so far, sorted, and
+// forgets them.
+func (f *fakeSSE) takeFirsts() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.firsts
+	f.firsts = nil
+	slices.Sort(out)
+	return out
 }
 
 func (f *fakeSSE) requests() [][]byte {
@@ -113,6 +126,11 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", tok)
 		}
 		fl.Flush()
+		if i == 0 {
+			f.mu.Lock()
+			f.firsts = append(f.firsts, time.Since(arrived))
+			f.mu.Unlock()
+		}
 		if f.CutAfter > 0 && i+1 == f.CutAfter {
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err == nil {

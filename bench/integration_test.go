@@ -27,7 +27,11 @@ func accuracyConfig(url string, out int) Config {
 }
 
 // Against a server with constant TTFT 100 ms and ITL 20 ms, the reported TTFT P50 is within
-// ±3 ms and TPOT P50 within ±1 ms at concurrency 1, 16 and 64 (issue 7).
+// ±3 ms and TPOT P50 within ±1 ms at concurrency 1, 16 and 64 (issue 7). The TTFT is compared
+// with what the server actually did: at 64 streams its timers, sharing two cores with the
+// bench, fire a few ms late on a busy machine (server-side P50 up to 103 ms), which is the
+// server's delay, faithfully measured, not the bench's error; the server's own P50 must stay
+// within 100 ms +5/-0.
 func TestIntegrationAccuracyConstantServer(t *testing.T) {
 	f := &fakeSSE{TTFT: 100 * time.Millisecond, ITL: 20 * time.Millisecond}
 	srv := startFake(t, f)
@@ -37,12 +41,17 @@ func TestIntegrationAccuracyConstantServer(t *testing.T) {
 		cfg := accuracyConfig(srv.URL, 8)
 		cfg.Load.Concurrency = []int{tc.clients}
 		cfg.Load.Requests = tc.requests
+		f.takeFirsts()
 		res := runOK(t, cfg)
 		l := res.Levels[0]
 		require.Zero(t, l.Errors, l.ErrorsByKind)
 		require.Equal(t, tc.requests, l.Requests)
-		t.Logf("c%d: TTFT p50 %.2f ms, TPOT p50 %.3f ms, E2E p50 %.1f ms", tc.clients, l.TTFTMs.P50, l.TPOTMs.P50, l.E2EMs.P50)
-		assert.InDelta(t, 100, l.TTFTMs.P50, 3, "c%d TTFT P50", tc.clients)
+		firsts := f.takeFirsts()
+		require.Len(t, firsts, tc.requests+cfg.Load.Warmup)
+		served := reports.Summarize(durationsMs(firsts)).P50
+		t.Logf("c%d: TTFT p50 %.2f ms (server-side %.2f), TPOT p50 %.3f ms, E2E p50 %.1f ms", tc.clients, l.TTFTMs.P50, served, l.TPOTMs.P50, l.E2EMs.P50)
+		assert.InDelta(t, served, l.TTFTMs.P50, 3, "c%d TTFT P50 against the server's own", tc.clients)
+		assert.InDelta(t, 102.5, served, 2.5, "c%d: the server's own TTFT P50", tc.clients)
 		assert.InDelta(t, 20, l.TPOTMs.P50, 1, "c%d TPOT P50", tc.clients)
 	}
 }
@@ -106,4 +115,13 @@ func TestIntegrationOverheadAt500PerSecond(t *testing.T) {
 	server := reports.Percentile(flushed, 50)
 	t.Logf("r500: bench TTFT p50 %.3f ms, server first flush p50 %.3f ms (nominal 20 ms)", l.TTFTMs.P50, server)
 	assert.InDelta(t, server, l.TTFTMs.P50, 0.5)
+}
+
+// durationsMs converts durations to milliseconds.
+func durationsMs(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(d) / 1e6
+	}
+	return out
 }
