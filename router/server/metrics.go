@@ -89,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		}
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
-	m.state = &stateCollector{r: r}
+	m.state = &stateCollector{r: r, workers: r.Workers, targets: r.Targets}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state)
 	return m
@@ -98,9 +98,10 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 // stateCollector exports the router's current state at scrape time.
 type stateCollector struct {
 	r *router.Router
-	// draining lists the removed workers with requests in flight (Server.drainingWorkers);
-	// nil: none. Set before the first scrape.
-	draining func() []*drainingWorker
+	// workers and targets are what the views show (the router's, and the Server's draining
+	// ones after them: Server.allWorkers, Server.allTargets). Set before the first scrape.
+	workers func() []router.WorkerInfo
+	targets func() []router.TargetInfo
 }
 
 var (
@@ -123,19 +124,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	targets, workers := c.r.Targets(), c.r.Workers()
-	if c.draining != nil {
-		for _, d := range c.draining() {
-			for _, t := range d.w.Targets() {
-				targets = append(targets, router.TargetInfo{Name: t.Name(), Role: t.Role(), Load: t.Load()})
-			}
-			workers = append(workers, d.view())
-		}
-	}
-	for _, t := range targets {
+	for _, t := range c.targets() {
 		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), router.RedactURL(t.Name), t.Role.String())
 	}
-	for _, w := range workers {
+	for _, w := range c.workers() {
 		healthy := 0.0
 		if w.Healthy {
 			healthy = 1

@@ -98,14 +98,12 @@ func (s *Server) Handler() http.Handler {
 	// §6.3) is refused before anything else, CORS preflights included, and its connection
 	// closed: what follows on it cannot be trusted to be a request of its own.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, marked := r.Header[framingHeader]; marked {
-			if msg := framingError(r); msg != "" {
-				s.metrics.Errors.WithLabelValues("bad_framing").Inc()
-				s.metrics.CountResponse(routeOf(r.URL.Path), http.StatusBadRequest)
-				w.Header().Set("Connection", "close")
-				writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, msg)
-				return
-			}
+		if msg := framingError(r); msg != "" {
+			s.metrics.Errors.WithLabelValues("bad_framing").Inc()
+			s.metrics.CountResponse(routeOf(r.URL.Path), http.StatusBadRequest)
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, msg)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})

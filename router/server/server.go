@@ -124,7 +124,7 @@ func New(opts Options) (*Server, error) {
 		events:         r.WatchEvents(256),
 		lastAttemptLog: map[string]time.Time{},
 	}
-	s.metrics.state.draining = s.drainingWorkers
+	s.metrics.state.workers, s.metrics.state.targets = s.allWorkers, s.allTargets
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
 	}
