@@ -5,7 +5,8 @@ package server
 // instant SSE worker and load generator. Each experiment runs once per invocation: run with
 // -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
 // missing nginx fails the benchmark. $PDROUTER_BENCH_BIN replaces the router binary built from
-// this tree; $PDROUTER_BENCH_BIN_B adds a second one (target router-b) for A/B comparisons.
+// this tree; $PDROUTER_BENCH_BIN_B adds a second one (targets router-b and router-pd-b) for A/B
+// comparisons.
 
 import (
 	"bufio"
@@ -387,7 +388,8 @@ func BenchmarkProxy(b *testing.B) {
 	if bin := os.Getenv("PDROUTER_BENCH_BIN_B"); bin != "" {
 		// A/B: a second router binary (another commit) side by side with the first.
 		rb := startRouterProcBin(b, bin, "--worker-urls", wurl, "--policy", "round_robin")
-		targets = append(targets, target{"router-b", rb.url, &rb})
+		pb := startRouterProcBin(b, bin, "--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin")
+		targets = append(targets, target{"router-b", rb.url, &rb}, target{"router-pd-b", pb.url, &pb})
 	}
 	lc := newLoadClient()
 	for _, t := range targets { // warm connections and caches
