@@ -335,7 +335,7 @@ func (s *Server) abort(urls []string, rids []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
-				resp, ue := send(ctx, clientDoer{s.admin}, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
+				resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: http.MethodPost, worker: u, path: "/abort_request", body: body, role: "abort"})
 				if ue == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

@@ -109,7 +109,7 @@ func (s *Server) startPD(ctx context.Context, b *wire.Body, d *router.Decision, 
 	a.dcancel = dcancel
 	go a.runPrefill(path, hdr)
 	go func() {
-		resp, ue := send(dctx, s.clients[router.Decode], http.MethodPost, a.dt.URL()+path, a.legs.Decode, hdr, "decode", a.dt.URL())
+		resp, ue := send(dctx, s.upstream(router.Decode), &upstreamRequest{method: http.MethodPost, worker: a.dt.URL(), path: path, body: a.legs.Decode, hdr: hdr, role: "decode"})
 		a.decHead <- decodeHead{resp: resp, err: ue}
 	}()
 	return a
@@ -121,7 +121,7 @@ func (a *pdAttempt) runPrefill(path string, hdr http.Header) {
 	defer a.pcancel()
 	pt := a.pt
 	res := legResult{}
-	resp, ue := send(a.pctx, a.s.clients[router.Prefill], http.MethodPost, pt.URL()+path, a.legs.Prefill, hdr, "prefill", pt.URL())
+	resp, ue := send(a.pctx, a.s.upstream(router.Prefill), &upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, body: a.legs.Prefill, hdr: hdr, role: "prefill"})
 	if ue == nil {
 		var rerr error
 		res.body, rerr = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))

@@ -21,7 +21,7 @@ func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *w
 	}
 	path := b.Route.String()
 	s.logDecision(id, "", 0, path, d)
-	resp, ue := send(ctx, s.clients[router.Regular], http.MethodPost, t.URL()+path, body, hdr, "regular", t.URL())
+	resp, ue := send(ctx, s.upstream(router.Regular), &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: path, body: body, hdr: hdr, role: "regular"})
 	if ue != nil {
 		if ctx.Err() != nil {
 			d.Done(router.Regular, router.Cancelled)
