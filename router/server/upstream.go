@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // newTransport returns the shared transport of one upstream role: generous pools, no
@@ -83,6 +84,16 @@ type upstreamRequest struct {
 	body   []byte      // nil: none; otherwise sent as JSON
 	hdr    http.Header // forwarded client headers; may be nil
 	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
+}
+
+// clientError is the error answered to the client for a failed attempt that is not retried.
+func (e *upstreamError) clientError() *wire.Error {
+	status := e.clientStatus()
+	typ := wire.TypeUpstream
+	if status >= 400 && status < 500 {
+		typ = wire.TypeInvalidRequest
+	}
+	return &wire.Error{Status: status, Type: typ, Message: e.Error()}
 }
 
 // doer sends one request upstream and returns the response once its head arrived, and whether
