@@ -44,7 +44,7 @@ func (s *Server) passthrough(path string) http.HandlerFunc {
 			return
 		}
 		t := d.Regular
-		resp, ue := send(req.Context(), s.clients[router.Regular], http.MethodPost, t.URL()+path, raw, s.forwardHeaders(req), "regular", t.URL())
+		resp, ue := send(req.Context(), s.upstream(router.Regular), &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: path, body: raw, hdr: s.forwardHeaders(req), role: "regular"})
 		if ue != nil {
 			d.Done(router.Regular, legOutcome(ue))
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
@@ -88,7 +88,7 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker to answer %s", s.infoRole(), path))
 			return
 		}
-		resp, ue := send(req.Context(), clientDoer{s.admin}, http.MethodGet, u+path, nil, s.forwardHeaders(req), s.infoRole().String(), u)
+		resp, ue := send(req.Context(), clientDoer{s.admin}, &upstreamRequest{method: http.MethodGet, worker: u, path: path, hdr: s.forwardHeaders(req), role: s.infoRole().String()})
 		if ue != nil {
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
 			return
@@ -163,7 +163,7 @@ func (s *Server) fanOut(ctx context.Context, method, path string, urls []string)
 			if method == http.MethodPost {
 				body = []byte("{}")
 			}
-			resp, ue := send(ctx, clientDoer{s.admin}, method, u+path, body, nil, "worker", u)
+			resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: method, worker: u, path: path, body: body, role: "worker"})
 			if ue == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

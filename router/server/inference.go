@@ -37,6 +37,18 @@ var (
 	errRequestTimeout = errors.New("request timed out")
 )
 
+// exchange is one client request on its way through serve: the values every step of its path
+// reads (handler, route, attempt, relay), in one place.
+type exchange struct {
+	w     http.ResponseWriter
+	req   *http.Request
+	route wire.Route
+	start time.Time
+	id    string      // the client-visible request id; "" until the client's header or a rid sets it
+	body  *wire.Body  // the parsed request body
+	hdr   http.Header // the client headers forwarded to workers
+}
+
 // attemptResult is how one routed attempt ended.
 type attemptResult struct {
 	// failed is set when the attempt failed before any byte reached the client: the caller
@@ -47,6 +59,8 @@ type attemptResult struct {
 	gone bool
 	// committed is set when the response had started (nothing more can be answered).
 	committed bool
+	// status is the status answered, when the attempt answered.
+	status int
 }
 
 // legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
@@ -87,36 +101,33 @@ func (s *Server) clientRequestID(req *http.Request) string {
 // inference serves /generate, /v1/chat/completions and /v1/completions (SPEC §1.4, §1.5).
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		start := time.Now()
-		id := s.clientRequestID(req)
+		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
 		raw, err := s.readBody(w, req)
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				s.fail(w, id, route, http.StatusRequestEntityTooLarge, typeTooLarge,
-					fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize), "payload_too_large")
+				s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
+					Message: fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize)}, "payload_too_large")
 				return
 			}
-			s.fail(w, id, route, http.StatusBadRequest, wire.TypeInvalidRequest, "cannot read request body: "+err.Error(), "bad_request")
+			s.fail(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: "cannot read request body: " + err.Error()}, "bad_request")
 			return
 		}
-		body, err := wire.Parse(route, raw)
-		if err != nil {
+		if x.body, err = wire.Parse(route, raw); err != nil {
 			var we *wire.Error
-			if errors.As(err, &we) {
-				s.fail(w, id, route, we.Status, we.Type, we.Message, "bad_request")
-			} else {
-				s.fail(w, id, route, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error(), "bad_request")
+			if !errors.As(err, &we) {
+				we = &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: err.Error()}
 			}
+			s.fail(x, we, "bad_request")
 			return
 		}
 		release, err := s.adm.Acquire(req.Context())
 		switch {
 		case errors.Is(err, ErrQueueFull):
-			s.fail(w, id, route, http.StatusTooManyRequests, typeRateLimit, err.Error(), "queue_full")
+			s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, "queue_full")
 			return
 		case errors.Is(err, ErrQueueTimeout):
-			s.fail(w, id, route, http.StatusRequestTimeout, typeTimeout, err.Error(), "queue_timeout")
+			s.fail(x, &wire.Error{Status: http.StatusRequestTimeout, Type: typeTimeout, Message: err.Error()}, "queue_timeout")
 			return
 		case err != nil:
 			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
@@ -125,64 +136,64 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 		defer release()
 		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
 		defer cancel()
-		code := s.route(ctx, w, req, body, id, start)
-		s.metrics.ObserveRequest(route.String(), code, time.Since(start).Seconds())
+		x.hdr = s.forwardHeaders(req)
+		code := s.route(ctx, x)
+		s.metrics.ObserveRequest(route.String(), code, time.Since(x.start).Seconds())
 	}
 }
 
-// fail answers a request the router rejects before routing it.
-func (s *Server) fail(w http.ResponseWriter, id string, route wire.Route, status int, typ, msg, kind string) {
-	if id == "" {
-		id = s.reqIDs.RID(route)
-	}
-	w.Header().Set("X-Request-Id", id)
-	writeError(w, status, typ, msg)
+// fail answers a request the router rejects before routing it; kind labels the error metric.
+func (s *Server) fail(x *exchange, e *wire.Error, kind string) {
+	s.reply(x, e)
 	s.metrics.Errors.WithLabelValues(kind).Inc()
-	s.metrics.ObserveRequest(route.String(), status, 0)
+	s.metrics.ObserveRequest(x.route.String(), e.Status, 0)
+}
+
+// reply answers with an OpenAI-style error and the request id, and returns its status.
+func (s *Server) reply(x *exchange, e *wire.Error) int {
+	if x.id == "" {
+		x.id = s.reqIDs.RID(x.route)
+	}
+	x.w.Header().Set("X-Request-Id", x.id)
+	writeError(x.w, e.Status, e.Type, e.Message)
+	return e.Status
 }
 
 // route runs the retry loop: route, attempt, and on a failure before any byte reached the
 // client, back off and route again (SPEC §1.6). It returns the status answered.
-func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Request, b *wire.Body, id string, start time.Time) int {
+func (s *Server) route(ctx context.Context, x *exchange) int {
 	rt := s.r.NewRetrier()
-	hdr := s.forwardHeaders(req)
 	retriedReuse := false
-	if id == "" && !s.r.PD() {
-		id = s.reqIDs.RID(b.Route)
+	if x.id == "" && !s.r.PD() {
+		x.id = s.reqIDs.RID(x.route)
 	}
-	rreq := &router.Request{Text: b.Text, Model: b.Model}
+	rreq := &router.Request{Text: x.body.Text, Model: x.body.Model}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
 		if err != nil {
-			if id == "" {
-				id = s.reqIDs.RID(b.Route)
-			}
-			w.Header().Set("X-Request-Id", id)
 			s.metrics.Errors.WithLabelValues("no_workers").Inc()
-			writeError(w, http.StatusServiceUnavailable, typeUnavailable, err.Error())
-			return http.StatusServiceUnavailable
+			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
 		}
 		s.metrics.ObserveDecision(d)
 		var res attemptResult
-		var code int
 		if s.r.PD() {
-			res, code = s.attemptPD(ctx, w, b, d, hdr, &id, start)
+			res = s.attemptPD(ctx, x, d)
 		} else {
-			res, code = s.attemptRegular(ctx, w, b, d, hdr, id, start)
+			res = s.attemptRegular(ctx, x, d)
 		}
 		switch {
 		case res.gone && !res.committed:
-			return s.ended(ctx, req, w, id)
+			return s.ended(ctx, x)
 		case res.gone:
 			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 			return 499
 		case res.failed == nil:
-			return code
+			return res.status
 		}
 		ue := res.failed
 		rreq.Avoid = append(rreq.Avoid, ue.Worker) // the retry moves to another target if it can
 		s.metrics.Errors.WithLabelValues(errorKind(ue)).Inc()
-		s.attemptFailed(id, attempt, ue)
+		s.attemptFailed(x.id, attempt, ue)
 		var wait time.Duration
 		retry := false
 		if ue.Status == 0 && ue.reused && !retriedReuse {
@@ -192,38 +203,38 @@ func (s *Server) route(ctx context.Context, w http.ResponseWriter, req *http.Req
 			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body})
 		}
 		if !retry || ctx.Err() != nil {
-			w.Header().Set("X-Request-Id", id)
-			status := ue.clientStatus()
-			typ := wire.TypeUpstream
-			if status >= 400 && status < 500 {
-				typ = wire.TypeInvalidRequest
-			}
-			writeError(w, status, typ, ue.Error())
-			return status
+			return s.reply(x, ue.clientError())
 		}
-		s.metrics.Retries.WithLabelValues(b.Route.String()).Inc()
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return s.ended(ctx, req, w, id)
-			}
+		s.metrics.Retries.WithLabelValues(x.route.String()).Inc()
+		if !sleep(ctx, wait) {
+			return s.ended(ctx, x)
 		}
+	}
+}
+
+// sleep waits d, or until ctx ends (then it reports false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
 // ended answers a request whose context ended before its response started: 504 when
 // --request-timeout-secs ran out and the client is still there (every accepted request gets
 // exactly one response), nothing when the client has gone.
-func (s *Server) ended(ctx context.Context, req *http.Request, w http.ResponseWriter, id string) int {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil {
-		w.Header().Set("X-Request-Id", id)
+func (s *Server) ended(ctx context.Context, x *exchange) int {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && x.req.Context().Err() == nil {
 		s.metrics.Errors.WithLabelValues("timeout").Inc()
-		writeError(w, http.StatusGatewayTimeout, typeTimeout,
-			fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs))
-		return http.StatusGatewayTimeout
+		return s.reply(x, &wire.Error{Status: http.StatusGatewayTimeout, Type: typeTimeout,
+			Message: fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)})
 	}
 	s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 	return 499
@@ -245,42 +256,31 @@ func isEventStream(resp *http.Response, b *wire.Body) bool {
 }
 
 // commitHeaders writes the response head relayed from a worker.
-func commitHeaders(w http.ResponseWriter, resp *http.Response, id string, stream bool) {
-	copyResponseHeaders(w.Header(), resp.Header)
-	w.Header().Set("X-Request-Id", id)
+func commitHeaders(x *exchange, resp *http.Response, stream bool) {
+	h := x.w.Header()
+	copyResponseHeaders(h, resp.Header)
+	h.Set("X-Request-Id", x.id)
 	if stream {
-		if w.Header().Get("Content-Type") == "" {
-			w.Header().Set("Content-Type", "text/event-stream")
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "text/event-stream")
 		}
-		w.Header().Set("Cache-Control", "no-cache")
+		h.Set("Cache-Control", "no-cache")
 	}
-	w.WriteHeader(resp.StatusCode)
+	x.w.WriteHeader(resp.StatusCode)
 }
 
-// relayStream writes held (already read) chunks, then copies the SSE body event by event on
-// the calling goroutine until it ends or the client goes away, flushing after each read. It
+// relayStream copies an SSE body to the client event by event on the calling goroutine until
+// it ends or the client goes away, flushing when the upstream has nothing more buffered. It
 // returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
-// error (after an error event and [DONE]); a failure after [DONE] is a clean end. end, if not
-// nil, is how the held part ended (io.EOF or a read error): then body is not read.
-func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io.Reader, sw *streamWriter, held [][]byte, end error, worker, role string) error {
-	err := end
-	for _, c := range held {
-		if werr := sw.write(c); werr != nil {
-			if !errors.Is(werr, errSSEEventTooLarge) {
-				return errClientGone
-			}
-			err = werr // the worker's fault: answered below as a failed stream
-			break
-		}
-	}
-	if len(held) > 0 {
-		sw.flush()
-	}
+// error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
+// end.
+func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
 	pb, _ := body.(pendingBody)
+	var err error
 	for err == nil {
 		var n int
 		n, err = body.Read(buf)
@@ -289,7 +289,7 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 				if !errors.Is(werr, errSSEEventTooLarge) {
 					return errClientGone
 				}
-				err = werr
+				err = werr // the worker's fault: answered below as a failed stream
 				break
 			}
 			// Flush when the upstream has nothing more buffered: bytes that already arrived
@@ -312,17 +312,32 @@ func (s *Server) relayStream(ctx context.Context, w http.ResponseWriter, body io
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		msg := fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)
-		_, _ = w.Write(wire.StreamError(http.StatusGatewayTimeout, msg))
+		_, _ = sw.w.Write(wire.StreamError(http.StatusGatewayTimeout, msg))
 		sw.flush()
 		return errRequestTimeout
 	}
 	if ctx.Err() != nil {
 		return errClientGone
 	}
-	msg := fmt.Sprintf("%s worker %s: stream failed: %v", role, worker, err)
-	_, _ = w.Write(wire.StreamError(http.StatusBadGateway, msg))
+	msg := fmt.Sprintf("%s worker %s: stream failed: %v", r.role, r.worker, err)
+	_, _ = sw.w.Write(wire.StreamError(http.StatusBadGateway, msg))
 	sw.flush()
-	return &upstreamError{Worker: worker, Role: role, Err: err}
+	return &upstreamError{Worker: r.worker, Role: r.role, Err: err}
+}
+
+// streamEnd classifies how a relayed stream ended (relayStream's error): the attempt's result
+// and the leg's outcome for its breaker.
+func (s *Server) streamEnd(err error, status int) (attemptResult, router.Outcome) {
+	switch {
+	case errors.Is(err, errClientGone):
+		return attemptResult{gone: true, committed: true}, router.Cancelled
+	case errors.Is(err, errRequestTimeout):
+		s.metrics.Errors.WithLabelValues("timeout").Inc()
+		return attemptResult{status: status}, router.Cancelled
+	case err != nil:
+		return attemptResult{status: status}, router.Failure
+	}
+	return attemptResult{status: status}, router.Success
 }
 
 // abort asks workers to drop rids (best effort, in the background, SPEC §1.4 step 8).
@@ -335,7 +350,7 @@ func (s *Server) abort(urls []string, rids []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
-				resp, ue := send(ctx, clientDoer{s.admin}, http.MethodPost, u+"/abort_request", body, nil, "abort", u)
+				resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: http.MethodPost, worker: u, path: "/abort_request", body: body, role: "abort"})
 				if ue == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

@@ -2,72 +2,54 @@ package server
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // attemptRegular proxies one attempt to the regular target d chose (SPEC §1.5): the body as
 // sent, plus data_parallel_rank under --dp-aware. Streams are relayed event by event.
-func (s *Server) attemptRegular(ctx context.Context, w http.ResponseWriter, b *wire.Body, d *router.Decision, hdr http.Header, id string, start time.Time) (attemptResult, int) {
+func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Decision) (res attemptResult) {
 	t := d.Regular
-	body := b.Raw
+	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
+	defer func() { d.Done(router.Regular, out) }()
+	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular"}
 	if rank, ok := t.Rank(); ok {
-		body = b.WithDPRank(nil, rank)
+		r.body = x.body.WithDPRank(nil, rank)
 	}
-	path := b.Route.String()
-	s.logDecision(id, "", 0, path, d)
-	resp, ue := send(ctx, s.clients[router.Regular], http.MethodPost, t.URL()+path, body, hdr, "regular", t.URL())
+	s.logDecision(x.id, "", 0, r.path, d)
+	resp, ue := send(ctx, s.upstream(router.Regular), r)
 	if ue != nil {
 		if ctx.Err() != nil {
-			d.Done(router.Regular, router.Cancelled)
-			return attemptResult{gone: true}, 0
+			return attemptResult{gone: true}
 		}
-		d.Done(router.Regular, legOutcome(ue))
-		return attemptResult{failed: ue}, 0
+		out = legOutcome(ue)
+		return attemptResult{failed: ue}
 	}
 	defer resp.Body.Close()
-	stream := isEventStream(resp, b)
-	commitHeaders(w, resp, id, stream)
-	if !stream {
-		// Keep a bounded copy of the reply to read the worker's cache hit from.
-		var tee limitedBuffer
-		_, err := io.Copy(w, io.TeeReader(resp.Body, &tee))
-		switch {
-		case err == nil:
-			s.observeCached(tee.b)
-			d.Done(router.Regular, router.Success)
-		case ctx.Err() != nil:
-			d.Done(router.Regular, router.Cancelled)
-			return attemptResult{gone: true, committed: true}, 0
-		default:
-			// The reply broke after its head went out: abort the connection so the client
-			// sees a truncated response instead of a short 200.
-			d.Done(router.Regular, router.Failure)
-			s.metrics.Errors.WithLabelValues("regular_truncated").Inc()
-			panic(http.ErrAbortHandler)
-		}
-		return attemptResult{}, resp.StatusCode
+	stream := isEventStream(resp, x.body)
+	commitHeaders(x, resp, stream)
+	if stream {
+		res, out = s.streamEnd(s.relayStream(ctx, s.newStreamWriter(x, nil), resp.Body, r), resp.StatusCode)
+		return res
 	}
-	sw := s.newStreamWriter(w, nil, start, path)
-	err := s.relayStream(ctx, w, resp.Body, sw, nil, nil, t.URL(), "regular")
+	// Keep a bounded copy of the reply to read the worker's cache hit from.
+	var tee limitedBuffer
+	_, err := io.Copy(x.w, io.TeeReader(resp.Body, &tee))
 	switch {
-	case errors.Is(err, errClientGone):
-		d.Done(router.Regular, router.Cancelled)
-		return attemptResult{gone: true, committed: true}, 0
-	case errors.Is(err, errRequestTimeout):
-		d.Done(router.Regular, router.Cancelled)
-		s.metrics.Errors.WithLabelValues("timeout").Inc()
-	case err != nil:
-		d.Done(router.Regular, router.Failure)
-	default:
-		d.Done(router.Regular, router.Success)
+	case err == nil:
+		s.observeCached(tee.b)
+		out = router.Success
+		return attemptResult{status: resp.StatusCode}
+	case ctx.Err() != nil:
+		return attemptResult{gone: true, committed: true}
 	}
-	return attemptResult{}, resp.StatusCode
+	// The reply broke after its head went out: abort the connection so the client sees a
+	// truncated response instead of a short 200.
+	out = router.Failure
+	s.metrics.Errors.WithLabelValues("regular_truncated").Inc()
+	panic(http.ErrAbortHandler)
 }
 
 // limitedBuffer keeps the first 1 MiB written to it and drops the rest.

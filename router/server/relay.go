@@ -11,12 +11,6 @@ import (
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
-// relayChunk is one read from an upstream body.
-type relayChunk struct {
-	data []byte
-	err  error // io.EOF at a clean end
-}
-
 // relayBufSize is the read buffer of one relayed stream. One read returns everything the
 // upstream connection has buffered (up to this size), so flushing after each read is
 // flushing "when the upstream has nothing more buffered" (SPEC §1.4).
@@ -24,53 +18,68 @@ const relayBufSize = 16 << 10
 
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
 
-// readFirst reads body on its own goroutine while the PD path holds decode's head (it must
-// also watch the prefill leg and the client): for a stream, until the first complete event
-// with data (or the end); otherwise to the end, failing past limit bytes. It sends every
-// chunk, then the end (io.EOF or an error) if it saw one, and closes the channel; after that
-// the caller owns body.
-func readFirst(body io.Reader, stream bool, limit int64, done <-chan struct{}) <-chan relayChunk {
-	ch := make(chan relayChunk, 4)
-	go func() {
-		defer close(ch)
-		var probe wire.Parser
-		var total int64
-		for {
-			buf := make([]byte, 4<<10)
-			n, err := body.Read(buf)
-			if total += int64(n); total > limit && err == nil {
-				err = fmt.Errorf("reply exceeds %d bytes (--max-payload-size)", limit)
+// readFirst reads the part of decode's reply that the PD path holds before it commits the
+// head: for a stream, up to its first complete event with data; otherwise all of it, failing
+// past limit bytes. end is nil when it stopped after the first event, io.EOF when the body
+// ended, or the error that broke it.
+func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error) {
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
+	var probe wire.Parser
+	for {
+		n, err := body.Read(buf)
+		held = append(held, buf[:n]...)
+		if int64(len(held)) > limit && err == nil {
+			err = fmt.Errorf("reply exceeds %d bytes (--max-payload-size)", limit)
+		}
+		first := false
+		if n > 0 && stream {
+			probe.Feed(buf[:n])
+			for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
+				first = first || ev.HasData()
 			}
-			first := false
-			if n > 0 {
-				if stream {
-					probe.Feed(buf[:n])
-					for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
-						first = first || ev.HasData()
-					}
-					if probe.Buffered() > maxSSEEvent && err == nil {
-						err = errSSEEventTooLarge
-					}
-				}
-				select {
-				case ch <- relayChunk{data: buf[:n]}:
-				case <-done:
-					return
-				}
-			}
-			if err != nil {
-				select {
-				case ch <- relayChunk{err: err}:
-				case <-done:
-				}
-				return
-			}
-			if first {
-				return
+			if probe.Buffered() > maxSSEEvent && err == nil {
+				err = errSSEEventTooLarge
 			}
 		}
-	}()
-	return ch
+		if err != nil {
+			return held, err
+		}
+		if first {
+			return held, nil
+		}
+	}
+}
+
+// heldBody is decode's body once its head is committed: the part readFirst held, then the
+// rest, or how the held part ended.
+type heldBody struct {
+	held []byte
+	end  error // readFirst's end: when not nil, body is not read
+	body io.Reader
+}
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	if h.end != nil {
+		return 0, h.end
+	}
+	return h.body.Read(p)
+}
+
+// Pending reports whether the next Read returns without waiting: the held part is there; after
+// it, the body says.
+func (h *heldBody) Pending() bool {
+	if len(h.held) > 0 || h.end != nil {
+		return true
+	}
+	pb, ok := h.body.(pendingBody)
+	return ok && pb.Pending()
 }
 
 // pendingBody is an upstream body that knows whether its next Read would return without
@@ -103,10 +112,11 @@ func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, first
 	return &streamWriter{w: w, flusher: f, pre: pre, started: started, firstText: firstText, out: make([]byte, 0, 2<<10)}
 }
 
-// newStreamWriter returns the stream writer of one relayed response to path, observing its
-// TTFT and flushing as Options.FlushEachEvent says.
-func (s *Server) newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, path string) *streamWriter {
-	sw := newStreamWriter(w, pre, started, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
+// newStreamWriter returns the stream writer of x's relayed response, observing its TTFT and
+// flushing as Options.FlushEachEvent says; pre is as in streamWriter.
+func (s *Server) newStreamWriter(x *exchange, pre []byte) *streamWriter {
+	path := x.route.String()
+	sw := newStreamWriter(x.w, pre, x.start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
 	sw.eachEvent = s.flushEach
 	return sw
 }

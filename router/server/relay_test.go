@@ -48,7 +48,7 @@ func TestRelayFlushesWhenTheUpstreamRunsDry(t *testing.T) {
 	rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 	s := &Server{}
 	sw := newStreamWriter(rec, nil, time.Now(), nil)
-	require.NoError(t, s.relayStream(context.Background(), rec, body, sw, nil, nil, "w", "regular"))
+	require.NoError(t, s.relayStream(context.Background(), sw, body, &upstreamRequest{worker: "w", role: "regular"}))
 	// One flush per dry spell; none at the end (the server writes the rest with the
 	// chunked terminator when the handler returns).
 	assert.Equal(t, []string{ev("a") + ev("b"), ev("a") + ev("b") + ev("c") + ev("d")}, rec.flushedAt)
@@ -61,7 +61,7 @@ func TestRelayFlushesEveryReadWithoutPending(t *testing.T) {
 	rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 	body := io.MultiReader(strings.NewReader("data: a\n\n"), strings.NewReader("data: b\n\n"))
 	s := &Server{}
-	require.NoError(t, s.relayStream(context.Background(), rec, body, newStreamWriter(rec, nil, time.Now(), nil), nil, nil, "w", "regular"))
+	require.NoError(t, s.relayStream(context.Background(), newStreamWriter(rec, nil, time.Now(), nil), body, &upstreamRequest{worker: "w", role: "regular"}))
 	assert.Len(t, rec.flushedAt, 2)
 }
 
@@ -90,16 +90,13 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 	s := &Server{}
 	body := &endlessEvent{}
 	sw := newStreamWriter(rec, nil, time.Now(), nil)
-	err := s.relayStream(context.Background(), rec, body, sw, nil, nil, "w", "regular")
+	err := s.relayStream(context.Background(), sw, body, &upstreamRequest{worker: "w", role: "regular"})
 	require.ErrorContains(t, err, errSSEEventTooLarge.Error())
 	assert.Less(t, body.sent, maxSSEEvent+relayBufSize+64, "read stops at the bound")
 	assert.Contains(t, rec.Body.String(), "stream failed: "+errSSEEventTooLarge.Error(), "the client gets an error event")
 	assert.NotContains(t, rec.Body.String(), "aaaa", "nothing of the unended event was relayed")
 
 	// The first-event probe of the PD path stops at the same bound.
-	var last relayChunk
-	for c := range readFirst(&endlessEvent{}, true, 1<<40, make(chan struct{})) {
-		last = c
-	}
-	require.ErrorIs(t, last.err, errSSEEventTooLarge)
+	_, end := readFirst(&endlessEvent{}, true, 1<<40)
+	require.ErrorIs(t, end, errSSEEventTooLarge)
 }

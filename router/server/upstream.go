@@ -5,13 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pdrouter/pdrouter/router"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"time"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // newTransport returns the shared transport of one upstream role: generous pools, no
@@ -74,47 +76,82 @@ func (e *upstreamError) clientStatus() int {
 	return http.StatusBadGateway
 }
 
+// upstreamRequest is one request to a worker: what send sends and what its errors name.
+type upstreamRequest struct {
+	method string
+	worker string      // the worker's base URL
+	path   string      // appended to worker ("/generate"); "" for the URL itself
+	body   []byte      // nil: none; otherwise sent as JSON
+	hdr    http.Header // forwarded client headers; may be nil
+	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
+}
+
+// clientError is the error answered to the client for a failed attempt that is not retried.
+func (e *upstreamError) clientError() *wire.Error {
+	status := e.clientStatus()
+	typ := wire.TypeUpstream
+	if status >= 400 && status < 500 {
+		typ = wire.TypeInvalidRequest
+	}
+	return &wire.Error{Status: status, Type: typ, Message: e.Error()}
+}
+
 // doer sends one request upstream and returns the response once its head arrived, and whether
 // the request went out on a reused keep-alive connection.
 type doer interface {
-	do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error)
+	roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error)
 }
+
+// h1Doer sends the inference legs through the h1 transport.
+type h1Doer struct{ t *h1Transport }
+
+func (d h1Doer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
+	return d.t.do(ctx, r.method, r.worker+r.path, r.body, r.hdr)
+}
+
+// upstream returns the doer of the inference legs of one role.
+func (s *Server) upstream(role router.Role) doer { return h1Doer{s.clients[role]} }
 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }
 
-func (c clientDoer) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
+func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
 	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	if r.body != nil {
+		rd = bytes.NewReader(r.body)
 	}
 	var reused bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
 	})
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := http.NewRequestWithContext(ctx, r.method, r.worker+r.path, rd)
 	if err != nil {
 		return nil, false, err
 	}
-	for k, v := range hdr {
+	for k, v := range r.hdr {
 		req.Header[k] = v
 	}
-	if body != nil {
+	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.Client.Do(req)
 	return resp, reused, err
 }
 
-// send POSTs (or GETs, body nil) to url and returns the response once its headers arrived. A
-// non-2xx answer is returned as an *upstreamError with its body read (bounded) and closed.
-func send(ctx context.Context, d doer, method, url string, body []byte, hdr http.Header, role, worker string) (*http.Response, *upstreamError) {
-	resp, reused, err := d.do(ctx, method, url, body, hdr)
+// do is the form h1Transport calls for URLs it does not serve itself (its fallback).
+func (c clientDoer) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
+	return c.roundTrip(ctx, &upstreamRequest{method: method, worker: url, body: body, hdr: hdr})
+}
+
+// send sends r and returns the response once its headers arrived. A non-2xx answer is
+// returned as an *upstreamError with its body read (bounded) and closed.
+func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *upstreamError) {
+	resp, reused, err := d.roundTrip(ctx, r)
 	if err != nil {
-		return nil, &upstreamError{Worker: worker, Role: role, Err: err, reused: reused}
+		return nil, &upstreamError{Worker: r.worker, Role: r.role, Err: err, reused: reused}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		ue := &upstreamError{Worker: worker, Role: role, Status: resp.StatusCode, reused: reused}
+		ue := &upstreamError{Worker: r.worker, Role: r.role, Status: resp.StatusCode, reused: reused}
 		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		return nil, ue

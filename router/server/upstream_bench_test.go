@@ -32,12 +32,12 @@ func BenchmarkUpstream(b *testing.B) {
 		name string
 		d    doer
 	}{
-		{"h1", newH1Transport(3 * time.Second)},
+		{"h1", h1Doer{newH1Transport(3 * time.Second)}},
 		{"net_http", clientDoer{&http.Client{Transport: newTransport(3 * time.Second)}}},
 	}
 	for _, tc := range transports {
 		one := func(buf []byte) {
-			resp, _, err := tc.d.do(context.Background(), http.MethodPost, url, body, nil)
+			resp, _, err := tc.d.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: url, body: body})
 			if err != nil {
 				b.Fatal(err)
 			}
