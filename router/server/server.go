@@ -59,20 +59,15 @@ type Server struct {
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
 
-	dmu   sync.Mutex // protects dlog, dseq, dbuf
-	dlog  io.Writer
-	dseq  uint64
-	dbuf  []byte
-	amu   sync.Mutex // protects access writes
-	bg    sync.WaitGroup
-	regMu sync.Mutex // serialises changes to the worker set (not the dp_size discovery before them)
+	dmu  sync.Mutex // protects dlog, dseq, dbuf
+	dlog io.Writer
+	dseq uint64
+	dbuf []byte
+	amu  sync.Mutex // protects access writes
+	bg   sync.WaitGroup
 
-	drainMu  sync.Mutex        // protects draining
-	draining []*drainingWorker // removed workers with requests in flight, in removal order
-
-	events         <-chan router.WorkerEvent // the router's worker state changes, logged
-	logMu          sync.Mutex                // protects lastAttemptLog
-	lastAttemptLog map[string]time.Time      // per worker: the last failed attempt logged at WARN
+	logMu          sync.Mutex           // protects lastAttemptLog
+	lastAttemptLog map[string]time.Time // per worker: the last failed attempt logged at WARN
 }
 
 // New builds a server for opts.Config (which must pass Validate). It registers no workers:
@@ -121,10 +116,9 @@ func New(opts Options) (*Server, error) {
 		access:    opts.AccessLog,
 		flushEach: opts.FlushEachEvent,
 
-		events:         r.WatchEvents(256),
 		lastAttemptLog: map[string]time.Time{},
 	}
-	s.metrics.state.workers, s.metrics.state.targets = s.allWorkers, s.allTargets
+	r.OnWorkerEvent(s.workerEvent)
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
 	}
@@ -191,10 +185,9 @@ func (s *Server) Start(ctx context.Context) error {
 			return errs[i]
 		}
 		// Starting until its first health probe passes (right below, then every second).
-		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true}); err != nil {
+		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true, Source: "config"}); err != nil {
 			return err
 		}
-		s.log.Info("worker registered", "url", router.RedactURL(sp.url), "role", sp.role.String(), "dp_size", sizes[i])
 	}
 	if len(specs) > 0 {
 		for url, err := range s.hc.CheckStarting(ctx) {
@@ -205,9 +198,8 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
-	s.bg.Add(3)
+	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.hc.Run(ctx) }()
-	go func() { defer s.bg.Done(); s.logWorkerEvents(ctx) }()
 	go func() {
 		defer s.bg.Done()
 		t := time.NewTicker(time.Second)
@@ -218,30 +210,10 @@ func (s *Server) Start(ctx context.Context) error {
 				return
 			case now := <-t.C:
 				s.r.Tick(now)
-				s.drainingWorkers() // logs the drained ones as they go
 			}
 		}
 	}()
 	return nil
-}
-
-// logWorkerEvents logs every worker state change as it happens: WARN when a worker stops
-// taking traffic (health checks failing, breaker opening), INFO when it is back, each with
-// the worker, its role and the reason.
-func (s *Server) logWorkerEvents(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-s.events:
-			args := []any{"worker", router.RedactURL(ev.URL), "role", ev.Role.String(), "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason}
-			if ev.To == router.WorkerHealthy {
-				s.log.Info("worker takes traffic again", args...)
-			} else {
-				s.log.Warn("worker stopped taking traffic", args...)
-			}
-		}
-	}
 }
 
 // attemptFailed logs a failed attempt at WARN, at most once per worker per
