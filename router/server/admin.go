@@ -400,10 +400,10 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 		"added": router.RedactURL(u), "url": router.RedactURL(u), "worker_type": role.String(), "dp_size": dp})
 }
 
-// apiDiscoveryTimeout bounds the dp_size read of a worker added through the API, which has
-// just answered its health probe (discovery keeps --worker-startup-timeout-secs for workers
-// still starting).
-const apiDiscoveryTimeout = 30 * time.Second
+// apiProbeTimeout bounds the dp_size read of a worker added through the API, which has
+// just answered its health probe (service discovery keeps --worker-startup-timeout-secs for
+// workers still starting).
+const apiProbeTimeout = 30 * time.Second
 
 // registerError carries the HTTP status POST /workers answers for a failed registration.
 type registerError struct {
@@ -415,7 +415,7 @@ func (e *registerError) Error() string { return e.err.Error() }
 func (e *registerError) Unwrap() error { return e.err }
 
 // AddWorker registers a worker at run time: the URL checks of SPEC §1.7, --worker-url-allow,
-// dp_size discovery under --dp-aware (waiting up to --worker-startup-timeout-secs for a
+// the dp_size probe under --dp-aware (waiting up to --worker-startup-timeout-secs for a
 // starting worker, without holding up other registrations), then the router. POST /workers
 // and Kubernetes service discovery both come through here; source ("api", "discovery") is
 // logged. It returns the worker's dp_size (0 without --dp-aware).
@@ -428,17 +428,17 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 	}
 	if source == "api" {
 		// An operator adding a worker by hand learns at once when it does not answer, rather
-		// than after a 600 s discovery wait or from a "ready" router sending it traffic.
+		// than after a 600 s dp_size wait or from a "ready" router sending it traffic.
 		if err := s.hc.check(ctx, u); err != nil {
 			return 0, &registerError{http.StatusBadGateway, fmt.Errorf("worker %s does not answer: %w", router.RedactURL(u), err)}
 		}
 		if s.cfg.DPAware {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, apiDiscoveryTimeout)
+			ctx, cancel = context.WithTimeout(ctx, apiProbeTimeout)
 			defer cancel()
 		}
 	}
-	dp, err := s.discover(ctx, u)
+	dp, err := s.dpSize(ctx, u)
 	if err != nil {
 		return 0, &registerError{http.StatusBadGateway, err}
 	}

@@ -54,7 +54,7 @@ type Server struct {
 	metrics   *Metrics
 	reg       *prometheus.Registry
 	log       *slog.Logger
-	disc      *Discoverer
+	probe     *serverInfoProbe // dp_size under --dp-aware
 	hc        *HealthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
@@ -127,7 +127,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.disc = &Discoverer{
+	s.probe = &serverInfoProbe{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
 		APIKey:   cfg.APIKey,
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
@@ -138,7 +138,7 @@ func New(opts Options) (*Server, error) {
 		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
-		s.disc.Client.Transport.(*http.Transport).TLSClientConfig = tc
+		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
 		for _, c := range s.clients {
 			c.fallback.Transport.(*http.Transport).TLSClientConfig = tc
 		}
@@ -149,7 +149,7 @@ func New(opts Options) (*Server, error) {
 // Router returns the routing core the server drives.
 func (s *Server) Router() *router.Router { return s.r }
 
-// Start registers the configured workers (discovering dp_size under --dp-aware, retrying while
+// Start registers the configured workers (probing dp_size under --dp-aware, retrying while
 // they start) and runs the health checks and the router's Tick until ctx is done. It returns
 // once every configured worker is registered, or the first registration error.
 func (s *Server) Start(ctx context.Context) error {
@@ -168,7 +168,7 @@ func (s *Server) Start(ctx context.Context) error {
 	for _, u := range s.cfg.Decode {
 		specs = append(specs, spec{u, router.Decode, nil})
 	}
-	// Discover concurrently, register in the given order (target order is registration order).
+	// Probe concurrently, register in the given order (target order is registration order).
 	sizes := make([]int, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
@@ -176,7 +176,7 @@ func (s *Server) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sizes[i], errs[i] = s.discover(ctx, sp.url)
+			sizes[i], errs[i] = s.dpSize(ctx, sp.url)
 		}()
 	}
 	wg.Wait()
@@ -237,14 +237,6 @@ func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
 
 // attemptLogInterval rate-limits the WARN of failed attempts per worker.
 const attemptLogInterval = 5 * time.Second
-
-// discover returns the worker's dp_size under --dp-aware, 0 otherwise.
-func (s *Server) discover(ctx context.Context, url string) (int, error) {
-	if !s.cfg.DPAware {
-		return 0, nil
-	}
-	return s.disc.DPSize(ctx, url)
-}
 
 // Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped,
 // then closes idle upstream connections; call it after cancelling Start's context.
