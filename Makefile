@@ -57,7 +57,7 @@ test-soak:
 K8SBIN ?= $(HOME)/.cache/pdrouter/k8s-v1.34.1
 test-k8s:
 	GO=$(GO) scripts/k8s-testenv.sh $(K8SBIN)
-	PDROUTER_K8S_BIN=$(K8SBIN) $(GO) test -count=1 -tags k8s -run '^TestK8s' -v ./cmd/router
+	PDROUTER_K8S_BIN=$(K8SBIN) $(GO) test -count=1 -tags k8s -run '^TestK8s' -v ./router/server/kube
 
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router

@@ -15,6 +15,14 @@
 // tree eviction runs when the driver calls [Router.Tick] (serve from a ticker, the simulator at
 // virtual instants).
 //
+// # Worker lifecycle
+//
+// The registry owns each worker's lifecycle: added ([Router.AddWorker]) → starting →
+// healthy/unhealthy/breaker_open (health probes, request outcomes) → draining
+// ([Router.RemoveWorker] with requests in flight) → gone (the last of them done, or removed
+// idle). Every step is a [WorkerEvent] handed to [Router.OnWorkerEvent]; every view
+// ([Router.Workers], [Router.Targets], [Router.Worker]) reads the one registry.
+//
 // # Concurrency
 //
 // A [Router] is safe for concurrent use. One mutex guards the registry, the policies and the

@@ -251,7 +251,8 @@ func TestCacheAwareRouterPDSeparateTreesAndEviction(t *testing.T) {
 	require.NoError(t, r.Policy(Prefill).(*CacheAware).Tree().Check())
 
 	// Removing a worker removes its tenant.
-	require.NoError(t, r.RemoveWorker("http://d0:1"))
+	_, err = r.RemoveWorker("http://d0:1", Removal{})
+	require.NoError(t, err)
 	counts := r.Policy(Decode).(*CacheAware).Tree().TenantCounts()
 	assert.NotContains(t, counts, "http://d0:1")
 }

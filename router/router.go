@@ -41,10 +41,11 @@ type Router struct {
 	cfg   Config
 	clock Clock
 
-	mu        sync.Mutex       // protects everything below; target loads are atomics
-	events    chan WorkerEvent // WatchEvents; nil: nobody watches
+	mu        sync.Mutex        // protects everything below; target loads are atomics
+	onEvent   func(WorkerEvent) // OnWorkerEvent; nil: nobody listens
 	rng       *rand.Rand
 	workers   [numRoles][]*Worker // in registration order
+	draining  []*Worker           // removed with requests in flight, in removal order (lifecycle.go)
 	targets   [numRoles][]*Target // role's targets in target order (worker order, then rank)
 	policies  [numRoles]Policy
 	lastEvict time.Time
@@ -88,78 +89,6 @@ func (r *Router) Policy(role Role) Policy {
 		return nil
 	}
 	return r.policies[role]
-}
-
-// AddWorker registers a worker and its targets at the end of its role's order. Under
-// --dp-aware it creates DPSize targets "url@0"…; otherwise one target named by the URL.
-func (r *Router) AddWorker(s WorkerSpec) error {
-	if err := CheckWorkerURL(s.URL); err != nil {
-		return fmt.Errorf("router: add worker: %w", err)
-	}
-	if s.Role >= numRoles || r.policies[s.Role] == nil {
-		mode := "regular"
-		if r.cfg.PDDisaggregation {
-			mode = "PD"
-		}
-		return fmt.Errorf("router: add worker %s: role %s is not served in %s mode", s.URL, s.Role, mode)
-	}
-	if s.BootstrapPort != nil && s.Role != Prefill {
-		return fmt.Errorf("router: add worker %s: bootstrap port is only for prefill workers", s.URL)
-	}
-	health := NewHealth(r.cfg.Health())
-	if s.Starting {
-		health = NewStartingHealth(r.cfg.Health())
-	}
-	w := &Worker{url: s.URL, role: s.Role, health: health, breaker: NewBreaker(r.cfg.Breaker())}
-	if s.BootstrapPort != nil {
-		p := *s.BootstrapPort
-		w.bootstrapPort = &p
-	}
-	if r.cfg.DPAware {
-		if s.DPSize < 1 {
-			return fmt.Errorf("router: add worker %s: --dp-aware needs its dp_size (got %d)", s.URL, s.DPSize)
-		}
-		w.dpSize = s.DPSize
-		for rank := range s.DPSize {
-			w.targets = append(w.targets, &Target{name: TargetName(s.URL, rank), worker: w, rank: rank})
-		}
-	} else {
-		w.targets = []*Target{{name: s.URL, worker: w, rank: -1}}
-	}
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, _, ok := r.findLocked(s.URL); ok {
-		return fmt.Errorf("router: add worker %s: already registered", s.URL)
-	}
-	r.workers[s.Role] = append(r.workers[s.Role], w)
-	r.rebuildLocked(s.Role)
-	if a, ok := r.policies[s.Role].(targetAdder); ok {
-		for _, t := range w.targets {
-			a.AddTarget(t)
-		}
-	}
-	return nil
-}
-
-// RemoveWorker unregisters the worker with url and drops its tenants from the policy's tree.
-// In-flight decisions keep their targets; their Done calls still balance the counters.
-func (r *Router) RemoveWorker(url string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	role, i, ok := r.findLocked(url)
-	if !ok {
-		return fmt.Errorf("router: remove worker %s: not registered", url)
-	}
-	w := r.workers[role][i]
-	r.workers[role] = append(r.workers[role][:i:i], r.workers[role][i+1:]...)
-	r.rebuildLocked(role)
-	if rm, ok := r.policies[role].(targetRemover); ok {
-		for _, t := range w.targets {
-			rm.RemoveTarget(t.name)
-		}
-	}
-	return nil
 }
 
 func (r *Router) findLocked(url string) (Role, int, bool) {
@@ -298,33 +227,6 @@ func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool
 	return flipped, nil
 }
 
-// WatchEvents returns a channel of worker state changes (health verdicts, breakers opening
-// and recovering), buffered for n events; later changes are dropped while it is full. Call it
-// once, before traffic; without it no events are kept.
-func (r *Router) WatchEvents(n int) <-chan WorkerEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.events == nil {
-		r.events = make(chan WorkerEvent, n)
-	}
-	return r.events
-}
-
-// noteLocked emits w's state change since before, if any (r.mu held).
-func (r *Router) noteLocked(w *Worker, before WorkerState, now time.Time, reason string) {
-	if r.events == nil {
-		return
-	}
-	after := workerState(w, now)
-	if after == before {
-		return
-	}
-	select {
-	case r.events <- WorkerEvent{URL: w.url, Role: w.role, From: before, To: after, Reason: reason}:
-	default:
-	}
-}
-
 // recordLocked feeds one request outcome into w's breaker (r.mu held).
 func (r *Router) recordLocked(w *Worker, success bool) {
 	now := r.clock.Now()
@@ -379,24 +281,34 @@ func (r *Router) ResetTrees() {
 	}
 }
 
-// Targets returns a snapshot of every target in target order (regular, prefill, decode; then
-// registration order; then rank).
+// Targets returns a snapshot of every target the views show: the registered workers' in
+// target order (regular, prefill, decode; then registration order; then rank), then the
+// draining workers' in removal order (not healthy: they take no new requests).
 func (r *Router) Targets() []TargetInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
 	var out []TargetInfo
-	for role := range numRoles {
-		for _, t := range r.targets[role] {
-			w := t.worker
-			out = append(out, TargetInfo{Name: t.name, URL: w.url, Role: role, Rank: t.rank, Load: t.Load(),
-				Healthy: w.health.Healthy() && w.breaker.Allow(now)})
+	add := func(w *Worker) {
+		healthy := workerState(w, now) == WorkerHealthy
+		for _, t := range w.targets {
+			out = append(out, TargetInfo{Name: t.name, URL: w.url, Role: w.role, Rank: t.rank, Load: t.Load(), Healthy: healthy})
 		}
+	}
+	for role := range numRoles {
+		for _, w := range r.workers[role] {
+			add(w)
+		}
+	}
+	for _, w := range r.draining {
+		add(w)
 	}
 	return out
 }
 
-// Workers returns a snapshot of every worker in target order.
+// Workers returns a snapshot of every worker the views show (/workers, /readiness,
+// /get_loads, metrics): the registered ones in target order, then the draining ones in
+// removal order.
 func (r *Router) Workers() []WorkerInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -407,18 +319,20 @@ func (r *Router) Workers() []WorkerInfo {
 			out = append(out, infoLocked(w, now))
 		}
 	}
+	for _, w := range r.draining {
+		out = append(out, infoLocked(w, now))
+	}
 	return out
 }
 
-// Worker returns the registered worker with url and a snapshot of it.
+// Worker returns the worker with url — registered, or else draining — and a snapshot of it.
 func (r *Router) Worker(url string) (*Worker, WorkerInfo, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	role, i, ok := r.findLocked(url)
-	if !ok {
+	w := r.lookupLocked(url)
+	if w == nil {
 		return nil, WorkerInfo{}, false
 	}
-	w := r.workers[role][i]
 	return w, infoLocked(w, r.clock.Now()), true
 }
 
@@ -524,12 +438,19 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	}
 	t := d.legs[role].target
 	t.load.Add(-1)
-	if o != Cancelled {
-		r := d.r
-		r.mu.Lock()
-		r.recordLocked(t.worker, o == Success)
-		r.mu.Unlock()
+	w := t.worker
+	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
+	// reads the load, so one of the two sees the last request finish (lifecycle.go).
+	if o == Cancelled && !w.removed.Load() {
+		return true
 	}
+	r := d.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o != Cancelled {
+		r.recordLocked(w, o == Success)
+	}
+	r.drainedLocked(w)
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,7 +63,8 @@ func TestTargetOrderAndDPExpansion(t *testing.T) {
 	}, names(r))
 
 	// Removing a worker keeps the others' order; re-adding puts it last.
-	require.NoError(t, r.RemoveWorker("http://p2:30000"))
+	_, err := r.RemoveWorker("http://p2:30000", Removal{})
+	require.NoError(t, err)
 	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://p2:30000", Role: Prefill, DPSize: 1}))
 	require.Equal(t, "http://[::1]:30001@0", names(r)[0])
 	require.Equal(t, "http://p2:30000@0", names(r)[3])
@@ -78,7 +80,8 @@ func TestTargetOrderAndDPExpansion(t *testing.T) {
 	require.ErrorContains(t, r.AddWorker(WorkerSpec{URL: "http://x:1", Role: Regular, DPSize: 1}), "not served in PD mode")
 	require.ErrorContains(t, r.AddWorker(WorkerSpec{URL: "ftp://x:1", Role: Decode, DPSize: 1}), "http://")
 	require.ErrorContains(t, r.AddWorker(WorkerSpec{URL: "http://x:1", Role: Decode, DPSize: 1, BootstrapPort: &port}), "only for prefill")
-	require.ErrorContains(t, r.RemoveWorker("http://nope:1"), "not registered")
+	_, err = r.RemoveWorker("http://nope:1", Removal{})
+	require.ErrorContains(t, err, "not registered")
 }
 
 func TestSplitTargetName(t *testing.T) {
@@ -157,30 +160,140 @@ func TestDoneConcurrentCallsDecrementOnce(t *testing.T) {
 	require.Zero(t, d.Regular.Load())
 }
 
-// A removed worker keeps its targets and their loads: requests routed to it before its
-// removal still balance them (what serve's draining state shows), and nothing new is routed.
-func TestRemovedWorkerKeepsItsLoad(t *testing.T) {
+// A removed worker with a request in flight keeps its targets and their loads and stays in
+// every view as draining — nothing new is routed to it — until that request is done; then it
+// is gone. Each step is one event, in order.
+func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 	t.Parallel()
-	r := regularRouter(t, PolicyRoundRobin, "http://a:1", "http://b:1")
+	cfg := DefaultConfig()
+	cfg.Policy = PolicyRoundRobin
+	clock := NewManualClock(epoch)
+	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	var events []WorkerEvent
+	r.OnWorkerEvent(func(ev WorkerEvent) { events = append(events, ev) })
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://a:1", Role: Regular, Source: "config"}))
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://b:1", Role: Regular, Starting: true, Source: "api"}))
+	assert.Equal(t, []WorkerEvent{
+		{URL: "http://a:1", Role: Regular, From: WorkerAdded, To: WorkerHealthy, Reason: "registered", Source: "config"},
+		{URL: "http://b:1", Role: Regular, From: WorkerAdded, To: WorkerStarting, Reason: "registered", Source: "api"},
+	}, events)
+	_, err = r.ObserveHealth("http://b:1", true, epoch)
+	require.NoError(t, err)
+	events = nil
+
 	w, info, ok := r.Worker("http://a:1")
 	require.True(t, ok)
 	assert.Equal(t, WorkerInfo{URL: "http://a:1", Role: Regular, State: WorkerHealthy, Healthy: true, Breaker: BreakerClosed}, info)
 	d, err := r.Route(&Request{Text: "x"})
 	require.NoError(t, err)
 	require.Same(t, w, d.Regular.Worker())
-	require.NoError(t, r.RemoveWorker("http://a:1"))
-	_, _, ok = r.Worker("http://a:1")
-	require.False(t, ok)
-	require.Equal(t, int64(1), w.Load())
-	require.Equal(t, []*Target{d.Regular}, w.Targets())
+	clock.Advance(time.Second)
+	info, err = r.RemoveWorker("http://a:1", Removal{Source: "api", Reason: "removed through the API"})
+	require.NoError(t, err)
+	assert.Equal(t, WorkerDraining, info.State)
+	assert.Equal(t, int64(1), info.Load)
+	assert.Equal(t, []WorkerEvent{{URL: "http://a:1", Role: Regular, From: WorkerHealthy, To: WorkerDraining,
+		Reason: "removed through the API", Source: "api", InFlight: 1}}, events)
+
+	// Every view shows it draining, after the registered workers, with its load.
+	_, info, ok = r.Worker("http://a:1")
+	require.True(t, ok)
+	assert.Equal(t, WorkerDraining, info.State)
+	assert.False(t, info.Healthy)
+	ws := r.Workers()
+	require.Len(t, ws, 2)
+	assert.Equal(t, "http://b:1", ws[0].URL)
+	assert.Equal(t, WorkerInfo{URL: "http://a:1", Role: Regular, State: WorkerDraining, Breaker: BreakerClosed, Load: 1}, ws[1])
+	assert.Equal(t, []TargetInfo{
+		{Name: "http://b:1", URL: "http://b:1", Role: Regular, Rank: -1, Healthy: true},
+		{Name: "http://a:1", URL: "http://a:1", Role: Regular, Rank: -1, Load: 1},
+	}, r.Targets())
+	assert.True(t, r.Ready())
+
+	// Nothing new goes to it; removing it again changes nothing.
 	for range 3 {
 		d2, err := r.Route(&Request{Text: "x"})
 		require.NoError(t, err)
 		require.Equal(t, "http://b:1", d2.Regular.URL())
 		d2.Done(Regular, Success)
 	}
-	d.Done(Regular, Success)
+	info, err = r.RemoveWorker("http://a:1", Removal{Source: "api"})
+	require.NoError(t, err)
+	assert.Equal(t, WorkerDraining, info.State)
+	require.Len(t, events, 1)
+
+	// Its request is done: it is gone, from every view, as an event.
+	clock.Advance(1500 * time.Millisecond)
+	d.Done(Regular, Cancelled)
 	require.Zero(t, w.Load())
+	assert.Equal(t, WorkerEvent{URL: "http://a:1", Role: Regular, From: WorkerDraining, To: WorkerGone,
+		Reason: "drained in 1.5s after it was removed through the API", Source: "api"}, events[1])
+	_, _, ok = r.Worker("http://a:1")
+	assert.False(t, ok)
+	assert.Len(t, r.Workers(), 1)
+	assert.Len(t, r.Targets(), 1)
+	_, err = r.RemoveWorker("http://a:1", Removal{})
+	assert.ErrorContains(t, err, "not registered")
+
+	// An idle worker goes at once.
+	info, err = r.RemoveWorker("http://b:1", Removal{Source: "discovery", Reason: "its pod left service discovery"})
+	require.NoError(t, err)
+	assert.Equal(t, WorkerGone, info.State)
+	assert.Equal(t, WorkerEvent{URL: "http://b:1", Role: Regular, From: WorkerHealthy, To: WorkerGone,
+		Reason: "its pod left service discovery", Source: "discovery"}, events[2])
+	assert.Empty(t, r.Workers())
+	assert.False(t, r.Ready())
+}
+
+// A worker registered again while draining replaces the draining one in the views; the old
+// registration's request still finishes and balances its own counter, and emits nothing more.
+func TestWorkerReAddedWhileDraining(t *testing.T) {
+	t.Parallel()
+	r := regularRouter(t, PolicyRoundRobin, "http://a:1")
+	var events []WorkerEvent
+	r.OnWorkerEvent(func(ev WorkerEvent) { events = append(events, ev) })
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	_, err = r.RemoveWorker("http://a:1", Removal{Source: "api", Reason: "removed through the API"})
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://a:1", Role: Regular, Source: "api"}))
+	require.Len(t, events, 2)
+	assert.Equal(t, WorkerEvent{URL: "http://a:1", Role: Regular, From: WorkerDraining, To: WorkerHealthy,
+		Reason: "registered again while draining", Source: "api", InFlight: 1}, events[1])
+	ws := r.Workers()
+	require.Len(t, ws, 1, "listed once")
+	assert.Equal(t, WorkerInfo{URL: "http://a:1", Role: Regular, State: WorkerHealthy, Healthy: true, Breaker: BreakerClosed}, ws[0])
+
+	old := d.Regular.Worker()
+	d.Done(Regular, Failure)
+	assert.Zero(t, old.Load())
+	assert.Len(t, events, 2, "the old registration ends unshown")
+	_, info, _ := r.Worker("http://a:1")
+	assert.Equal(t, BreakerClosed, info.Breaker, "the old registration's outcome does not feed the new breaker")
+}
+
+// Done racing with RemoveWorker ends the drain exactly once, whichever comes first.
+func TestDrainRaceEndsOnce(t *testing.T) {
+	t.Parallel()
+	for range 50 {
+		r := regularRouter(t, PolicyRoundRobin, "http://a:1")
+		var gone atomic.Int32
+		r.OnWorkerEvent(func(ev WorkerEvent) {
+			if ev.To == WorkerGone {
+				gone.Add(1)
+			}
+		})
+		d, err := r.Route(&Request{Text: "x"})
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() { defer close(done); d.Done(Regular, Cancelled) }()
+		_, err = r.RemoveWorker("http://a:1", Removal{})
+		require.NoError(t, err)
+		<-done
+		require.Equal(t, int32(1), gone.Load())
+		require.Empty(t, r.Workers())
+	}
 }
 
 func TestRouteNoTargets(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 )
 
 // Worker is one server process: a base URL with a role, its health and its circuit breaker.
-// Its fields are fixed at registration; its state machines are guarded by the [Router].
+// Its fields are fixed at registration; its state machines and lifecycle are guarded by the
+// [Router].
 type Worker struct {
 	url           string
 	role          Role
@@ -19,6 +20,14 @@ type Worker struct {
 	health        *Health
 	breaker       *Breaker
 	targets       []*Target
+
+	// removed is set once RemoveWorker took the worker out of routing; atomic so that
+	// Decision.Done can tell without the router's lock whether a finished leg may end a drain.
+	removed atomic.Bool
+	// Guarded by the router's mutex: set while the worker is in Router.draining.
+	draining   bool
+	drainSince time.Time
+	removal    Removal
 }
 
 // URL returns the worker's base URL as registered.
@@ -123,6 +132,15 @@ type WorkerSpec struct {
 	// Starting registers a worker not yet probed: it takes no traffic until a health probe
 	// passes (WorkerStarting). Without it the worker starts healthy (it was just probed).
 	Starting bool
+	// Source says who registered it ("config", "api", "discovery", …); it is carried in the
+	// registration's [WorkerEvent], for the logs. "" is fine.
+	Source string
+}
+
+// Removal says who removed a worker and why (Router.RemoveWorker), for its events.
+type Removal struct {
+	Source string // "api", "discovery", …
+	Reason string // e.g. "removed through the API"
 }
 
 // TargetInfo is a snapshot of one target for /get_loads and metrics.
@@ -152,20 +170,31 @@ type WorkerInfo struct {
 // WorkerState is a worker's state as every view shows it.
 type WorkerState string
 
-// Worker states, worst first: a failing health check wins over an open breaker.
+// Worker states, worst first: a failing health check wins over an open breaker. A worker's
+// lifecycle is added → starting → healthy/unhealthy/breaker_open → draining → gone; every
+// change is a [WorkerEvent].
 const (
+	// WorkerAdded is the From of a registration event: the worker did not exist before.
+	WorkerAdded       WorkerState = "added"
 	WorkerStarting    WorkerState = "starting"     // registered, no health probe passed yet: no traffic
 	WorkerHealthy     WorkerState = "healthy"      // passes health checks, breaker closed or half-open: takes traffic
 	WorkerUnhealthy   WorkerState = "unhealthy"    // failed --health-failure-threshold probes in a row
 	WorkerBreakerOpen WorkerState = "breaker_open" // failed --cb-failure-threshold requests in a row: no traffic until a probe passes or the timeout ends
 	// WorkerDraining is a worker removed (DELETE /workers, service discovery) while requests
-	// to it were in flight: the router has forgotten it and routes nothing new to it; serve
-	// shows it until those requests finish. The router core never reports it.
+	// to it were in flight: it takes no new request, and the views still show it, with its
+	// load, until those requests finish; then it is gone.
 	WorkerDraining WorkerState = "draining"
+	// WorkerGone is a removed worker with nothing in flight: no view shows it; only the
+	// event of its going and RemoveWorker's answer name it.
+	WorkerGone WorkerState = "gone"
 )
 
 func workerState(w *Worker, now time.Time) WorkerState {
 	switch {
+	case w.draining:
+		return WorkerDraining
+	case w.removed.Load():
+		return WorkerGone
 	case w.health.Starting():
 		return WorkerStarting
 	case !w.health.Healthy():
@@ -176,14 +205,26 @@ func workerState(w *Worker, now time.Time) WorkerState {
 	return WorkerHealthy
 }
 
-// WorkerEvent is a change of a worker's state or breaker (Router.WatchEvents): what serve
-// logs, so a failing worker is named in the log as it happens.
+// WorkerEvent is one step of a worker's lifecycle (Router.OnWorkerEvent): registered, its
+// health verdict or breaker changing, removed, drained. Serve logs it as it happens and drops
+// what it keeps per worker when the worker is gone.
 type WorkerEvent struct {
-	URL    string
-	Role   Role
-	From   WorkerState
+	URL  string
+	Role Role
+	// From is WorkerAdded for a registration; WorkerDraining with To a live state for a
+	// worker registered again while draining (the old registration's requests finish unshown).
+	From WorkerState
+	// To is WorkerGone when the worker leaves the registry (removed idle, or drained).
 	To     WorkerState
-	Reason string // what moved it: "health probe failed", "request failures", "health probe passed", …
+	Reason string // what moved it: "health probe failed", "health probe passed", "removed through the API", …
+	// Source is who added or removed the worker (WorkerSpec.Source, Removal.Source); "" for
+	// changes of health or breaker.
+	Source string
+	// InFlight is the requests a draining worker still waits for (To WorkerDraining), or those
+	// the old registration of a worker registered again still has (From WorkerDraining).
+	InFlight int64
+	// DPSize is the registered worker's dp_size (registrations; 0 when not DP-aware).
+	DPSize int
 }
 
 // NoTargetError is returned by [Router.Route] when a role has no available target (all

@@ -41,6 +41,7 @@ var importRules = map[string]importRule{
 	// fakeworker also uses golang.org/x/sys for a timerfd (precise engine-loop wake-ups).
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "workloads"}, external: append([]string{"golang.org/x/sys/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},
+	"router/server/kube":       {repo: []string{"router"}, external: []string{"k8s.io/"}}, // client-go, API types; not router/server (a Registry of its own)
 	"cmd/router":               {anything: true},
 	"cmd/router/internal/demo": {anything: true},
 }

@@ -103,7 +103,7 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 // readiness answers 200 with healthy/total counts, 503 when requests cannot be routed.
 func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 	counts := map[string]map[string]int{}
-	for _, wi := range s.allWorkers() {
+	for _, wi := range s.r.Workers() {
 		c := counts[wi.Role.String()]
 		if c == nil {
 			c = map[string]int{"healthy": 0, "total": 0, "draining": 0}
@@ -139,7 +139,7 @@ type loadEntry struct {
 // getLoads reports the router's own in-flight counts per target.
 func (s *Server) getLoads(w http.ResponseWriter, _ *http.Request) {
 	out := []loadEntry{}
-	for _, t := range s.allTargets() {
+	for _, t := range s.r.Targets() {
 		e := loadEntry{Worker: router.RedactURL(t.URL), Target: router.RedactURL(t.Name), Role: t.Role.String(), Load: t.Load, Healthy: t.Healthy}
 		if t.Rank >= 0 {
 			r := t.Rank
@@ -178,10 +178,13 @@ func (s *Server) fanOut(ctx context.Context, method, path string, urls []string)
 	return failed
 }
 
+// workerURLs lists the registered workers (not the draining ones: they are on their way out).
 func (s *Server) workerURLs() []string {
 	var urls []string
 	for _, w := range s.r.Workers() {
-		urls = append(urls, w.URL)
+		if w.State != router.WorkerDraining {
+			urls = append(urls, w.URL)
+		}
 	}
 	return urls
 }
@@ -260,7 +263,7 @@ func workerID(u string) string {
 func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
 	out := []workerJSON{}
 	stats := map[string]int{"prefill_count": 0, "decode_count": 0, "regular_count": 0}
-	for _, wi := range s.allWorkers() {
+	for _, wi := range s.r.Workers() {
 		out = append(out, toWorkerJSON(wi))
 		stats[wi.Role.String()+"_count"]++
 	}
@@ -270,7 +273,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
 // workerByPath finds the worker /workers/{url-or-id} names.
 func (s *Server) workerByPath(req *http.Request) (router.WorkerInfo, string, bool) {
 	u := workerPathURL(req)
-	for _, wi := range s.allWorkers() {
+	for _, wi := range s.r.Workers() {
 		if wi.URL == u || workerID(wi.URL) == u {
 			return wi, u, true
 		}
@@ -311,13 +314,14 @@ func (s *Server) deleteWorker(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) removeWorker(w http.ResponseWriter, u string) {
-	if err := s.RemoveWorker(u, "api"); err != nil {
+	wi, err := s.remove(u, "api")
+	if err != nil {
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
 		return
 	}
 	out := map[string]any{"removed": u}
-	if d := s.drainingWorker(u); d != nil { // requests in flight: it goes when they finish
-		out["state"], out["load"] = string(router.WorkerDraining), d.w.Load()
+	if wi.State == router.WorkerDraining { // requests in flight: it goes when they finish
+		out["state"], out["load"] = string(router.WorkerDraining), wi.Load
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -396,10 +400,10 @@ func (s *Server) addWorker(w http.ResponseWriter, ctx context.Context, u, roleNa
 		"added": router.RedactURL(u), "url": router.RedactURL(u), "worker_type": role.String(), "dp_size": dp})
 }
 
-// apiDiscoveryTimeout bounds the dp_size read of a worker added through the API, which has
-// just answered its health probe (discovery keeps --worker-startup-timeout-secs for workers
-// still starting).
-const apiDiscoveryTimeout = 30 * time.Second
+// apiProbeTimeout bounds the dp_size read of a worker added through the API, which has
+// just answered its health probe (service discovery keeps --worker-startup-timeout-secs for
+// workers still starting).
+const apiProbeTimeout = 30 * time.Second
 
 // registerError carries the HTTP status POST /workers answers for a failed registration.
 type registerError struct {
@@ -411,7 +415,7 @@ func (e *registerError) Error() string { return e.err.Error() }
 func (e *registerError) Unwrap() error { return e.err }
 
 // AddWorker registers a worker at run time: the URL checks of SPEC §1.7, --worker-url-allow,
-// dp_size discovery under --dp-aware (waiting up to --worker-startup-timeout-secs for a
+// the dp_size probe under --dp-aware (waiting up to --worker-startup-timeout-secs for a
 // starting worker, without holding up other registrations), then the router. POST /workers
 // and Kubernetes service discovery both come through here; source ("api", "discovery") is
 // logged. It returns the worker's dp_size (0 without --dp-aware).
@@ -424,31 +428,29 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 	}
 	if source == "api" {
 		// An operator adding a worker by hand learns at once when it does not answer, rather
-		// than after a 600 s discovery wait or from a "ready" router sending it traffic.
+		// than after a 600 s dp_size wait or from a "ready" router sending it traffic.
 		if err := s.hc.check(ctx, u); err != nil {
 			return 0, &registerError{http.StatusBadGateway, fmt.Errorf("worker %s does not answer: %w", router.RedactURL(u), err)}
 		}
 		if s.cfg.DPAware {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, apiDiscoveryTimeout)
+			ctx, cancel = context.WithTimeout(ctx, apiProbeTimeout)
 			defer cancel()
 		}
 	}
-	dp, err := s.discover(ctx, u)
+	dp, err := s.dpSize(ctx, u)
 	if err != nil {
 		return 0, &registerError{http.StatusBadGateway, err}
 	}
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
-	if err := s.r.AddWorker(router.WorkerSpec{URL: u, Role: role, BootstrapPort: port, DPSize: dp}); err != nil {
+	// The core registers atomically (a worker with the URL of a draining one replaces it) and
+	// emits the registration, which workerEvent logs.
+	if err := s.r.AddWorker(router.WorkerSpec{URL: u, Role: role, BootstrapPort: port, DPSize: dp, Source: source}); err != nil {
 		status := http.StatusBadRequest
 		if strings.Contains(err.Error(), "already registered") {
 			status = http.StatusConflict
 		}
 		return 0, &registerError{status, err}
 	}
-	s.stopDraining(u)
-	s.log.Info("worker added", "url", router.RedactURL(u), "role", role.String(), "dp_size", dp, "source", source)
 	return dp, nil
 }
 

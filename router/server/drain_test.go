@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -160,4 +161,54 @@ func TestRemovedWorkerIdleOrReAdded(t *testing.T) {
 	close(release)
 	require.Equal(t, http.StatusOK, <-held)
 	tr.requireLoadsZero(t)
+}
+
+// Each step of the core's worker lifecycle is one log line, at the level its meaning wants;
+// a worker that is gone loses its per-worker series.
+func TestWorkerEventsLogged(t *testing.T) {
+	t.Parallel()
+	const u = "http://user:pw@w:1"
+	for _, tc := range []struct {
+		name string
+		ev   router.WorkerEvent
+		want string
+	}{
+		{"registered from the config", router.WorkerEvent{From: router.WorkerAdded, To: router.WorkerStarting, Source: "config", DPSize: 2},
+			`level=INFO msg="worker registered" url=http://***@w:1 role=decode dp_size=2`},
+		{"added through the API", router.WorkerEvent{From: router.WorkerAdded, To: router.WorkerHealthy, Source: "api"},
+			`level=INFO msg="worker added" url=http://***@w:1 role=decode dp_size=0 source=api`},
+		{"registered again while draining", router.WorkerEvent{From: router.WorkerDraining, To: router.WorkerHealthy, Source: "discovery", InFlight: 3},
+			`level=INFO msg="worker registered again while draining: its in-flight requests finish unshown" worker=http://***@w:1 role=decode in_flight=3`},
+		{"draining", router.WorkerEvent{From: router.WorkerBreakerOpen, To: router.WorkerDraining, Source: "api", Reason: "removed through the API", InFlight: 1},
+			`level=INFO msg="worker draining: no new requests; removed once its in-flight requests finish" worker=http://***@w:1 role=decode from=breaker_open to=draining reason="removed through the API" in_flight=1 source=api`},
+		{"drained", router.WorkerEvent{From: router.WorkerDraining, To: router.WorkerGone, Source: "api", Reason: "drained in 2.0s after it was removed through the API"},
+			`level=INFO msg="worker removed: its in-flight requests finished" worker=http://***@w:1 role=decode from=draining reason="drained in 2.0s after it was removed through the API"`},
+		{"removed idle", router.WorkerEvent{From: router.WorkerUnhealthy, To: router.WorkerGone, Source: "discovery", Reason: "its pod left service discovery"},
+			`level=INFO msg="worker removed" worker=http://***@w:1 role=decode from=unhealthy reason="its pod left service discovery" source=discovery`},
+		{"breaker opens", router.WorkerEvent{From: router.WorkerHealthy, To: router.WorkerBreakerOpen, Reason: "3 failed requests in a row"},
+			`level=WARN msg="worker stopped taking traffic" worker=http://***@w:1 role=decode from=healthy to=breaker_open reason="3 failed requests in a row"`},
+		{"back", router.WorkerEvent{From: router.WorkerUnhealthy, To: router.WorkerHealthy, Reason: "health probe passed"},
+			`level=INFO msg="worker takes traffic again" worker=http://***@w:1 role=decode from=unhealthy to=healthy reason="health probe passed"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			logs := &syncBuffer{}
+			s, err := New(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			require.NoError(t, err)
+			s.metrics.WorkerErrors.WithLabelValues(router.RedactURL(u), "decode", "timeout").Inc()
+			tc.ev.URL, tc.ev.Role = u, router.Decode
+			s.workerEvent(tc.ev)
+			assert.Contains(t, logs.String(), tc.want)
+			lines := 1
+			if tc.ev.From == router.WorkerDraining && tc.ev.To != router.WorkerGone {
+				lines = 2 // and the registration itself: "worker added"
+			}
+			assert.Equal(t, lines, strings.Count(logs.String(), "msg="))
+			series := 1
+			if tc.ev.To == router.WorkerGone {
+				series = 0
+			}
+			assert.Equal(t, series, testutil.CollectAndCount(s.metrics.WorkerErrors), "worker_errors_total series")
+		})
+	}
 }

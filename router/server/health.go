@@ -27,10 +27,14 @@ type HealthChecker struct {
 	OnFlip func(url string, healthy bool)
 }
 
-// CheckAll probes every worker once, concurrently, and returns when all probes are done.
+// CheckAll probes every registered worker once, concurrently, and returns when all probes
+// are done. Draining workers are not probed: they take no new requests whatever the verdict.
 func (h *HealthChecker) CheckAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, w := range h.Router.Workers() {
+		if w.State == router.WorkerDraining {
+			continue
+		}
 		wg.Add(1)
 		go func(url string) {
 			defer wg.Done()

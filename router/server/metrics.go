@@ -89,20 +89,15 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		}
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
-	m.state = &stateCollector{r: r, workers: r.Workers, targets: r.Targets}
+	m.state = &stateCollector{r: r}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state)
 	return m
 }
 
-// stateCollector exports the router's current state at scrape time.
-type stateCollector struct {
-	r *router.Router
-	// workers and targets are what the views show (the router's, and the Server's draining
-	// ones after them: Server.allWorkers, Server.allTargets). Set before the first scrape.
-	workers func() []router.WorkerInfo
-	targets func() []router.TargetInfo
-}
+// stateCollector exports the router's current state at scrape time, from the lists every
+// view reads (router.Workers, router.Targets: draining workers included).
+type stateCollector struct{ r *router.Router }
 
 var (
 	descTargetLoad = prometheus.NewDesc("pdrouter_target_load", "Requests routed to the target and not finished (the router's own count).",
@@ -124,10 +119,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range c.targets() {
+	for _, t := range c.r.Targets() {
 		ch <- prometheus.MustNewConstMetric(descTargetLoad, prometheus.GaugeValue, float64(t.Load), router.RedactURL(t.Name), t.Role.String())
 	}
-	for _, w := range c.workers() {
+	for _, w := range c.r.Workers() {
 		healthy := 0.0
 		if w.Healthy {
 			healthy = 1

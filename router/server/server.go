@@ -54,25 +54,20 @@ type Server struct {
 	metrics   *Metrics
 	reg       *prometheus.Registry
 	log       *slog.Logger
-	disc      *Discoverer
+	probe     *serverInfoProbe // dp_size under --dp-aware
 	hc        *HealthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
 
-	dmu   sync.Mutex // protects dlog, dseq, dbuf
-	dlog  io.Writer
-	dseq  uint64
-	dbuf  []byte
-	amu   sync.Mutex // protects access writes
-	bg    sync.WaitGroup
-	regMu sync.Mutex // serialises changes to the worker set (not the dp_size discovery before them)
+	dmu  sync.Mutex // protects dlog, dseq, dbuf
+	dlog io.Writer
+	dseq uint64
+	dbuf []byte
+	amu  sync.Mutex // protects access writes
+	bg   sync.WaitGroup
 
-	drainMu  sync.Mutex        // protects draining
-	draining []*drainingWorker // removed workers with requests in flight, in removal order
-
-	events         <-chan router.WorkerEvent // the router's worker state changes, logged
-	logMu          sync.Mutex                // protects lastAttemptLog
-	lastAttemptLog map[string]time.Time      // per worker: the last failed attempt logged at WARN
+	logMu          sync.Mutex           // protects lastAttemptLog
+	lastAttemptLog map[string]time.Time // per worker: the last failed attempt logged at WARN
 }
 
 // New builds a server for opts.Config (which must pass Validate). It registers no workers:
@@ -121,10 +116,9 @@ func New(opts Options) (*Server, error) {
 		access:    opts.AccessLog,
 		flushEach: opts.FlushEachEvent,
 
-		events:         r.WatchEvents(256),
 		lastAttemptLog: map[string]time.Time{},
 	}
-	s.metrics.state.workers, s.metrics.state.targets = s.allWorkers, s.allTargets
+	r.OnWorkerEvent(s.workerEvent)
 	for i := range s.clients {
 		s.clients[i] = newH1Transport(idle)
 	}
@@ -133,7 +127,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.disc = &Discoverer{
+	s.probe = &serverInfoProbe{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
 		APIKey:   cfg.APIKey,
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
@@ -144,7 +138,7 @@ func New(opts Options) (*Server, error) {
 		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
-		s.disc.Client.Transport.(*http.Transport).TLSClientConfig = tc
+		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
 		for _, c := range s.clients {
 			c.fallback.Transport.(*http.Transport).TLSClientConfig = tc
 		}
@@ -155,7 +149,7 @@ func New(opts Options) (*Server, error) {
 // Router returns the routing core the server drives.
 func (s *Server) Router() *router.Router { return s.r }
 
-// Start registers the configured workers (discovering dp_size under --dp-aware, retrying while
+// Start registers the configured workers (probing dp_size under --dp-aware, retrying while
 // they start) and runs the health checks and the router's Tick until ctx is done. It returns
 // once every configured worker is registered, or the first registration error.
 func (s *Server) Start(ctx context.Context) error {
@@ -174,7 +168,7 @@ func (s *Server) Start(ctx context.Context) error {
 	for _, u := range s.cfg.Decode {
 		specs = append(specs, spec{u, router.Decode, nil})
 	}
-	// Discover concurrently, register in the given order (target order is registration order).
+	// Probe concurrently, register in the given order (target order is registration order).
 	sizes := make([]int, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
@@ -182,7 +176,7 @@ func (s *Server) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sizes[i], errs[i] = s.discover(ctx, sp.url)
+			sizes[i], errs[i] = s.dpSize(ctx, sp.url)
 		}()
 	}
 	wg.Wait()
@@ -191,10 +185,9 @@ func (s *Server) Start(ctx context.Context) error {
 			return errs[i]
 		}
 		// Starting until its first health probe passes (right below, then every second).
-		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true}); err != nil {
+		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true, Source: "config"}); err != nil {
 			return err
 		}
-		s.log.Info("worker registered", "url", router.RedactURL(sp.url), "role", sp.role.String(), "dp_size", sizes[i])
 	}
 	if len(specs) > 0 {
 		for url, err := range s.hc.CheckStarting(ctx) {
@@ -205,9 +198,8 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
-	s.bg.Add(3)
+	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.hc.Run(ctx) }()
-	go func() { defer s.bg.Done(); s.logWorkerEvents(ctx) }()
 	go func() {
 		defer s.bg.Done()
 		t := time.NewTicker(time.Second)
@@ -218,30 +210,10 @@ func (s *Server) Start(ctx context.Context) error {
 				return
 			case now := <-t.C:
 				s.r.Tick(now)
-				s.drainingWorkers() // logs the drained ones as they go
 			}
 		}
 	}()
 	return nil
-}
-
-// logWorkerEvents logs every worker state change as it happens: WARN when a worker stops
-// taking traffic (health checks failing, breaker opening), INFO when it is back, each with
-// the worker, its role and the reason.
-func (s *Server) logWorkerEvents(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-s.events:
-			args := []any{"worker", router.RedactURL(ev.URL), "role", ev.Role.String(), "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason}
-			if ev.To == router.WorkerHealthy {
-				s.log.Info("worker takes traffic again", args...)
-			} else {
-				s.log.Warn("worker stopped taking traffic", args...)
-			}
-		}
-	}
 }
 
 // attemptFailed logs a failed attempt at WARN, at most once per worker per
@@ -265,14 +237,6 @@ func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
 
 // attemptLogInterval rate-limits the WARN of failed attempts per worker.
 const attemptLogInterval = 5 * time.Second
-
-// discover returns the worker's dp_size under --dp-aware, 0 otherwise.
-func (s *Server) discover(ctx context.Context, url string) (int, error) {
-	if !s.cfg.DPAware {
-		return 0, nil
-	}
-	return s.disc.DPSize(ctx, url)
-}
 
 // Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped,
 // then closes idle upstream connections; call it after cancelling Start's context.

@@ -1,6 +1,6 @@
 //go:build k8s
 
-package main
+package kube
 
 // The opt-in Kubernetes test (make test-k8s): a real kube-apiserver and etcd, built from the
 // Go module proxy by scripts/k8s-testenv.sh, on loopback. No scheduler or kubelet runs, so
@@ -8,8 +8,6 @@ package main
 // The workers are real fakeworkers on 127.0.0.2 and 127.0.0.3.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -18,8 +16,10 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,7 +116,7 @@ func testAPIServer(t *testing.T) (*kubernetes.Clientset, string) {
 // the manifests grant.
 func applyBaseRBAC(t *testing.T, cs *kubernetes.Clientset, ns string) string {
 	ctx := context.Background()
-	files, err := filepath.Glob("../../deploy/k8s/base/*.yaml")
+	files, err := filepath.Glob("../../../deploy/k8s/base/*.yaml")
 	require.NoError(t, err)
 	sa := ""
 	for _, f := range files {
@@ -190,33 +191,25 @@ current-context: test
 	}
 	require.NotNil(t, decode, "no port free on 127.0.0.2 and 127.0.0.3")
 
-	pr, pw := io.Pipe()
-	cmd := newRootCmd()
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(pw)
-	cmd.SetArgs([]string{"serve", "--pd-disaggregation", "--service-discovery", "--kubeconfig", kubeconfig,
-		"--prefill-selector", "app=sglang-prefill", "--decode-selector", "app=sglang-decode",
-		"--service-discovery-port", strconv.Itoa(port),
-		"--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1", "--prometheus-port", "0"})
+	// The router as serve wires it: the server, discovery registering into it, its handler.
+	cfg := server.DefaultConfig()
+	cfg.PDDisaggregation, cfg.ServiceDiscovery, cfg.Kubeconfig = true, true, kubeconfig
+	cfg.PrefillSelector = []string{"app=sglang-prefill"}
+	cfg.DecodeSelector = []string{"app=sglang-decode"}
+	cfg.ServiceDiscoveryPort = port
+	require.NoError(t, cfg.Validate())
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	srv, err := server.New(server.Options{Config: cfg, Seed: 1, Logger: logger})
+	require.NoError(t, err)
 	sctx, stopServe := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(sctx); pw.Close() }()
-	var logs bytes.Buffer
-	baseC := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		re := regexp.MustCompile(`router listening on (http://\S+) `)
-		for sc.Scan() {
-			logs.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				baseC <- m[1]
-			}
-		}
-		close(baseC)
-	}()
-	base, ok := <-baseC
-	require.True(t, ok, "serve did not start")
 	defer stopServe()
+	require.NoError(t, srv.Start(sctx))
+	stopDiscovery, err := Start(sctx, settings(cfg), srv, logger)
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); stopServe(); stopDiscovery(); srv.Wait() }()
+	base := hs.URL
 
 	workers := func() []string {
 		resp, err := http.Get(base + "/workers")
@@ -281,7 +274,5 @@ current-context: test
 	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, "prefill-0", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 	waitFor("a deleted pod is removed")
 
-	stopServe()
-	require.NoError(t, <-done)
 	assert.Contains(t, logs.String(), `namespace=pd`, "without cluster-wide list rights, discovery watches its own namespace")
 }

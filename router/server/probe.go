@@ -11,22 +11,24 @@ import (
 	"time"
 )
 
-// ServerInfo is the part of a worker's /get_server_info the router reads.
-type ServerInfo struct {
+// serverInfo is the part of a worker's /get_server_info the router reads.
+type serverInfo struct {
 	DPSize                      *int    `json:"dp_size"`
 	DisaggregationMode          *string `json:"disaggregation_mode"`
 	DisaggregationBootstrapPort *int    `json:"disaggregation_bootstrap_port"`
 	ModelPath                   string  `json:"model_path"`
 }
 
-// permanentError marks discovery failures that retrying cannot fix.
+// permanentError marks probe failures that retrying cannot fix.
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-// Discoverer reads workers' /get_server_info, retrying while they start (SPEC §1.1).
-type Discoverer struct {
+// serverInfoProbe reads a worker's /get_server_info before it is registered — under
+// --dp-aware, for its dp_size — retrying while the worker starts (SPEC §1.1). (Finding
+// workers is Kubernetes service discovery, router/server/kube.)
+type serverInfoProbe struct {
 	// Client sends the requests; its timeout bounds one attempt (sgl-router: 10 s).
 	Client *http.Client
 	// APIKey, when set, is sent as a bearer token.
@@ -39,9 +41,9 @@ type Discoverer struct {
 	After func(time.Duration) <-chan time.Time
 }
 
-// ServerInfo fetches {url}/get_server_info once.
-func (d *Discoverer) ServerInfo(ctx context.Context, url string) (ServerInfo, error) {
-	var info ServerInfo
+// get fetches {url}/get_server_info once.
+func (d *serverInfoProbe) get(ctx context.Context, url string) (serverInfo, error) {
+	var info serverInfo
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/get_server_info", nil)
 	if err != nil {
 		return info, &permanentError{err}
@@ -67,17 +69,17 @@ func (d *Discoverer) ServerInfo(ctx context.Context, url string) (ServerInfo, er
 	return info, nil
 }
 
-// DPSize waits for the worker at url to answer /get_server_info and returns its dp_size,
+// dpSize waits for the worker at url to answer /get_server_info and returns its dp_size,
 // retrying every Interval until Timeout while it is unreachable or not ready. A worker that
 // answers without dp_size fails at once: retrying cannot fix it.
-func (d *Discoverer) DPSize(ctx context.Context, url string) (int, error) {
+func (d *serverInfoProbe) dpSize(ctx context.Context, url string) (int, error) {
 	after := d.After
 	if after == nil {
 		after = time.After
 	}
 	deadline := after(d.Timeout)
 	for attempt := 1; ; attempt++ {
-		info, err := d.ServerInfo(ctx, url)
+		info, err := d.get(ctx, url)
 		var perm *permanentError
 		switch {
 		case err == nil && info.DPSize == nil:
@@ -98,4 +100,12 @@ func (d *Discoverer) DPSize(ctx context.Context, url string) (int, error) {
 		case <-after(d.Interval):
 		}
 	}
+}
+
+// dpSize returns the worker's dp_size under --dp-aware, 0 otherwise (no probe).
+func (s *Server) dpSize(ctx context.Context, url string) (int, error) {
+	if !s.cfg.DPAware {
+		return 0, nil
+	}
+	return s.probe.dpSize(ctx, url)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestDiscoveryRetriesUntilReady(t *testing.T) {
+func TestServerInfoProbeRetriesUntilReady(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -27,20 +27,20 @@ func TestDiscoveryRetriesUntilReady(t *testing.T) {
 	instant := make(chan time.Time)
 	close(instant)
 	never := make(chan time.Time)
-	d := &Discoverer{Client: srv.Client(), APIKey: "k", Timeout: time.Hour, Interval: time.Second,
+	d := &serverInfoProbe{Client: srv.Client(), APIKey: "k", Timeout: time.Hour, Interval: time.Second,
 		After: func(dur time.Duration) <-chan time.Time {
 			if dur == time.Hour {
 				return never
 			}
 			return instant
 		}}
-	n, err := d.DPSize(context.Background(), srv.URL)
+	n, err := d.dpSize(context.Background(), srv.URL)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	require.Equal(t, int32(3), calls.Load())
 }
 
-func TestDiscoveryErrors(t *testing.T) {
+func TestServerInfoProbeErrors(t *testing.T) {
 	t.Parallel()
 	noDP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"model_path": "m"}`))
@@ -52,18 +52,18 @@ func TestDiscoveryErrors(t *testing.T) {
 	defer notJSON.Close()
 	instant := make(chan time.Time)
 	close(instant)
-	d := &Discoverer{Client: http.DefaultClient, Timeout: time.Minute, Interval: time.Second,
+	d := &serverInfoProbe{Client: http.DefaultClient, Timeout: time.Minute, Interval: time.Second,
 		After: func(time.Duration) <-chan time.Time { return instant }}
 
-	_, err := d.DPSize(context.Background(), noDP.URL)
+	_, err := d.dpSize(context.Background(), noDP.URL)
 	require.ErrorContains(t, err, "has no dp_size")
-	_, err = d.DPSize(context.Background(), notJSON.URL)
+	_, err = d.dpSize(context.Background(), notJSON.URL)
 	require.ErrorContains(t, err, "not JSON")
 
 	// An unreachable worker fails once the startup timeout fires, naming the flag.
 	down := httptest.NewServer(http.NotFoundHandler())
 	url := down.URL
 	down.Close()
-	_, err = d.DPSize(context.Background(), url)
+	_, err = d.dpSize(context.Background(), url)
 	require.ErrorContains(t, err, "--worker-startup-timeout-secs")
 }
