@@ -34,13 +34,18 @@ type PrefillWorker struct {
 }
 
 // Config holds the routing settings (SPEC §2) under the sgl-router names: those the routing
-// core or the simulator reads — mode and workers, policies, DP awareness, retries, breaker and
-// health thresholds, the decision log and the seed. It is what `router sim` takes and what
-// `sim --write-config` writes (JSON or YAML, snake_case keys). The settings of the live HTTP
-// server (listeners, API key, limits, admission, logging, service discovery, TLS) are in
-// server.Config (package router/server), which embeds this one: `serve --config` reads both
-// from one flat file. Durations keep sgl-router's unit-suffixed integer fields so existing
-// configs read the same. Build it with [DefaultConfig] and check it with [Config.Validate].
+// core or the simulator reads — mode and workers, policies, DP awareness, retries, breaker,
+// health checks and the seed. It is what `router sim` takes and what `sim --write-config`
+// writes (JSON or YAML, snake_case keys). It names no file: whoever writes a decision log
+// opens it and hands the writer over. The settings of the live HTTP server (listeners, API
+// key, limits, admission, logging, service discovery, TLS) are in server.Config (package
+// router/server), which embeds this one: `serve --config` reads both from one flat file.
+//
+// The fields are declared in the order they print (serve --print-config, sim --write-config,
+// /get_router_config) and --help lists them: a new setting goes beside its relatives. Related
+// settings are read together through [Config.Retry], [Config.Breaker] and [Config.Health].
+// Durations keep sgl-router's unit-suffixed integer fields so existing configs read the same.
+// Build it with [DefaultConfig] and check it with [Config.Validate].
 type Config struct {
 	// Workers and mode.
 	WorkerURLs       []string        `json:"worker_urls" yaml:"worker_urls"`             // --worker-urls (regular mode)
@@ -82,13 +87,13 @@ type Config struct {
 	CBWindowDurationSecs  int  `json:"cb_window_duration_secs" yaml:"cb_window_duration_secs"`   // accepted, unused (as in sgl-router)
 	DisableCircuitBreaker bool `json:"disable_circuit_breaker" yaml:"disable_circuit_breaker"`
 
-	// Health checks (the probe timeout and endpoint are server.Config's).
-	HealthCheckIntervalSecs int `json:"health_check_interval_secs" yaml:"health_check_interval_secs"` // default 60
-	HealthFailureThreshold  int `json:"health_failure_threshold" yaml:"health_failure_threshold"`     // default 3
-	HealthSuccessThreshold  int `json:"health_success_threshold" yaml:"health_success_threshold"`     // default 2
-
-	// DecisionLog is a file receiving one JSON line per routed request ("" = off).
-	DecisionLog string `json:"decision_log" yaml:"decision_log"`
+	// Health checks: how often and how each worker is probed, and how many probes in a row
+	// flip its verdict ([Config.Health]). The simulator probes at the interval too.
+	HealthCheckIntervalSecs int    `json:"health_check_interval_secs" yaml:"health_check_interval_secs"` // default 60
+	HealthCheckTimeoutSecs  int    `json:"health_check_timeout_secs" yaml:"health_check_timeout_secs"`   // default 5
+	HealthFailureThreshold  int    `json:"health_failure_threshold" yaml:"health_failure_threshold"`     // default 3
+	HealthSuccessThreshold  int    `json:"health_success_threshold" yaml:"health_success_threshold"`     // default 2
+	HealthCheckEndpoint     string `json:"health_check_endpoint" yaml:"health_check_endpoint"`           // default /health
 
 	// Seed seeds rooms, rids and the random policies; nil picks a random seed at start.
 	Seed *int64 `json:"seed" yaml:"seed"`
@@ -115,8 +120,10 @@ func DefaultConfig() Config {
 		CBTimeoutDurationSecs:   60,
 		CBWindowDurationSecs:    120,
 		HealthCheckIntervalSecs: 60,
+		HealthCheckTimeoutSecs:  5,
 		HealthFailureThreshold:  3,
 		HealthSuccessThreshold:  2,
+		HealthCheckEndpoint:     "/health",
 	}
 }
 
@@ -165,9 +172,16 @@ func (c Config) Breaker() BreakerConfig {
 	}
 }
 
-// Health returns the health-threshold settings as a [HealthConfig].
+// Health returns the health-check settings as a [HealthConfig]: the probes' interval,
+// timeout and endpoint, and the thresholds that flip a worker's verdict.
 func (c Config) Health() HealthConfig {
-	return HealthConfig{FailureThreshold: c.HealthFailureThreshold, SuccessThreshold: c.HealthSuccessThreshold}
+	return HealthConfig{
+		Interval:         time.Duration(c.HealthCheckIntervalSecs) * time.Second,
+		Timeout:          time.Duration(c.HealthCheckTimeoutSecs) * time.Second,
+		Endpoint:         c.HealthCheckEndpoint,
+		FailureThreshold: c.HealthFailureThreshold,
+		SuccessThreshold: c.HealthSuccessThreshold,
+	}
 }
 
 // EvictionInterval is EvictionIntervalSecs as a duration.
@@ -304,6 +318,10 @@ func (c Config) validateReliability() error {
 		return SettingErrorf("cb_timeout_duration_secs", "--cb-timeout-duration-secs %d must be ≥ 1", c.CBTimeoutDurationSecs)
 	case c.HealthCheckIntervalSecs < 1:
 		return SettingErrorf("health_check_interval_secs", "--health-check-interval-secs %d must be ≥ 1", c.HealthCheckIntervalSecs)
+	case c.HealthCheckTimeoutSecs < 1:
+		return SettingErrorf("health_check_timeout_secs", "--health-check-timeout-secs %d must be ≥ 1", c.HealthCheckTimeoutSecs)
+	case !strings.HasPrefix(c.HealthCheckEndpoint, "/"):
+		return SettingErrorf("health_check_endpoint", "--health-check-endpoint %q must start with /", c.HealthCheckEndpoint)
 	case c.HealthFailureThreshold < 1:
 		return SettingErrorf("health_failure_threshold", "--health-failure-threshold %d must be ≥ 1", c.HealthFailureThreshold)
 	case c.HealthSuccessThreshold < 1:

@@ -80,7 +80,7 @@ func newServeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
+				cfg, file = mergeFlags(fs, fileCfg, flagCfg), f
 			}
 			// Running without a feature the command line asked for (discovery, TLS, …) is
 			// worse than not starting: ignored flags are an error unless allowed.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -194,16 +193,17 @@ func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "
 func serveFlags(fs *pflag.FlagSet, cfg *server.Config) { configFlags(fs, cfg, cmdServe, nil) }
 
 // notSimFlags are the router.Config keys `router sim` has no flag for: the worker lists (the
-// simulator names its own workers) and the health-check interval (a live deployment's probe
-// cadence; a --config file may still set it). The server's settings (server.Config) are not
-// the simulator's at all.
+// simulator names its own workers) and the health checks' interval, timeout and endpoint (a
+// live deployment's probes; a --config file may still set them). The server's settings
+// (server.Config) are not the simulator's at all.
 var notSimFlags = map[string]bool{
-	"worker_urls": true, "prefill": true, "decode": true, "health_check_interval_secs": true,
+	"worker_urls": true, "prefill": true, "decode": true,
+	"health_check_interval_secs": true, "health_check_timeout_secs": true, "health_check_endpoint": true,
 }
 
-// routingFlags binds only the routing settings (policy, thresholds, tree, DP awareness, retry,
-// breaker and health thresholds, seed, decision log, mode): the flags `router sim` shares
-// with serve, under the same names, so one settings file serves both.
+// routingFlags binds only the routing settings (mode, policy, thresholds, tree, DP awareness,
+// retry, breaker and health thresholds, seed): the flags `router sim` shares with serve,
+// under the same names, so one settings file serves both.
 func routingFlags(fs *pflag.FlagSet, cfg *router.Config) {
 	configFlags(fs, cfg, cmdSim, func(key string) bool { return !notSimFlags[key] })
 }
@@ -215,27 +215,29 @@ type setting struct {
 	value reflect.Value
 }
 
-// settingsOf lists the settings of cfg (a *server.Config or *router.Config), the embedded
-// router.Config's inline, in print order (server.SettingKeys).
+// settingsOf lists the settings of cfg, a pointer to a settings struct (server.Config,
+// router.Config, sim.Cluster), in declaration order, the fields of an embedded struct in its
+// place: the order the settings print in and --help lists them. Each is keyed by its json
+// name. This is the one reflection over the settings: flags are bound and merged from it.
 func settingsOf(cfg any) []setting {
 	var out []setting
 	var walk func(v reflect.Value)
 	walk = func(v reflect.Value) {
 		t := v.Type()
 		for i := range t.NumField() {
-			if t.Field(i).Anonymous {
+			f := t.Field(i)
+			if f.Anonymous {
 				walk(v.Field(i))
 				continue
 			}
-			out = append(out, setting{key: t.Field(i).Tag.Get("json"), name: t.Field(i).Name, value: v.Field(i)})
+			key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if key == "" || key == "-" {
+				continue
+			}
+			out = append(out, setting{key: key, name: f.Name, value: v.Field(i)})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem())
-	rank := map[string]int{}
-	for i, k := range server.SettingKeys() {
-		rank[k] = i
-	}
-	slices.SortStableFunc(out, func(a, b setting) int { return rank[a.key] - rank[b.key] })
 	return out
 }
 
@@ -329,17 +331,19 @@ func loadConfigFile(path string) (server.Config, settingsFile, error) {
 	return cfg, file, file.decode(doc, &cfg)
 }
 
-// mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg
-// (both server.Config, or both router.Config): flags override the file, except worker lists,
-// which are appended to the file's.
-func mergeServeFlags[C server.Config | router.Config](fs *pflag.FlagSet, fileCfg, flagCfg C) C {
+// workerListKeys are the settings whose flags add to a settings file's list rather than
+// replace it.
+var workerListKeys = map[string]bool{"worker_urls": true, "prefill": true, "decode": true}
+
+// mergeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg, both of
+// one settings struct type (server.Config, router.Config, sim.Cluster): flags override the
+// file, except worker lists, which are appended to the file's.
+func mergeFlags[C any](fs *pflag.FlagSet, fileCfg, flagCfg C) C {
 	dst, src := settingsOf(&fileCfg), settingsOf(&flagCfg)
 	for i, d := range dst {
-		if !fs.Changed(flagName(d.key)) {
-			continue
-		}
-		switch d.key {
-		case "worker_urls", "prefill", "decode":
+		switch {
+		case !fs.Changed(flagName(d.key)):
+		case workerListKeys[d.key] && d.value.Kind() == reflect.Slice:
 			d.value.Set(reflect.AppendSlice(d.value, src[i].value))
 		default:
 			d.value.Set(src[i].value)
