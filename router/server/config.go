@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math/rand/v2"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -108,6 +109,15 @@ func DefaultConfig() Config {
 		ServiceDiscoveryPort:       80,
 		BootstrapPortAnnotation:    "sglang.ai/bootstrap-port",
 	}
+}
+
+// seed returns the Seed setting, or a random non-negative seed when it is nil (serve without
+// --seed: fresh rooms and rids per process).
+func (c Config) seed() int64 {
+	if c.Seed != nil {
+		return *c.Seed
+	}
+	return rand.Int64()
 }
 
 // Redacted returns a copy safe to print or log: the API key is masked.

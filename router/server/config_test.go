@@ -178,3 +178,22 @@ func jsonKeys(t *testing.T, raw []byte) []string {
 	}
 	return keys
 }
+
+// One seed: Config.Seed seeds the server (no second seed option); nil draws one at random,
+// which Seed reports for the log.
+func TestConfigSeedIsTheServersSeed(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Seed = new(int64(7))
+	s, err := New(Options{Config: c})
+	require.NoError(t, err)
+	require.Equal(t, int64(7), s.Seed())
+
+	c.Seed = nil
+	a, err := New(Options{Config: c})
+	require.NoError(t, err)
+	b, err := New(Options{Config: c})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, a.Seed(), int64(0))
+	require.NotEqual(t, a.Seed(), b.Seed(), "a random seed per server (a 2^-63 chance to fail)")
+}
