@@ -142,8 +142,8 @@ func New(opts Options) (*Server, error) {
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
 		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
 	}
-	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: cfg.HealthCheckEndpoint,
-		Timeout: time.Duration(cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(cfg.HealthCheckIntervalSecs) * time.Second,
+	h := cfg.Health()
+	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
 		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
