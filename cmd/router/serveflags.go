@@ -12,16 +12,16 @@ import (
 )
 
 // serveFlagHelp documents every server.Config setting (router.Config's included), keyed by
-// its json name, except those
-// sharedFlagHelp defines per command; the flag is the same name with dashes. A test checks that
-// every field has an entry in one of them, so a new setting cannot ship without a flag and help.
+// its json name, except those sharedFlagHelp defines per command; the flag is the same name
+// with dashes, and --help lists the flags in the structs' declaration order (this map's order
+// follows it for the reader). A test checks that every field has an entry in one of them, so a
+// new setting cannot ship without a flag and help.
 var serveFlagHelp = map[string]string{
 	"host":                          "address to listen on",
 	"port":                          "port to listen on",
 	"worker_urls":                   "regular-mode worker URLs (space-separated after the flag, or repeated)",
 	"prefill":                       "prefill worker: URL [BOOTSTRAP_PORT|none] (repeatable; none or omitted sends bootstrap_port null)",
 	"decode":                        "decode worker URL (repeatable)",
-	"worker_url_allow":              "hosts or CIDRs that workers added at run time must match (empty: any)",
 	"policy":                        "routing policy: cache_aware, round_robin, random or power_of_two",
 	"prefill_policy":                "PD: policy for prefill workers (default: --policy)",
 	"decode_policy":                 "PD: policy for decode workers (default: --policy)",
@@ -32,18 +32,12 @@ var serveFlagHelp = map[string]string{
 	"max_tree_size":                 "cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction",
 	"max_tree_total_chars":          "cache_aware: characters one tree may hold in all before LRU eviction (memory guard)",
 	"dp_rank_fields":                "DP rank fields sent to workers: legacy (data_parallel_rank…) or routed (routed_dp_rank…)",
-	"worker_startup_timeout_secs":   "seconds to keep retrying discovery of a starting worker",
-	"worker_startup_check_interval": "seconds between discovery attempts of a starting worker",
-	"api_key":                       "require Authorization: Bearer KEY on inference and admin routes (never logged)",
-	"request_timeout_secs":          "upper bound on one request, stream included, in seconds",
-	"max_payload_size":              "largest accepted request body in bytes (larger: 413)",
 	"retry_max_retries":             "attempts per request including the first",
 	"retry_initial_backoff_ms":      "wait before the first retry, ms",
 	"retry_max_backoff_ms":          "cap on the wait between retries, ms",
 	"retry_backoff_multiplier":      "growth of the wait per retry",
 	"retry_jitter_factor":           "random spread of each wait, ±fraction in [0,1]",
 	"disable_retries":               "one attempt per request",
-	"upstream_idle_timeout_ms":      "close idle upstream connections after this many ms (keep it below the workers' keep-alive)",
 	"cb_failure_threshold":          "consecutive failures that open a worker's circuit breaker",
 	"cb_success_threshold":          "consecutive half-open successes that close it again",
 	"cb_timeout_duration_secs":      "seconds an open breaker waits before letting a probe request through",
@@ -54,6 +48,13 @@ var serveFlagHelp = map[string]string{
 	"health_failure_threshold":      "consecutive failed probes that mark a worker unhealthy",
 	"health_success_threshold":      "consecutive passed probes that mark it healthy again",
 	"health_check_endpoint":         "path probed on each worker",
+	"worker_url_allow":              "hosts or CIDRs that workers added at run time must match (empty: any)",
+	"worker_startup_timeout_secs":   "seconds to keep retrying discovery of a starting worker",
+	"worker_startup_check_interval": "seconds between discovery attempts of a starting worker",
+	"api_key":                       "require Authorization: Bearer KEY on inference and admin routes (never logged)",
+	"request_timeout_secs":          "upper bound on one request, stream included, in seconds",
+	"max_payload_size":              "largest accepted request body in bytes (larger: 413)",
+	"upstream_idle_timeout_ms":      "close idle upstream connections after this many ms (keep it below the workers' keep-alive)",
 	"max_concurrent_requests":       "requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue",
 	"queue_size":                    "requests that may wait for a slot (full: 429)",
 	"queue_timeout_secs":            "seconds a request may wait for a slot (then 408)",
