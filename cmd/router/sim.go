@@ -80,7 +80,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	f.cfg.PDDisaggregation = true
 	f.load.Concurrency = []int{16}
 	routingFlags(fs, &f.cfg)
-	fs.StringVar(&f.decisionLog, "decision-log", "", flagHelp(cmdSim, "decision_log"))
+	fs.StringVar(&f.decisionLog, "decision-log", "", flagHelp(cmdSim, "decision_log", ""))
 	addWorkloadFlags(fs, &f.params, &f.load)
 	fs.StringVar(&f.configFile, "config", "", "router settings file (YAML or JSON, serve's format); flags override it")
 	c := &f.cluster

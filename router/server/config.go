@@ -21,69 +21,69 @@ import (
 // [Config.Validate].
 type Config struct {
 	// Listener.
-	Host string `json:"host" yaml:"host"` // --host, default 0.0.0.0
-	Port int    `json:"port" yaml:"port"` // --port, default 30000
+	Host string `json:"host" yaml:"host" help:"address to listen on"` // default 0.0.0.0
+	Port int    `json:"port" yaml:"port" help:"port to listen on"`    // default 30000
 
 	router.Config `yaml:",inline"`
 
 	// WorkerURLAllow, when non-empty, restricts worker URLs added at run time to these hosts
 	// or CIDRs (--worker-url-allow).
-	WorkerURLAllow []string `json:"worker_url_allow" yaml:"worker_url_allow"`
+	WorkerURLAllow []string `json:"worker_url_allow" yaml:"worker_url_allow" help:"hosts or CIDRs that workers added at run time must match (empty: any)"`
 
 	// Worker startup (dp_size discovery of a starting worker).
-	WorkerStartupTimeoutSecs   int `json:"worker_startup_timeout_secs" yaml:"worker_startup_timeout_secs"`     // default 600
-	WorkerStartupCheckInterval int `json:"worker_startup_check_interval" yaml:"worker_startup_check_interval"` // seconds, default 10
+	WorkerStartupTimeoutSecs   int `json:"worker_startup_timeout_secs" yaml:"worker_startup_timeout_secs" help:"seconds to keep retrying discovery of a starting worker"`     // default 600
+	WorkerStartupCheckInterval int `json:"worker_startup_check_interval" yaml:"worker_startup_check_interval" help:"seconds between discovery attempts of a starting worker"` // seconds, default 10
 
 	// Limits and security.
-	APIKey             string `json:"api_key" yaml:"api_key"`                           // --api-key; never printed
-	RequestTimeoutSecs int    `json:"request_timeout_secs" yaml:"request_timeout_secs"` // default 1800
-	MaxPayloadSize     int64  `json:"max_payload_size" yaml:"max_payload_size"`         // bytes, default 512 MiB
+	APIKey             string `json:"api_key" yaml:"api_key" help:"require Authorization: Bearer KEY on inference and admin routes (never logged)"`    // never printed
+	RequestTimeoutSecs int    `json:"request_timeout_secs" yaml:"request_timeout_secs" help:"upper bound on one request, stream included, in seconds"` // default 1800
+	MaxPayloadSize     int64  `json:"max_payload_size" yaml:"max_payload_size" help:"largest accepted request body in bytes (larger: 413)"`            // bytes, default 512 MiB
 	// UpstreamIdleTimeoutMs recycles idle upstream connections before SGLang's keep-alive
 	// (5 s) closes them (--upstream-idle-timeout-ms, default 3000).
-	UpstreamIdleTimeoutMs int `json:"upstream_idle_timeout_ms" yaml:"upstream_idle_timeout_ms"`
+	UpstreamIdleTimeoutMs int `json:"upstream_idle_timeout_ms" yaml:"upstream_idle_timeout_ms" help:"close idle upstream connections after this many ms (keep it below the workers' keep-alive)"`
 
 	// Admission.
-	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests"` // ≤ 0 = no limit (default -1), as sgl-router
-	QueueSize             int `json:"queue_size" yaml:"queue_size"`                           // default 100
-	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs"`           // default 60
+	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests" help:"requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue"` // ≤ 0 = no limit (default -1), as sgl-router
+	QueueSize             int `json:"queue_size" yaml:"queue_size" help:"requests that may wait for a slot (full: 429)"`                                                                  // default 100
+	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs" help:"seconds a request may wait for a slot (then 408)"`                                               // default 60
 	// ShutdownTimeoutSecs bounds the drain of in-flight requests on SIGTERM (default 30).
-	ShutdownTimeoutSecs int `json:"shutdown_timeout_secs" yaml:"shutdown_timeout_secs"`
+	ShutdownTimeoutSecs int `json:"shutdown_timeout_secs" yaml:"shutdown_timeout_secs" help:"seconds to drain in-flight requests on SIGTERM"`
 
 	// Request ids, CORS.
-	RequestIDHeaders   []string `json:"request_id_headers" yaml:"request_id_headers"`
-	CORSAllowedOrigins []string `json:"cors_allowed_origins" yaml:"cors_allowed_origins"`
+	RequestIDHeaders   []string `json:"request_id_headers" yaml:"request_id_headers" help:"headers whose first present value is the request id (space-separated or repeated)"`
+	CORSAllowedOrigins []string `json:"cors_allowed_origins" yaml:"cors_allowed_origins" help:"allowed CORS origins (space-separated or repeated; empty: any)"`
 
 	// Observability.
-	PrometheusHost string `json:"prometheus_host" yaml:"prometheus_host"` // default 0.0.0.0
-	PrometheusPort int    `json:"prometheus_port" yaml:"prometheus_port"` // default 29000
-	LogLevel       string `json:"log_level" yaml:"log_level"`             // debug|info|warn|error, default info
-	LogJSON        bool   `json:"log_json" yaml:"log_json"`
+	PrometheusHost string `json:"prometheus_host" yaml:"prometheus_host" help:"address of the Prometheus /metrics listener"` // default 0.0.0.0
+	PrometheusPort int    `json:"prometheus_port" yaml:"prometheus_port" help:"port of the Prometheus /metrics listener"`    // default 29000
+	LogLevel       string `json:"log_level" yaml:"log_level" help:"debug, info, warn or error"`                              // debug|info|warn|error, default info
+	LogJSON        bool   `json:"log_json" yaml:"log_json" help:"log JSON lines instead of text"`
 	// DecisionLog is a file receiving one JSON line per routing decision ("" = off), the
 	// format `router sim --decision-log` writes; serve opens it and hands the server the
 	// writer (Options.DecisionLog).
 	DecisionLog string `json:"decision_log" yaml:"decision_log"`
 	// AccessLog is a file receiving one line per HTTP request ("" = off, "-" = stderr).
-	AccessLog string `json:"access_log" yaml:"access_log"`
+	AccessLog string `json:"access_log" yaml:"access_log" help:"file receiving one line per HTTP request (- for stderr)"`
 
 	// Kubernetes service discovery (sgl-router's flags and meanings): pods matching the
 	// selectors become workers while they are Running, Ready and have an IP.
-	ServiceDiscovery          bool     `json:"service_discovery" yaml:"service_discovery"`                     // --service-discovery
-	Selector                  []string `json:"selector" yaml:"selector"`                                       // regular mode: k=v ... (all must match)
-	PrefillSelector           []string `json:"prefill_selector" yaml:"prefill_selector"`                       // PD: k=v ... of prefill pods
-	DecodeSelector            []string `json:"decode_selector" yaml:"decode_selector"`                         // PD: k=v ... of decode pods
-	ServiceDiscoveryPort      int      `json:"service_discovery_port" yaml:"service_discovery_port"`           // worker port on each pod, default 80
-	ServiceDiscoveryNamespace string   `json:"service_discovery_namespace" yaml:"service_discovery_namespace"` // "" = all namespaces allowed, else the pod's own
-	BootstrapPortAnnotation   string   `json:"bootstrap_port_annotation" yaml:"bootstrap_port_annotation"`     // default sglang.ai/bootstrap-port
-	Kubeconfig                string   `json:"kubeconfig" yaml:"kubeconfig"`                                   // "" = $KUBECONFIG, ~/.kube/config, or in-cluster
+	ServiceDiscovery          bool     `json:"service_discovery" yaml:"service_discovery" help:"find workers among Kubernetes pods (Running, Ready, with an IP) by label; combines with static workers"`
+	Selector                  []string `json:"selector" yaml:"selector" help:"service discovery, regular mode: labels k=v ... worker pods carry (all must match)"`                                                            // regular mode: k=v ... (all must match)
+	PrefillSelector           []string `json:"prefill_selector" yaml:"prefill_selector" help:"service discovery, PD: labels k=v ... of prefill pods"`                                                                         // PD: k=v ... of prefill pods
+	DecodeSelector            []string `json:"decode_selector" yaml:"decode_selector" help:"service discovery, PD: labels k=v ... of decode pods"`                                                                            // PD: k=v ... of decode pods
+	ServiceDiscoveryPort      int      `json:"service_discovery_port" yaml:"service_discovery_port" help:"service discovery: the port workers listen on in each pod (URL http://POD_IP:PORT)"`                                // worker port on each pod, default 80
+	ServiceDiscoveryNamespace string   `json:"service_discovery_namespace" yaml:"service_discovery_namespace" help:"service discovery: namespace to watch (empty: all namespaces if RBAC allows, else the router pod's own)"` // "" = all namespaces allowed, else the pod's own
+	BootstrapPortAnnotation   string   `json:"bootstrap_port_annotation" yaml:"bootstrap_port_annotation" help:"service discovery: pod annotation holding a prefill pod's bootstrap port (absent: null)"`                     // default sglang.ai/bootstrap-port
+	Kubeconfig                string   `json:"kubeconfig" yaml:"kubeconfig" help:"service discovery: kubeconfig file (empty: $KUBECONFIG, ~/.kube/config, or the in-cluster service account)"`                                // "" = $KUBECONFIG, ~/.kube/config, or in-cluster
 
 	// TLS. To workers: https:// URLs verified against CACertPaths (none: the system roots),
 	// with a client certificate when both paths are set. To clients: TLSCertPath/TLSKeyPath.
 	// Certificate files are re-read when they change.
-	ClientCertPath string   `json:"client_cert_path" yaml:"client_cert_path"`
-	ClientKeyPath  string   `json:"client_key_path" yaml:"client_key_path"`
-	CACertPaths    []string `json:"ca_cert_paths" yaml:"ca_cert_paths"`
-	TLSCertPath    string   `json:"tls_cert_path" yaml:"tls_cert_path"`
-	TLSKeyPath     string   `json:"tls_key_path" yaml:"tls_key_path"`
+	ClientCertPath string   `json:"client_cert_path" yaml:"client_cert_path" help:"TLS to workers: client certificate (PEM) presented to https:// workers; re-read when it changes"`
+	ClientKeyPath  string   `json:"client_key_path" yaml:"client_key_path" help:"TLS to workers: the client certificate's private key (PEM)"`
+	CACertPaths    []string `json:"ca_cert_paths" yaml:"ca_cert_paths" help:"TLS to workers: CA bundles (PEM) that https:// workers' certificates must chain to (empty: system roots)"`
+	TLSCertPath    string   `json:"tls_cert_path" yaml:"tls_cert_path" help:"serve HTTPS with this certificate (PEM); re-read when it changes"`
+	TLSKeyPath     string   `json:"tls_key_path" yaml:"tls_key_path" help:"serve HTTPS: the certificate's private key (PEM)"`
 }
 
 // DefaultConfig returns sgl-router's defaults (v0.2.2), plus ours (SPEC §2): the routing
