@@ -42,9 +42,10 @@ type PrefillWorker struct {
 // router/server), which embeds this one: `serve --config` reads both from one flat file.
 //
 // The fields are declared in the order they print (serve --print-config, sim --write-config,
-// /get_router_config) and --help lists them: a new setting goes beside its relatives. Related
-// settings are read together through [Config.Retry], [Config.Breaker] and [Config.Health].
-// Durations keep sgl-router's unit-suffixed integer fields so existing configs read the same.
+// /get_router_config) and --help lists them: a new setting goes beside its relatives, with
+// its json and yaml key and a help tag (its flag's --help text; cmd/router binds the flags
+// from these fields). Related settings are read together through [Config.Retry],
+// [Config.Breaker] and [Config.Health]. Durations keep sgl-router's unit-suffixed integer fields so existing configs read the same.
 // Build it with [DefaultConfig] and check it with [Config.Validate].
 type Config struct {
 	// Workers and mode.

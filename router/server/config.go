@@ -17,8 +17,8 @@ import (
 // The fields are declared in the order they print (serve --print-config, /get_router_config)
 // and serve --help lists them: the listener, then the routing settings in router.Config's own
 // order, then the server's. encoding/json and YAML both write an embedded struct's fields in
-// its place, so no code orders them. Build it with [DefaultConfig] and check it with
-// [Config.Validate].
+// its place, so no code orders them. A help tag holds each setting's --help text. Build it
+// with [DefaultConfig] and check it with [Config.Validate].
 type Config struct {
 	// Listener.
 	Host string `json:"host" yaml:"host" help:"address to listen on"` // default 0.0.0.0
