@@ -34,61 +34,67 @@ type PrefillWorker struct {
 }
 
 // Config holds the routing settings (SPEC §2) under the sgl-router names: those the routing
-// core or the simulator reads — mode and workers, policies, DP awareness, retries, breaker and
-// health thresholds, the decision log and the seed. It is what `router sim` takes and what
-// `sim --write-config` writes (JSON or YAML, snake_case keys). The settings of the live HTTP
-// server (listeners, API key, limits, admission, logging, service discovery, TLS) are in
-// server.Config (package router/server), which embeds this one: `serve --config` reads both
-// from one flat file. Durations keep sgl-router's unit-suffixed integer fields so existing
-// configs read the same. Build it with [DefaultConfig] and check it with [Config.Validate].
+// core or the simulator reads — mode and workers, policies, DP awareness, retries, breaker,
+// health checks and the seed. It is what `router sim` takes and what `sim --write-config`
+// writes (JSON or YAML, snake_case keys). It names no file: whoever writes a decision log
+// opens it and hands the writer over. The settings of the live HTTP server (listeners, API
+// key, limits, admission, logging, service discovery, TLS) are in server.Config (package
+// router/server), which embeds this one: `serve --config` reads both from one flat file.
+//
+// The fields are declared in the order they print (serve --print-config, sim --write-config,
+// /get_router_config) and --help lists them: a new setting goes beside its relatives, with
+// its json and yaml key and a help tag (its flag's --help text; cmd/router binds the flags
+// from these fields). Related settings are read together through [Config.Retry],
+// [Config.Breaker] and [Config.Health]. Durations keep sgl-router's unit-suffixed integer fields so existing configs read the same.
+// Build it with [DefaultConfig] and check it with [Config.Validate].
 type Config struct {
 	// Workers and mode.
-	WorkerURLs       []string        `json:"worker_urls" yaml:"worker_urls"`             // --worker-urls (regular mode)
-	PDDisaggregation bool            `json:"pd_disaggregation" yaml:"pd_disaggregation"` // --pd-disaggregation
-	Prefill          []PrefillWorker `json:"prefill" yaml:"prefill"`                     // --prefill URL [PORT|none]
-	Decode           []string        `json:"decode" yaml:"decode"`                       // --decode URL
+	WorkerURLs       []string        `json:"worker_urls" yaml:"worker_urls" help:"regular-mode worker URLs (space-separated after the flag, or repeated)"`
+	PDDisaggregation bool            `json:"pd_disaggregation" yaml:"pd_disaggregation"`
+	Prefill          []PrefillWorker `json:"prefill" yaml:"prefill" help:"prefill worker: URL [BOOTSTRAP_PORT|none] (repeatable; none or omitted sends bootstrap_port null)"`
+	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy"`                                 // --policy, default cache_aware
-	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy"`                 // --prefill-policy, "" = --policy
-	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy"`                   // --decode-policy, "" = --policy
-	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold"`               // --cache-threshold, default 0.3
-	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold"`   // --balance-abs-threshold, default 64
-	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold"`   // --balance-rel-threshold, default 1.5
-	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs"` // --eviction-interval-secs, default 120
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random or power_of_two"`                                                              // default cache_aware
+	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                            // "" = --policy
+	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                               // "" = --policy
+	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when matched/total chars is above this, in [0,1]"`             // default 0.3
+	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`       // default 64
+	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"` // default 1.5
+	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"`                                                   // default 120
 	// MaxTreeSize is the per-tenant (per-target) character budget of the cache-aware tree
 	// (--max-tree-size, default 2^26), sgl-router's meaning.
-	MaxTreeSize int `json:"max_tree_size" yaml:"max_tree_size"`
+	MaxTreeSize int `json:"max_tree_size" yaml:"max_tree_size" help:"cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction"`
 	// MaxTreeTotalChars bounds the characters held by one tree overall
 	// (--max-tree-total-chars, default 2^30).
-	MaxTreeTotalChars int `json:"max_tree_total_chars" yaml:"max_tree_total_chars"`
+	MaxTreeTotalChars int `json:"max_tree_total_chars" yaml:"max_tree_total_chars" help:"cache_aware: characters one tree may hold in all before LRU eviction (memory guard)"`
 
 	// DP awareness.
-	DPAware      bool   `json:"dp_aware" yaml:"dp_aware"`             // --dp-aware
-	DPRankFields string `json:"dp_rank_fields" yaml:"dp_rank_fields"` // --dp-rank-fields legacy|routed
+	DPAware      bool   `json:"dp_aware" yaml:"dp_aware"`
+	DPRankFields string `json:"dp_rank_fields" yaml:"dp_rank_fields" help:"DP rank fields sent to workers: legacy (data_parallel_rank…) or routed (routed_dp_rank…)"`
 
 	// Retries.
-	RetryMaxRetries        int     `json:"retry_max_retries" yaml:"retry_max_retries"`               // total attempts, default 5
-	RetryInitialBackoffMs  int     `json:"retry_initial_backoff_ms" yaml:"retry_initial_backoff_ms"` // default 50
-	RetryMaxBackoffMs      int     `json:"retry_max_backoff_ms" yaml:"retry_max_backoff_ms"`         // default 30000
-	RetryBackoffMultiplier float64 `json:"retry_backoff_multiplier" yaml:"retry_backoff_multiplier"` // default 1.5
-	RetryJitterFactor      float64 `json:"retry_jitter_factor" yaml:"retry_jitter_factor"`           // default 0.2
-	DisableRetries         bool    `json:"disable_retries" yaml:"disable_retries"`
+	RetryMaxRetries        int     `json:"retry_max_retries" yaml:"retry_max_retries" help:"attempts per request including the first"`           // total attempts, default 5
+	RetryInitialBackoffMs  int     `json:"retry_initial_backoff_ms" yaml:"retry_initial_backoff_ms" help:"wait before the first retry, ms"`      // default 50
+	RetryMaxBackoffMs      int     `json:"retry_max_backoff_ms" yaml:"retry_max_backoff_ms" help:"cap on the wait between retries, ms"`          // default 30000
+	RetryBackoffMultiplier float64 `json:"retry_backoff_multiplier" yaml:"retry_backoff_multiplier" help:"growth of the wait per retry"`         // default 1.5
+	RetryJitterFactor      float64 `json:"retry_jitter_factor" yaml:"retry_jitter_factor" help:"random spread of each wait, ±fraction in [0,1]"` // default 0.2
+	DisableRetries         bool    `json:"disable_retries" yaml:"disable_retries" help:"one attempt per request"`
 
 	// Circuit breaker.
-	CBFailureThreshold    int  `json:"cb_failure_threshold" yaml:"cb_failure_threshold"`         // default 10
-	CBSuccessThreshold    int  `json:"cb_success_threshold" yaml:"cb_success_threshold"`         // default 3
-	CBTimeoutDurationSecs int  `json:"cb_timeout_duration_secs" yaml:"cb_timeout_duration_secs"` // default 60
-	CBWindowDurationSecs  int  `json:"cb_window_duration_secs" yaml:"cb_window_duration_secs"`   // accepted, unused (as in sgl-router)
-	DisableCircuitBreaker bool `json:"disable_circuit_breaker" yaml:"disable_circuit_breaker"`
+	CBFailureThreshold    int  `json:"cb_failure_threshold" yaml:"cb_failure_threshold" help:"consecutive failures that open a worker's circuit breaker"`                                 // default 10
+	CBSuccessThreshold    int  `json:"cb_success_threshold" yaml:"cb_success_threshold" help:"consecutive half-open successes that close it again"`                                       // default 3
+	CBTimeoutDurationSecs int  `json:"cb_timeout_duration_secs" yaml:"cb_timeout_duration_secs" help:"seconds an open breaker waits before letting a probe request through"`              // default 60
+	CBWindowDurationSecs  int  `json:"cb_window_duration_secs" yaml:"cb_window_duration_secs" help:"accepted for sgl-router compatibility; unused (breakers count consecutive failures)"` // accepted, unused (as in sgl-router)
+	DisableCircuitBreaker bool `json:"disable_circuit_breaker" yaml:"disable_circuit_breaker" help:"never open circuit breakers"`
 
-	// Health checks (the probe timeout and endpoint are server.Config's).
-	HealthCheckIntervalSecs int `json:"health_check_interval_secs" yaml:"health_check_interval_secs"` // default 60
-	HealthFailureThreshold  int `json:"health_failure_threshold" yaml:"health_failure_threshold"`     // default 3
-	HealthSuccessThreshold  int `json:"health_success_threshold" yaml:"health_success_threshold"`     // default 2
-
-	// DecisionLog is a file receiving one JSON line per routed request ("" = off).
-	DecisionLog string `json:"decision_log" yaml:"decision_log"`
+	// Health checks: how often and how each worker is probed, and how many probes in a row
+	// flip its verdict ([Config.Health]). The simulator probes at the interval too.
+	HealthCheckIntervalSecs int    `json:"health_check_interval_secs" yaml:"health_check_interval_secs" help:"seconds between health probes of each worker"`       // default 60
+	HealthCheckTimeoutSecs  int    `json:"health_check_timeout_secs" yaml:"health_check_timeout_secs" help:"timeout of one health probe, seconds"`                 // default 5
+	HealthFailureThreshold  int    `json:"health_failure_threshold" yaml:"health_failure_threshold" help:"consecutive failed probes that mark a worker unhealthy"` // default 3
+	HealthSuccessThreshold  int    `json:"health_success_threshold" yaml:"health_success_threshold" help:"consecutive passed probes that mark it healthy again"`   // default 2
+	HealthCheckEndpoint     string `json:"health_check_endpoint" yaml:"health_check_endpoint" help:"path probed on each worker"`                                   // default /health
 
 	// Seed seeds rooms, rids and the random policies; nil picks a random seed at start.
 	Seed *int64 `json:"seed" yaml:"seed"`
@@ -115,8 +121,10 @@ func DefaultConfig() Config {
 		CBTimeoutDurationSecs:   60,
 		CBWindowDurationSecs:    120,
 		HealthCheckIntervalSecs: 60,
+		HealthCheckTimeoutSecs:  5,
 		HealthFailureThreshold:  3,
 		HealthSuccessThreshold:  2,
+		HealthCheckEndpoint:     "/health",
 	}
 }
 
@@ -165,9 +173,16 @@ func (c Config) Breaker() BreakerConfig {
 	}
 }
 
-// Health returns the health-threshold settings as a [HealthConfig].
+// Health returns the health-check settings as a [HealthConfig]: the probes' interval,
+// timeout and endpoint, and the thresholds that flip a worker's verdict.
 func (c Config) Health() HealthConfig {
-	return HealthConfig{FailureThreshold: c.HealthFailureThreshold, SuccessThreshold: c.HealthSuccessThreshold}
+	return HealthConfig{
+		Interval:         time.Duration(c.HealthCheckIntervalSecs) * time.Second,
+		Timeout:          time.Duration(c.HealthCheckTimeoutSecs) * time.Second,
+		Endpoint:         c.HealthCheckEndpoint,
+		FailureThreshold: c.HealthFailureThreshold,
+		SuccessThreshold: c.HealthSuccessThreshold,
+	}
 }
 
 // EvictionInterval is EvictionIntervalSecs as a duration.
@@ -304,6 +319,10 @@ func (c Config) validateReliability() error {
 		return SettingErrorf("cb_timeout_duration_secs", "--cb-timeout-duration-secs %d must be ≥ 1", c.CBTimeoutDurationSecs)
 	case c.HealthCheckIntervalSecs < 1:
 		return SettingErrorf("health_check_interval_secs", "--health-check-interval-secs %d must be ≥ 1", c.HealthCheckIntervalSecs)
+	case c.HealthCheckTimeoutSecs < 1:
+		return SettingErrorf("health_check_timeout_secs", "--health-check-timeout-secs %d must be ≥ 1", c.HealthCheckTimeoutSecs)
+	case !strings.HasPrefix(c.HealthCheckEndpoint, "/"):
+		return SettingErrorf("health_check_endpoint", "--health-check-endpoint %q must start with /", c.HealthCheckEndpoint)
 	case c.HealthFailureThreshold < 1:
 		return SettingErrorf("health_failure_threshold", "--health-failure-threshold %d must be ≥ 1", c.HealthFailureThreshold)
 	case c.HealthSuccessThreshold < 1:

@@ -22,7 +22,7 @@ func TestDefaultConfigIsValidAndMatchesSGLang(t *testing.T) {
 	assert.Equal(t, 1<<30, c.MaxTreeTotalChars)
 	assert.Equal(t, RetryConfig{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2}, c.Retry())
 	assert.Equal(t, BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: time.Minute}, c.Breaker())
-	assert.Equal(t, HealthConfig{FailureThreshold: 3, SuccessThreshold: 2}, c.Health())
+	assert.Equal(t, HealthConfig{Interval: time.Minute, Timeout: 5 * time.Second, Endpoint: "/health", FailureThreshold: 3, SuccessThreshold: 2}, c.Health())
 	assert.Equal(t, PolicyCacheAware, c.PolicyFor(Prefill))
 }
 
@@ -68,6 +68,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"health interval", func(c *Config) { c.HealthCheckIntervalSecs = 0 }, "--health-check-interval-secs 0"},
 		{"health failures", func(c *Config) { c.HealthFailureThreshold = 0 }, "--health-failure-threshold 0"},
 		{"health successes", func(c *Config) { c.HealthSuccessThreshold = 0 }, "--health-success-threshold 0"},
+		{"health timeout", func(c *Config) { c.HealthCheckTimeoutSecs = 0 }, "--health-check-timeout-secs 0"},
+		{"health endpoint", func(c *Config) { c.HealthCheckEndpoint = "health" }, `--health-check-endpoint "health" must start with /`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +98,8 @@ func TestValidPDConfigs(t *testing.T) {
 	assert.Equal(t, PolicyCacheAware, c.PolicyFor(Regular))
 }
 
-// Every field has a snake_case json tag and the same yaml tag, so the file format is one.
+// Every field has a snake_case json tag and the same yaml tag, so the file format is one;
+// none names a file (the core is handed writers, not paths).
 func TestConfigTagsAgree(t *testing.T) {
 	t.Parallel()
 	typ := reflect.TypeOf(Config{})
@@ -107,6 +110,7 @@ func TestConfigTagsAgree(t *testing.T) {
 		require.NotEmpty(t, j, f.Name)
 		require.Equal(t, j, y, f.Name)
 		require.Regexp(t, `^[a-z][a-z0-9_]*$`, j, f.Name)
+		require.NotRegexp(t, `_(log|path|paths|file)$`, j, "%s: file settings are the commands' (server.Config, sim's flags)", f.Name)
 		require.False(t, seen[j], "duplicate key %s", j)
 		seen[j] = true
 	}

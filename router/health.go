@@ -1,7 +1,16 @@
 package router
 
-// HealthConfig parameterises a [Health] machine (SPEC §1.6).
+import "time"
+
+// HealthConfig holds the health-check settings (SPEC §1.6, [Config.Health]): how the prober
+// asks each worker, and the thresholds of its [Health] machine.
 type HealthConfig struct {
+	// Interval is the time between two probes of a worker (default 60 s).
+	Interval time.Duration
+	// Timeout bounds one probe (default 5 s); the live prober's alone.
+	Timeout time.Duration
+	// Endpoint is the path probed on each worker (default /health); the live prober's alone.
+	Endpoint string
 	// FailureThreshold consecutive failed probes mark a healthy worker unhealthy (default 3).
 	FailureThreshold int
 	// SuccessThreshold consecutive passed probes mark an unhealthy worker healthy (default 2).

@@ -261,7 +261,7 @@ func (x *sim) run() error {
 }
 
 func (x *sim) probeInterval() int64 {
-	return int64(x.cfg.Router.HealthCheckIntervalSecs) * int64(time.Second)
+	return int64(x.cfg.Router.Health().Interval)
 }
 
 func (x *sim) dispatch(ev *event) {

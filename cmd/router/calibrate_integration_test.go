@@ -163,7 +163,8 @@ func startLivePD(t *testing.T, ctx context.Context, prof engine.Profile) string 
 			rc.Decode = append(rc.Decode, w.URL())
 		}
 	}
-	srv, err := server.New(server.Options{Config: rc, Seed: 1})
+	rc.Seed = new(int64(1))
+	srv, err := server.New(server.Options{Config: rc})
 	require.NoError(t, err)
 	sctx, stopRouter := context.WithCancel(ctx)
 	require.NoError(t, srv.Start(sctx))

@@ -219,7 +219,8 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.PDDisaggregation = true
 	cfg.RetryInitialBackoffMs = 1
-	s, err := server.New(server.Options{Config: cfg, Seed: 1})
+	cfg.Seed = new(int64(1))
+	s, err := server.New(server.Options{Config: cfg})
 	require.NoError(t, err)
 	require.NoError(t, s.Router().AddWorker(router.WorkerSpec{URL: p.URL, Role: router.Prefill}))
 	require.NoError(t, s.Router().AddWorker(router.WorkerSpec{URL: d.URL, Role: router.Decode}))

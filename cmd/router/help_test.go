@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,4 +74,34 @@ func TestHelpTextsSayTheRightThing(t *testing.T) {
 
 func flagUsages(c *cobra.Command) string {
 	return c.LocalFlags().FlagUsages() + c.InheritedFlags().FlagUsages()
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// The settings print and --help lists them in the order the structs declare them
+// (server.Config: listener, the embedded router.Config, the server's). The golden files pin
+// both, so a new setting, a renamed flag or a moved field shows in review; rewrite them with
+// go test ./cmd/router -run TestServeGolden -update.
+func TestServeGolden(t *testing.T) {
+	t.Setenv(apiKeyEnv, "")
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"serve-print-config.golden", []string{"serve", "--print-config"}},
+		{"serve-help.golden", []string{"serve", "--help"}},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			out, err := run(t, tc.args...)
+			require.NoError(t, err)
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				require.NoError(t, os.MkdirAll("testdata", 0o755))
+				require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run with -update to create it")
+			assert.Equal(t, string(want), out, "router %s drifted from %s (rewrite with -update if intended)", strings.Join(tc.args, " "), path)
+		})
+	}
 }

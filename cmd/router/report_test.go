@@ -99,7 +99,8 @@ func TestCompareNamesTheSettingThatDiffers(t *testing.T) {
 		cfg := server.DefaultConfig()
 		cfg.WorkerURLs = []string{worker.URL}
 		cfg.CacheThreshold, _ = strconv.ParseFloat(th, 64)
-		s, err := server.New(server.Options{Config: cfg, Seed: 1})
+		cfg.Seed = new(int64(1))
+		s, err := server.New(server.Options{Config: cfg})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		require.NoError(t, s.Start(ctx))

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -80,7 +78,7 @@ func newServeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				cfg, file = mergeServeFlags(fs, fileCfg, flagCfg), f
+				cfg, file = mergeFlags(fs, fileCfg, flagCfg), f
 			}
 			// Running without a feature the command line asked for (discovery, TLS, …) is
 			// worse than not starting: ignored flags are an error unless allowed.
@@ -130,11 +128,7 @@ func newServeCmd() *cobra.Command {
 // flushEachEvent selects the per-event flush policy (server.Options.FlushEachEvent).
 func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
-	seed := randomSeed()
-	if cfg.Seed != nil {
-		seed = *cfg.Seed
-	}
-	opts := server.Options{Config: cfg, Seed: seed, LocalIP: localIP(), Logger: logger, FlushEachEvent: flushEachEvent}
+	opts := server.Options{Config: cfg, LocalIP: localIP(), Logger: logger, FlushEachEvent: flushEachEvent}
 	closeAll := func() {}
 	if cfg.DecisionLog != "" {
 		f, err := os.Create(cfg.DecisionLog)
@@ -180,7 +174,7 @@ func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stder
 	bg, cancelBG := context.WithCancel(context.Background())
 	stopDiscovery := func() {}
 	defer func() { cancelBG(); stopDiscovery(); s.Wait() }()
-	logger.Info("registering workers", "mode", mode(cfg), "policy", cfg.Policy, "seed", seed)
+	logger.Info("registering workers", "mode", mode(cfg), "policy", cfg.Policy, "seed", s.Seed())
 	if err := s.Start(bg); err != nil {
 		ln.Close()
 		mln.Close()
@@ -258,15 +252,6 @@ func newLogger(cfg server.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// randomSeed picks a seed when --seed is not given.
-func randomSeed() int64 {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return time.Now().UnixNano()
-	}
-	return int64(binary.LittleEndian.Uint64(b[:]) >> 1)
 }
 
 // localIP finds the address this host uses for outbound traffic, as sgl-router does: a UDP

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -11,75 +10,6 @@ import (
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/spf13/pflag"
 )
-
-// serveFlagHelp documents every server.Config setting (router.Config's included), keyed by
-// its json name, except those
-// sharedFlagHelp defines per command; the flag is the same name with dashes. A test checks that
-// every field has an entry in one of them, so a new setting cannot ship without a flag and help.
-var serveFlagHelp = map[string]string{
-	"host":                          "address to listen on",
-	"port":                          "port to listen on",
-	"worker_urls":                   "regular-mode worker URLs (space-separated after the flag, or repeated)",
-	"prefill":                       "prefill worker: URL [BOOTSTRAP_PORT|none] (repeatable; none or omitted sends bootstrap_port null)",
-	"decode":                        "decode worker URL (repeatable)",
-	"worker_url_allow":              "hosts or CIDRs that workers added at run time must match (empty: any)",
-	"policy":                        "routing policy: cache_aware, round_robin, random or power_of_two",
-	"prefill_policy":                "PD: policy for prefill workers (default: --policy)",
-	"decode_policy":                 "PD: policy for decode workers (default: --policy)",
-	"cache_threshold":               "cache_aware: route to the best-matching worker when matched/total chars is above this, in [0,1]",
-	"balance_abs_threshold":         "cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)",
-	"balance_rel_threshold":         "cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)",
-	"eviction_interval_secs":        "cache_aware: seconds between tree evictions",
-	"max_tree_size":                 "cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction",
-	"max_tree_total_chars":          "cache_aware: characters one tree may hold in all before LRU eviction (memory guard)",
-	"dp_rank_fields":                "DP rank fields sent to workers: legacy (data_parallel_rank…) or routed (routed_dp_rank…)",
-	"worker_startup_timeout_secs":   "seconds to keep retrying discovery of a starting worker",
-	"worker_startup_check_interval": "seconds between discovery attempts of a starting worker",
-	"api_key":                       "require Authorization: Bearer KEY on inference and admin routes (never logged)",
-	"request_timeout_secs":          "upper bound on one request, stream included, in seconds",
-	"max_payload_size":              "largest accepted request body in bytes (larger: 413)",
-	"retry_max_retries":             "attempts per request including the first",
-	"retry_initial_backoff_ms":      "wait before the first retry, ms",
-	"retry_max_backoff_ms":          "cap on the wait between retries, ms",
-	"retry_backoff_multiplier":      "growth of the wait per retry",
-	"retry_jitter_factor":           "random spread of each wait, ±fraction in [0,1]",
-	"disable_retries":               "one attempt per request",
-	"upstream_idle_timeout_ms":      "close idle upstream connections after this many ms (keep it below the workers' keep-alive)",
-	"cb_failure_threshold":          "consecutive failures that open a worker's circuit breaker",
-	"cb_success_threshold":          "consecutive half-open successes that close it again",
-	"cb_timeout_duration_secs":      "seconds an open breaker waits before letting a probe request through",
-	"cb_window_duration_secs":       "accepted for sgl-router compatibility; unused (breakers count consecutive failures)",
-	"disable_circuit_breaker":       "never open circuit breakers",
-	"health_check_interval_secs":    "seconds between health probes of each worker",
-	"health_check_timeout_secs":     "timeout of one health probe, seconds",
-	"health_failure_threshold":      "consecutive failed probes that mark a worker unhealthy",
-	"health_success_threshold":      "consecutive passed probes that mark it healthy again",
-	"health_check_endpoint":         "path probed on each worker",
-	"max_concurrent_requests":       "requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue",
-	"queue_size":                    "requests that may wait for a slot (full: 429)",
-	"queue_timeout_secs":            "seconds a request may wait for a slot (then 408)",
-	"shutdown_timeout_secs":         "seconds to drain in-flight requests on SIGTERM",
-	"request_id_headers":            "headers whose first present value is the request id (space-separated or repeated)",
-	"cors_allowed_origins":          "allowed CORS origins (space-separated or repeated; empty: any)",
-	"prometheus_host":               "address of the Prometheus /metrics listener",
-	"prometheus_port":               "port of the Prometheus /metrics listener",
-	"log_level":                     "debug, info, warn or error",
-	"log_json":                      "log JSON lines instead of text",
-	"access_log":                    "file receiving one line per HTTP request (- for stderr)",
-	"service_discovery":             "find workers among Kubernetes pods (Running, Ready, with an IP) by label; combines with static workers",
-	"selector":                      "service discovery, regular mode: labels k=v ... worker pods carry (all must match)",
-	"prefill_selector":              "service discovery, PD: labels k=v ... of prefill pods",
-	"decode_selector":               "service discovery, PD: labels k=v ... of decode pods",
-	"service_discovery_port":        "service discovery: the port workers listen on in each pod (URL http://POD_IP:PORT)",
-	"service_discovery_namespace":   "service discovery: namespace to watch (empty: all namespaces if RBAC allows, else the router pod's own)",
-	"bootstrap_port_annotation":     "service discovery: pod annotation holding a prefill pod's bootstrap port (absent: null)",
-	"kubeconfig":                    "service discovery: kubeconfig file (empty: $KUBECONFIG, ~/.kube/config, or the in-cluster service account)",
-	"client_cert_path":              "TLS to workers: client certificate (PEM) presented to https:// workers; re-read when it changes",
-	"client_key_path":               "TLS to workers: the client certificate's private key (PEM)",
-	"ca_cert_paths":                 "TLS to workers: CA bundles (PEM) that https:// workers' certificates must chain to (empty: system roots)",
-	"tls_cert_path":                 "serve HTTPS with this certificate (PEM); re-read when it changes",
-	"tls_key_path":                  "serve HTTPS: the certificate's private key (PEM)",
-}
 
 // serveFlagAliases are other spellings sgl-router versions used for the same setting.
 var serveFlagAliases = map[string]string{
@@ -194,48 +124,56 @@ func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "
 func serveFlags(fs *pflag.FlagSet, cfg *server.Config) { configFlags(fs, cfg, cmdServe, nil) }
 
 // notSimFlags are the router.Config keys `router sim` has no flag for: the worker lists (the
-// simulator names its own workers) and the health-check interval (a live deployment's probe
-// cadence; a --config file may still set it). The server's settings (server.Config) are not
-// the simulator's at all.
+// simulator names its own workers) and the health checks' interval, timeout and endpoint (a
+// live deployment's probes; a --config file may still set them). The server's settings
+// (server.Config) are not the simulator's at all.
 var notSimFlags = map[string]bool{
-	"worker_urls": true, "prefill": true, "decode": true, "health_check_interval_secs": true,
+	"worker_urls": true, "prefill": true, "decode": true,
+	"health_check_interval_secs": true, "health_check_timeout_secs": true, "health_check_endpoint": true,
 }
 
-// routingFlags binds only the routing settings (policy, thresholds, tree, DP awareness, retry,
-// breaker and health thresholds, seed, decision log, mode): the flags `router sim` shares
-// with serve, under the same names, so one settings file serves both.
+// routingFlags binds only the routing settings (mode, policy, thresholds, tree, DP awareness,
+// retry, breaker and health thresholds, seed): the flags `router sim` shares with serve,
+// under the same names, so one settings file serves both.
 func routingFlags(fs *pflag.FlagSet, cfg *router.Config) {
 	configFlags(fs, cfg, cmdSim, func(key string) bool { return !notSimFlags[key] })
 }
 
-// setting is one settings field of a config struct: its config-file key and its value.
+// setting is one settings field of a config struct: its config-file key, its flag's help
+// (the field's help tag) and its value.
 type setting struct {
 	key   string
 	name  string // the Go field name
+	help  string
 	value reflect.Value
 }
 
-// settingsOf lists the settings of cfg (a *server.Config or *router.Config), the embedded
-// router.Config's inline, in print order (server.SettingKeys).
+// settingsOf lists the settings of cfg, a pointer to a settings struct (server.Config,
+// router.Config, sim.Cluster), in declaration order, the fields of an embedded struct in its
+// place: the order the settings print in and --help lists them. Each is keyed by its json
+// name; its flag is the same name with dashes, documented by the field's help tag (or, for
+// the flags several commands share, by sharedFlagHelp). This is the one reflection over the
+// settings: flags are bound and merged from it, so a new setting needs only its field (with
+// its tags) and its default.
 func settingsOf(cfg any) []setting {
 	var out []setting
 	var walk func(v reflect.Value)
 	walk = func(v reflect.Value) {
 		t := v.Type()
 		for i := range t.NumField() {
-			if t.Field(i).Anonymous {
+			f := t.Field(i)
+			if f.Anonymous {
 				walk(v.Field(i))
 				continue
 			}
-			out = append(out, setting{key: t.Field(i).Tag.Get("json"), name: t.Field(i).Name, value: v.Field(i)})
+			key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if key == "" || key == "-" {
+				continue
+			}
+			out = append(out, setting{key: key, name: f.Name, help: f.Tag.Get("help"), value: v.Field(i)})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem())
-	rank := map[string]int{}
-	for i, k := range server.SettingKeys() {
-		rank[k] = i
-	}
-	slices.SortStableFunc(out, func(a, b setting) int { return rank[a.key] - rank[b.key] })
 	return out
 }
 
@@ -247,7 +185,7 @@ func configFlags(fs *pflag.FlagSet, cfg any, cmd string, include func(key string
 		if include != nil && !include(key) {
 			continue
 		}
-		name, help := flagName(key), flagHelp(cmd, key)
+		name, help := flagName(key), flagHelp(cmd, key, st.help)
 		if key == "seed" {
 			seedFlag(fs, cmd, st.value.Addr().Interface())
 			continue
@@ -329,17 +267,19 @@ func loadConfigFile(path string) (server.Config, settingsFile, error) {
 	return cfg, file, file.decode(doc, &cfg)
 }
 
-// mergeServeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg
-// (both server.Config, or both router.Config): flags override the file, except worker lists,
-// which are appended to the file's.
-func mergeServeFlags[C server.Config | router.Config](fs *pflag.FlagSet, fileCfg, flagCfg C) C {
+// workerListKeys are the settings whose flags add to a settings file's list rather than
+// replace it.
+var workerListKeys = map[string]bool{"worker_urls": true, "prefill": true, "decode": true}
+
+// mergeFlags applies the flags the user set (fs.Changed) from flagCfg onto fileCfg, both of
+// one settings struct type (server.Config, router.Config, sim.Cluster): flags override the
+// file, except worker lists, which are appended to the file's.
+func mergeFlags[C any](fs *pflag.FlagSet, fileCfg, flagCfg C) C {
 	dst, src := settingsOf(&fileCfg), settingsOf(&flagCfg)
 	for i, d := range dst {
-		if !fs.Changed(flagName(d.key)) {
-			continue
-		}
-		switch d.key {
-		case "worker_urls", "prefill", "decode":
+		switch {
+		case !fs.Changed(flagName(d.key)):
+		case workerListKeys[d.key] && d.value.Kind() == reflect.Slice:
 			d.value.Set(reflect.AppendSlice(d.value, src[i].value))
 		default:
 			d.value.Set(src[i].value)

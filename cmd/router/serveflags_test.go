@@ -25,21 +25,28 @@ func parseServe(t *testing.T, args ...string) (server.Config, []string, error) {
 	return cfg, ignored, err
 }
 
+// Every setting has a flag with help: its help tag, or sharedFlagHelp's text for a flag
+// several commands share — never both, so there is one place to edit.
 func TestEveryConfigFieldHasAFlagWithHelp(t *testing.T) {
 	cfg := server.DefaultConfig()
 	settings := settingsOf(&cfg)
-	require.Len(t, serveFlagHelp, len(settings)-len(sharedFlagHelp), "serveFlagHelp and server.Config disagree")
-	for key := range sharedFlagHelp {
-		require.NotContains(t, serveFlagHelp, key, "a shared flag is defined in sharedFlagHelp only")
-	}
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	serveFlags(fs, &cfg)
+	shared := 0
 	for _, st := range settings {
 		key := st.key
+		_, isShared := sharedFlagHelp[key]
+		if isShared {
+			shared++
+			require.Empty(t, st.help, "%s: a shared flag is documented in sharedFlagHelp only", key)
+		} else {
+			require.NotEmpty(t, st.help, "%s: give the field a help tag", key)
+		}
 		f := fs.Lookup(flagName(key))
 		require.NotNil(t, f, key)
 		require.NotEmpty(t, f.Usage, key)
 	}
+	require.Equal(t, len(sharedFlagHelp), shared, "every shared flag (dp_aware, pd_disaggregation, decision_log, seed) is a setting of serve")
 }
 
 func TestSGLangCommandLineParses(t *testing.T) {
@@ -126,7 +133,7 @@ seed: 11
 	fs.String("config", "", "")
 	serveFlags(fs, &flagCfg)
 	require.NoError(t, fs.Parse(norm))
-	cfg := mergeServeFlags(fs, fileCfg, flagCfg)
+	cfg := mergeFlags(fs, fileCfg, flagCfg)
 	require.NoError(t, cfg.Validate())
 	assert.Equal(t, 0.4, cfg.CacheThreshold, "flags override the file")
 	assert.Equal(t, 16, cfg.BalanceAbsThreshold, "the file overrides defaults")
@@ -155,15 +162,65 @@ func TestRoutingFlagsLeaveOutDeploymentSettings(t *testing.T) {
 	fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
 	routingFlags(fs, &cfg)
 	for _, name := range []string{"policy", "cache-threshold", "balance-abs-threshold", "dp-aware", "seed",
-		"decision-log", "pd-disaggregation", "cb-failure-threshold", "max-tree-total-chars", "dp-rank-fields"} {
+		"pd-disaggregation", "cb-failure-threshold", "max-tree-total-chars", "dp-rank-fields", "health-failure-threshold"} {
 		require.NotNil(t, fs.Lookup(name), name)
 	}
-	for _, name := range []string{"prefill", "decode", "worker-urls", "port", "api-key", "prometheus-port"} {
+	for _, name := range []string{"prefill", "decode", "worker-urls", "port", "api-key", "prometheus-port",
+		"decision-log", "health-check-interval-secs", "health-check-timeout-secs", "health-check-endpoint"} {
 		require.Nil(t, fs.Lookup(name), name)
 	}
-	for key := range notSimFlags {
-		require.Contains(t, serveFlagHelp, key, "notSimFlags names a Config key")
+	keys := map[string]bool{}
+	for _, st := range settingsOf(&cfg) {
+		keys[st.key] = true
 	}
+	for key := range notSimFlags {
+		require.True(t, keys[key], "notSimFlags names %s, which is no router.Config key", key)
+	}
+	// sim's --decision-log is its own flag, not a routing setting: the core names no file.
+	sim := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+	bindSimFlags(sim)
+	require.NotNil(t, sim.Lookup("decision-log"))
+}
+
+// A settings file from a sweep reads back in serve, and a serve file's server settings
+// (decision_log included) do not reach the simulator.
+func TestWriteConfigReadsBackInServe(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "best.yaml")
+	rc := router.DefaultConfig()
+	rc.PDDisaggregation, rc.CacheThreshold, rc.HealthCheckTimeoutSecs = true, 0.6, 9
+	seed := int64(3)
+	rc.Seed = &seed
+	require.NoError(t, writeSimConfig(path, rc))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "decision_log")
+	cfg, _, err := loadConfigFile(path)
+	require.NoError(t, err)
+	require.Equal(t, 0.6, cfg.CacheThreshold)
+	require.Equal(t, 9, cfg.HealthCheckTimeoutSecs)
+	require.Nil(t, cfg.Seed, "a live router draws fresh rooms")
+
+	require.NoError(t, os.WriteFile(path, []byte("cache_threshold: 0.6\ndecision_log: "+filepath.Join(dir, "serve.jsonl")+"\n"), 0o644))
+	_, err = run(t, append([]string{"sim", "--config", path, "--decision-log", filepath.Join(dir, "sim.jsonl")}, simSmall...)...)
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(dir, "sim.jsonl"))
+	require.NoFileExists(t, filepath.Join(dir, "serve.jsonl"), "serve's decision log is not sim's")
+}
+
+// The cluster file merges with the cluster flags through the same walker as the settings.
+func TestSimClusterFlagsOverrideTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("prefill: 3\ndecode: 5\ndp_size: 2\n"), 0o644))
+	file, err := loadSimCluster(path)
+	require.NoError(t, err)
+	f := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+	sf := bindSimFlags(f)
+	require.NoError(t, f.Parse([]string{"--decode", "1", "--dp-size", "4"}))
+	cl := mergeFlags(f, file, sf.cluster)
+	assert.Equal(t, 3, cl.Prefill, "kept from the file")
+	assert.Equal(t, 1, cl.Decode, "the flag wins, and a count is not a worker list")
+	assert.Equal(t, 4, cl.DPSize)
 }
 
 // A bad value names where it came from: the file and line when the file gave it, the flag

@@ -42,16 +42,16 @@ var sharedFlagHelp = map[string]map[string]string{
 	},
 }
 
-// flagHelp is the help text of Config key in command cmd: its shared definition when it has
-// one, serveFlagHelp's otherwise.
-func flagHelp(cmd, key string) string {
+// flagHelp is the help text of the setting key in command cmd: its shared definition when it
+// has one, else def (the setting's help tag).
+func flagHelp(cmd, key, def string) string {
 	if h, ok := sharedFlagHelp[key][cmd]; ok {
 		return h
 	}
 	if _, shared := sharedFlagHelp[key]; shared {
 		panic(fmt.Sprintf("sharedFlagHelp[%q] has no text for %s", key, cmd))
 	}
-	return serveFlagHelp[key]
+	return def
 }
 
 // seedValue is --seed in every command: one flag type ("int", a non-negative integer) whatever
@@ -99,5 +99,5 @@ func seedFlag(fs *pflag.FlagSet, cmd string, dst any) {
 	default:
 		panic(fmt.Sprintf("seedFlag: unsupported field type %T", dst))
 	}
-	fs.Var(v, "seed", flagHelp(cmd, "seed"))
+	fs.Var(v, "seed", flagHelp(cmd, "seed", ""))
 }

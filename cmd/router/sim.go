@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -68,6 +67,7 @@ type simFlags struct {
 	format      string
 	out         string
 	writeConfig string
+	decisionLog string // --decision-log: a file of the sim's own, not a routing setting
 	label       string
 	slo         string
 	kills       []string
@@ -80,6 +80,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	f.cfg.PDDisaggregation = true
 	f.load.Concurrency = []int{16}
 	routingFlags(fs, &f.cfg)
+	fs.StringVar(&f.decisionLog, "decision-log", "", flagHelp(cmdSim, "decision_log", ""))
 	addWorkloadFlags(fs, &f.params, &f.load)
 	fs.StringVar(&f.configFile, "config", "", "router settings file (YAML or JSON, serve's format); flags override it")
 	c := &f.cluster
@@ -122,7 +123,7 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 		if err != nil {
 			return sim.Config{}, err
 		}
-		rc = mergeServeFlags(fs, fileCfg.Config, f.cfg)
+		rc = mergeFlags(fs, fileCfg.Config, f.cfg)
 	}
 	cl := f.cluster
 	if f.clusterFile != "" {
@@ -130,7 +131,7 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 		if err != nil {
 			return sim.Config{}, err
 		}
-		cl = mergeSimCluster(fs, fileCl, f.cluster)
+		cl = mergeFlags(fs, fileCl, f.cluster)
 	}
 	if err := loadClusterProfiles(&cl); err != nil {
 		return sim.Config{}, err
@@ -202,7 +203,7 @@ func newSimCmd() *cobra.Command {
 		if os.Getenv("GOMEMLIMIT") == "" {
 			debug.SetMemoryLimit(simMemoryLimit)
 		}
-		if path := cfg.Router.DecisionLog; path != "" {
+		if path := f.decisionLog; path != "" {
 			file, err := os.Create(path)
 			if err != nil {
 				return fmt.Errorf("--decision-log: %w", err)
@@ -498,11 +499,11 @@ func writeSimOutput(w io.Writer, format string, res *reports.Results) error {
 }
 
 // writeSimConfig writes the routing settings of rc in serve --config form: every setting and
-// the mode, without worker lists, listen addresses, secrets, the sim's decision-log path or
-// its seed (a live router should draw fresh rooms).
+// the mode, without worker lists, listen addresses, secrets or the seed (a live router should
+// draw fresh rooms).
 func writeSimConfig(path string, rc router.Config) error {
 	rc = rc.RoutingOnly()
-	rc.DecisionLog, rc.Seed = "", nil
+	rc.Seed = nil
 	b, err := yaml.Marshal(rc)
 	if err != nil {
 		return fmt.Errorf("--write-config: %w", err)
@@ -555,18 +556,6 @@ func loadSimCluster(path string) (sim.Cluster, error) {
 		}
 	}
 	return cl, file.decode(doc, &cl)
-}
-
-// mergeSimCluster applies the cluster flags the user set onto the file's cluster.
-func mergeSimCluster(fs *pflag.FlagSet, file, flags sim.Cluster) sim.Cluster {
-	dst, src := reflect.ValueOf(&file).Elem(), reflect.ValueOf(flags)
-	t := dst.Type()
-	for i := range t.NumField() {
-		if fs.Changed(strings.ReplaceAll(t.Field(i).Tag.Get("json"), "_", "-")) {
-			dst.Field(i).Set(src.Field(i))
-		}
-	}
-	return file
 }
 
 // simProgress prints a progress line on stderr once a run has taken more than 2 s of wall

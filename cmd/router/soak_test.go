@@ -113,7 +113,8 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	for _, d := range decodes {
 		rc.Decode = append(rc.Decode, d.URL())
 	}
-	srv, err := server.New(server.Options{Config: rc, Seed: 1})
+	rc.Seed = new(int64(1))
+	srv, err := server.New(server.Options{Config: rc})
 	require.NoError(t, err)
 	sctx, stopRouter := context.WithCancel(ctx)
 	require.NoError(t, srv.Start(sctx))

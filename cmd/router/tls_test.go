@@ -146,7 +146,8 @@ func TestTLSToWorkers(t *testing.T) {
 		cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths = cert, key, []string{ca}
 		cfg.UpstreamIdleTimeoutMs = 1 // a new upstream connection (and handshake) per request
 		cfg.DisableRetries = true
-		s, err := server.New(server.Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(log, nil))})
+		cfg.Seed = new(int64(1))
+		s, err := server.New(server.Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(log, nil))})
 		require.NoError(t, err)
 		sctx, scancel := context.WithCancel(ctx)
 		require.NoError(t, s.Start(sctx))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -74,18 +76,34 @@ func TestMaxConcurrentRequestsZeroIsUnlimited(t *testing.T) {
 	}
 }
 
-// Every setting, embedded ones included, has a snake_case json tag and the same yaml tag, a
-// key of its own, and a place in settingOrder, so the file format stays one flat mapping.
-func TestConfigTagsAgreeAndOrderIsComplete(t *testing.T) {
+// settingKeys lists the config-file keys of t's settings in declaration order, an embedded
+// struct's in its place (the order encoding/json and YAML write them).
+func settingKeys(t *testing.T, typ reflect.Type) []string {
+	var keys []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Anonymous {
+			require.Empty(t, f.Tag.Get("json"), "an embedded config must stay inline in JSON")
+			require.Equal(t, ",inline", f.Tag.Get("yaml"), "an embedded config must stay inline in YAML")
+			keys = append(keys, settingKeys(t, f.Type)...)
+			continue
+		}
+		keys = append(keys, f.Tag.Get("json"))
+	}
+	return keys
+}
+
+// Every setting, embedded ones included, has a snake_case json tag, the same yaml tag and a
+// key of its own, so the file format stays one flat mapping.
+func TestConfigTagsAgree(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
+	typ := reflect.TypeFor[Config]()
 	var walk func(typ reflect.Type)
 	walk = func(typ reflect.Type) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
 			if f.Anonymous {
-				require.Empty(t, f.Tag.Get("json"), "an embedded config must stay inline in JSON")
-				require.Equal(t, ",inline", f.Tag.Get("yaml"), "an embedded config must stay inline in YAML")
 				walk(f.Type)
 				continue
 			}
@@ -97,12 +115,8 @@ func TestConfigTagsAgreeAndOrderIsComplete(t *testing.T) {
 			seen[j] = true
 		}
 	}
-	walk(reflect.TypeFor[Config]())
-	require.Len(t, settingOrder, len(seen), "settingOrder lists every setting once")
-	for _, k := range settingOrder {
-		require.True(t, seen[k], "settingOrder names %s, which is no setting", k)
-	}
-	require.Equal(t, settingOrder, SettingKeys())
+	walk(typ)
+	require.Len(t, settingKeys(t, typ), len(seen))
 }
 
 func TestConfigJSONRoundTripIsFlatAndOrdered(t *testing.T) {
@@ -118,10 +132,21 @@ func TestConfigJSONRoundTripIsFlatAndOrdered(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"bootstrap_port":null`)
 	require.True(t, strings.HasPrefix(string(raw), `{"host":"0.0.0.0","port":30000,"worker_urls":null,"pd_disaggregation":true,`), string(raw))
-	require.True(t, strings.HasSuffix(string(raw), `"tls_key_path":"","seed":42}`), string(raw))
-	var flat map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal(raw, &flat))
-	require.Len(t, flat, len(settingOrder), "one flat object")
+	require.True(t, strings.HasSuffix(string(raw), `"tls_cert_path":"","tls_key_path":""}`), string(raw))
+	require.Contains(t, string(raw), `"health_check_endpoint":"/health","seed":42,"worker_url_allow":null,`,
+		"the embedded routing settings print in their place, in their own order")
+	require.Equal(t, settingKeys(t, reflect.TypeFor[Config]()), jsonKeys(t, raw), "one flat object in declaration order")
+	y, err := yaml.Marshal(c)
+	require.NoError(t, err)
+	var yflat yaml.Node
+	require.NoError(t, yaml.Unmarshal(y, &yflat))
+	var ykeys []string
+	for i, n := range yflat.Content[0].Content {
+		if i%2 == 0 {
+			ykeys = append(ykeys, n.Value)
+		}
+	}
+	require.Equal(t, settingKeys(t, reflect.TypeFor[Config]()), ykeys, "YAML prints in declaration order too")
 	var back Config
 	require.NoError(t, json.Unmarshal(raw, &back))
 	require.Equal(t, c, back)
@@ -135,4 +160,40 @@ func TestConfigJSONRoundTripIsFlatAndOrdered(t *testing.T) {
 
 	require.Equal(t, "<redacted>", c.Redacted().APIKey)
 	require.Equal(t, "secret", c.APIKey, "Redacted copies")
+}
+
+// jsonKeys returns the keys of the JSON object raw in the order they appear.
+func jsonKeys(t *testing.T, raw []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	require.NoError(t, err)
+	require.Equal(t, json.Delim('{'), tok)
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		require.NoError(t, err)
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		require.NoError(t, dec.Decode(&v))
+	}
+	return keys
+}
+
+// One seed: Config.Seed seeds the server (no second seed option); nil draws one at random,
+// which Seed reports for the log.
+func TestConfigSeedIsTheServersSeed(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Seed = new(int64(7))
+	s, err := New(Options{Config: c})
+	require.NoError(t, err)
+	require.Equal(t, int64(7), s.Seed())
+
+	c.Seed = nil
+	a, err := New(Options{Config: c})
+	require.NoError(t, err)
+	b, err := New(Options{Config: c})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, a.Seed(), int64(0))
+	require.NotEqual(t, a.Seed(), b.Seed(), "a random seed per server (a 2^-63 chance to fail)")
 }

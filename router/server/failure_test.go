@@ -286,7 +286,8 @@ func TestOneHealthTruthAndLoudFailures(t *testing.T) {
 	cfg.CBFailureThreshold, cfg.DisableRetries = 2, true
 	cfg.HealthCheckIntervalSecs = 3600 // probes by hand below
 	logs := &syncBuffer{}
-	s, err := New(Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cfg.Seed = new(int64(1))
+	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
@@ -384,7 +385,8 @@ func TestWorkerURLCredentialsRedacted(t *testing.T) {
 	cfg.WorkerURLs = []string{secretURL}
 	cfg.DisableRetries = true
 	logs := &syncBuffer{}
-	s, err := New(Options{Config: cfg, Seed: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cfg.Seed = new(int64(1))
+	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))

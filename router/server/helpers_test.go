@@ -174,7 +174,8 @@ func startRouterLogging(t *testing.T, cfg Config, logger *slog.Logger) *testRout
 	t.Helper()
 	require.NoError(t, cfg.Validate())
 	dlog := &syncBuffer{}
-	s, err := New(Options{Config: cfg, Seed: 42, DecisionLog: dlog, Logger: logger})
+	cfg.Seed = new(int64(42))
+	s, err := New(Options{Config: cfg, DecisionLog: dlog, Logger: logger})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))

@@ -27,7 +27,8 @@ func BenchmarkHotPath(b *testing.B) {
 			} else {
 				cfg.WorkerURLs = []string{wurl}
 			}
-			s, err := New(Options{Config: cfg, Seed: 1})
+			cfg.Seed = new(int64(1))
+			s, err := New(Options{Config: cfg})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -19,10 +19,10 @@ import (
 // Options configure a [Server].
 type Options struct {
 	// Config is the validated configuration (SPEC §2): the routing settings and the server's.
+	// Its Seed seeds the router's policies and the rid/room generator (router.NewRand,
+	// wire.NewRand), so a run with --seed takes the same decisions as `router sim --seed`;
+	// nil draws a random seed ([Server.Seed] tells which).
 	Config Config
-	// Seed seeds the router's policies and the rid/room generator (router.NewRand,
-	// wire.NewRand), so a run with --seed takes the same decisions as `router sim --seed`.
-	Seed int64
 	// LocalIP suffixes generated rids (SPEC §1.4); "" means 127.0.0.1.
 	LocalIP string
 	// Logger receives operational logs; nil discards them.
@@ -44,6 +44,7 @@ type Options struct {
 // [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
 type Server struct {
 	cfg       Config
+	seed      int64 // cfg.Seed, or the random seed drawn for nil
 	r         *router.Router
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
@@ -77,7 +78,8 @@ func New(opts Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r, err := router.New(cfg.Config, router.ClockFunc(time.Now), router.NewRand(opts.Seed))
+	seed := cfg.seed()
+	r, err := router.New(cfg.Config, router.ClockFunc(time.Now), router.NewRand(seed))
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +105,10 @@ func New(opts Options) (*Server, error) {
 	idle := time.Duration(cfg.UpstreamIdleTimeoutMs) * time.Millisecond
 	s := &Server{
 		cfg:       cfg,
+		seed:      seed,
 		r:         r,
-		ids:       wire.NewIDGen(wire.NewRand(opts.Seed), host),
-		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(opts.Seed), 0x7265716964)), host),
+		ids:       wire.NewIDGen(wire.NewRand(seed), host),
+		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
 		style:     style,
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
 		adm:       NewAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
@@ -133,8 +136,8 @@ func New(opts Options) (*Server, error) {
 		Timeout:  time.Duration(cfg.WorkerStartupTimeoutSecs) * time.Second,
 		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
 	}
-	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: cfg.HealthCheckEndpoint,
-		Timeout: time.Duration(cfg.HealthCheckTimeoutSecs) * time.Second, Interval: time.Duration(cfg.HealthCheckIntervalSecs) * time.Second,
+	h := cfg.Health()
+	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
 		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
@@ -145,6 +148,9 @@ func New(opts Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Seed returns the seed in use: Config.Seed, or the one drawn at random when it was nil.
+func (s *Server) Seed() int64 { return s.seed }
 
 // Router returns the routing core the server drives.
 func (s *Server) Router() *router.Router { return s.r }

@@ -130,7 +130,8 @@ func newDiscoveryRig(t *testing.T, cfg server.Config) *discoveryRig {
 	require.NoError(t, cfg.Validate())
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	s, err := server.New(server.Options{Config: cfg, Seed: 1, Logger: logger})
+	cfg.Seed = new(int64(1))
+	s, err := server.New(server.Options{Config: cfg, Logger: logger})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))

@@ -200,7 +200,8 @@ current-context: test
 	require.NoError(t, cfg.Validate())
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	srv, err := server.New(server.Options{Config: cfg, Seed: 1, Logger: logger})
+	cfg.Seed = new(int64(1))
+	srv, err := server.New(server.Options{Config: cfg, Logger: logger})
 	require.NoError(t, err)
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()

@@ -58,7 +58,7 @@ func StartLive(ctx context.Context, sc Scenario, decisionLog io.Writer) (*Live, 
 	if rc.DPAware && !slices.Contains(l.ServeArgs, "--dp-aware") {
 		l.ServeArgs = append(l.ServeArgs, "--dp-aware")
 	}
-	l.srv, err = server.New(server.Options{Config: rc, Seed: sc.Seed, LocalIP: "127.0.0.1", DecisionLog: decisionLog})
+	l.srv, err = server.New(server.Options{Config: rc, LocalIP: "127.0.0.1", DecisionLog: decisionLog})
 	if err != nil {
 		l.stopCluster()
 		return nil, fmt.Errorf("demo: router: %w", err)
