@@ -199,18 +199,13 @@ func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stder
 	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	scheme := "http"
-	// Requests with both Content-Length and Transfer-Encoding are refused (400, connection
-	// closed: RFC 9112 §6.3), which net/http cannot do alone: the listener follows the bytes.
-	guarded := server.GuardFraming(ln)
+	serve := func() error { return srv.Serve(ln) }
 	if servingTLS != nil {
 		scheme = "https"
-		// The guard needs the HTTP/1.x bytes, so it does the handshakes itself; HTTP/2 is
-		// still offered (ALPN) and served by net/http, which sets it up on its own copy.
-		servingTLS.NextProtos = []string{"h2", "http/1.1"}
-		srv.TLSConfig = servingTLS.Clone()
-		guarded = server.GuardFramingTLS(ln, servingTLS, srv.ReadHeaderTimeout)
+		srv.TLSConfig = servingTLS // net/http offers HTTP/2 (ALPN h2) besides HTTP/1.1
+		serve = func() error { return srv.ServeTLS(ln, "", "") }
 	}
-	go func() { errc <- srv.Serve(guarded) }()
+	go func() { errc <- serve() }()
 	go func() { errc <- msrv.Serve(mln) }()
 	// One parseable line for scripts and tests that start the router on port 0.
 	if cfg.LogJSON {
