@@ -48,8 +48,8 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	clients   [3]*h1Transport // per role: regular, prefill, decode
-	admin     *http.Client    // probes, aborts, flush, proxied GETs
+	clients   [3]upstreamClient // per role: regular, prefill, decode
+	admin     *http.Client      // probes, aborts, flush, proxied GETs
 	adm       *Admission
 	metrics   *Metrics
 	reg       *prometheus.Registry
@@ -125,13 +125,17 @@ func New(opts Options) (*Server, error) {
 		lastAttemptLog: map[string]time.Time{},
 	}
 	s.metrics.state.workers, s.metrics.state.targets = s.allWorkers, s.allTargets
-	for i := range s.clients {
-		s.clients[i] = newH1Transport(idle)
-	}
 	// https:// workers (the h1 transport hands them to its net/http fallback).
 	tc, err := workerTLS(cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths)
 	if err != nil {
 		return nil, err
+	}
+	for i := range s.clients {
+		h1 := newH1Transport(idle)
+		if tc != nil {
+			h1.fallback.Transport.(*http.Transport).TLSClientConfig = tc
+		}
+		s.clients[i] = h1
 	}
 	s.disc = &Discoverer{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
@@ -145,9 +149,6 @@ func New(opts Options) (*Server, error) {
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.disc.Client.Transport.(*http.Transport).TLSClientConfig = tc
-		for _, c := range s.clients {
-			c.fallback.Transport.(*http.Transport).TLSClientConfig = tc
-		}
 	}
 	return s, nil
 }
