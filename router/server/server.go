@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,7 +42,8 @@ type Options struct {
 
 // Server is the live router: an http.Handler driving the router core with the wall clock.
 // Create it with [New], register the configured workers with [Server.Start], serve
-// [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
+// [Server.Handler] and [Server.MetricsHandler] ([Server.Serve] and [Server.ServeMetrics] do it
+// on listeners, with TLS and a graceful drain). Safe for concurrent use.
 type Server struct {
 	cfg       Config
 	r         *router.Router
@@ -58,6 +60,8 @@ type Server struct {
 	hc        *HealthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
+
+	servingTLS *tls.Config // Serve's HTTPS settings (--tls-cert-path); nil: plain HTTP
 
 	dmu   sync.Mutex // protects dlog, dseq, dbuf
 	dlog  io.Writer
@@ -136,6 +140,11 @@ func New(opts Options) (*Server, error) {
 			h1.fallback.Transport.(*http.Transport).TLSClientConfig = tc
 		}
 		s.clients[i] = h1
+	}
+	if cfg.TLSCertPath != "" {
+		if s.servingTLS, err = ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
+			return nil, err
+		}
 	}
 	s.disc = &Discoverer{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
