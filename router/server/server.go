@@ -50,8 +50,8 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	clients   [3]upstreamClient // per role: regular, prefill, decode
-	admin     *http.Client      // probes, aborts, flush, proxied GETs
+	clients   [3]clientDoer // per role: regular, prefill, decode
+	admin     *http.Client  // probes, aborts, flush, proxied GETs
 	adm       *Admission
 	metrics   *Metrics
 	reg       *prometheus.Registry
@@ -129,17 +129,13 @@ func New(opts Options) (*Server, error) {
 		lastAttemptLog: map[string]time.Time{},
 	}
 	s.metrics.state.workers, s.metrics.state.targets = s.allWorkers, s.allTargets
-	// https:// workers (the h1 transport hands them to its net/http fallback).
+	// https:// workers: the client's TLS settings.
 	tc, err := workerTLS(cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths)
 	if err != nil {
 		return nil, err
 	}
 	for i := range s.clients {
-		h1 := newH1Transport(idle)
-		if tc != nil {
-			h1.fallback.Transport.(*http.Transport).TLSClientConfig = tc
-		}
-		s.clients[i] = h1
+		s.clients[i] = newUpstreamClient(idle, tc)
 	}
 	if cfg.TLSCertPath != "" {
 		if s.servingTLS, err = ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {

@@ -19,70 +19,13 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 )
 
-// BenchmarkUpstream compares the hand-written HTTP/1.1 transport with net/http's on the
-// router's hot path: one POST with a JSON body and a streamed SSE reply of 16 events, read to
-// the end, on a kept-alive loopback connection; serially and from parallel clients. Compare
-// the transports with benchstat -col /transport.
-func BenchmarkUpstream(b *testing.B) {
-	var events []byte
-	for range 16 {
-		events = append(events, "data: {\"text\":\"token\",\"meta_info\":{\"completion_tokens\":1}}\n\n"...)
-	}
-	events = append(events, "data: [DONE]\n\n"...)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write(events)
-	}))
-	defer srv.Close()
-	body := []byte(`{"text":"a prompt of a few words","stream":true,"sampling_params":{"max_new_tokens":16}}`)
-	url := srv.URL + "/generate"
-	buf := make([]byte, 32<<10)
-	transports := []struct {
-		name string
-		d    doer
-	}{
-		{"h1", newH1Transport(3 * time.Second)},
-		{"net_http", clientDoer{&http.Client{Transport: newTransport(3 * time.Second)}}},
-	}
-	for _, tc := range transports {
-		one := func(buf []byte) {
-			resp, _, err := tc.d.do(context.Background(), http.MethodPost, url, body, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for {
-				if _, err := resp.Body.Read(buf); err != nil {
-					break
-				}
-			}
-			resp.Body.Close()
-		}
-		b.Run("transport="+tc.name+"/clients=1", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				one(buf)
-			}
-		})
-		b.Run("transport="+tc.name+"/clients=parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				buf := make([]byte, 32<<10)
-				for pb.Next() {
-					one(buf)
-				}
-			})
-		})
-	}
-}
-
-// BenchmarkUpstreamSSE compares the two upstream transports of the inference legs on a
-// production-shaped load, through the whole router (handler, relay, flush policy): a worker
-// that takes 2 ms to its first event, then streams 256 SSE events 250 µs apart (flushing
-// each, like SGLang), 8 clients in a closed loop (the router well below saturation). One op is one request read to its end.
-// Reported: process CPU per request (router, worker and client in one process; only the
-// router's transport differs between the arms) and the client's time to first event and to
-// the end, P50/P99. Compare with benchstat -col /transport.
+// BenchmarkUpstreamSSE measures the upstream path on a production-shaped load, through the
+// whole router (handler, upstream transport, relay, flush policy): a worker that takes 2 ms to
+// its first event, then streams 256 SSE events 250 µs apart (flushing each, like SGLang), 8
+// clients in a closed loop (the router well below saturation). One op is one request read to
+// its end. Reported: process CPU per request (router, worker and client in one process) and
+// the client's time to first event and to the end, P50/P99. It decided issue 26's A/B of a
+// hand-written HTTP/1.1 transport against net/http's (commit 9541a77 has both arms).
 func BenchmarkUpstreamSSE(b *testing.B) {
 	const events, gap, prefill, clients = 256, 250 * time.Microsecond, 2 * time.Millisecond, 8
 	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,85 +47,71 @@ func BenchmarkUpstreamSSE(b *testing.B) {
 	}))
 	defer worker.Close()
 	idle := 3 * time.Second
-	transports := []struct {
-		name string
-		new  func() upstreamClient
-	}{
-		{"h1", func() upstreamClient { return newH1Transport(idle) }},
-		{"net_http", func() upstreamClient { return clientDoer{&http.Client{Transport: newTransport(idle)}} }},
+	cfg := DefaultConfig()
+	cfg.Policy = router.PolicyRoundRobin
+	cfg.WorkerURLs = []string{worker.URL}
+	s, err := New(Options{Config: cfg, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
 	}
-	for _, tc := range transports {
-		b.Run("transport="+tc.name, func(b *testing.B) {
-			cfg := DefaultConfig()
-			cfg.Policy = router.PolicyRoundRobin
-			cfg.WorkerURLs = []string{worker.URL}
-			s, err := New(Options{Config: cfg, Seed: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(s.Handler())
+	defer func() { front.Close(); cancel(); s.Wait() }()
+	client := &http.Client{Transport: newTransport(idle)}
+	defer client.CloseIdleConnections()
+	body := `{"text":"a prompt of a few words","stream":true,"sampling_params":{"max_new_tokens":256}}`
+	one := func(buf []byte) (ttft, total time.Duration, err error) {
+		start := time.Now()
+		resp, err := client.Post(front.URL+"/generate", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 && ttft == 0 {
+				ttft = time.Since(start)
+			}
+			if err == io.EOF {
+				return ttft, time.Since(start), nil
+			}
 			if err != nil {
-				b.Fatal(err)
+				return 0, 0, err
 			}
-			for i := range s.clients {
-				s.clients[i] = tc.new()
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			if err := s.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			front := httptest.NewServer(s.Handler())
-			defer func() { front.Close(); cancel(); s.Wait() }()
-			client := &http.Client{Transport: newTransport(idle)}
-			defer client.CloseIdleConnections()
-			body := `{"text":"a prompt of a few words","stream":true,"sampling_params":{"max_new_tokens":256}}`
-			one := func(buf []byte) (ttft, total time.Duration, err error) {
-				start := time.Now()
-				resp, err := client.Post(front.URL+"/generate", "application/json", strings.NewReader(body))
-				if err != nil {
-					return 0, 0, err
-				}
-				defer resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
-				}
-				for {
-					n, err := resp.Body.Read(buf)
-					if n > 0 && ttft == 0 {
-						ttft = time.Since(start)
-					}
-					if err == io.EOF {
-						return ttft, time.Since(start), nil
-					}
-					if err != nil {
-						return 0, 0, err
-					}
-				}
-			}
-			one(make([]byte, 32<<10)) // warm the pools
-			var mu sync.Mutex
-			var ttfts, totals []time.Duration
-			b.ReportAllocs()
-			b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0))) // × GOMAXPROCS goroutines
-			cpu0 := processCPU(b)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				buf := make([]byte, 32<<10)
-				for pb.Next() {
-					ttft, total, err := one(buf)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					mu.Lock()
-					ttfts, totals = append(ttfts, ttft), append(totals, total)
-					mu.Unlock()
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
-			b.ReportMetric(percentile(ttfts, 0.50), "ttft-p50-µs")
-			b.ReportMetric(percentile(ttfts, 0.99), "ttft-p99-µs")
-			b.ReportMetric(percentile(totals, 0.50), "e2e-p50-µs")
-			b.ReportMetric(percentile(totals, 0.99), "e2e-p99-µs")
-		})
+		}
 	}
+	one(make([]byte, 32<<10)) // warm the pools
+	var mu sync.Mutex
+	var ttfts, totals []time.Duration
+	b.ReportAllocs()
+	b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0))) // × GOMAXPROCS goroutines
+	cpu0 := processCPU(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 32<<10)
+		for pb.Next() {
+			ttft, total, err := one(buf)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			ttfts, totals = append(ttfts, ttft), append(totals, total)
+			mu.Unlock()
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(percentile(ttfts, 0.50), "ttft-p50-µs")
+	b.ReportMetric(percentile(ttfts, 0.99), "ttft-p99-µs")
+	b.ReportMetric(percentile(totals, 0.50), "e2e-p50-µs")
+	b.ReportMetric(percentile(totals, 0.99), "e2e-p99-µs")
 }
 
 // processCPU is the CPU time (user + system) this process has used so far.
