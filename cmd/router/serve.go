@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/spf13/cobra"
@@ -156,12 +153,6 @@ func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stder
 	if err != nil {
 		return err
 	}
-	var servingTLS *tls.Config
-	if cfg.TLSCertPath != "" {
-		if servingTLS, err = server.ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
-			return err
-		}
-	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return fmt.Errorf("--host/--port: %w", err)
@@ -187,47 +178,29 @@ func runServe(ctx context.Context, cfg server.Config, flushEachEvent bool, stder
 		return err
 	}
 	stopDiscovery = stop
-	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot
-	// hold thousands open; headers must arrive within 30 s; bodies within 60 s (readBody).
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
-	msrv := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
+	// /metrics stays up while the router drains; if it fails, the router drains and stops.
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	mctx, stopMetrics := context.WithCancel(context.Background())
+	merr := make(chan error, 1)
+	go func() {
+		err := s.ServeMetrics(mctx, mln)
+		stopServe()
+		merr <- err
+	}()
 	scheme := "http"
-	// Requests with both Content-Length and Transfer-Encoding are refused (400, connection
-	// closed: RFC 9112 §6.3), which net/http cannot do alone: the listener follows the bytes.
-	guarded := server.GuardFraming(ln)
-	if servingTLS != nil {
+	if cfg.TLSCertPath != "" {
 		scheme = "https"
-		// The guard needs the HTTP/1.x bytes, so it does the handshakes itself; HTTP/2 is
-		// still offered (ALPN) and served by net/http, which sets it up on its own copy.
-		servingTLS.NextProtos = []string{"h2", "http/1.1"}
-		srv.TLSConfig = servingTLS.Clone()
-		guarded = server.GuardFramingTLS(ln, servingTLS, srv.ReadHeaderTimeout)
 	}
-	go func() { errc <- srv.Serve(guarded) }()
-	go func() { errc <- msrv.Serve(mln) }()
 	// One parseable line for scripts and tests that start the router on port 0.
 	if cfg.LogJSON {
 		logger.Info("router listening", "url", scheme+"://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics")
 	} else {
 		fmt.Fprintf(stderr, "router listening on %s://%s (metrics on http://%s/metrics)\n", scheme, ln.Addr(), mln.Addr())
 	}
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
-	}
-	logger.Info("shutting down: draining in-flight requests", "timeout_secs", cfg.ShutdownTimeoutSecs)
-	dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeoutSecs)*time.Second)
-	defer cancel()
-	err = srv.Shutdown(dctx)
-	_ = msrv.Close()
-	if errors.Is(err, context.DeadlineExceeded) {
-		logger.Warn("drain timeout reached; closing remaining connections")
-		_ = srv.Close()
-		return nil
-	}
-	return err
+	err = s.Serve(sctx, ln)
+	stopMetrics()
+	return errors.Join(err, <-merr)
 }
 
 func mode(cfg server.Config) string {

@@ -243,10 +243,10 @@ func TestServeHTTPS(t *testing.T) {
 	assert.Equal(t, 2, resp.ProtoMajor, "served over HTTP/2")
 	resp.Body.Close()
 	h2.CloseIdleConnections() // or shutdown waits out HTTP/2's 1 s GOAWAY grace
-	// HTTP/1.1 over TLS is guarded as plain HTTP is (RFC 9112 §6.3).
+	// HTTP/1.1 over TLS frames as plain HTTP does (RFC 9112 §6.3: chunked wins).
 	tc, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
 	require.NoError(t, err)
-	requireConflictingFramingRefused(t, tc)
+	requireConflictingFramingChunkedWins(t, tc)
 	cancel()
 	require.NoError(t, <-done)
 }

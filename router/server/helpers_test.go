@@ -179,9 +179,7 @@ func startRouterLogging(t *testing.T, cfg Config, logger *slog.Logger) *testRout
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
-	srv := httptest.NewUnstartedServer(s.Handler())
-	srv.Listener = GuardFraming(srv.Listener) // as serve runs it
-	srv.Start()
+	srv := httptest.NewServer(s.Handler())
 	tr := &testRouter{s: s, srv: srv, dlog: dlog, cancel: cancel}
 	t.Cleanup(func() {
 		srv.Close()

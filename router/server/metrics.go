@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_retries_total", Help: "Retried attempts, by route."}, []string{"route"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pdrouter_errors_total", Help: "Errors by kind (bad_request, bad_framing, no_workers, upstream_status, upstream_transport, timeout, client_disconnect, …)."},
+			Name: "pdrouter_errors_total", Help: "Errors by kind (bad_request, no_workers, upstream_status, upstream_transport, timeout, client_disconnect, …)."},
 			[]string{"kind"}),
 		PolicyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_policy_decisions_total", Help: "Routing decisions by policy, role and reason (cache_hit, cache_miss, imbalance, …)."},

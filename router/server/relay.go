@@ -83,7 +83,8 @@ func (h *heldBody) Pending() bool {
 }
 
 // pendingBody is an upstream body that knows whether its next Read would return without
-// waiting (h1Body).
+// waiting: heldBody does while its held part lasts; net/http's bodies cannot say, so each of
+// their reads is flushed.
 type pendingBody interface{ Pending() bool }
 
 // streamWriter writes complete SSE events to the client and flushes only when the upstream has

@@ -93,20 +93,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	h := s.cors(s.accessLog(routed))
-	// A request GuardFraming marked (both Content-Length and Transfer-Encoding, RFC 9112
-	// §6.3) is refused before anything else, CORS preflights included, and its connection
-	// closed: what follows on it cannot be trusted to be a request of its own.
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if msg := framingError(r); msg != "" {
-			s.metrics.Errors.WithLabelValues("bad_framing").Inc()
-			s.metrics.CountResponse(routeOf(r.URL.Path), http.StatusBadRequest)
-			w.Header().Set("Connection", "close")
-			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, msg)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return s.cors(s.accessLog(routed))
 }
 
 // MetricsHandler serves /metrics for the --prometheus-port listener.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,7 +42,8 @@ type Options struct {
 
 // Server is the live router: an http.Handler driving the router core with the wall clock.
 // Create it with [New], register the configured workers with [Server.Start], serve
-// [Server.Handler] and [Server.MetricsHandler]. Safe for concurrent use.
+// [Server.Handler] and [Server.MetricsHandler] ([Server.Serve] and [Server.ServeMetrics] do it
+// on listeners, with TLS and a graceful drain). Safe for concurrent use.
 type Server struct {
 	cfg       Config
 	seed      int64 // cfg.Seed, or the random seed drawn for nil
@@ -49,8 +51,8 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	clients   [3]*h1Transport // per role: regular, prefill, decode
-	admin     *http.Client    // probes, aborts, flush, proxied GETs
+	clients   [3]clientDoer // per role: regular, prefill, decode
+	admin     *http.Client  // probes, aborts, flush, proxied GETs
 	adm       *Admission
 	metrics   *Metrics
 	reg       *prometheus.Registry
@@ -59,6 +61,8 @@ type Server struct {
 	hc        *HealthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
+
+	servingTLS *tls.Config // Serve's HTTPS settings (--tls-cert-path); nil: plain HTTP
 
 	dmu  sync.Mutex // protects dlog, dseq, dbuf
 	dlog io.Writer
@@ -122,13 +126,18 @@ func New(opts Options) (*Server, error) {
 		lastAttemptLog: map[string]time.Time{},
 	}
 	r.OnWorkerEvent(s.workerEvent)
-	for i := range s.clients {
-		s.clients[i] = newH1Transport(idle)
-	}
-	// https:// workers (the h1 transport hands them to its net/http fallback).
+	// https:// workers: the client's TLS settings.
 	tc, err := workerTLS(cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths)
 	if err != nil {
 		return nil, err
+	}
+	for i := range s.clients {
+		s.clients[i] = newUpstreamClient(idle, tc)
+	}
+	if cfg.TLSCertPath != "" {
+		if s.servingTLS, err = ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
+			return nil, err
+		}
 	}
 	s.probe = &serverInfoProbe{
 		Client:   &http.Client{Transport: newTransport(idle), Timeout: 10 * time.Second},
@@ -142,9 +151,6 @@ func New(opts Options) (*Server, error) {
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
-		for _, c := range s.clients {
-			c.fallback.Transport.(*http.Transport).TLSClientConfig = tc
-		}
 	}
 	return s, nil
 }

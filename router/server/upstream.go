@@ -102,15 +102,8 @@ type doer interface {
 	roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error)
 }
 
-// h1Doer sends the inference legs through the h1 transport.
-type h1Doer struct{ t *h1Transport }
-
-func (d h1Doer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
-	return d.t.do(ctx, r.method, r.worker+r.path, r.body, r.hdr)
-}
-
 // upstream returns the doer of the inference legs of one role.
-func (s *Server) upstream(role router.Role) doer { return h1Doer{s.clients[role]} }
+func (s *Server) upstream(role router.Role) doer { return s.clients[role] }
 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }
@@ -136,11 +129,6 @@ func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Re
 	}
 	resp, err := c.Client.Do(req)
 	return resp, reused, err
-}
-
-// do is the form h1Transport calls for URLs it does not serve itself (its fallback).
-func (c clientDoer) do(ctx context.Context, method, url string, body []byte, hdr http.Header) (*http.Response, bool, error) {
-	return c.roundTrip(ctx, &upstreamRequest{method: method, worker: url, body: body, hdr: hdr})
 }
 
 // send sends r and returns the response once its headers arrived. A non-2xx answer is

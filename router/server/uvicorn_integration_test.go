@@ -48,7 +48,7 @@ func startUvicorn(t *testing.T) string {
 	return url
 }
 
-// The hand-written HTTP/1.1 upstream transport against the server stack SGLang runs on:
+// The upstream client (newUpstreamClient) against the server stack SGLang runs on:
 // streamed and plain responses byte for byte, hundreds of requests on reused connections from
 // concurrent clients, and a 413 uvicorn sends before the body is read.
 func TestIntegrationUvicornUpstream(t *testing.T) {
