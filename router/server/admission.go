@@ -13,11 +13,11 @@ var (
 	ErrQueueTimeout = errors.New("request timed out waiting for an admission slot")
 )
 
-// Admission limits concurrent requests (--max-concurrent-requests) with a bounded FIFO queue
+// admission limits concurrent requests (--max-concurrent-requests) with a bounded FIFO queue
 // of waiters (--queue-size) that wait at most --queue-timeout-secs. A permit is held for the
 // whole request, stream included: release it when the response is finished. Safe for
-// concurrent use. A nil *Admission admits everything.
-type Admission struct {
+// concurrent use. A nil *admission admits everything.
+type admission struct {
 	slots   chan struct{} // one token per running request
 	timeout time.Duration
 	after   func(time.Duration) <-chan time.Time // time.After; injected by tests
@@ -27,18 +27,18 @@ type Admission struct {
 	maxQueue int
 }
 
-// NewAdmission returns nil (no limit) when maxConcurrent < 1.
-func NewAdmission(maxConcurrent, queueSize int, timeout time.Duration) *Admission {
+// newAdmission returns nil (no limit) when maxConcurrent < 1.
+func newAdmission(maxConcurrent, queueSize int, timeout time.Duration) *admission {
 	if maxConcurrent < 1 {
 		return nil
 	}
-	return &Admission{slots: make(chan struct{}, maxConcurrent), maxQueue: queueSize, timeout: timeout, after: time.After}
+	return &admission{slots: make(chan struct{}, maxConcurrent), maxQueue: queueSize, timeout: timeout, after: time.After}
 }
 
-// Acquire takes a permit, waiting in the queue if all are taken. It returns ErrQueueFull at
+// acquire takes a permit, waiting in the queue if all are taken. It returns ErrQueueFull at
 // once when the queue is full, ErrQueueTimeout after the queue timeout, or ctx's error. The
 // returned release must be called exactly once (extra calls are no-ops).
-func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
+func (a *admission) acquire(ctx context.Context) (release func(), err error) {
 	if a == nil {
 		return func() {}, nil
 	}
@@ -69,13 +69,13 @@ func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
-func (a *Admission) releaser() func() {
+func (a *admission) releaser() func() {
 	var once sync.Once
 	return func() { once.Do(func() { <-a.slots }) }
 }
 
-// InUse returns the permits currently held and the requests waiting.
-func (a *Admission) InUse() (running, waiting int) {
+// inUse returns the permits currently held and the requests waiting.
+func (a *admission) inUse() (running, waiting int) {
 	if a == nil {
 		return 0, 0
 	}

@@ -22,14 +22,14 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestAdmissionLimitQueueAndTimeout(t *testing.T) {
 	t.Parallel()
-	a := NewAdmission(2, 1, time.Hour)
+	a := newAdmission(2, 1, time.Hour)
 	fire := make(chan time.Time)
 	a.after = func(time.Duration) <-chan time.Time { return fire }
 	ctx := context.Background()
 
-	r1, err := a.Acquire(ctx)
+	r1, err := a.acquire(ctx)
 	require.NoError(t, err)
-	r2, err := a.Acquire(ctx)
+	r2, err := a.acquire(ctx)
 	require.NoError(t, err)
 
 	// The third waits in the queue; the fourth finds the queue full.
@@ -37,66 +37,66 @@ func TestAdmissionLimitQueueAndTimeout(t *testing.T) {
 	var r3 func()
 	go func() {
 		var err error
-		r3, err = a.Acquire(ctx)
+		r3, err = a.acquire(ctx)
 		got <- err
 	}()
-	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
-	_, err = a.Acquire(ctx)
+	waitFor(t, func() bool { _, w := a.inUse(); return w == 1 })
+	_, err = a.acquire(ctx)
 	require.ErrorIs(t, err, ErrQueueFull)
 
 	// A release admits the waiter; double release is harmless.
 	r1()
 	r1()
 	require.NoError(t, <-got)
-	running, waiting := a.InUse()
+	running, waiting := a.inUse()
 	require.Equal(t, 2, running)
 	require.Equal(t, 0, waiting)
 
 	// A waiter whose timer fires gets ErrQueueTimeout.
 	go func() {
-		_, err := a.Acquire(ctx)
+		_, err := a.acquire(ctx)
 		got <- err
 	}()
-	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
+	waitFor(t, func() bool { _, w := a.inUse(); return w == 1 })
 	fire <- time.Time{}
 	require.ErrorIs(t, <-got, ErrQueueTimeout)
 
 	// A cancelled client leaves the queue.
 	cctx, cancel := context.WithCancel(ctx)
 	go func() {
-		_, err := a.Acquire(cctx)
+		_, err := a.acquire(cctx)
 		got <- err
 	}()
-	waitFor(t, func() bool { _, w := a.InUse(); return w == 1 })
+	waitFor(t, func() bool { _, w := a.inUse(); return w == 1 })
 	cancel()
 	require.ErrorIs(t, <-got, context.Canceled)
 
 	r2()
 	r3()
-	running, waiting = a.InUse()
+	running, waiting = a.inUse()
 	require.Zero(t, running)
 	require.Zero(t, waiting)
 }
 
 func TestAdmissionZeroQueueRejectsAtOnce(t *testing.T) {
 	t.Parallel()
-	a := NewAdmission(1, 0, time.Hour)
-	r, err := a.Acquire(context.Background())
+	a := newAdmission(1, 0, time.Hour)
+	r, err := a.acquire(context.Background())
 	require.NoError(t, err)
-	_, err = a.Acquire(context.Background())
+	_, err = a.acquire(context.Background())
 	require.ErrorIs(t, err, ErrQueueFull)
 	r()
 }
 
 func TestAdmissionDisabled(t *testing.T) {
 	t.Parallel()
-	a := NewAdmission(-1, 100, time.Second)
+	a := newAdmission(-1, 100, time.Second)
 	require.Nil(t, a)
 	for range 1000 {
-		r, err := a.Acquire(context.Background())
+		r, err := a.acquire(context.Background())
 		require.NoError(t, err)
 		defer r()
 	}
-	running, waiting := a.InUse()
+	running, waiting := a.inUse()
 	require.Zero(t, running+waiting)
 }

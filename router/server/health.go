@@ -12,10 +12,10 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 )
 
-// HealthChecker probes every registered worker's health endpoint and feeds the results into
+// healthChecker probes every registered worker's health endpoint and feeds the results into
 // the router core's health-threshold machines (SPEC §1.6). Unhealthy workers are skipped by
 // the policies, never removed.
-type HealthChecker struct {
+type healthChecker struct {
 	Router   *router.Router
 	Client   *http.Client
 	Endpoint string        // --health-check-endpoint, e.g. /health
@@ -27,9 +27,9 @@ type HealthChecker struct {
 	OnFlip func(url string, healthy bool)
 }
 
-// CheckAll probes every registered worker once, concurrently, and returns when all probes
+// checkAll probes every registered worker once, concurrently, and returns when all probes
 // are done. Draining workers are not probed: they take no new requests whatever the verdict.
-func (h *HealthChecker) CheckAll(ctx context.Context) {
+func (h *healthChecker) checkAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, w := range h.Router.Workers() {
 		if w.State == router.WorkerDraining {
@@ -51,10 +51,10 @@ func (h *HealthChecker) CheckAll(ctx context.Context) {
 	wg.Wait()
 }
 
-func (h *HealthChecker) probe(ctx context.Context, url string) bool { return h.check(ctx, url) == nil }
+func (h *healthChecker) probe(ctx context.Context, url string) bool { return h.check(ctx, url) == nil }
 
 // check probes url's health endpoint once and says why it failed.
-func (h *HealthChecker) check(ctx context.Context, url string) error {
+func (h *healthChecker) check(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+h.Endpoint, nil)
@@ -80,9 +80,9 @@ func (h *HealthChecker) check(ctx context.Context, url string) error {
 // worker coming up takes traffic within a second, not a whole --health-check-interval-secs.
 const startingProbeInterval = time.Second
 
-// CheckStarting probes the workers still starting once, concurrently, and returns why each
+// checkStarting probes the workers still starting once, concurrently, and returns why each
 // that failed did.
-func (h *HealthChecker) CheckStarting(ctx context.Context) map[string]error {
+func (h *healthChecker) checkStarting(ctx context.Context) map[string]error {
 	var mu sync.Mutex
 	failed := map[string]error{}
 	var wg sync.WaitGroup
@@ -114,7 +114,7 @@ func (h *HealthChecker) CheckStarting(ctx context.Context) map[string]error {
 
 // Run probes every worker every Interval, and starting workers every second, until ctx is
 // done.
-func (h *HealthChecker) Run(ctx context.Context) {
+func (h *healthChecker) Run(ctx context.Context) {
 	t := time.NewTicker(h.Interval)
 	defer t.Stop()
 	fast := time.NewTicker(startingProbeInterval)
@@ -124,9 +124,9 @@ func (h *HealthChecker) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			h.CheckAll(ctx)
+			h.checkAll(ctx)
 		case <-fast.C:
-			h.CheckStarting(ctx)
+			h.checkStarting(ctx)
 		}
 	}
 }

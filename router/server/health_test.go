@@ -39,7 +39,7 @@ func TestHealthCheckerFlipsAtThresholds(t *testing.T) {
 
 	var mu sync.Mutex
 	var flips []bool
-	h := &HealthChecker{Router: r, Client: http.DefaultClient, Endpoint: "/health", Timeout: 5 * time.Second,
+	h := &healthChecker{Router: r, Client: http.DefaultClient, Endpoint: "/health", Timeout: 5 * time.Second,
 		Interval: time.Hour, Now: clock.Now, OnFlip: func(url string, ok bool) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -49,23 +49,23 @@ func TestHealthCheckerFlipsAtThresholds(t *testing.T) {
 	healthy := func() bool { return r.Workers()[0].Healthy }
 
 	failing.Store(true)
-	h.CheckAll(context.Background())
+	h.checkAll(context.Background())
 	require.True(t, healthy(), "one failure is below the threshold")
-	h.CheckAll(context.Background())
+	h.checkAll(context.Background())
 	require.False(t, healthy())
 	require.True(t, r.Workers()[1].Healthy)
 
 	failing.Store(false)
-	h.CheckAll(context.Background())
+	h.checkAll(context.Background())
 	require.False(t, healthy())
-	h.CheckAll(context.Background())
+	h.checkAll(context.Background())
 	require.True(t, healthy())
 	require.Equal(t, []bool{false, true}, flips)
 
 	// An unreachable worker fails its probes too.
 	sick.Close()
-	h.CheckAll(context.Background())
-	h.CheckAll(context.Background())
+	h.checkAll(context.Background())
+	h.checkAll(context.Background())
 	require.False(t, healthy())
 }
 

@@ -121,7 +121,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			s.fail(x, we, "bad_request")
 			return
 		}
-		release, err := s.adm.Acquire(req.Context())
+		release, err := s.adm.acquire(req.Context())
 		switch {
 		case errors.Is(err, ErrQueueFull):
 			s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, "queue_full")
@@ -138,7 +138,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
-		s.metrics.ObserveRequest(route.String(), code, time.Since(x.start).Seconds())
+		s.metrics.observeRequest(route.String(), code, time.Since(x.start).Seconds())
 	}
 }
 
@@ -146,7 +146,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 func (s *Server) fail(x *exchange, e *wire.Error, kind string) {
 	s.reply(x, e)
 	s.metrics.Errors.WithLabelValues(kind).Inc()
-	s.metrics.ObserveRequest(x.route.String(), e.Status, 0)
+	s.metrics.observeRequest(x.route.String(), e.Status, 0)
 }
 
 // reply answers with an OpenAI-style error and the request id, and returns its status.
@@ -174,7 +174,7 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			s.metrics.Errors.WithLabelValues("no_workers").Inc()
 			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
 		}
-		s.metrics.ObserveDecision(d)
+		s.metrics.observeDecision(d)
 		var res attemptResult
 		if s.r.PD() {
 			res = s.attemptPD(ctx, x, d)

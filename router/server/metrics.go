@@ -35,8 +35,8 @@ type Metrics struct {
 	state      *stateCollector
 }
 
-// NewMetrics registers the metrics on reg, reading state gauges from r at scrape time.
-func NewMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
+// newMetrics registers the metrics on reg, reading state gauges from r at scrape time.
+func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_requests_total", Help: "Requests answered, by route and HTTP status code."},
@@ -139,8 +139,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// ObserveDecision counts one routing decision per leg and records the predicted match rate.
-func (m *Metrics) ObserveDecision(d *router.Decision) {
+// observeDecision counts one routing decision per leg and records the predicted match rate.
+func (m *Metrics) observeDecision(d *router.Decision) {
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
 		if l, ok := d.Leg(role); ok {
 			m.PolicyDecisions.WithLabelValues(m.policy[role], role.String(), string(l.Reason)).Inc()
@@ -151,15 +151,15 @@ func (m *Metrics) ObserveDecision(d *router.Decision) {
 	}
 }
 
-// ObserveRequest records an inference request's duration (requests_total counts every
-// response, in the handler: CountResponse).
-func (m *Metrics) ObserveRequest(route string, _ int, seconds float64) {
+// observeRequest records an inference request's duration (requests_total counts every
+// response, in the handler: countResponse).
+func (m *Metrics) observeRequest(route string, _ int, seconds float64) {
 	m.RequestDuration.WithLabelValues(route).Observe(seconds)
 }
 
-// CountResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
+// countResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
 // in requests_total{route,code}; route is the matched path ("other" for unknown ones, so a
 // scanner cannot grow the label set).
-func (m *Metrics) CountResponse(route string, code int) {
+func (m *Metrics) countResponse(route string, code int) {
 	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 }

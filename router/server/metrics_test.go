@@ -23,12 +23,12 @@ func TestMetricsMirrorRouterState(t *testing.T) {
 	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: "http://d:1", Role: router.Decode, DPSize: 1}))
 
 	reg := prometheus.NewPedanticRegistry()
-	m := NewMetrics(reg, r)
+	m := newMetrics(reg, r)
 	d, err := r.Route(&router.Request{Text: "hello"})
 	require.NoError(t, err)
-	m.ObserveDecision(d)
-	m.ObserveRequest("/generate", 200, 0.5)
-	m.CountResponse("/generate", 200)
+	m.observeDecision(d)
+	m.observeRequest("/generate", 200, 0.5)
+	m.countResponse("/generate", 200)
 
 	want := `
 # HELP pdrouter_target_load Requests routed to the target and not finished (the router's own count).

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // attemptRegular proxies one attempt to the regular target d chose (SPEC §1.5): the body as
@@ -18,7 +19,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	if rank, ok := t.Rank(); ok {
 		r.body = x.body.WithDPRank(nil, rank)
 	}
-	s.logDecision(x.id, "", 0, r.path, d)
+	s.logDecision(wire.DecisionLine{ID: x.id, Route: r.path}, d)
 	resp, ue := send(ctx, s.upstream(router.Regular), r)
 	if ue != nil {
 		if ctx.Err() != nil {

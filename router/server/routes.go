@@ -75,7 +75,7 @@ func (s *Server) Handler() http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
-			s.metrics.CountResponse(route, code)
+			s.metrics.countResponse(route, code)
 		}()
 		if rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/workers/"); found && rest != "" {
 			r.SetPathValue("url", rest)

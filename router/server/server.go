@@ -53,12 +53,12 @@ type Server struct {
 	style     wire.FieldStyle
 	clients   [3]clientDoer // per role: regular, prefill, decode
 	admin     *http.Client  // probes, aborts, flush, proxied GETs
-	adm       *Admission
+	adm       *admission
 	metrics   *Metrics
 	reg       *prometheus.Registry
 	log       *slog.Logger
 	probe     *serverInfoProbe // dp_size under --dp-aware
-	hc        *HealthChecker
+	hc        *healthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
 
@@ -115,8 +115,8 @@ func New(opts Options) (*Server, error) {
 		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
 		style:     style,
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
-		adm:       NewAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
-		metrics:   NewMetrics(reg, r),
+		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
+		metrics:   newMetrics(reg, r),
 		reg:       reg,
 		log:       logger,
 		dlog:      opts.DecisionLog,
@@ -146,7 +146,7 @@ func New(opts Options) (*Server, error) {
 		Interval: time.Duration(cfg.WorkerStartupCheckInterval) * time.Second,
 	}
 	h := cfg.Health()
-	s.hc = &HealthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
+	s.hc = &healthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
 		APIKey: cfg.APIKey, Now: time.Now}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
@@ -202,7 +202,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	if len(specs) > 0 {
-		for url, err := range s.hc.CheckStarting(ctx) {
+		for url, err := range s.hc.checkStarting(ctx) {
 			s.log.Warn("worker did not pass its first health probe: no traffic until it does (probed every second)",
 				"url", router.RedactURL(url), "cause", err.Error())
 		}
@@ -260,12 +260,13 @@ func (s *Server) Wait() {
 	s.admin.CloseIdleConnections()
 }
 
-// logDecision writes one decision-log line for d (nothing without a decision log).
-func (s *Server) logDecision(id, rid string, room uint64, path string, d *router.Decision) {
+// logDecision writes one decision-log line for d, line's request fields (id, rid, room,
+// route) filled in by the caller (nothing without a decision log).
+func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 	if s.dlog == nil {
 		return
 	}
-	line := wire.DecisionLine{ID: id, RID: rid, Room: room, Route: path, Reason: string(d.Reason), MatchRate: d.MatchRate}
+	line.Reason, line.MatchRate = string(d.Reason), d.MatchRate
 	for _, leg := range []struct {
 		role router.Role
 		dst  **wire.DecisionTarget

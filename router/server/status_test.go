@@ -69,7 +69,7 @@ func TestErrorStatusesHaveJSONBodies(t *testing.T) {
 			got408.Store(1)
 		}
 	}()
-	waitFor(t, func() bool { _, w := tr.s.adm.InUse(); return w == 1 })
+	waitFor(t, func() bool { _, w := tr.s.adm.inUse(); return w == 1 })
 	check(http.StatusTooManyRequests, "/generate", `{"text":"x"}`, auth)
 	<-queued
 	require.Equal(t, int32(1), got408.Load(), "the queued request timed out with 408")
