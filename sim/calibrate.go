@@ -170,9 +170,11 @@ func predict(cl Cluster, rc router.Config, p engine.Profile, w workloads.Params,
 // (input − cached tokens below, or at and above, the measured median).
 type promptSplit struct{ short, long float64 }
 
-// splitTTFT returns each level's median TTFT of its short- and long-prompt requests, split
-// at threshold[level] (the measured median when threshold is nil, which it then fills).
-func splitTTFT(recs []reports.Record, threshold map[string]int) map[string]promptSplit {
+// splitTTFT returns each level's median TTFT of its short- and long-prompt requests, split at
+// threshold[level], and the thresholds used. With threshold nil, each level is split at its
+// own median (the measured side); otherwise levels without a threshold are left out (they
+// were not measured with records, so there is nothing to compare them with).
+func splitTTFT(recs []reports.Record, threshold map[string]int) (map[string]promptSplit, map[string]int) {
 	type acc struct {
 		news  []int
 		ttfts []float64
@@ -190,10 +192,17 @@ func splitTTFT(recs []reports.Record, threshold map[string]int) map[string]promp
 		a.news = append(a.news, r.InputTokens-r.CachedTokens)
 		a.ttfts = append(a.ttfts, *r.TTFTMs)
 	}
+	own := threshold == nil
+	if own {
+		threshold = map[string]int{}
+	}
 	out := map[string]promptSplit{}
 	for level, a := range by {
 		th, ok := threshold[level]
 		if !ok {
+			if !own {
+				continue
+			}
 			sorted := append([]int(nil), a.news...)
 			slices.Sort(sorted)
 			th = sorted[len(sorted)/2]
@@ -215,12 +224,74 @@ func splitTTFT(recs []reports.Record, threshold map[string]int) map[string]promp
 		}
 		out[level] = ps
 	}
-	return out
+	return out, threshold
 }
 
-// Calibrate fits cfg.Base to cfg.Runs with Nelder–Mead (gonum/optimize), derivative-free as
-// the simulator's output is piecewise constant in its coefficients.
-func Calibrate(cfg CalibrateConfig) (*Calibration, error) {
+// observed is what the loss compares of one run, measured or simulated: its levels and each
+// level's TTFT by uncached prompt length.
+type observed struct {
+	levels []reports.Level
+	split  map[string]promptSplit
+}
+
+// missedLoss is what a figure measured but simulated as zero costs: the squared log ratio of
+// a simulation e⁵ ≈ 150 times off.
+const missedLoss = 25
+
+// loss is the weighted mean squared log ratio of simulated to measured figures, over every
+// measured level of every run (simulated[i] is measured[i]'s replay): the figures with their
+// weights, and the short- and long-prompt TTFT medians with splitWeight. A figure measured as
+// 0 is not compared; one simulated as 0 costs missedLoss. 0 when nothing is compared.
+func loss(measured, simulated []observed) float64 {
+	var sum, wsum float64
+	add := func(weight, m, s float64) {
+		if m <= 0 {
+			return
+		}
+		wsum += weight
+		if s <= 0 {
+			sum += weight * missedLoss
+			return
+		}
+		d := math.Log(s / m)
+		sum += weight * d * d
+	}
+	for i, mr := range measured {
+		sr := simulated[i]
+		for _, m := range mr.levels {
+			var s reports.Level // a level the simulation lost: every figure 0
+			if j := slices.IndexFunc(sr.levels, func(l reports.Level) bool { return l.Label == m.Label }); j >= 0 {
+				s = sr.levels[j]
+			}
+			for _, f := range figures {
+				add(f.weight, f.get(m), f.get(s))
+			}
+			ms, ss := mr.split[m.Label], sr.split[m.Label]
+			add(splitWeight, ms.short, ss.short)
+			add(splitWeight, ms.long, ss.long)
+		}
+	}
+	if wsum == 0 {
+		return 0
+	}
+	return sum / wsum
+}
+
+// calibrator is one calibration: the measured runs and what the optimizer has seen so far.
+// Its objective is called by gonum/optimize from gonum's goroutines.
+type calibrator struct {
+	cfg        CalibrateConfig
+	par        int              // runs simulated at once
+	measured   []observed       // by run
+	thresholds []map[string]int // by run: each level's measured median uncached prompt, splitting TTFT
+	mu         sync.Mutex       // protects evals, best, err
+	evals      int              // objective evaluations so far
+	best       float64          // the lowest loss so far
+	err        error            // the last failed evaluation's error: it ends the calibration
+}
+
+// newCalibrator validates cfg, applies its defaults and takes the measured side of each run.
+func newCalibrator(cfg CalibrateConfig) (*calibrator, error) {
 	if len(cfg.Runs) == 0 {
 		return nil, errors.New("sim: calibrate: no runs")
 	}
@@ -230,101 +301,96 @@ func Calibrate(cfg CalibrateConfig) (*Calibration, error) {
 	if cfg.MaxEvals == 0 {
 		cfg.MaxEvals = 400
 	}
-	par := cfg.Parallel
-	if par <= 0 {
-		par = runtime.GOMAXPROCS(0)
+	c := &calibrator{cfg: cfg, par: cfg.Parallel}
+	if c.par <= 0 {
+		c.par = runtime.GOMAXPROCS(0)
 	}
-	// The measured split of each run's TTFT by uncached prompt length, and its thresholds.
-	thresholds := make([]map[string]int, len(cfg.Runs))
-	measuredSplit := make([]map[string]promptSplit, len(cfg.Runs))
-	for i, r := range cfg.Runs {
-		thresholds[i] = map[string]int{}
-		measuredSplit[i] = splitTTFT(r.Records, thresholds[i])
+	for _, r := range cfg.Runs {
+		split, th := splitTTFT(r.Records, nil)
+		c.measured = append(c.measured, observed{levels: r.Measured, split: split})
+		c.thresholds = append(c.thresholds, th)
 	}
-	// simulate returns every run's levels under profile p, runs in parallel.
-	simulate := func(p engine.Profile) ([]*Result, error) {
-		out := make([]*Result, len(cfg.Runs))
-		errs := make([]error, len(cfg.Runs))
-		sem := make(chan struct{}, par)
-		var wg sync.WaitGroup
-		for i, r := range cfg.Runs {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				out[i], errs[i] = predict(cfg.Cluster, cfg.Router, p, r.Workload, r.Load)
-				if errs[i] != nil {
-					errs[i] = fmt.Errorf("sim: calibrate: replaying %s: %w", r.Name, errs[i])
-				}
-			}()
-		}
-		wg.Wait()
-		return out, errors.Join(errs...)
+	return c, nil
+}
+
+// simulate replays every run under profile p, c.par at a time.
+func (c *calibrator) simulate(p engine.Profile) ([]*Result, error) {
+	runs := c.cfg.Runs
+	out := make([]*Result, len(runs))
+	errs := make([]error, len(runs))
+	sem := make(chan struct{}, c.par)
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i], errs[i] = predict(c.cfg.Cluster, c.cfg.Router, p, r.Workload, r.Load)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("sim: calibrate: replaying %s: %w", r.Name, errs[i])
+			}
+		}()
 	}
-	loss := func(sims []*Result) float64 {
-		var sum, wsum float64
-		add := func(weight, measured, simulated float64) {
-			if measured <= 0 {
-				return
-			}
-			wsum += weight
-			if simulated <= 0 {
-				sum += weight * 25 // a figure the simulation lost: far off
-				return
-			}
-			d := math.Log(simulated / measured)
-			sum += weight * d * d
-		}
-		for i, r := range cfg.Runs {
-			byLabel := map[string]reports.Level{}
-			for _, l := range sims[i].Results.Levels {
-				byLabel[l.Label] = l
-			}
-			simSplit := splitTTFT(sims[i].Records, thresholds[i])
-			for _, m := range r.Measured {
-				s := byLabel[m.Label]
-				for _, f := range figures {
-					add(f.weight, f.get(m), f.get(s))
-				}
-				ms, ss := measuredSplit[i][m.Label], simSplit[m.Label]
-				add(splitWeight, ms.short, ss.short)
-				add(splitWeight, ms.long, ss.long)
-			}
-		}
-		if wsum == 0 {
-			return 0
-		}
-		return sum / wsum
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// observe takes of each simulated run what loss compares, split at the measured thresholds.
+func (c *calibrator) observe(sims []*Result) []observed {
+	out := make([]observed, len(sims))
+	for i, r := range sims {
+		split, _ := splitTTFT(r.Records, c.thresholds[i])
+		out[i] = observed{levels: r.Results.Levels, split: split}
 	}
-	baseRuns, err := simulate(cfg.Base)
+	return out
+}
+
+// loss is the loss of simulated runs against the measured ones.
+func (c *calibrator) loss(sims []*Result) float64 { return loss(c.measured, c.observe(sims)) }
+
+// objective is the optimizer's function: the loss of the fit at x (fitOf). A failed
+// simulation ends the calibration with its error (+Inf here, c.err for Calibrate).
+func (c *calibrator) objective(x []float64) float64 {
+	sims, err := c.simulate(fitOf(x).Apply(c.cfg.Base))
+	var l float64
+	if err == nil {
+		l = c.loss(sims)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evals++
+	if err != nil {
+		c.err = err
+		return math.Inf(1)
+	}
+	c.best = min(c.best, l)
+	if c.cfg.Progress != nil {
+		c.cfg.Progress(c.evals, l, c.best)
+	}
+	return l
+}
+
+// Calibrate fits cfg.Base to cfg.Runs with Nelder–Mead (gonum/optimize), derivative-free as
+// the simulator's output is piecewise constant in its coefficients.
+func Calibrate(cfg CalibrateConfig) (*Calibration, error) {
+	c, err := newCalibrator(cfg)
 	if err != nil {
 		return nil, err
 	}
-	baseLoss := loss(baseRuns)
+	base := c.cfg.Base
+	baseRuns, err := c.simulate(base)
+	if err != nil {
+		return nil, err
+	}
+	baseLoss := c.loss(baseRuns)
+	c.best = baseLoss
 
-	var evalErr error
-	var mu sync.Mutex
-	evals, best := 0, baseLoss
-	problem := optimize.Problem{Func: func(x []float64) float64 {
-		runs, err := simulate(fitOf(x).Apply(cfg.Base))
-		mu.Lock()
-		defer mu.Unlock()
-		evals++
-		if err != nil {
-			evalErr = err
-			return math.Inf(1)
-		}
-		l := loss(runs)
-		best = min(best, l)
-		if cfg.Progress != nil {
-			cfg.Progress(evals, l, best)
-		}
-		return l
-	}}
-	x0 := BaseFit(cfg.Base).vector()
-	settings := &optimize.Settings{FuncEvaluations: cfg.MaxEvals,
+	settings := &optimize.Settings{FuncEvaluations: c.cfg.MaxEvals,
 		Converger: &optimize.FunctionConverge{Absolute: 1e-5, Relative: 1e-4, Iterations: 40}}
-	res, err := optimize.Minimize(problem, x0, settings, &optimize.NelderMead{SimplexSize: 0.4})
+	res, err := optimize.Minimize(optimize.Problem{Func: c.objective}, BaseFit(base).vector(), settings, &optimize.NelderMead{SimplexSize: 0.4})
+	c.mu.Lock()
+	evals, evalErr := c.evals, c.err
+	c.mu.Unlock()
 	if evalErr != nil {
 		return nil, evalErr
 	}
@@ -333,15 +399,15 @@ func Calibrate(cfg CalibrateConfig) (*Calibration, error) {
 	}
 	fit := fitOf(res.X)
 	if res.F > baseLoss { // never worse than where it started
-		fit = BaseFit(cfg.Base)
+		fit = BaseFit(base)
 	}
-	prof := fit.Apply(cfg.Base)
-	fitRuns, err := simulate(prof)
+	prof := fit.Apply(base)
+	fitRuns, err := c.simulate(prof)
 	if err != nil {
 		return nil, err
 	}
-	c := &Calibration{Profile: prof, Fit: fit, BaseLoss: baseLoss, FitLoss: loss(fitRuns), Evaluations: evals}
-	c.BaseRMSE, c.FitRMSE = math.Sqrt(c.BaseLoss), math.Sqrt(c.FitLoss)
+	out := &Calibration{Profile: prof, Fit: fit, BaseLoss: baseLoss, FitLoss: c.loss(fitRuns), Evaluations: evals}
+	out.BaseRMSE, out.FitRMSE = math.Sqrt(out.BaseLoss), math.Sqrt(out.FitLoss)
 	levels := func(rs []*Result) [][]reports.Level {
 		out := make([][]reports.Level, len(rs))
 		for i, r := range rs {
@@ -349,8 +415,8 @@ func Calibrate(cfg CalibrateConfig) (*Calibration, error) {
 		}
 		return out
 	}
-	c.Points = comparePoints(cfg.Runs, levels(baseRuns), levels(fitRuns))
-	return c, nil
+	out.Points = comparePoints(cfg.Runs, levels(baseRuns), levels(fitRuns))
+	return out, nil
 }
 
 // comparePoints lists every measured figure beside its base and fitted simulation.

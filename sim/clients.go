@@ -120,7 +120,7 @@ func (x *sim) begin(c *conv, sc *script) {
 		x.endConv(c)
 		return
 	}
-	x.push(event{at: x.clock.now, kind: evSend, conv: c})
+	x.push(x.clock.now, event{kind: evSend, conv: c})
 }
 
 // endConv retires c; the level ends with its last conversation.
@@ -143,7 +143,7 @@ func (x *sim) scheduleArrival() {
 		return
 	}
 	lv.active++
-	x.push(event{at: max(lv.begin+int64(off), x.clock.now), kind: evArrival})
+	x.push(max(lv.begin+int64(off), x.clock.now), event{kind: evArrival})
 }
 
 // scheduleTrace reads the next trace conversation and schedules it at its own timestamp.
@@ -155,7 +155,7 @@ func (x *sim) scheduleTrace() {
 	}
 	lv.pending = sc
 	lv.active++
-	x.push(event{at: max(lv.begin+arr, x.clock.now), kind: evArrival})
+	x.push(max(lv.begin+arr, x.clock.now), event{kind: evArrival})
 }
 
 // arrival is an open-loop arrival: a new conversation starts.
@@ -192,7 +192,7 @@ func (x *sim) clientEnd(r *request) {
 	c := r.conv
 	if r.errMsg == nil {
 		if c.sc.next() {
-			x.push(event{at: x.clock.now + int64(c.sc.turn.ThinkTime), kind: evSend, conv: c})
+			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, conv: c})
 			return
 		}
 	}

@@ -85,7 +85,7 @@ func (x *sim) send(c *conv) {
 		lv.batchHit0, lv.batchNew0 = x.batchCounters()
 	}
 	lv.issued++
-	x.push(event{at: x.arriveAt(arrivalJitter(r.id)), kind: evArrive, req: r})
+	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, req: r})
 }
 
 // arriveAt is when a request sent now with jitter reaches the router. Requests sent at one
@@ -129,7 +129,7 @@ func (x *sim) route(r *request) {
 			return
 		}
 		r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
-		x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: r})
+		x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
 		return
 	}
 	x.stats.Attempts++
@@ -166,7 +166,7 @@ func (x *sim) route(r *request) {
 			x.err = err
 		}
 	}
-	x.push(event{at: x.clock.now + x.lat, kind: evSubmit, att: a})
+	x.push(x.clock.now+x.lat, event{kind: evSubmit, att: a})
 }
 
 func (x *sim) logDecision(r *request, a *attempt) {
@@ -233,12 +233,12 @@ func (x *sim) output(sv *server, o *engine.Output) {
 			if !a.decEnded {
 				// The KV "transfer done" signal crosses the network like the live bootstrap
 				// transport's (ARCHITECTURE §4): one hop.
-				x.push(event{at: at + x.lat, kind: evKVArrived, att: a})
+				x.push(at+x.lat, event{kind: evKVArrived, att: a})
 			}
-			x.push(event{at: at + x.lat, kind: evLegEnd, ok: true, role: uint8(router.Prefill), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(router.Prefill), att: a})
 		case engine.KindFailed:
 			a.preEnded, a.preWhy = true, o.Reason
-			x.push(event{at: at + x.lat, kind: evLegEnd, role: uint8(router.Prefill), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(router.Prefill), att: a})
 		}
 	default: // decode or regular
 		if a.decEnded {
@@ -247,7 +247,7 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		switch o.Kind {
 		case engine.KindPreallocated:
 			a.decCached = o.CachedTokens
-			x.push(event{at: at + x.lat, kind: evHandshake, att: a})
+			x.push(at+x.lat, event{kind: evHandshake, att: a})
 		case engine.KindToken:
 			if !x.pd && o.Index == 0 {
 				a.engFirst = at
@@ -256,10 +256,10 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		case engine.KindFinished:
 			a.decEnded = true
 			a.req.usage = o.Usage
-			x.push(event{at: at + x.lat, kind: evLegEnd, ok: true, role: uint8(sv.role), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(sv.role), att: a})
 		case engine.KindFailed:
 			a.decEnded, a.decWhy = true, o.Reason
-			x.push(event{at: at + x.lat, kind: evLegEnd, role: uint8(sv.role), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(sv.role), att: a})
 		}
 	}
 }
@@ -318,7 +318,7 @@ func (x *sim) legEnd(ev *event) {
 		}
 		a.over = true
 		delete(x.rooms, a.room)
-		x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: a.req})
+		x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: a.req})
 		return
 	}
 	// As the worker answers: a dead server sends nothing (a transport error); a live one
@@ -361,7 +361,7 @@ func (x *sim) legEnd(ev *event) {
 	outcome.Started = a.started && a.startedAt <= x.clock.now
 	wait, retry := r.retrier.Next(outcome)
 	if retry {
-		x.push(event{at: x.clock.now + int64(wait), kind: evRetry, req: r})
+		x.push(x.clock.now+int64(wait), event{kind: evRetry, req: r})
 		return
 	}
 	msg := role.String() + " " + a.server(role).url + ": " + why
@@ -370,5 +370,5 @@ func (x *sim) legEnd(ev *event) {
 	} else {
 		r.errMsg = reports.FormatError(reports.HTTPErrorKind(502), msg)
 	}
-	x.push(event{at: x.clock.now + x.lat, kind: evClientEnd, req: r})
+	x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
 }

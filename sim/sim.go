@@ -10,6 +10,7 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/sim/internal/heapq"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -78,7 +79,7 @@ type sim struct {
 	// so same-instant sends keep their order (arriveAt).
 	lastSend, lastArrival int64
 	clock                 vclock
-	q                     eventHeap
+	q                     heapq.Heap[event] // the event queue, by (time, push order)
 	rt                    *router.Router
 	ids                   *wire.IDGen
 	servers               []*server
@@ -192,8 +193,8 @@ func newSim(cfg Config) (*sim, error) {
 	return x, nil
 }
 
-// push schedules e.
-func (x *sim) push(e event) { x.q.push(e) }
+// push schedules e at virtual time at.
+func (x *sim) push(at int64, e event) { x.q.Push(at, e) }
 
 // now is the virtual time as an engine time.
 func (x *sim) t() time.Time { return Epoch.Add(time.Duration(x.clock.now)) }
@@ -210,7 +211,7 @@ func (x *sim) touch(sv *server) {
 		return
 	}
 	sv.waking, sv.wakeAt = true, at
-	x.push(event{at: at, kind: evWake, srv: sv.idx})
+	x.push(at, event{kind: evWake, srv: sv.idx})
 }
 
 func (x *sim) run() error {
@@ -220,18 +221,18 @@ func (x *sim) run() error {
 		}
 	}()
 	for _, k := range x.cfg.Kills {
-		x.push(event{at: int64(k.At), kind: evKill, srv: x.byURL[k.Worker].idx})
+		x.push(int64(k.At), event{kind: evKill, srv: x.byURL[k.Worker].idx})
 	}
 	if len(x.cfg.Kills) > 0 {
-		x.push(event{at: x.probeInterval(), kind: evProbe})
+		x.push(x.probeInterval(), event{kind: evProbe})
 	}
-	x.push(event{at: int64(time.Second), kind: evTick})
+	x.push(int64(time.Second), event{kind: evTick})
 	x.startLevel()
-	for !x.finished && x.err == nil && x.q.len() > 0 {
-		ev := x.q.pop()
-		x.clock.now = ev.at
+	for !x.finished && x.err == nil && x.q.Len() > 0 {
+		e := x.q.Pop()
+		x.clock.now = e.At
 		x.stats.Events++
-		x.dispatch(&ev)
+		x.dispatch(&e.V)
 	}
 	if x.err != nil {
 		return x.err
@@ -268,7 +269,7 @@ func (x *sim) dispatch(ev *event) {
 	switch ev.kind {
 	case evWake:
 		sv := x.servers[ev.srv]
-		if !sv.waking || sv.wakeAt != ev.at {
+		if !sv.waking || sv.wakeAt != x.clock.now {
 			return // superseded by an earlier wake-up
 		}
 		sv.waking = false
@@ -304,14 +305,14 @@ func (x *sim) dispatch(ev *event) {
 		x.arrival()
 	case evTick:
 		x.rt.Tick(x.t())
-		x.push(event{at: x.clock.now + int64(time.Second), kind: evTick})
+		x.push(x.clock.now+int64(time.Second), event{kind: evTick})
 	case evProbe:
 		for _, sv := range x.servers {
 			if _, err := x.rt.ObserveHealth(sv.url, !sv.killed, x.t()); err != nil {
 				x.err = err
 			}
 		}
-		x.push(event{at: x.clock.now + x.probeInterval(), kind: evProbe})
+		x.push(x.clock.now+x.probeInterval(), event{kind: evProbe})
 	case evKill:
 		sv := x.servers[ev.srv]
 		sv.eng.Kill(x.t())

@@ -36,8 +36,10 @@ var importRules = map[string]importRule{
 	"router/server": {repo: []string{"router", "router/wire"}, external: prometheus},
 	"workloads":     {repo: []string{"router/wire"}, external: gonum},
 	"reports":       {external: []string{"gonum.org/v1/gonum/", "gonum.org/v1/plot"}},
-	"sim/engine":    {external: gonum, forbidStd: noHTTP},
-	"sim":           {repo: []string{"router", "router/wire", "sim/engine", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
+	// sim/internal/heapq is the (at, seq) min-heap of sim and sim/engine: stdlib only.
+	"sim/internal/heapq": {forbidStd: noHTTP},
+	"sim/engine":         {repo: []string{"sim/internal/heapq"}, external: gonum, forbidStd: noHTTP},
+	"sim":                {repo: []string{"router", "router/wire", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
 	// fakeworker also uses golang.org/x/sys for a timerfd (precise engine-loop wake-ups).
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "workloads"}, external: append([]string{"golang.org/x/sys/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},

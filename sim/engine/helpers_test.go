@@ -69,7 +69,7 @@ func (s *Server) checkInvariants() error {
 					if want := ch.lock == 0 && len(ch.children) == 0; inHeap != want {
 						return fmt.Errorf("rank %d: heap membership %v, want %v", i, inHeap, want)
 					}
-					if inHeap && c.heap[ch.heapIdx] != ch {
+					if inHeap && c.heap.Entry(ch.heapIdx).V != ch {
 						return fmt.Errorf("rank %d: heap index broken", i)
 					}
 					if err := walk(ch); err != nil {

@@ -20,11 +20,11 @@ func (s *Server) next() (time.Time, bool) {
 	if s.kick {
 		take(s.kickAt)
 	}
-	for len(s.timers.h) > 0 && !s.timerValid(&s.timers.h[0]) {
+	for s.timers.Len() > 0 && !s.timerValid(&s.timers.Min().V) {
 		s.timers.pop()
 	}
-	if len(s.timers.h) > 0 {
-		take(s.timers.h[0].at)
+	if s.timers.Len() > 0 {
+		take(s.timers.Min().V.at)
 	}
 	if s.cfg.DPAttention {
 		if s.stepping {
@@ -60,7 +60,7 @@ func (s *Server) processAt(t time.Time) {
 			}
 		}
 	}
-	for len(s.timers.h) > 0 && !s.timers.h[0].at.After(t) {
+	for s.timers.Len() > 0 && !s.timers.Min().V.at.After(t) {
 		tm := s.timers.pop()
 		if s.timerValid(&tm) {
 			s.fire(tm, t)

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/pdrouter/pdrouter/sim/internal/heapq"
+
 // The radix KV cache of one rank: SGLang's RadixCache over token ids. Keys are page-aligned;
 // each node holds the KV of its key's tokens. Nodes referenced by a running request are locked
 // (lock > 0) along their whole path to the root; unlocked leaves are evictable, least recently
@@ -14,7 +16,7 @@ type node struct {
 	lock     int32            // running requests referencing this node or a descendant
 	last     uint64           // access counter at the last match or insert through this node
 	id       uint64           // creation order, for deterministic ties
-	heapIdx  int              // position in radix.heap, -1 when not an evictable leaf
+	heapIdx  int              // position in radix.heap, -1 when not an evictable leaf (kept by heap.Moved)
 }
 
 // radix is one rank's prefix cache. Not safe for concurrent use.
@@ -27,7 +29,7 @@ type radix struct {
 	tick      uint64 // access counter
 	nextID    uint64
 	nodes     int
-	heap      []*node // evictable leaves, min-heap by (last, id)
+	heap      heapq.Heap[*node] // evictable leaves by (last, id)
 }
 
 func newRadix(page int) *radix {
@@ -35,6 +37,7 @@ func newRadix(page int) *radix {
 		page = 1
 	}
 	c := &radix{page: page}
+	c.heap.Moved = func(x *node, i int) { x.heapIdx = i }
 	c.reset()
 	return c
 }
@@ -44,7 +47,7 @@ func (c *radix) reset() {
 	c.gen++
 	c.root = &node{heapIdx: -1}
 	c.size, c.evictable, c.nodes = 0, 0, 0
-	c.heap = c.heap[:0]
+	c.heap.Clear()
 }
 
 // childKey identifies a child by its first page: the token itself for page size 1, an FNV-1a
@@ -162,7 +165,7 @@ func (c *radix) split(ch *node, l int) *node {
 func (c *radix) touch(x *node) {
 	x.last = c.tick
 	if x.heapIdx >= 0 {
-		c.heapFix(x.heapIdx)
+		c.heap.Fix(x.heapIdx, int64(x.last))
 	}
 }
 
@@ -197,9 +200,8 @@ func (c *radix) unlockPath(x *node) {
 func (c *radix) evict(need int) int {
 	c.gen++
 	freed := 0
-	for freed < need && len(c.heap) > 0 {
-		x := c.heap[0]
-		c.heapRemove(x)
+	for freed < need && c.heap.Len() > 0 {
+		x := c.heap.Pop().V
 		p := x.parent
 		delete(p.children, c.childKey(x.key))
 		c.size -= len(x.key)
@@ -214,76 +216,8 @@ func (c *radix) evict(need int) int {
 	return freed
 }
 
-// The evictable-leaf heap, ordered by (last, id).
+// heapPush makes x an evictable leaf, ordered by (last, id): least recently used first, the
+// older node on a tie.
+func (c *radix) heapPush(x *node) { c.heap.PushSeq(int64(x.last), x.id, x) }
 
-func (c *radix) less(i, j int) bool {
-	a, b := c.heap[i], c.heap[j]
-	if a.last != b.last {
-		return a.last < b.last
-	}
-	return a.id < b.id
-}
-
-func (c *radix) swap(i, j int) {
-	c.heap[i], c.heap[j] = c.heap[j], c.heap[i]
-	c.heap[i].heapIdx = i
-	c.heap[j].heapIdx = j
-}
-
-func (c *radix) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !c.less(i, p) {
-			return
-		}
-		c.swap(i, p)
-		i = p
-	}
-}
-
-func (c *radix) down(i int) bool {
-	start := i
-	n := len(c.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && c.less(r, l) {
-			m = r
-		}
-		if !c.less(m, i) {
-			break
-		}
-		c.swap(i, m)
-		i = m
-	}
-	return i > start
-}
-
-func (c *radix) heapPush(x *node) {
-	x.heapIdx = len(c.heap)
-	c.heap = append(c.heap, x)
-	c.up(x.heapIdx)
-}
-
-func (c *radix) heapRemove(x *node) {
-	i := x.heapIdx
-	last := len(c.heap) - 1
-	if i != last {
-		c.swap(i, last)
-	}
-	c.heap[last] = nil
-	c.heap = c.heap[:last]
-	x.heapIdx = -1
-	if i != last {
-		c.heapFix(i)
-	}
-}
-
-func (c *radix) heapFix(i int) {
-	if !c.down(i) {
-		c.up(i)
-	}
-}
+func (c *radix) heapRemove(x *node) { c.heap.Remove(x.heapIdx) }

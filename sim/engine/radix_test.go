@@ -43,8 +43,11 @@ func checkRadix(c *radix) error {
 	if size != c.size || evictable != c.evictable || nodes != c.nodes {
 		return fmt.Errorf("size/evictable/nodes %d/%d/%d, recount %d/%d/%d", c.size, c.evictable, c.nodes, size, evictable, nodes)
 	}
-	for i := 1; i < len(c.heap); i++ {
-		if c.less(i, (i-1)/2) {
+	for i := range c.heap.Len() {
+		if e := c.heap.Entry(i); e.At != int64(e.V.last) || e.Seq != e.V.id || e.V.heapIdx != i {
+			return fmt.Errorf("heap entry %d keyed (%d, %d) at index %d, node has (%d, %d)", i, e.At, e.Seq, e.V.heapIdx, e.V.last, e.V.id)
+		}
+		if i > 0 && c.heap.Less(i, (i-1)/2) {
 			return fmt.Errorf("heap order broken at %d", i)
 		}
 	}

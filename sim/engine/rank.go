@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/pdrouter/pdrouter/sim/internal/heapq"
+)
 
 // rank is one DP rank: its KV pool, prefix cache and scheduler queues.
 type rank struct {
@@ -142,60 +146,16 @@ const (
 
 type timer struct {
 	at   time.Time
-	seq  uint64
 	kind uint8
 	r    *request
 	room uint64
 }
 
 // timerHeap orders timers by time, then by push order, so equal times fire deterministically.
-type timerHeap struct {
-	h   []timer
-	seq uint64
-}
+// The key is the time in Unix nanoseconds: the order of Before for the engine's times
+// (1678–2262), on the wall clock when a real-time driver's times carry a monotonic reading.
+type timerHeap struct{ heapq.Heap[timer] }
 
-func (h *timerHeap) less(i, j int) bool {
-	a, b := &h.h[i], &h.h[j]
-	if !a.at.Equal(b.at) {
-		return a.at.Before(b.at)
-	}
-	return a.seq < b.seq
-}
+func (h *timerHeap) push(t timer) { h.Push(t.at.UnixNano(), t) }
 
-func (h *timerHeap) push(t timer) {
-	h.seq++
-	t.seq = h.seq
-	h.h = append(h.h, t)
-	for i := len(h.h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h.h[i], h.h[p] = h.h[p], h.h[i]
-		i = p
-	}
-}
-
-func (h *timerHeap) pop() timer {
-	t := h.h[0]
-	n := len(h.h) - 1
-	h.h[0] = h.h[n]
-	h.h[n] = timer{}
-	h.h = h.h[:n]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h.h[i], h.h[m] = h.h[m], h.h[i]
-		i = m
-	}
-	return t
-}
+func (h *timerHeap) pop() timer { return h.Pop().V }

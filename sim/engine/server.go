@@ -310,8 +310,7 @@ func (s *Server) Kill(now time.Time) {
 			rk.dcache.reset()
 		}
 	}
-	clear(s.timers.h)
-	s.timers.h = s.timers.h[:0]
+	s.timers.Clear()
 	clear(s.early)
 	s.stepping, s.kick, s.dead = false, false, true
 }

@@ -19,10 +19,9 @@ const (
 	evKill                        // server srv dies
 )
 
-// event is one entry of the heap. Times are virtual nanoseconds since the epoch.
+// event is what happens at one instant of the event queue (heapq.Heap[event]: the time is
+// the entry's At, virtual nanoseconds since the epoch).
 type event struct {
-	at   int64
-	seq  uint64
 	kind evKind
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
@@ -30,60 +29,4 @@ type event struct {
 	conv *conv
 	req  *request
 	att  *attempt
-}
-
-// eventHeap is a binary min-heap of events ordered by (at, seq): a typed heap, because
-// container/heap boxes every element into an interface.
-type eventHeap struct {
-	h   []event
-	seq uint64
-}
-
-func (q *eventHeap) len() int { return len(q.h) }
-
-func (q *eventHeap) less(i, j int) bool {
-	a, b := &q.h[i], &q.h[j]
-	return a.at < b.at || a.at == b.at && a.seq < b.seq
-}
-
-// push adds e, stamping its sequence number.
-func (q *eventHeap) push(e event) {
-	q.seq++
-	e.seq = q.seq
-	q.h = append(q.h, e)
-	i := len(q.h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !q.less(i, p) {
-			break
-		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
-		i = p
-	}
-}
-
-// pop removes and returns the earliest event; the heap must not be empty.
-func (q *eventHeap) pop() event {
-	top := q.h[0]
-	n := len(q.h) - 1
-	q.h[0] = q.h[n]
-	q.h[n] = event{} // drop pointers for the GC
-	q.h = q.h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && q.less(r, l) {
-			m = r
-		}
-		if !q.less(m, i) {
-			break
-		}
-		q.h[i], q.h[m] = q.h[m], q.h[i]
-		i = m
-	}
-	return top
 }
