@@ -33,7 +33,7 @@ var importRules = map[string]importRule{
 	"router":        {repo: []string{"router/tree"}, forbidStd: noHTTP},
 	"router/tree":   {forbidStd: noHTTP},
 	"router/wire":   {forbidStd: noHTTP},
-	"router/server": {repo: []string{"router", "router/wire"}, external: prometheus},
+	"router/server": {repo: []string{"router", "router/wire", "router/server/internal/h1"}, external: prometheus},
 	"workloads":     {repo: []string{"router/wire"}, external: gonum},
 	"reports":       {external: []string{"gonum.org/v1/gonum/", "gonum.org/v1/plot"}},
 	// sim/internal/heapq is the (at, seq) min-heap of sim and sim/engine: stdlib only.
@@ -46,6 +46,10 @@ var importRules = map[string]importRule{
 	"router/server/kube":       {repo: []string{"router"}, external: []string{"k8s.io/"}}, // client-go, API types; not router/server (a Registry of its own)
 	"cmd/router":               {anything: true},
 	"cmd/router/internal/demo": {anything: true},
+
+	// router/server/internal/h1 is the inference legs' HTTP/1.1 transport: stdlib, and httpguts
+	// to validate request headers as net/http does.
+	"router/server/internal/h1": {external: []string{"golang.org/x/net/http/httpguts"}},
 }
 
 // isStd reports whether an import path belongs to the standard library (no dot in its first
@@ -135,6 +139,8 @@ func TestImportRulesCatchViolations(t *testing.T) {
 	require.NotEmpty(t, checkImports("bench", []string{module + "/sim"}))
 	require.NotEmpty(t, checkImports("fakeworker", []string{module + "/router"}))
 	require.NotEmpty(t, checkImports("sim/engine", []string{"net/http"}))
+	require.NotEmpty(t, checkImports("router/server/internal/h1", []string{"golang.org/x/net/http2"}))
+	require.NotEmpty(t, checkImports("router/server/internal/h1", []string{module + "/router"}))
 	require.NotEmpty(t, checkImports("router/extra", nil))
 	require.Empty(t, checkImports("router", []string{"time", "math/rand/v2", module + "/router/tree"}))
 	require.Empty(t, checkImports("reports", []string{"gonum.org/v1/plot/vg", "gonum.org/v1/gonum/stat"}))

@@ -1,0 +1,512 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	neturl "net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Request is one request to send.
+type Request struct {
+	Method string
+	URL    string      // http://[user:pass@]host[:port][/path][?query]; userinfo is sent as Basic auth
+	Body   []byte      // nil: none; otherwise sent as JSON with its Content-Length
+	Header http.Header // may be nil; Host, Content-Length, Connection, Transfer-Encoding and User-Agent are the transport's
+}
+
+// Doer sends a request the transport does not serve itself (https://, a URL without a host),
+// and returns the response once its head arrived and whether it went out on a reused
+// connection.
+type Doer interface {
+	Do(ctx context.Context, r *Request) (*http.Response, bool, error)
+}
+
+// Transport sends requests over pooled HTTP/1.1 connections (see the package doc).
+type Transport struct {
+	dialer   net.Dialer
+	idle     time.Duration // an idle connection older than this is closed, not reused
+	maxIdle  int           // idle connections kept per host
+	fallback Doer
+
+	mu    sync.Mutex
+	pools map[string][]*conn // host:port → idle connections, most recently used last
+	sweep *time.Timer        // closes expired idle connections while any are pooled
+}
+
+// conn is one upstream connection.
+type conn struct {
+	t      *Transport
+	addr   string
+	nc     net.Conn
+	head   *headCap // bounds the bytes read for a response head
+	br     *bufio.Reader
+	idleAt time.Time
+}
+
+// MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
+// Transport.MaxResponseHeaderBytes does: a worker streaming headers without end cannot make
+// the router buffer them.
+const MaxResponseHead = 1 << 20
+
+// errResponseHeadTooLarge reports a response head over MaxResponseHead.
+var errResponseHeadTooLarge = fmt.Errorf("worker response headers exceed %d bytes", MaxResponseHead)
+
+// headCap passes reads through, at most left bytes while armed.
+type headCap struct {
+	r     io.Reader
+	armed bool
+	left  int
+}
+
+func (h *headCap) Read(p []byte) (int, error) {
+	if !h.armed {
+		return h.r.Read(p)
+	}
+	if h.left <= 0 {
+		return 0, errResponseHeadTooLarge
+	}
+	if len(p) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.r.Read(p)
+	h.left -= n
+	return n, err
+}
+
+// peekAfter is how long a connection may idle before it is checked for a close by the worker
+// before reuse. A worker closes idle connections after its keep-alive (uvicorn: 5 s); the
+// odd one closed sooner fails on reuse, reported as reused, for the caller to retry.
+const peekAfter = 100 * time.Millisecond
+
+// New returns a transport whose idle connections live at most idle, sending what it does not
+// serve to fallback.
+func New(idle time.Duration, fallback Doer) *Transport {
+	return &Transport{
+		dialer:   net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
+		idle:     idle,
+		maxIdle:  512,
+		fallback: fallback,
+		pools:    map[string][]*conn{},
+	}
+}
+
+// aLongTimeAgo is a deadline that makes blocked reads and writes return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// reqBufs hold requests being serialized (head and body, one write).
+var reqBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// putReqBuf recycles a request buffer unless a large body grew it.
+func putReqBuf(bp *[]byte) {
+	if cap(*bp) <= 64<<10 {
+		reqBufs.Put(bp)
+	}
+}
+
+// target is where a request goes, split from its URL.
+type target struct {
+	host string // the Host header: host[:port] without userinfo
+	addr string // the dial address, host:port
+	uri  string // the request target: /path?query
+	auth string // Authorization from the URL's userinfo ("": none)
+}
+
+// parseURL splits an http:// URL; ok is false for one the transport does not serve.
+func parseURL(url string) (tg target, ok bool) {
+	rest, ok := strings.CutPrefix(url, "http://")
+	if !ok {
+		return tg, false
+	}
+	tg.host, tg.uri = rest, "/"
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		tg.host, tg.uri = rest[:i], rest[i:]
+		if tg.uri[0] != '/' {
+			tg.uri = "/" + tg.uri
+		}
+		tg.uri, _, _ = strings.Cut(tg.uri, "#") // a fragment is not sent
+	}
+	if at := strings.LastIndexByte(tg.host, '@'); at >= 0 {
+		// http://user:pass@host: credentials go in Authorization: Basic, as net/http sends
+		// them.
+		user, pass, _ := strings.Cut(tg.host[:at], ":")
+		if u, err := neturl.PathUnescape(user); err == nil {
+			user = u
+		}
+		if p, err := neturl.PathUnescape(pass); err == nil {
+			pass = p
+		}
+		tg.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+		tg.host = tg.host[at+1:]
+	}
+	if tg.host == "" {
+		return tg, false
+	}
+	tg.addr = tg.host
+	if _, _, err := net.SplitHostPort(tg.host); err != nil {
+		tg.addr = net.JoinHostPort(strings.Trim(tg.host, "[]"), "80")
+	}
+	return tg, true
+}
+
+// Do sends r and returns the response once its head has been read, and whether it went out
+// on a reused connection. Reading the body to its end returns the connection to the pool;
+// closing it earlier closes the connection. A cancelled context unblocks any read or write,
+// which then fails with the context's error.
+func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, error) {
+	tg, ok := parseURL(r.URL)
+	if !ok {
+		return t.fallback.Do(ctx, r)
+	}
+	return t.exchange(ctx, r, &tg)
+}
+
+// exchange sends r to tg on a pooled connection and reads the response head.
+func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http.Response, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	head, err := serialize(r, tg)
+	if err != nil {
+		return nil, false, err
+	}
+	defer putReqBuf(head)
+	c, reused, err := t.get(ctx, tg.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, bool, error) {
+		stop()
+		c.nc.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, reused, cerr
+		}
+		return nil, reused, err
+	}
+	_, werr := c.nc.Write(*head)
+	// A worker may answer before it has read the whole body (413, 400) and close: the write
+	// then fails, but its response is there to read, as net/http reads it.
+	resp, err := c.readHead(r.Method)
+	if werr != nil && err != nil {
+		return fail(werr)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	keep := !resp.Close && werr == nil
+	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
+	resp.Body = &body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked}
+	return resp, reused, nil
+}
+
+// readHead reads the final response head, skipping informational ones (100 Continue, 103
+// Early Hints), within MaxResponseHead bytes in all.
+func (c *conn) readHead(method string) (*http.Response, error) {
+	c.head.armed, c.head.left = true, MaxResponseHead
+	defer func() { c.head.armed = false }()
+	for {
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
+		if err != nil {
+			if errors.Is(err, errResponseHeadTooLarge) {
+				return nil, errResponseHeadTooLarge
+			}
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, errors.New("unexpected 101 Switching Protocols")
+		case resp.StatusCode >= 100 && resp.StatusCode < 200:
+			continue // informational: no body, the final response follows
+		}
+		return resp, nil
+	}
+}
+
+// skipHeader reports whether a request header is the transport's to write, not the caller's.
+func skipHeader(k string) bool {
+	switch k {
+	case "Host", "Content-Length", "Connection", "Transfer-Encoding", "User-Agent", "Trailer":
+		return true
+	}
+	return false
+}
+
+// validate rejects what net/http would refuse to send: a method that is not a token, a
+// request target or Host with characters that would end the request line, and header names
+// or values that are not valid field names and values (httpguts).
+func validate(r *Request, tg *target) error {
+	if r.Method == "" || strings.IndexFunc(r.Method, func(c rune) bool { return !httpguts.IsTokenRune(c) }) >= 0 {
+		return fmt.Errorf("h1: invalid method %q", r.Method)
+	}
+	if strings.IndexFunc(tg.uri, func(c rune) bool { return c <= ' ' || c == 0x7f }) >= 0 {
+		return fmt.Errorf("h1: invalid character in request target %q", tg.uri)
+	}
+	if !httpguts.ValidHostHeader(tg.host) {
+		return fmt.Errorf("h1: invalid Host %q", tg.host)
+	}
+	for k, vs := range r.Header {
+		if skipHeader(k) {
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("h1: invalid header field name %q", k)
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("h1: invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
+}
+
+// serialize validates r and writes its head and body into a pooled buffer.
+func serialize(r *Request, tg *target) (*[]byte, error) {
+	if err := validate(r, tg); err != nil {
+		return nil, err
+	}
+	json := r.Body != nil
+	bp := reqBufs.Get().(*[]byte)
+	w := (*bp)[:0]
+	w = append(w, r.Method...)
+	w = append(w, ' ')
+	w = append(w, tg.uri...)
+	w = append(w, " HTTP/1.1\r\nHost: "...)
+	w = append(w, tg.host...)
+	w = append(w, "\r\nUser-Agent: pdrouter\r\n"...)
+	for k, vs := range r.Header {
+		if skipHeader(k) || (k == "Content-Type" && json) {
+			continue
+		}
+		for _, v := range vs {
+			w = append(w, k...)
+			w = append(w, ": "...)
+			w = append(w, strings.Trim(v, " \t")...) // as net/http writes values
+			w = append(w, "\r\n"...)
+		}
+	}
+	// The URL's credentials, unless the request carries its own (the client's bearer token
+	// wins).
+	if tg.auth != "" && len(r.Header["Authorization"]) == 0 {
+		w = append(w, "Authorization: "...)
+		w = append(w, tg.auth...)
+		w = append(w, "\r\n"...)
+	}
+	if json {
+		w = append(w, "Content-Type: application/json\r\n"...)
+	}
+	m := r.Method
+	if json || m == http.MethodPost || m == http.MethodPut || m == http.MethodPatch {
+		w = append(w, "Content-Length: "...)
+		w = strconv.AppendInt(w, int64(len(r.Body)), 10)
+		w = append(w, "\r\n"...)
+	}
+	w = append(w, "\r\n"...)
+	*bp = append(w, r.Body...)
+	return bp, nil
+}
+
+// body is a response body on a pooled connection. Close may be called while another
+// goroutine reads (it unblocks the read).
+type body struct {
+	c       *conn
+	body    io.ReadCloser
+	stop    func() bool
+	ctx     context.Context
+	keep    bool // the connection may be reused after a complete body
+	chunked bool
+
+	mu   sync.Mutex
+	done bool // the connection went back to the pool or was closed
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == nil {
+		return n, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done { // closed while reading
+		return n, err
+	}
+	b.done = true
+	// stop reports whether the cancel func had not run: only then is the deadline intact.
+	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
+		b.c.t.put(b.c)
+		return n, err
+	}
+	b.c.nc.Close()
+	if err != io.EOF {
+		if cerr := b.ctx.Err(); cerr != nil {
+			err = cerr
+		}
+	}
+	return n, err
+}
+
+// Close ends the body; a body not read to its end closes the connection.
+func (b *body) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		b.done = true
+		b.stop()
+		b.c.nc.Close()
+	}
+	return nil
+}
+
+// Pending reports whether the next Read returns without waiting for the network: the
+// connection has already buffered body bytes (for a chunked body, a complete chunk-size line).
+// Only the reading goroutine may call it.
+func (b *body) Pending() bool {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done { // the connection may already serve another request
+		return false
+	}
+	n := b.c.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	if !b.chunked {
+		return true
+	}
+	buf, _ := b.c.br.Peek(n)                    // already buffered: no read
+	buf = bytes.TrimPrefix(buf, []byte("\r\n")) // the end of the chunk just read
+	return bytes.IndexByte(buf, '\n') >= 0
+}
+
+// get returns an idle connection to addr that is still open, or dials a new one.
+func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+	for {
+		t.mu.Lock()
+		pool := t.pools[addr]
+		if len(pool) == 0 {
+			t.mu.Unlock()
+			break
+		}
+		c := pool[len(pool)-1]
+		pool[len(pool)-1] = nil
+		t.pools[addr] = pool[:len(pool)-1]
+		t.mu.Unlock()
+		idle := time.Since(c.idleAt)
+		if idle < t.idle && (idle < peekAfter || alive(c.nc)) {
+			return c, true, nil
+		}
+		c.nc.Close()
+	}
+	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	hc := &headCap{r: nc}
+	return &conn{t: t, addr: addr, nc: nc, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}, false, nil
+}
+
+// put returns a connection whose last response was read to its end, and closes connections
+// that idled past the timeout.
+func (t *Transport) put(c *conn) {
+	c.idleAt = time.Now()
+	t.mu.Lock()
+	stale := t.expireLocked(c.addr, c.idleAt)
+	pool := t.pools[c.addr]
+	keep := len(pool) < t.maxIdle
+	if keep {
+		t.pools[c.addr] = append(pool, c)
+		if t.sweep == nil {
+			t.sweep = time.AfterFunc(t.idle, t.sweepIdle)
+		}
+	}
+	t.mu.Unlock()
+	for _, s := range stale {
+		s.nc.Close()
+	}
+	if !keep {
+		c.nc.Close()
+	}
+}
+
+// expireLocked removes addr's connections idle for the timeout at now and returns them.
+func (t *Transport) expireLocked(addr string, now time.Time) []*conn {
+	pool := t.pools[addr]
+	expired := 0 // the oldest are first
+	for expired < len(pool) && now.Sub(pool[expired].idleAt) >= t.idle {
+		expired++
+	}
+	if len(pool) == 0 {
+		delete(t.pools, addr)
+		return nil
+	}
+	if expired == 0 {
+		return nil
+	}
+	stale := slices.Clone(pool[:expired])
+	pool = append(pool[:0], pool[expired:]...)
+	clear(pool[len(pool):cap(pool)])
+	if len(pool) == 0 {
+		delete(t.pools, addr) // also forgets workers that were removed
+	} else {
+		t.pools[addr] = pool
+	}
+	return stale
+}
+
+// sweepIdle closes expired idle connections of every host (a worker that gets no more
+// requests, or was removed, still has its connections closed), and runs again while any
+// connection is pooled.
+func (t *Transport) sweepIdle() {
+	now := time.Now()
+	t.mu.Lock()
+	var stale []*conn
+	for addr := range t.pools {
+		stale = append(stale, t.expireLocked(addr, now)...)
+	}
+	t.sweep = nil
+	if len(t.pools) > 0 {
+		t.sweep = time.AfterFunc(t.idle/2, t.sweepIdle)
+	}
+	t.mu.Unlock()
+	for _, s := range stale {
+		s.nc.Close()
+	}
+}
+
+// CloseIdleConnections closes every pooled connection (not the fallback's).
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	pools := t.pools
+	t.pools = map[string][]*conn{}
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
+	t.mu.Unlock()
+	for _, pool := range pools {
+		for _, c := range pool {
+			c.nc.Close()
+		}
+	}
+}
