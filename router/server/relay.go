@@ -83,8 +83,9 @@ func (h *heldBody) Pending() bool {
 }
 
 // pendingBody is an upstream body that knows whether its next Read would return without
-// waiting: heldBody does while its held part lasts; net/http's bodies cannot say, so each of
-// their reads is flushed.
+// waiting: the h1 transport's bodies do (they own the connection's read buffer), and heldBody
+// does while its held part lasts, then asks the body it holds; net/http's bodies (https://
+// workers) cannot say, so each of their reads is flushed.
 type pendingBody interface{ Pending() bool }
 
 // streamWriter writes complete SSE events to the client and flushes only when the upstream has

@@ -51,8 +51,8 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	clients   [3]clientDoer // per role: regular, prefill, decode
-	admin     *http.Client  // probes, aborts, flush, proxied GETs
+	clients   [3]legClient // per role: regular, prefill, decode
+	admin     *http.Client // probes, aborts, flush, proxied GETs
 	adm       *admission
 	metrics   *Metrics
 	reg       *prometheus.Registry
@@ -132,7 +132,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	for i := range s.clients {
-		s.clients[i] = newUpstreamClient(idle, tc)
+		s.clients[i] = newLegClient(idle, tc)
 	}
 	if cfg.TLSCertPath != "" {
 		if s.servingTLS, err = ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {

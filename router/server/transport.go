@@ -9,24 +9,55 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 )
 
-// maxResponseHead bounds a worker's response head (status line and headers): a worker
-// streaming headers without end cannot make the router buffer them.
-const maxResponseHead = 1 << 20
-
-// newUpstreamClient returns the client of one role's inference legs: net/http's Transport
-// with newTransport's pools, response heads bounded at maxResponseHead, tc for https://
-// workers (nil: Go's defaults), redirects returned as answers (a worker's 3xx is its answer,
-// not a place to resend a prompt to), and connections that keep an early answer readable
-// (earlyAnswerConn).
+// legClient sends the inference legs (regular, prefill, decode) of one role: http:// workers
+// through the h1 transport (one goroutine per request, flushes when the upstream runs dry;
+// see package h1), https:// workers and anything else h1 does not serve through net/http
+// (newUpstreamClient), which h1 falls back to.
 //
-// A hand-written HTTP/1.1 transport was measured against it on a production-shaped load
-// (BenchmarkUpstreamSSE: 2 ms to the first event, 256 events) and saved nothing within
-// noise, so it was removed (issue 26).
+// Why both: with net/http on these legs too (commit 8d41769), BenchmarkProxy (the router as
+// its own process beside nginx) showed the router using 11-18 % more CPU per request at
+// closed64/open1000 and 16-24 % more added TTFT P99 (issue 26).
+type legClient struct {
+	h1  *h1.Transport
+	net clientDoer
+}
+
+// newLegClient returns one role's legClient; idle bounds pooled connections' idle time in
+// both transports, tc is the TLS settings of https:// workers (nil: Go's defaults).
+func newLegClient(idle time.Duration, tc *tls.Config) legClient {
+	n := newUpstreamClient(idle, tc)
+	return legClient{h1: h1.New(idle, h1Fallback{n}), net: n}
+}
+
+func (c legClient) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
+	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker + r.path, Body: r.body, Header: r.hdr})
+}
+
+// CloseIdleConnections closes both transports' idle connections (Server.Wait).
+func (c legClient) CloseIdleConnections() {
+	c.h1.CloseIdleConnections()
+	c.net.CloseIdleConnections()
+}
+
+// h1Fallback is a clientDoer in the form h1 hands the URLs it does not serve to.
+type h1Fallback struct{ c clientDoer }
+
+func (f h1Fallback) Do(ctx context.Context, r *h1.Request) (*http.Response, bool, error) {
+	return f.c.roundTrip(ctx, &upstreamRequest{method: r.Method, worker: r.URL, body: r.Body, hdr: r.Header})
+}
+
+// newUpstreamClient returns the net/http client of one role's inference legs to https://
+// workers (legClient): newTransport's pools, response heads bounded as h1 bounds them, tc for
+// https:// workers (nil: Go's defaults), redirects returned as answers (a worker's 3xx is its
+// answer, not a place to resend a prompt to), and connections that keep an early answer
+// readable (earlyAnswerConn).
 func newUpstreamClient(idle time.Duration, tc *tls.Config) clientDoer {
 	t := newTransport(idle)
-	t.MaxResponseHeaderBytes = maxResponseHead
+	t.MaxResponseHeaderBytes = h1.MaxResponseHead
 	t.TLSClientConfig = tc
 	dial := t.DialContext
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -48,9 +48,9 @@ func startUvicorn(t *testing.T) string {
 	return url
 }
 
-// The upstream client (newUpstreamClient) against the server stack SGLang runs on:
-// streamed and plain responses byte for byte, hundreds of requests on reused connections from
-// concurrent clients, and a 413 uvicorn sends before the body is read.
+// The inference legs' client (legClient: the h1 transport for http://) against the server
+// stack SGLang runs on: streamed and plain responses byte for byte, hundreds of requests on
+// reused connections from concurrent clients, and a 413 uvicorn sends before the body is read.
 func TestIntegrationUvicornUpstream(t *testing.T) {
 	url := startUvicorn(t)
 	cfg := DefaultConfig()
