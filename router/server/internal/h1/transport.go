@@ -169,7 +169,8 @@ func parseURL(url string) (tg target, ok bool) {
 func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, error) {
 	tg, ok := parseURL(r.URL)
 	if !ok {
-		return t.fallback.Do(ctx, r)
+		fr := *r // a copy to hand on, so that r does not escape on the path h1 serves
+		return t.fallback.Do(ctx, &fr)
 	}
 	return t.exchange(ctx, r, &tg)
 }
