@@ -53,7 +53,8 @@ test-soak:
 
 # Service discovery against a real Kubernetes API server (opt-in): kube-apiserver and etcd are
 # built once from the Go module proxy (k8s.io/kubernetes with its staging modules pinned; a few
-# minutes on two cores) into K8SBIN, then serve watches pods there with the RBAC of deploy/k8s/base.
+# minutes on two cores) into K8SBIN, then router/server/kube (wired to a server as serve wires it)
+# watches pods there with the RBAC of deploy/k8s/base.
 K8SBIN ?= $(HOME)/.cache/pdrouter/k8s-v1.34.1
 test-k8s:
 	GO=$(GO) scripts/k8s-testenv.sh $(K8SBIN)
