@@ -3,10 +3,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,23 +43,74 @@ func randomBench(url string, out int) bench.Config {
 	return bench.Config{URL: url, Workload: p, Load: workloads.DefaultLoadParams(), RequestTimeout: 30 * time.Second}
 }
 
-// Issue 7: against `router fakeworker --profile constant --ttft 100ms --itl 20ms`, TTFT P50
-// within ±3 ms and TPOT P50 within ±1 ms at concurrency 1, 16 and 64. Not parallel: the other
-// tests here load the CPU, and timing on a busy machine measures the machine.
+// Issue 7: against `router fakeworker --profile constant --ttft 100ms --itl 20ms`, the bench's
+// TTFT P50 within ±3 ms of the truth and TPOT P50 within ±1 ms at concurrency 1, 16 and 64. The
+// truth is measured in the same run, not taken as the configured 100 ms: the fakeworker's timers
+// fire late on a busy machine (a clean-clone make test saw 103.4 ms at c64), so a minimal client
+// (refTTFT) measures its time to first event at the same concurrency right after the bench, and
+// the worker itself must never answer early. Not parallel: the other tests here load the CPU.
 func TestIntegrationBenchAccuracyFakeworker(t *testing.T) {
 	url := startConstantWorker(t, 100*time.Millisecond, 20*time.Millisecond)
 	for _, tc := range []struct{ clients, requests int }{{1, 10}, {16, 64}, {64, 192}} {
 		cfg := randomBench(url, 8)
+		cfg.Workload.API = workloads.APIGenerate
 		cfg.Load.Concurrency = []int{tc.clients}
 		cfg.Load.Requests = tc.requests
 		res, err := bench.Run(context.Background(), cfg)
 		require.NoError(t, err)
 		l := res.Levels[0]
 		require.Zero(t, l.Errors, l.ErrorsByKind)
-		t.Logf("fakeworker c%d: TTFT p50 %.2f ms, TPOT p50 %.3f ms", tc.clients, l.TTFTMs.P50, l.TPOTMs.P50)
-		assert.InDelta(t, 100, l.TTFTMs.P50, 3, "c%d TTFT P50", tc.clients)
+		ref := refTTFT(t, url, tc.clients, tc.requests)
+		t.Logf("fakeworker c%d: TTFT p50 %.2f ms (reference client %.2f), TPOT p50 %.3f ms", tc.clients, l.TTFTMs.P50, ref, l.TPOTMs.P50)
+		assert.InDelta(t, ref, l.TTFTMs.P50, 3, "c%d TTFT P50 against the reference client's", tc.clients)
+		assert.GreaterOrEqual(t, ref, 99.0, "c%d: the worker answered before its TTFT", tc.clients)
 		assert.InDelta(t, 20, l.TPOTMs.P50, 1, "c%d TPOT P50", tc.clients)
 	}
+}
+
+// refTTFT sends n streamed /generate requests from clients goroutines and returns the P50 of
+// the time from sending each to its first SSE event, in ms: a reference with no bench machinery.
+func refTTFT(t *testing.T, url string, clients, n int) float64 {
+	t.Helper()
+	body := `{"text":"a prompt of sixteen tokens or so for the reference client to send","stream":true,"sampling_params":{"max_new_tokens":8,"ignore_eos":true}}`
+	ms := make([]float64, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range clients {
+		wg.Go(func() {
+			for i := range next {
+				start := time.Now()
+				resp, err := http.Post(url+"/generate", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				ms[i] = float64(time.Since(start).Microseconds()) / 1000
+				if err == nil && !strings.HasPrefix(line, "data:") {
+					err = fmt.Errorf("first line %q is not an SSE event", line)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	slices.Sort(ms)
+	return ms[(n-1)/2]
 }
 
 // Issue 7: open loop against the fakeworker achieves the requested rate within ±2 % over 30 s.
