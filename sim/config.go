@@ -65,6 +65,22 @@ type Cluster struct {
 	// name here wins over a preset of the same name. They are recorded in results.json with
 	// the cluster, so a run says exactly which coefficients it used.
 	Profiles map[string]engine.Profile `json:"profiles,omitempty" yaml:"profiles,omitempty"`
+	// Args are SGLang's engine arguments of every server (unset fields: the engine's
+	// defaults); PrefillArgs and DecodeArgs, when set, replace them for that role.
+	Args        engine.ServerArgs  `json:"engine_args" yaml:"engine_args"`
+	PrefillArgs *engine.ServerArgs `json:"prefill_engine_args,omitempty" yaml:"prefill_engine_args,omitempty"`
+	DecodeArgs  *engine.ServerArgs `json:"decode_engine_args,omitempty" yaml:"decode_engine_args,omitempty"`
+}
+
+// args returns the engine arguments of role's servers.
+func (c Cluster) args(role engine.Role) engine.ServerArgs {
+	switch {
+	case role == engine.RolePrefill && c.PrefillArgs != nil:
+		return *c.PrefillArgs
+	case role == engine.RoleDecode && c.DecodeArgs != nil:
+		return *c.DecodeArgs
+	}
+	return c.Args
 }
 
 // WithDefaults returns c with zero fields set to their defaults; pd says which mode's counts

@@ -169,7 +169,7 @@ func newSim(cfg Config) (*sim, error) {
 				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
 				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap,
 				DecodeRadixCache: cl.DecodeRadixCache && g.erole == engine.RoleDecode}
-			eng, err := engine.New(ec)
+			eng, err := engine.New(cl.args(g.erole).Apply(ec))
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s server %d: %w", g.role, i, err)
 			}

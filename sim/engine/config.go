@@ -68,6 +68,14 @@ type Config struct {
 	// reports its hit in Preallocated.CachedTokens, and the driver passes it to the prefill
 	// server's Handshake, which then transfers only the tokens the decode side lacks.
 	DecodeRadixCache bool
+
+	// CUDAGraphMaxBS is SGLang's --cuda-graph-max-bs: decode batches up to it replay a CUDA
+	// graph captured for the next captured size (the batch is padded to it); larger batches
+	// run eagerly. 0 → no CUDA-graph modelling.
+	CUDAGraphMaxBS int
+	// ScheduleConservativeness is SGLang's --schedule-conservativeness: it scales the
+	// new-token ratio admission charges running requests with; 0 → 1.
+	ScheduleConservativeness float64
 }
 
 func (c Config) withDefaults() Config {

@@ -60,6 +60,17 @@ type Profile struct {
 	// the slowest gating the server (the lockstep of older profiles).
 	DPAttn *DPAttnSplit `json:"dp_attention,omitempty" yaml:"dp_attention,omitempty"`
 
+	// HostOverhead is the seconds a request spends outside the GPU scheduler's steps:
+	// HTTP, tokenizer and detokenizer processes, scheduler polling (SGLang's
+	// tokenizer_manager.py and detokenizer_manager.py around scheduler.py's event loop).
+	HostOverhead float64 `json:"host_overhead,omitempty" yaml:"host_overhead,omitempty"`
+	// EagerOverhead is the seconds a decode step costs beyond the roofline when its batch is
+	// larger than Config.CUDAGraphMaxBS and runs without a CUDA graph (kernel launches).
+	EagerOverhead float64 `json:"eager_overhead,omitempty" yaml:"eager_overhead,omitempty"`
+
+	// Fit, when set, records the ranges a calibrated profile was fitted on (calibrate).
+	Fit *FitRange `json:"fit,omitempty" yaml:"fit,omitempty"`
+
 	KVBytesPerToken float64 `json:"kv_bytes_per_token" yaml:"kv_bytes_per_token"` // bytes of KV per token for the whole rank (all layers, K and V)
 	MaxTotalTokens  int     `json:"max_total_tokens" yaml:"max_total_tokens"`     // default KV capacity per rank in tokens (max_total_num_tokens); Config.MaxTotalTokens overrides
 
@@ -68,6 +79,15 @@ type Profile struct {
 	ITL      time.Duration `json:"itl,omitempty" yaml:"itl,omitempty"`           // Constant: time between output tokens
 
 	Source string `json:"source" yaml:"source"` // where the numbers come from, one line
+}
+
+// FitRange is what a calibrated profile was fitted on: predictions outside these ranges are
+// extrapolations (`router sim` warns).
+type FitRange struct {
+	PromptTokensMin int     `json:"prompt_tokens_min" yaml:"prompt_tokens_min"`
+	PromptTokensMax int     `json:"prompt_tokens_max" yaml:"prompt_tokens_max"`
+	BatchPerRankMax int     `json:"batch_per_rank_max" yaml:"batch_per_rank_max"`
+	Residual        float64 `json:"residual" yaml:"residual"` // fitted loss (relative error) on the levels used
 }
 
 // DPAttnSplit divides a step under SGLang's DP attention (--enable-dp-attention, with expert
@@ -204,6 +224,7 @@ func (p Profile) String() string {
 // ModelCard describes a transformer for the roofline. Parameter counts are totals (not per GPU).
 type ModelCard struct {
 	Name         string
+	Aliases      []string // other names (Hugging Face ids) LookupModel accepts
 	Params       float64 // all parameters (weights read per decode step; MoE: all experts)
 	ActiveParams float64 // parameters used per token (dense: = Params)
 	AttnParams   float64 // parameters of the attention layers (Q/K/V/O projections, all layers)
