@@ -3,6 +3,7 @@ package validate
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -32,19 +33,29 @@ var modelNames = map[string]string{
 const notExpressible = "not expressible yet: "
 
 // resolveModel finds the set's model card: the first word of the file's model field (its HF
-// id) by engine.LookupModel (names and aliases), then by modelNames.
+// id) by engine.LookupModel (names and aliases), then by modelNames. A quantized checkpoint
+// (…-GPTQ-Int4, …-AWQ, …-FP8) is its base model's card at another precision (the set's
+// precision field; applyPrecision).
 func resolveModel(s Set) (engine.ModelCard, error) {
 	id := firstWord(s.Model)
-	if m, err := engine.LookupModel(id); err == nil {
-		return m, nil
+	ids := []string{id}
+	if i := quantSuffix.FindStringIndex(id); i != nil && i[0] > 0 {
+		ids = append(ids, id[:i[0]])
 	}
-	if n, ok := modelNames[strings.ToLower(id)]; ok {
-		if m, err := engine.LookupModel(n); err == nil {
+	for _, c := range ids {
+		if m, err := engine.LookupModel(c); err == nil {
 			return m, nil
+		}
+		if n, ok := modelNames[strings.ToLower(c)]; ok {
+			if m, err := engine.LookupModel(n); err == nil {
+				return m, nil
+			}
 		}
 	}
 	return engine.ModelCard{}, fmt.Errorf("unknown model %s", id)
 }
+
+var quantSuffix = regexp.MustCompile(`(?i)-(gptq|awq|fp8|int4|int8|w4a16|w8a8)([-_].*)?$`)
 
 // resolveGPU finds the set's GPU.
 func resolveGPU(s Set) (engine.GPU, error) {

@@ -46,7 +46,7 @@ func WriteMarkdown(w io.Writer, reps []SetReport) error {
 				num(r.Published), num(r.Simulated), ratio(r.Ratio), band(r.Band), verdict(r))
 		}
 	}
-	fmt.Fprintf(&b, "\n%s\n", Count(Results(reps)))
+	fmt.Fprintf(&b, "\n%s\n", strings.ReplaceAll(Count(Results(reps)).String(), "_", "\\_"))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
