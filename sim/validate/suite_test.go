@@ -210,3 +210,45 @@ func TestResolveModelAndGPU(t *testing.T) {
 	assert.Len(t, notes, 1)
 	assert.Equal(t, engine.Llama3Dense8B, applyPrecision(engine.Llama3Dense8B, "bf16", &notes), "the native precision changes nothing")
 }
+
+// Issue 25's acceptance: the large-scale EP blog's prefill holds its per-GPU throughput as the
+// prefill server grows from EP16 (two nodes) to EP32 (four), within ±15 %.
+func TestEPPrefillPerGPUHoldsFrom16To32(t *testing.T) {
+	t.Parallel()
+	sets, err := Embedded()
+	require.NoError(t, err)
+	var s Set
+	for _, x := range sets {
+		if x.Name == "deepseek-v3-h100-pd-ep-96gpu" {
+			s = x
+		}
+	}
+	require.NotNil(t, s.PD, "the DeepSeek large-scale EP set")
+	model, err := resolveModel(s)
+	require.NoError(t, err)
+	gpu, err := resolveGPU(s)
+	require.NoError(t, err)
+	perGPU := map[int]float64{}
+	for _, n := range []int{16, 32} {
+		x := s
+		pd := *s.PD
+		pd.Prefill = Pool{Servers: 1, GPUs: n, TP: n, DP: n, EP: n}
+		x.PD = &pd
+		raw := roleArgs(x, "prefill")
+		args := map[string]any{}
+		for k, v := range raw {
+			args[k] = v
+		}
+		// The set's chunked_prefill_size is 16,384 tokens per rank at DP32; keep it per rank.
+		args["chunked_prefill_size"] = float64(16384 * n)
+		x.ServerArgs = map[string]any{"prefill": args, "decode": s.ServerArgs["decode"]}
+		var notes []string
+		svs, err := servers(x, model, gpu, &notes)
+		require.NoError(t, err)
+		rate, err := runPrefillPhase(svs[0], 2048, &notes)
+		require.NoError(t, err)
+		perGPU[n] = rate / float64(n)
+	}
+	t.Logf("prefill tok/s per GPU: EP16 %.0f, EP32 %.0f", perGPU[16], perGPU[32])
+	assert.InEpsilon(t, perGPU[16], perGPU[32], 0.15, "per-GPU prefill throughput EP16 vs EP32")
+}
