@@ -27,8 +27,17 @@ func TestShareGPTLengthsMatchPublishedMeans(t *testing.T) {
 
 func TestShareGPTSourceIsDeterministicAndCountsTokens(t *testing.T) {
 	t.Parallel()
+	for _, api := range []API{APICompletions, APIGenerate} {
+		t.Run(string(api), func(t *testing.T) {
+			t.Parallel()
+			testShareGPTSource(t, api)
+		})
+	}
+}
+
+func testShareGPTSource(t *testing.T, api API) {
 	p := DefaultParams()
-	p.Workload, p.API, p.NumPrompts, p.Seed = WorkloadShareGPT, APICompletions, 20, 7
+	p.Workload, p.API, p.NumPrompts, p.Seed = WorkloadShareGPT, api, 20, 7
 	read := func() []Turn {
 		src, err := NewSource(p)
 		require.NoError(t, err)
