@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -31,8 +31,9 @@ demo: build
 	$(BIN) demo $(DEMOFLAGS)
 
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
-# real loopback HTTP without -race (they carry timing tolerances), and the import-boundary test.
-test: vet test-imports test-unit test-integration test-browser
+# real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
+# the simulator against published SGLang measurements.
+test: vet test-imports test-unit test-integration test-browser test-published
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -59,6 +60,12 @@ K8SBIN ?= $(HOME)/.cache/pdrouter/k8s-v1.34.1
 test-k8s:
 	GO=$(GO) scripts/k8s-testenv.sh $(K8SBIN)
 	PDROUTER_K8S_BIN=$(K8SBIN) $(GO) test -count=1 -tags k8s -run '^TestK8s' -v ./router/server/kube
+
+# The published-results suite (sim/validate/published/*.json): prints sim ÷ published per
+# figure and fails when one lies outside its band or cannot be computed (router sim validate
+# --help). Its table in README.md is checked by a unit test of sim/validate.
+test-published:
+	$(GO) run ./cmd/router sim validate
 
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router

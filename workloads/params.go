@@ -13,11 +13,12 @@ const (
 	WorkloadRandom           = "random"
 	WorkloadMooncake         = "mooncake"
 	WorkloadAzure            = "azure"
+	WorkloadShareGPT         = "sharegpt" // ShareGPT-like lengths (sharegpt.go), --num-prompts requests
 )
 
 // Workloads lists every workload name, generators first.
 var Workloads = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom,
-	WorkloadMooncake, WorkloadAzure}
+	WorkloadShareGPT, WorkloadMooncake, WorkloadAzure}
 
 // Params are the workload options of SPEC §7 (and the request form of §4/§5): everything a
 // Source needs. Lengths are content tokens of the shared tokenizer. Build with DefaultParams and
@@ -43,7 +44,7 @@ type Params struct {
 	OutputLen  int     // --output-len: reply tokens per request (max_tokens); default 256
 	RangeRatio float64 // --range-ratio: lengths uniform in [max(1, L·r), L]; default 1 (fixed; sglang's random uses 0)
 
-	// random
+	// random (and sharegpt: NumPrompts)
 	InputLen   int // --input-len: prompt tokens; default 1024
 	NumPrompts int // --num-prompts: number of requests; default 1000
 
@@ -148,7 +149,7 @@ func (p Params) ConversationCount() int {
 		return p.GSPNumGroups * p.GSPPromptsPerGroup
 	case WorkloadLongSystemPrompt:
 		return p.LSPPrompts
-	case WorkloadRandom:
+	case WorkloadRandom, WorkloadShareGPT:
 		return p.NumPrompts
 	}
 	return 0

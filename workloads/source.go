@@ -36,6 +36,8 @@ func NewSource(p Params) (Source, error) {
 		return newLongSystemPrompt(p), nil
 	case WorkloadRandom:
 		return newRandom(p), nil
+	case WorkloadShareGPT:
+		return newShareGPT(p), nil
 	case WorkloadMooncake:
 		r, err := OpenMooncake(p.TraceFile, p.Seed)
 		if err != nil {

@@ -134,6 +134,7 @@ const (
 	domReply
 	domShuffle
 	domLevel // a level's seed (LevelSeed)
+	domShareGPT
 )
 
 // genText returns n generated tokens of text keyed by (seed, dom, a, b).

@@ -40,6 +40,7 @@ var importRules = map[string]importRule{
 	"sim/internal/heapq": {forbidStd: noHTTP},
 	"sim/engine":         {repo: []string{"sim/internal/heapq"}, external: gonum, forbidStd: noHTTP},
 	"sim":                {repo: []string{"router", "router/wire", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
+	"sim/validate":       {repo: []string{"router", "sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},
 	// fakeworker also uses golang.org/x/sys for a timerfd (precise engine-loop wake-ups).
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "workloads"}, external: append([]string{"golang.org/x/sys/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},

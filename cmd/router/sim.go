@@ -242,7 +242,7 @@ func newSimCmd() *cobra.Command {
 		}
 		return nil
 	}
-	cmd.AddCommand(newSimSweepCmd(), newSimCalibrateCmd())
+	cmd.AddCommand(newSimSweepCmd(), newSimCalibrateCmd(), newSimValidateCmd())
 	return cmd
 }
 

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSimValidateGatesOnBands(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A figure far outside its band (1 tok/s published) and a model the simulator cannot express.
+	known := filepath.Join(dir, "known.json")
+	require.NoError(t, os.WriteFile(known, []byte(`{"name": "known", "source_url": "x",
+	  "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100", "tp": 1, "dp": 1, "ep": 1,
+	  "workload": {"dataset": "random", "input_len": 256, "output_len": 16, "range_ratio": 1},
+	  "levels": [{"load": {"request_rate": "inf", "num_prompts": 32}, "figures": {"output_tok_s": 1}}]}`), 0o644))
+	unknown := filepath.Join(dir, "unknown.json")
+	require.NoError(t, os.WriteFile(unknown, []byte(`{"name": "unknown", "model": "org/Nope", "gpu": "H100",
+	  "workload": {"dataset": "random", "input_len": 256, "output_len": 16},
+	  "levels": [{"load": {"request_rate": 1}, "figures": {"output_tok_s": 1}}]}`), 0o644))
+
+	var out, errOut bytes.Buffer
+	assert.Equal(t, 1, execute([]string{"sim", "validate", known, unknown}, &out, &errOut), "outside the band and not expressible: exit 1")
+	assert.Contains(t, out.String(), "SET")
+	assert.Contains(t, out.String(), "OUTSIDE", "1 tok/s published: the sim is far above")
+	assert.Contains(t, out.String(), "not expressible yet: unknown model org/Nope")
+	assert.Contains(t, out.String(), "validate: 2 figures of 2 sets: 0 within band, 1 outside, 1 not computed")
+	assert.Contains(t, errOut.String(), "1 figures outside their band, 1 not computed")
+
+	out.Reset()
+	errOut.Reset()
+	assert.Equal(t, 0, execute([]string{"sim", "validate", "--no-fail", "--markdown", unknown}, &out, &errOut), errOut.String())
+	assert.True(t, strings.HasPrefix(out.String(), "| set | level | figure |"), out.String())
+
+	out.Reset()
+	assert.Equal(t, 0, execute([]string{"sim", "validate", "--help"}, &out, &errOut))
+	assert.Contains(t, out.String(), "Adding a set")
+}

@@ -1,0 +1,254 @@
+package validate
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/sim"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// benchServingDefaultPrompts is bench_serving's --num-prompts default (sglang
+// python/sglang/bench_serving.py argument parser).
+const benchServingDefaultPrompts = 1000
+
+// inferred holds setup values a set's source does not state and its figures imply, by set
+// name; each says how it was inferred.
+var inferred = map[string]struct {
+	rangeRatio *float64
+	numPrompts int
+	why        string
+}{
+	// PR #4880 states neither --random-range-ratio nor --num-prompts. Its figures imply
+	// near-fixed lengths and a short run: output 407.59 tok/s over total 7,084.46 is 512:8,192,
+	// and at the 1 req/s Poisson rate the output rate is 0.80 × 512 tokens — with uniform
+	// [1, L] lengths (range ratio 0) it would need 1.6 req/s; 0.80 req/s means the last
+	// requests' ~4.5 s (TTFT + 511 ITLs) weigh on a run of about 20 arrivals.
+	"qwen25-7b-gptq-a10-pd-1p1d-pr4880": {rangeRatio: ptr(1.0), numPrompts: 20,
+		why: "range ratio 1 and 20 prompts inferred from the published throughputs (not stated)"},
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// isServing reports whether a level is a serving measurement (not phase-isolated).
+func isServing(lv Level) bool {
+	_, phase := lv.Load["phase"]
+	return !phase
+}
+
+// levelLabel names a level in the table.
+func levelLabel(lv Level) string {
+	l := lv.Load
+	var parts []string
+	if ph, ok := l["phase"].(string); ok {
+		parts = append(parts, ph)
+		for _, k := range []struct{ key, short string }{{"input_len", "in"}, {"batch_size_per_device", "bs"},
+			{"decode_batch_size", "bs"}, {"kv_cache_len", "kv"}, {"nodes", "nodes"}, {"gpus_per_instance", "gpus"}} {
+			if f, ok := Num(l[k.key]); ok {
+				parts = append(parts, k.short+strconv.FormatFloat(f, 'g', -1, 64))
+			}
+		}
+		if p, ok := l["precision"].(string); ok {
+			parts = append(parts, firstWord(p))
+		}
+		return strings.Join(parts, " ")
+	}
+	if f, ok := Num(l["request_rate"]); ok {
+		if math.IsInf(f, 1) {
+			parts = append(parts, "rate inf")
+		} else {
+			parts = append(parts, "rate "+strconv.FormatFloat(f, 'g', -1, 64))
+		}
+	}
+	if f, ok := Num(l["concurrency"]); ok {
+		parts = append(parts, "c"+strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	if f, ok := Num(l["num_prompts"]); ok {
+		parts = append(parts, "n"+strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return strings.Join(parts, " ")
+}
+
+// server is one side of a deployment as the suite runs it.
+type server struct {
+	role    string // "" (unified), "prefill", "decode"
+	count   int    // servers of this role
+	par     engine.Parallelism
+	args    engine.ServerArgs
+	profile engine.Profile
+	gpus    int // GPUs of the role's pool (all its servers)
+	nodes   int // nodes of the role's pool
+}
+
+// servers builds the servers of a set (one unified, or prefill and decode), with the level's
+// precision applied to the model card.
+func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server, error) {
+	gpn := s.GPUsPerServer
+	if gpn == 0 {
+		gpn = 8
+	}
+	mk := func(role string, count, tp, dp, ep, gpus, nodes int) (server, error) {
+		if tp == 0 {
+			tp = max(gpus/max(count, 1), 1)
+		}
+		if dp == 0 {
+			dp = 1
+			if s.DPAttention {
+				dp = tp
+			}
+		}
+		if ep == 0 && s.DPAttention {
+			ep = tp
+		}
+		raw := roleArgs(s, role)
+		par := parallelism(tp, dp, ep, s.DPAttention, gpn, raw)
+		args := serverArgs(raw, par, notes)
+		name := "validate-" + s.Name
+		if role != "" {
+			name += "-" + role
+		}
+		prof, err := buildProfile(name, m, g, par, args)
+		if err != nil {
+			return server{}, err
+		}
+		if gpus == 0 {
+			gpus = count * par.TP
+		}
+		if nodes == 0 {
+			nodes = max((gpus+gpn-1)/gpn, 1)
+		}
+		return server{role: role, count: count, par: par, args: args, profile: prof, gpus: gpus, nodes: nodes}, nil
+	}
+	if s.PD == nil {
+		sv, err := mk("", 1, s.TP, s.DP, s.EP, 0, 0)
+		return []server{sv}, err
+	}
+	var out []server
+	for _, p := range []struct {
+		role string
+		pool Pool
+	}{{"prefill", s.PD.Prefill}, {"decode", s.PD.Decode}} {
+		count := max(p.pool.Servers, 1)
+		tp := p.pool.TP
+		if tp == 0 && p.pool.GPUsPerInstance > 0 {
+			tp = p.pool.GPUsPerInstance
+		}
+		sv, err := mk(p.role, count, tp, p.pool.DP, p.pool.EP, p.pool.GPUs, p.pool.Nodes)
+		if err != nil {
+			return nil, fmt.Errorf("%s pool: %w", p.role, err)
+		}
+		out = append(out, sv)
+	}
+	return out, nil
+}
+
+// runServing runs one serving level through sim.Run and returns its figures.
+func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]float64, error) {
+	w := workloads.DefaultParams()
+	w.API, w.Seed = workloads.APIGenerate, 1 // bench_serving's sglang backend posts /generate
+	inf := inferred[s.Name]
+	if inf.why != "" {
+		*notes = append(*notes, inf.why)
+	}
+	dataset := strings.ToLower(firstWord(str(s.Workload["dataset"])))
+	switch dataset {
+	case "sharegpt":
+		w.Workload = workloads.WorkloadShareGPT
+	case "random":
+		w.Workload = workloads.WorkloadRandom
+		in, ok1 := Num(s.Workload["input_len"])
+		out, ok2 := Num(s.Workload["output_len"])
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("random workload without input_len/output_len")
+		}
+		w.InputLen, w.OutputLen = int(in), int(out)
+		// bench_serving's --random-range-ratio defaulted to 0 (lengths uniform in [1, L]) in
+		// the versions of these sets; a set says otherwise in range_ratio.
+		w.RangeRatio = 0
+		if r, ok := Num(s.Workload["range_ratio"]); ok && r >= 0 && r <= 1 {
+			w.RangeRatio = r
+		} else if inf.rangeRatio != nil {
+			w.RangeRatio = *inf.rangeRatio
+		} else {
+			*notes = append(*notes, "range ratio not stated: bench_serving's default 0")
+		}
+	default:
+		return nil, fmt.Errorf("dataset %q has no workload here", str(s.Workload["dataset"]))
+	}
+	n := 0
+	if f, ok := Num(lv.Load["num_prompts"]); ok {
+		n = int(f)
+	} else if f, ok := s.Workload["num_prompts"].(float64); ok {
+		n = int(f)
+	} else if inf.numPrompts > 0 {
+		n = inf.numPrompts
+	} else {
+		n = benchServingDefaultPrompts
+		*notes = append(*notes, fmt.Sprintf("num_prompts not stated: bench_serving's default %d", n))
+	}
+	w.NumPrompts = n
+
+	l := workloads.DefaultLoadParams()
+	conc, hasConc := Num(lv.Load["concurrency"])
+	if !hasConc {
+		conc, hasConc = Num(s.Workload["max_concurrency"])
+	}
+	rate, hasRate := Num(lv.Load["request_rate"])
+	if !hasRate {
+		rate, hasRate = Num(s.Workload["request_rate"])
+	}
+	switch {
+	case hasConc && (!hasRate || math.IsInf(rate, 1)):
+		// bench_serving with --max-concurrency and rate inf keeps that many requests in
+		// flight: a closed loop.
+		l.Concurrency = []int{int(conc)}
+	case hasRate:
+		l.Rates = []float64{rate} // Poisson (bench_serving's default), +Inf = all at once
+	default:
+		l.Rates = []float64{math.Inf(1)}
+	}
+
+	cl := sim.Cluster{Profiles: map[string]engine.Profile{}}
+	rc := router.DefaultConfig()
+	rc.Policy = router.PolicyRoundRobin
+	if len(svs) == 1 {
+		sv := svs[0]
+		cl.Regular, cl.Profile, cl.DPSize, cl.DPAttention, cl.Args = 1, sv.profile.Name, sv.par.DP, sv.par.DPAttention, sv.args
+		cl.Profiles[sv.profile.Name] = sv.profile
+	} else {
+		pre, dec := svs[0], svs[1]
+		if pre.par.DP != dec.par.DP || pre.par.DPAttention != dec.par.DPAttention {
+			return nil, fmt.Errorf("prefill DP%d and decode DP%d differ: sim gives every server one --dp-size", pre.par.DP, dec.par.DP)
+		}
+		rc.PDDisaggregation = true
+		cl.Prefill, cl.Decode, cl.DPSize, cl.DPAttention = pre.count, dec.count, pre.par.DP, pre.par.DPAttention
+		cl.PrefillProfile, cl.DecodeProfile, cl.Profile = pre.profile.Name, dec.profile.Name, pre.profile.Name
+		cl.Profiles[pre.profile.Name], cl.Profiles[dec.profile.Name] = pre.profile, dec.profile
+		cl.PrefillArgs, cl.DecodeArgs = ptr(pre.args), ptr(dec.args)
+	}
+	res, err := sim.Run(sim.Config{Cluster: cl, Router: rc, Workload: w, Load: l})
+	if err != nil {
+		return nil, err
+	}
+	rl := res.Results.Levels[0]
+	if rl.Errors > 0 {
+		*notes = append(*notes, fmt.Sprintf("%d of %d requests failed in the sim", rl.Errors, rl.Requests))
+	}
+	gpus, nodes, all := 0, 0, 0
+	for _, sv := range svs {
+		gpus += sv.gpus
+		nodes += sv.nodes
+	}
+	all = nodes
+	figs := map[string]float64{}
+	for _, f := range lv.Figures {
+		if v, ok := LevelFigure(rl, f.Name, Scale{GPUs: gpus, Nodes: nodes, AllNodes: all}); ok {
+			figs[f.Name] = v
+		}
+	}
+	return figs, nil
+}

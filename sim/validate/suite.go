@@ -1,0 +1,330 @@
+package validate
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/pdrouter/pdrouter/sim/engine"
+)
+
+// SetReport is what running one set gave: its figures and the notes of the run (lenient
+// parsing, inferred setup values, scaled-down runs).
+type SetReport struct {
+	Set     string
+	Results []Result
+	Notes   []string
+}
+
+// Run runs every set (in parallel on all cores, each run deterministic) and returns their
+// reports in the order given.
+func Run(sets []Set) []SetReport {
+	out := make([]SetReport, len(sets))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+	for i := range sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = RunSet(sets[i])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// Results flattens reports into their results.
+func Results(reps []SetReport) []Result {
+	var rs []Result
+	for _, r := range reps {
+		rs = append(rs, r.Results...)
+	}
+	return rs
+}
+
+// RunSet runs every level of one set.
+func RunSet(s Set) SetReport {
+	rep := SetReport{Set: s.Name}
+	notes := append([]string(nil), s.Parse...)
+	fail := func(lv Level, why string) {
+		for _, f := range lv.Figures {
+			rep.Results = append(rep.Results, Failed(s.Name, levelLabel(lv), f.Name, f.Value, why))
+		}
+	}
+	model, errM := resolveModel(s)
+	gpu, errG := resolveGPU(s)
+	if errM != nil || errG != nil {
+		var why []string
+		for _, e := range []error{errM, errG} {
+			if e != nil {
+				why = append(why, e.Error())
+			}
+		}
+		for _, lv := range s.Levels {
+			fail(lv, notExpressible+strings.Join(why, ", "))
+		}
+		rep.Notes = notes
+		return rep
+	}
+	for _, lv := range s.Levels {
+		var lnotes []string
+		figs, err := runLevel(s, lv, model, gpu, &lnotes)
+		for _, n := range lnotes {
+			notes = append(notes, levelLabel(lv)+": "+n)
+		}
+		if err != nil {
+			fail(lv, notExpressible+err.Error())
+			continue
+		}
+		for _, f := range lv.Figures {
+			v, ok := figs[f.Name]
+			if !ok {
+				rep.Results = append(rep.Results, Failed(s.Name, levelLabel(lv), f.Name, f.Value, "figure not computed by the suite"))
+				continue
+			}
+			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
+			r.Model, r.GPU = model.Name, gpu.Name
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	rep.Notes = dedupe(notes)
+	return rep
+}
+
+// runLevel computes one level's figures.
+func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
+	s = levelSetup(s, lv)
+	prec := s.Precision
+	if p, ok := lv.Load["precision"].(string); ok {
+		prec = p
+	}
+	m := applyPrecision(model, prec, notes)
+	if isServing(lv) {
+		s.ServerArgs = pickVariant(s.ServerArgs, offline(lv)).(map[string]any)
+	}
+	svs, err := servers(s, m, gpu, notes)
+	if err != nil {
+		return nil, err
+	}
+	if isServing(lv) {
+		return runServing(s, lv, svs, notes)
+	}
+	allNodes := 0
+	for _, sv := range svs {
+		allNodes += sv.nodes
+	}
+	phase, _ := lv.Load["phase"].(string)
+	var sv server
+	var rate float64
+	var in, out float64
+	switch phase {
+	case "prefill":
+		sv = svs[0]
+		l, ok := firstNum(lv.Load["input_len"], s.Workload["input_len"])
+		if !ok {
+			return nil, fmt.Errorf("prefill phase without input_len")
+		}
+		rate, err = runPrefillPhase(sv, int(l), notes)
+		in = rate * float64(sv.count)
+	case "decode":
+		sv = svs[len(svs)-1]
+		dec, _ := s.Workload["decode"].(map[string]any)
+		batch, _ := firstNum(lv.Load["batch_size_per_device"], lv.Load["decode_batch_size"],
+			s.Workload["decode_batch_size"], dec["batch_size_per_device"])
+		ctx, ok := firstNum(lv.Load["kv_cache_len"], dec["kv_cache_len"], lv.Load["input_len"], s.Workload["input_len"])
+		if !ok {
+			return nil, fmt.Errorf("decode phase without a context length")
+		}
+		rate, err = runDecodePhase(sv, int(batch), int(ctx), notes)
+		out = rate * float64(sv.count)
+	default:
+		return nil, fmt.Errorf("phase %q is neither prefill nor decode", phase)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sc := Scale{GPUs: sv.gpus, Nodes: sv.nodes, AllNodes: allNodes}
+	figs := map[string]float64{}
+	for _, f := range lv.Figures {
+		if v, ok := Throughput(f.Name, in, out, sc); ok {
+			figs[f.Name] = v
+		}
+	}
+	return figs, nil
+}
+
+// levelSetup returns the set as one level ran it: a level's gpus_per_instance (GB200 part II:
+// prefill instances of 2 or 4 GPUs) sets the prefill pool's server size.
+func levelSetup(s Set, lv Level) Set {
+	if s.PD == nil {
+		return s
+	}
+	if g, ok := Num(lv.Load["gpus_per_instance"]); ok && g >= 1 {
+		pd := *s.PD
+		n := int(g)
+		pd.Prefill = Pool{Servers: 1, GPUs: n, TP: n, DP: n, EP: n, GPUsPerInstance: n}
+		s.PD = &pd
+	}
+	return s
+}
+
+// offline reports whether a serving level sends every request at once (rate inf), what
+// bench_serving READMEs call the offline benchmark.
+func offline(lv Level) bool {
+	r, ok := Num(lv.Load["request_rate"])
+	return ok && math.IsInf(r, 1)
+}
+
+// pickVariant resolves server-argument strings that give an online and an offline value
+// ("0.85 online (…); 0.88 offline (…)") to the one of the level's kind, in nested objects too.
+func pickVariant(v any, offline bool) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = pickVariant(e, offline)
+		}
+		return out
+	case string:
+		want, other := "online", "offline"
+		if offline {
+			want, other = other, want
+		}
+		for _, seg := range strings.Split(x, ";") {
+			if strings.Contains(seg, want) && !strings.Contains(strings.ReplaceAll(seg, want, ""), other) {
+				return strings.TrimSpace(seg)
+			}
+		}
+	}
+	return v
+}
+
+func firstNum(vs ...any) (float64, bool) {
+	for _, v := range vs {
+		if f, ok := Num(v); ok && !math.IsInf(f, 0) {
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+func dedupe(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Tally counts results.
+type Tally struct {
+	Sets, Figures, Pass, Outside, NotComputed int
+	Worst                                     *Result // the computed figure farthest from its published value (by |ratio − 1| over band)
+}
+
+// Count tallies results.
+func Count(rs []Result) Tally {
+	var t Tally
+	sets := map[string]bool{}
+	for i, r := range rs {
+		sets[r.Set] = true
+		t.Figures++
+		switch {
+		case math.IsNaN(r.Ratio):
+			t.NotComputed++
+		case r.Pass:
+			t.Pass++
+		default:
+			t.Outside++
+		}
+		if !math.IsNaN(r.Ratio) && (t.Worst == nil || excess(r) > excess(*t.Worst)) {
+			t.Worst = &rs[i]
+		}
+	}
+	t.Sets = len(sets)
+	return t
+}
+
+func excess(r Result) float64 { return math.Abs(r.Ratio-1) / r.Band }
+
+// OK reports whether every figure was computed and lies within its band.
+func (t Tally) OK() bool { return t.Outside == 0 && t.NotComputed == 0 }
+
+// String is the one-line summary.
+func (t Tally) String() string {
+	s := fmt.Sprintf("%d figures of %d sets: %d within band, %d outside, %d not computed", t.Figures, t.Sets, t.Pass, t.Outside, t.NotComputed)
+	if w := t.Worst; w != nil {
+		s += fmt.Sprintf("; farthest: %s %s %s %.2f× (band ±%.0f%%)", w.Set, w.Level, w.Figure, w.Ratio, 100*w.Band)
+	}
+	return s
+}
+
+// Summary is how well the suite validates one preset: the sets run with its model on its GPU
+// and the worst figure among them.
+type Summary struct {
+	Sets        []string // set names, sorted
+	Figures     int      // figures of those sets
+	Outside     int      // figures outside their band
+	NotComputed int      // figures that could not be computed
+	// WorstError is the largest |sim ÷ published − 1| among computed figures; WorstSet,
+	// WorstFigure name it.
+	WorstError            float64
+	WorstSet, WorstFigure string
+}
+
+// ByPreset maps each engine preset to the sets that validate it: those whose model card and
+// GPU are the preset's (a preset named "<model>-<gpu>…", e.g. llama3-8b-a100 for Llama-3.1-8B
+// on an A100, whatever its parallelism). Presets no set validates are absent (an
+// "unvalidated roofline").
+func ByPreset(rs []Result) map[string]Summary {
+	out := map[string]Summary{}
+	for _, p := range engine.Presets() {
+		if p.Constant {
+			continue
+		}
+		var sum Summary
+		sets := map[string]bool{}
+		for _, r := range rs {
+			if r.Model == "" || !presetMatches(p.Name, r.Model, r.GPU) {
+				continue
+			}
+			sets[r.Set] = true
+			sum.Figures++
+			if math.IsNaN(r.Ratio) {
+				sum.NotComputed++
+				continue
+			}
+			if !r.Pass {
+				sum.Outside++
+			}
+			if e := math.Abs(r.Ratio - 1); e > sum.WorstError || sum.WorstSet == "" {
+				sum.WorstError, sum.WorstSet, sum.WorstFigure = e, r.Set, r.Level+" "+r.Figure
+			}
+		}
+		if len(sets) == 0 {
+			continue
+		}
+		for s := range sets {
+			sum.Sets = append(sum.Sets, s)
+		}
+		sort.Strings(sum.Sets)
+		out[p.Name] = sum
+	}
+	return out
+}
+
+// presetMatches reports whether preset name is model on gpu: "<model>-<gpu without -sxm>"
+// followed by nothing or "-…".
+func presetMatches(preset, model, gpu string) bool {
+	stem := model + "-" + strings.TrimSuffix(gpu, "-sxm")
+	return preset == stem || strings.HasPrefix(preset, stem+"-")
+}
