@@ -39,13 +39,13 @@ type Profile struct {
 	// bound by the larger of that and their FLOPs (A1), so a short prompt costs the weights
 	// read, a long one its FLOPs. 0 in older profiles (A0 + A1·new).
 	PrefillM0 float64 `json:"prefill_m0,omitempty" yaml:"prefill_m0,omitempty"`
-	B0 float64 `json:"b0" yaml:"b0"` // decode: fixed seconds per step (scheduler, launches, sampling)
-	B1 float64 `json:"b1" yaml:"b1"` // decode, additive form: seconds per request in the batch
-	B2 float64 `json:"b2" yaml:"b2"` // decode, additive form: seconds per context token in the batch
-	M0 float64 `json:"m0" yaml:"m0"` // decode, memory-bound: seconds to read the weights once
-	M2 float64 `json:"m2" yaml:"m2"` // decode, memory-bound: seconds per context token (its KV read)
-	C1 float64 `json:"c1" yaml:"c1"` // decode, compute-bound: seconds per request (2·active params FLOPs)
-	C2 float64 `json:"c2" yaml:"c2"` // decode, compute-bound: seconds per context token (attention FLOPs)
+	B0        float64 `json:"b0" yaml:"b0"` // decode: fixed seconds per step (scheduler, launches, sampling)
+	B1        float64 `json:"b1" yaml:"b1"` // decode, additive form: seconds per request in the batch
+	B2        float64 `json:"b2" yaml:"b2"` // decode, additive form: seconds per context token in the batch
+	M0        float64 `json:"m0" yaml:"m0"` // decode, memory-bound: seconds to read the weights once
+	M2        float64 `json:"m2" yaml:"m2"` // decode, memory-bound: seconds per context token (its KV read)
+	C1        float64 `json:"c1" yaml:"c1"` // decode, compute-bound: seconds per request (2·active params FLOPs)
+	C2        float64 `json:"c2" yaml:"c2"` // decode, compute-bound: seconds per context token (attention FLOPs)
 	// ExpertM0 is, for MoE models, the seconds to read every routed expert once; a decode step
 	// reads only the experts its batch routes to, Experts·(1 − (1 − TopK/Experts)^batch) of
 	// them in expectation (uniform routing), so ExpertM0·that share joins M0. M0 then holds
