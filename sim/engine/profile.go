@@ -405,13 +405,13 @@ func LookupProfile(name string) (Profile, error) {
 // follows on its own line.
 func FormatPresets(coefficients bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-24s %12s %14s %10s %10s %10s  %s\n", "profile", "kv_tokens", "prefill_tok/s", "itl_b1", "itl_b64", "itl_b256", "source")
+	fmt.Fprintf(&b, "%-34s %12s %14s %10s %10s %10s  %s\n", "profile", "kv_tokens", "prefill_tok/s", "itl_b1", "itl_b64", "itl_b256", "source")
 	for _, p := range Presets() {
 		if p.Constant {
-			fmt.Fprintf(&b, "%-24s %12d %14s %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, "-", p.ITL, p.ITL, p.ITL, p.Source)
+			fmt.Fprintf(&b, "%-34s %12d %14s %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, "-", p.ITL, p.ITL, p.ITL, p.Source)
 		} else {
 			r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
-			fmt.Fprintf(&b, "%-24s %12d %14.0f %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, p.PrefillTokensPerSecond(),
+			fmt.Fprintf(&b, "%-34s %12d %14.0f %10s %10s %10s  %s\n", p.Name, p.MaxTotalTokens, p.PrefillTokensPerSecond(),
 				r(p.ITLAt(1)), r(p.ITLAt(64)), r(p.ITLAt(256)), p.Source)
 		}
 		if coefficients {
