@@ -205,7 +205,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 		ExpertM0:        c.routedBytes / (af * r.bw),
 		Experts:         m.Experts,
 		TopK:            m.TopK,
-		M2:              kvGPU / r.bw,
+		M2:              m.kvReadPerGPU(a) / r.bw,
 		C1:              lin,
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
@@ -310,7 +310,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		ExpertM0:        c.routedBytes / (af * r.bw),
 		Experts:         m.Experts,
 		TopK:            m.TopK,
-		M2:              kvGPU / r.bw,
+		M2:              m.kvReadPerGPU(a) / r.bw,
 		C1:              attnLin + sharedLin/(af*sharedRate),
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
@@ -550,9 +550,16 @@ func (m ModelCard) kvBytesPerToken() float64 {
 
 // kvBytesPerGPU is one token's KV on each GPU of an a-GPU tensor-parallel group: KV heads
 // split over the GPUs, replicated once there are more GPUs than heads (MLA's single latent
-// head is on every GPU).
+// head is on every GPU). The KV pool holds every layer's KV per token (sliding-window layers
+// included: conservative for SGLang's separate SWA pool).
 func (m ModelCard) kvBytesPerGPU(a int) float64 {
 	return m.kvBytesPerToken() / float64(max(1, min(a, m.KVHeads)))
+}
+
+// kvReadPerGPU is what a decode step reads per context token on each GPU: the KV of the
+// layers that attend to the whole context (sliding-window layers read a window per request).
+func (m ModelCard) kvReadPerGPU(a int) float64 {
+	return m.kvBytesPerGPU(a) * float64(m.Layers-m.SlidingLayers) / float64(m.Layers)
 }
 
 // pairFLOPs is the attention FLOPs per query×key pair and layer (prefill or decode form).
@@ -663,10 +670,13 @@ const (
 	// DeepEPNormalNICShare: DeepEP normal kernels reach 43–58 GB/s "bottleneck bandwidth"
 	// (RDMA) at EP16–64 on 400 Gb/s CX7 (~50 GB/s) NICs (docs/legacy.md): ~the line rate.
 	DeepEPNormalNICShare = 0.9
-	// DeepEPLowLatencyNICShare: low-latency kernels at 128 tokens reach 39–46 GB/s at
+	// DeepEPLowLatencyNICShare: low-latency kernels at 128 tokens per GPU reach 39–46 GB/s at
 	// EP64–256 counting every top-8 copy (docs/legacy.md, "Low-latency kernels"), 7/8 of them
-	// remote: 0.75 of the NIC per remote byte.
-	DeepEPLowLatencyNICShare = 0.75
+	// remote: 0.75 of the NIC per remote byte, a latency-bound point. Fixed at 0.9 (the normal
+	// kernels' share) by the decode sets at 256–480 tokens per GPU: deepseek-v3-h100-pd-ep-96gpu
+	// (22,282 tok/s per node: ×1.05 at 0.9, ×0.93 at 0.75) and kimi-k2-h200-pd-ep-128gpu
+	// (~4k per decode GPU: ×0.83 at 0.9, ×0.71 at 0.75).
+	DeepEPLowLatencyNICShare = 0.9
 	// DeepEPLowLatencyMaxTokens is SGLang's default low-latency buffer per GPU,
 	// SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = 128 (python/sglang/srt/layers/moe/
 	// token_dispatcher/deepep.py); --deepep-mode auto steps above it per GPU are normal mode.
