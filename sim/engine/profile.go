@@ -20,12 +20,15 @@ import (
 // and a decode request's context is prompt + tokens generated so far. A decode step on a GPU is
 // bound by the larger of its memory time (weights once, then each context token's KV) and its
 // compute time, not their sum: the roofline presets use the max form (M, C) with B0 as the
-// fixed overhead; B1 and B2 keep the additive form of older profiles, and a profile may use
-// either or both. E(batch) is the MoE expert reads (ExpertM0).
+// fixed overhead and B1 for what adds to either bound per request (tensor-parallel all-reduce
+// volume, sliding-window KV reads); B1 and B2 also keep the additive form of older profiles.
+// E(batch) is the MoE expert reads (ExpertM0). A prefill step's linear layers likewise take the
+// larger of the weights read (PrefillM0) and their FLOPs. Build derives the coefficients from a
+// model card, a GPU and a parallelism.
 //
 // Under DP attention (Config.DPAttention) a profile with DPAttn splits every step into a part
-// per rank (attention) and a part on the batch gathered from all ranks (FFN or MoE layers,
-// experts sharded over the server's GPUs, plus the collectives): see DPAttnSplit.
+// per rank (attention) and a part on the tokens of all ranks (routed experts sharded over the
+// server's GPUs, or a dense FFN, plus the collectives), charged per GPU: see DPAttnSplit.
 //
 // A Constant profile ignores the coefficients: every request gets exactly TTFT and ITL however
 // many run (an infinitely parallel server); `instant` is Constant with both zero.
@@ -220,7 +223,9 @@ func (p Profile) SharedTime(tokens int) time.Duration {
 		fixed, perTok, hide = d.LLCommFixed, d.LLCommPerToken, d.LLHide
 	}
 	comm := fixed + perTok*n
-	if d.TwoBatchOverlap {
+	// A batch of fewer than two tokens per GPU cannot be split in two (two_batch_overlap.py
+	// compute_split_seq_index finds no split): it runs as one.
+	if d.TwoBatchOverlap && tokens >= 2*max(d.GPUs, 1) {
 		return seconds(max(ffn, comm-hide*n) + d.OverlapOverhead)
 	}
 	return seconds(ffn + comm)
@@ -266,6 +271,15 @@ func (p Profile) String() string {
 	if d := p.DPAttn; d != nil {
 		s += fmt.Sprintf(" dp_attention(gpus=%d attn_a1=%.4gs/tok attn_m0=%.4gs attn_c1=%.4gs/req ffn_m0=%.4gs ffn_c1=%.4gs/tok comm=%.4gs+%.4gs/tok)",
 			d.GPUs, d.AttnA1, d.AttnM0, d.AttnC1, d.FFNM0, d.FFNC1, d.CommFixed, d.CommPerToken)
+		if d.LLMaxTokens > 0 {
+			s += fmt.Sprintf(" low_latency(≤%d tok/gpu comm=%.4gs+%.4gs/tok)", d.LLMaxTokens, d.LLCommFixed, d.LLCommPerToken)
+		}
+		if d.TwoBatchOverlap {
+			s += fmt.Sprintf(" two_batch_overlap(hide=%.4gs/tok ll_hide=%.4gs/tok overhead=%.4gs)", d.Hide, d.LLHide, d.OverlapOverhead)
+		}
+	}
+	if p.HostOverhead != 0 {
+		s += fmt.Sprintf(" host_overhead=%.4gs", p.HostOverhead)
 	}
 	return s + fmt.Sprintf(" kv_bytes_per_token=%.0f max_total_num_tokens=%d", p.KVBytesPerToken, p.MaxTotalTokens)
 }
@@ -324,20 +338,20 @@ func presetTable() []presetSpec {
 		return Parallelism{TP: n, DP: n, EP: n, DPAttention: true, DeepEPMode: deepEP, TwoBatchOverlap: tbo}
 	}
 	return []presetSpec{
-		{"llama3-8b-a100", Llama3Dense8B, A100SXM, tp(1), a100 + "; validated by llama31-8b-a100-sharegpt-v030"},
-		{"llama3-8b-h100", Llama3Dense8B, H100SXM, tp(1), h100 + "; validated by llama31-8b-h100-random8k-pr1060"},
+		{"llama3-8b-a100", Llama3Dense8B, A100SXM, tp(1), a100 + "; fitted to llama31-8b-a100-sharegpt-v030"},
+		{"llama3-8b-h100", Llama3Dense8B, H100SXM, tp(1), h100 + "; fitted to llama31-8b-h100-random8k-pr1060"},
 		{"llama3-8b-h200", Llama3Dense8B, H200SXM, tp(1), h200},
 		{"llama3-70b-a100-tp8", Llama3Dense70B, A100SXM, tp(8), a100},
-		{"llama3-70b-h100-tp4", Llama3Dense70B, H100SXM, tp(4), h100 + "; validated by llama31-70b-h100-tp4-sharegpt-v030"},
+		{"llama3-70b-h100-tp4", Llama3Dense70B, H100SXM, tp(4), h100 + "; fitted to llama31-70b-h100-tp4-sharegpt-v030"},
 		{"llama3-70b-h100-tp8", Llama3Dense70B, H100SXM, tp(8), h100},
 		{"llama3-70b-h200-tp8", Llama3Dense70B, H200SXM, tp(8), h200},
-		{"qwen2.5-7b-gptq-a10-tp4", Qwen25Dense7BGPTQ, A10, tp(4), a10 + "; qwen25-7b-gptq-a10-pd-1p1d-pr4880"},
+		{"qwen2.5-7b-gptq-a10-tp4", Qwen25Dense7BGPTQ, A10, tp(4), a10 + "; fitted to qwen25-7b-gptq-a10-pd-1p1d-pr4880 (ITL)"},
 		// Qwen3-30B-A3B with DP attention and EP8 without DeepEP: all-gather before the MoE.
 		{"qwen3-30b-a3b-h100-dp8", Qwen3MoE30BA3B, H100SXM, dpEP(8, "", false), h100},
 		{"qwen3-30b-a3b-h200-dp8", Qwen3MoE30BA3B, H200SXM, dpEP(8, "", false), h200},
 		{"qwen3-30b-a3b-h20-dp8", Qwen3MoE30BA3B, H20, dpEP(8, "", false), h20},
 		// gpt-oss-120b PR #9359: --tp 4 --dp 4 --ep 4 --enable-dp-attention, no DeepEP.
-		{"gpt-oss-120b-b200-dp4", GPTOSS120B, B200, dpEP(4, "", false), b200 + "; gpt-oss-120b-b200-dp4-ep4-pr9359"},
+		{"gpt-oss-120b-b200-dp4", GPTOSS120B, B200, dpEP(4, "", false), b200 + "; setup of gpt-oss-120b-b200-dp4-ep4-pr9359"},
 		// DeepSeek-V3 with DeepEP in SGLang's default auto mode (normal in prefill steps,
 		// low-latency in decode steps), one node (H200) or two (H100, H20).
 		{"deepseek-v3-h200-dp8", DeepSeekV3, H200SXM, dpEP(8, "auto", false), h200},
@@ -346,15 +360,15 @@ func presetTable() []presetSpec {
 		// The LMSYS 2025-05-05 large-scale EP setup (sglang issue #6017): prefill DP32/EP32 on 4
 		// nodes with DeepEP normal, decode DP72/EP72 on 9 nodes with DeepEP low-latency, both
 		// with two-batch overlap.
-		{"deepseek-v3-h100-ep32-prefill", DeepSeekV3, H100SXM, dpEP(32, "normal", true), h100 + "; deepseek-v3-h100-pd-ep-96gpu prefill"},
-		{"deepseek-v3-h100-ep72-decode", DeepSeekV3, H100SXM, dpEP(72, "low_latency", true), h100 + "; deepseek-v3-h100-pd-ep-96gpu decode"},
+		{"deepseek-v3-h100-ep32-prefill", DeepSeekV3, H100SXM, dpEP(32, "normal", true), h100 + "; fitted to deepseek-v3-h100-pd-ep-96gpu prefill"},
+		{"deepseek-v3-h100-ep72-decode", DeepSeekV3, H100SXM, dpEP(72, "low_latency", true), h100 + "; fitted to deepseek-v3-h100-pd-ep-96gpu decode"},
 		// Kimi K2 (LMSYS 2025-07-17, OME kimi-k2-pd-rt.yaml): prefill 4 nodes, decode 12 nodes.
-		{"kimi-k2-h200-ep32-prefill", KimiK2, H200SXM, dpEP(32, "normal", true), h200 + "; kimi-k2-h200-pd-ep-128gpu prefill"},
-		{"kimi-k2-h200-ep96-decode", KimiK2, H200SXM, dpEP(96, "low_latency", true), h200 + "; kimi-k2-h200-pd-ep-128gpu decode"},
+		{"kimi-k2-h200-ep32-prefill", KimiK2, H200SXM, dpEP(32, "normal", true), h200 + "; setup of kimi-k2-h200-pd-ep-128gpu prefill"},
+		{"kimi-k2-h200-ep96-decode", KimiK2, H200SXM, dpEP(96, "low_latency", true), h200 + "; fitted to kimi-k2-h200-pd-ep-128gpu decode"},
 		// GB200 NVL72 decode on 48 GPUs of one NVLink domain, no two-batch overlap (LMSYS
 		// 2025-06-16 and 2025-09-25), in both precisions of part II.
-		{"deepseek-v3-gb200-ep48-decode", DeepSeekV3, GB200, dpEP(48, "low_latency", false), gb + "; deepseek-gb200-nvl72 decode"},
-		{"deepseek-v3-fp4-gb200-ep48-decode", DeepSeekV3FP4, GB200, dpEP(48, "low_latency", false), gb + "; deepseek-gb200-nvl72-pd-ep-part2 low precision"},
+		{"deepseek-v3-gb200-ep48-decode", DeepSeekV3, GB200, dpEP(48, "low_latency", false), gb + "; setup of deepseek-gb200-nvl72-pd-ep-part2 high precision"},
+		{"deepseek-v3-fp4-gb200-ep48-decode", DeepSeekV3FP4, GB200, dpEP(48, "low_latency", false), gb + "; setup of deepseek-gb200-nvl72-pd-ep-part2 low precision"},
 	}
 }
 

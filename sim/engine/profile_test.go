@@ -142,6 +142,8 @@ func TestSharedTimeTwoBatchOverlap(t *testing.T) {
 	d.CommPerToken = 0
 	// comm 1 ms − 1 ms hidden: the experts' 1 ms gates.
 	assert.Equal(t, 1200*time.Microsecond, p.SharedTime(1000))
+	// Seven tokens on four GPUs do not split in two: no overlap, no split overhead.
+	assert.Equal(t, time.Duration(1e6+7e3), p.SharedTime(7))
 	// --deepep-mode auto: at most LLMaxTokens per GPU take the low-latency coefficients.
 	a := Profile{DPAttn: &DPAttnSplit{GPUs: 4, CommFixed: 0.005, CommPerToken: 1e-6, LLMaxTokens: 128, LLCommFixed: 0.001, LLCommPerToken: 2e-6}}
 	assert.Equal(t, time.Duration(1e6+2e-6*512*1e9), a.SharedTime(512), "512 tokens over 4 GPUs: low latency")
