@@ -813,10 +813,15 @@ var (
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.33, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 	// A10: A10 24 GB (PCIe): 125 TFLOP/s FP16 dense, no FP8, 600 GB/s GDDR6, no NVLink: PCIe
-	// Gen4 x16 (~32 GB/s per direction) between GPUs. Efficiencies as A100's (assumed).
+	// Gen4 x16 (~32 GB/s per direction) between GPUs. Memory efficiency as A100's (assumed).
 	A10 = GPU{Name: "a10", PeakFLOPS: 125e12, HBMBandwidth: 600e9, MemoryBytes: 24e9,
 		NVLinkBandwidth: 32e9, NVLinkDomain: 8, NICBandwidth: 12.5e9,
-		ComputeEfficiency: 0.5, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
+		// qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean TTFT 733 ms at 1 req/s on ~6,600-token prompts
+		// (output 407.6 of 512 → lengths ~0.6–1× of 8,192) is one prefill S plus M/G/1 queueing
+		// λE[S²]/2(1−λE[S]) plus transfer: S ≈ 0.45 s, which the TP4 all-reduce volume over
+		// PCIe (~24 µs/token) leaves ~0.7 of the FP16 peak for the GEMMs. Profile-level
+		// estimate; the end-to-end fit is `router sim validate`'s.
+		ComputeEfficiency: 0.7, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6,
 		AllReduceLatency: 25e-6, // qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms ≈ 2.9 weights + 1.9 overhead + ~1 KV + 56 all-reduces
 		EPNormalLatency:  60e-6, EPLowLatency: 15e-6}
