@@ -59,8 +59,6 @@ func (p Parallelism) Validate() error {
 		return fmt.Errorf("engine: GPUs per node %d must be ≥ 1", p.GPUsPerNode)
 	case p.DeepEPMode != "" && p.DeepEPMode != "normal" && p.DeepEPMode != "low_latency" && p.DeepEPMode != "auto":
 		return fmt.Errorf("engine: --deepep-mode %q must be normal, low_latency or auto", p.DeepEPMode)
-	case p.DeepEPMode != "" && !p.DPAttention:
-		return fmt.Errorf("engine: --deepep-mode %s is modelled with --enable-dp-attention only", p.DeepEPMode)
 	}
 	return nil
 }
@@ -80,7 +78,9 @@ func (p Parallelism) Validate() error {
 //	TP all-reduce (a > 1): 2 per layer of the hidden state in BF16, ring volume 2(a−1)/a over NVLink
 //	             (the NIC when a spans nodes): per token in A1 and B1, latency per step in A0 and B0
 //
-// Without DP attention each of the DP ranks is a TP group of a GPUs holding the whole model.
+// Without DP attention each of the DP ranks is a TP group of a GPUs holding the whole model;
+// its MoE layers cost the TP all-reduces whatever --ep-size and --deepep-mode say (an
+// approximation: the expert work per GPU is the same, DeepEP's volume is not modelled there).
 // With it, each rank holds the attention and the other non-expert layers (SGLang's DP dense
 // FFN, --moe-dense-tp-size 1, and replicated shared experts) and the routed experts are spread
 // over all TP GPUs (EP of them, TP/EP-way sliced within); for a dense model the FFN runs

@@ -20,7 +20,6 @@ func TestBuildValidationNamesFlag(t *testing.T) {
 		{Parallelism{TP: 8, DP: -2}, "--dp-size"},
 		{Parallelism{TP: 8, EP: 3}, "--ep-size"},
 		{Parallelism{TP: 8, DP: 8, DPAttention: true, DeepEPMode: "fast"}, "--deepep-mode"},
-		{Parallelism{TP: 8, DeepEPMode: "normal"}, "--enable-dp-attention"},
 		{Parallelism{TP: 1}, "--tp-size 1"}, // DeepSeek-V3 does not fit on one GPU
 	} {
 		_, err := Build("x", DeepSeekV3, H100SXM, tc.par)
