@@ -14,7 +14,9 @@ func TestPresets(t *testing.T) {
 	names := PresetNames()
 	for _, want := range []string{"llama3-8b-a100", "llama3-8b-h100", "llama3-8b-h200", "llama3-70b-a100-tp8",
 		"llama3-70b-h100-tp8", "llama3-70b-h200-tp8", "qwen3-30b-a3b-h100-dp8", "qwen3-30b-a3b-h200-dp8",
-		"qwen3-30b-a3b-h20-dp8", "deepseek-v3-h100-dp16", "deepseek-v3-h200-dp8", "deepseek-v3-h20-dp16", "instant", "constant"} {
+		"qwen3-30b-a3b-h20-dp8", "deepseek-v3-h100-dp16", "deepseek-v3-h200-dp8", "deepseek-v3-h20-dp16", "instant", "constant",
+		"llama3-70b-h100-tp4", "deepseek-v3-h100-ep32-prefill", "deepseek-v3-h100-ep72-decode", "kimi-k2-h200-ep96-decode",
+		"qwen2.5-7b-gptq-a10-tp4", "gpt-oss-120b-b200-dp4", "deepseek-v3-fp4-gb200-ep48-decode"} {
 		assert.Contains(t, names, want)
 	}
 	lines := strings.Split(strings.TrimSuffix(FormatPresets(false), "\n"), "\n")
@@ -68,13 +70,13 @@ func TestRooflineNumbers(t *testing.T) {
 	assert.Equal(t, 8, q.DPAttn.GPUs)
 	assert.Greater(t, q.MaxTotalTokens, 600_000)
 	// At batch 1 few experts are read: ITL well under the whole-weights read of one H20 (19 ms).
-	assert.Less(t, q.ITLAt(1), 8*time.Millisecond)
+	assert.Less(t, q.ITLAt(1), 10*time.Millisecond)
 	assert.Greater(t, q.ITLAt(64), q.ITLAt(1), "more tokens route to more experts")
 	_, err := Roofline("x", Llama3Dense70B, H100SXM, 1)
 	require.Error(t, err, "70B BF16 does not fit on one H100")
 	assert.Contains(t, err.Error(), "do not fit")
 	_, err = Roofline("x", Llama3Dense8B, H100SXM, 0)
-	assert.ErrorContains(t, err, "tensor-parallel size 0")
+	assert.ErrorContains(t, err, "--tp-size")
 }
 
 func TestProfileTimes(t *testing.T) {
@@ -114,4 +116,36 @@ func TestDPAttentionSplitTimes(t *testing.T) {
 	assert.Equal(t, time.Duration(1e6*4+1e6+0.4e6), p.SharedTime(4000), "compute-bound FFN on 4,000 gathered tokens")
 	assert.Zero(t, p.SharedTime(0))
 	assert.Equal(t, time.Duration(1e6+0.1e6+0.05e6), p.AttnPrefillTime(1000, 1000*500))
+}
+
+// A prefill step's linear layers cost the larger of the weights read and their FLOPs.
+func TestPrefillIsWeightsReadOrFLOPs(t *testing.T) {
+	t.Parallel()
+	p := Profile{A0: 0.001, PrefillM0: 0.010, A1: 1e-5, A2: 1e-9}
+	// 100 tokens: FLOPs 1 ms < weights 10 ms; 2,000 tokens: FLOPs 20 ms.
+	assert.Equal(t, time.Duration(1e6+10e6+0.01e6), p.PrefillTime(100, 10_000))
+	assert.Equal(t, time.Duration(1e6+20e6+0.01e6), p.PrefillTime(2000, 10_000))
+}
+
+// Two-batch overlap: the dispatch/combine of one micro-batch hides behind the other's
+// compute, so the shared part is the larger of the expert compute and the communication the
+// attention side cannot hide, plus the split's overhead; without it, their sum.
+func TestSharedTimeTwoBatchOverlap(t *testing.T) {
+	t.Parallel()
+	d := DPAttnSplit{GPUs: 4, FFNC1: 1e-6, CommFixed: 0.001, CommPerToken: 3e-6}
+	p := Profile{DPAttn: &d}
+	// 1,000 tokens: expert compute 1 ms, comm 1 + 3 = 4 ms.
+	assert.Equal(t, 5*time.Millisecond, p.SharedTime(1000))
+	d.TwoBatchOverlap, d.Hide, d.OverlapOverhead = true, 1e-6, 0.0002
+	// comm 4 ms − 1 ms hidden by attention-side compute = 3 ms > 1 ms of experts; + 0.2 ms.
+	assert.Equal(t, 3200*time.Microsecond, p.SharedTime(1000))
+	d.CommPerToken = 0
+	// comm 1 ms − 1 ms hidden: the experts' 1 ms gates.
+	assert.Equal(t, 1200*time.Microsecond, p.SharedTime(1000))
+	// Seven tokens on four GPUs do not split in two: no overlap, no split overhead.
+	assert.Equal(t, time.Duration(1e6+7e3), p.SharedTime(7))
+	// --deepep-mode auto: at most LLMaxTokens per GPU take the low-latency coefficients.
+	a := Profile{DPAttn: &DPAttnSplit{GPUs: 4, CommFixed: 0.005, CommPerToken: 1e-6, LLMaxTokens: 128, LLCommFixed: 0.001, LLCommPerToken: 2e-6}}
+	assert.Equal(t, time.Duration(1e6+2e-6*512*1e9), a.SharedTime(512), "512 tokens over 4 GPUs: low latency")
+	assert.Equal(t, time.Duration(5e6+1e-6*513*1e9), a.SharedTime(513), "one more: normal")
 }

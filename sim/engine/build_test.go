@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Build's errors name the SGLang flag at fault.
+func TestBuildValidationNamesFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		par  Parallelism
+		flag string
+	}{
+		{Parallelism{TP: -1}, "--tp-size"},
+		{Parallelism{TP: 8, DP: 3}, "--dp-size"},
+		{Parallelism{TP: 8, DP: -2}, "--dp-size"},
+		{Parallelism{TP: 8, EP: 3}, "--ep-size"},
+		{Parallelism{TP: 8, DP: 8, DPAttention: true, DeepEPMode: "fast"}, "--deepep-mode"},
+		{Parallelism{TP: 1}, "--tp-size 1"}, // DeepSeek-V3 does not fit on one GPU
+	} {
+		_, err := Build("x", DeepSeekV3, H100SXM, tc.par)
+		require.Error(t, err, "%+v", tc.par)
+		assert.Contains(t, err.Error(), tc.flag, "%+v", tc.par)
+	}
+	_, err := Build("x", Llama3Dense8B, H100SXM, Parallelism{TP: 8, DP: 8})
+	assert.NoError(t, err)
+}
+
+func TestCatalogLookups(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{
+		"meta-llama/Llama-3.1-8B-Instruct": "llama3-8b", "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama3-8b",
+		"meta-llama/Llama-3.1-8B": "llama3-8b", "meta-llama/Llama-3.1-70B-Instruct": "llama3-70b",
+		"meta-llama/Llama-3.1-70B": "llama3-70b", "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+		"moonshotai/Kimi-K2-Instruct": "kimi-k2", "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4": "qwen2.5-7b-gptq-int4",
+		"Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b", "openai/gpt-oss-120b": "gpt-oss-120b", "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+		"llama3-8b": "llama3-8b",
+	}
+	for alias, name := range want {
+		m, err := LookupModel(alias)
+		require.NoError(t, err, alias)
+		assert.Equal(t, name, m.Name, alias)
+	}
+	for _, g := range []string{"a100-sxm", "h100-sxm", "h200-sxm", "h20", "a10", "b200", "gb200"} {
+		_, err := LookupGPU(g)
+		assert.NoError(t, err, g)
+	}
+	_, err := LookupModel("gpt-5")
+	assert.ErrorContains(t, err, "kimi-k2")
+	// Every card builds on a GPU big enough at some parallelism, and its parameter split adds up.
+	for _, m := range Models() {
+		require.NoError(t, m.check(m.Name), m.Name)
+	}
+	// Cross-checks against the model cards' published totals.
+	assert.InDelta(t, 1.04e12, KimiK2.Params, 0.02e12)
+	assert.InDelta(t, 117e9, GPTOSS120B.Params, 1e9)
+}
+
+// Tensor parallelism: weights and FLOPs split over the GPUs, two all-reduces per layer.
+func TestBuildTensorParallel(t *testing.T) {
+	t.Parallel()
+	p1, err := Build("x", Llama3Dense70B, H100SXM, Parallelism{TP: 1, DP: 1})
+	require.Error(t, err, "141 GB of BF16 weights do not fit one H100")
+	p4, err := Build("x", Llama3Dense70B, H100SXM, Parallelism{TP: 4})
+	require.NoError(t, err)
+	g := H100SXM
+	// 160 all-reduces of latency each per step.
+	assert.InDelta(t, g.DecodeOverhead+160*g.AllReduceLatency, p4.B0, 1e-12)
+	// Per token: 160 × ring volume 2·(3/4)·8192·2 bytes over NVLink at CollectiveEfficiency.
+	comm := 160 * 2 * 0.75 * 8192 * 2 / (g.NVLinkBandwidth * CollectiveEfficiency)
+	assert.InDelta(t, comm, p4.B1, 1e-15)
+	assert.InDelta(t, 2*70.6e9/(4*g.PeakFLOPS*g.ComputeEfficiency)+comm, p4.A1, 1e-12)
+	assert.InDelta(t, 70.6e9*2/(4*g.HBMBandwidth*g.MemoryEfficiency), p4.M0, 1e-12)
+	// 8 KV heads over 4 GPUs: each GPU holds a quarter of a token's KV.
+	assert.InDelta(t, 327680.0/4/(g.HBMBandwidth*g.MemoryEfficiency), p4.M2, 1e-18)
+	// DP replicas: --tp-size 8 --dp-size 2 is two TP4 ranks, each exactly p4.
+	p8, err := Build("x", Llama3Dense70B, H100SXM, Parallelism{TP: 8, DP: 2})
+	require.NoError(t, err)
+	assert.Equal(t, p4.A1, p8.A1)
+	assert.Equal(t, p4.MaxTotalTokens, p8.MaxTotalTokens)
+	// TP across two nodes: the all-reduce volume goes over the NIC.
+	p16, err := Build("x", Llama3Dense70B, H100SXM, Parallelism{TP: 16})
+	require.NoError(t, err)
+	assert.InDelta(t, 160*2*15.0/16*8192*2/(g.NICBandwidth*CollectiveEfficiency), p16.B1, 1e-15)
+	_ = p1
+}
+
+// Precision: NVFP4 experts halve the expert GEMM time on a GPU with FP4 tensor cores and shrink
+// the expert weights to 0.5625 bytes; FP8 KV halves the KV bytes and runs attention at the FP8
+// rate.
+func TestBuildPrecision(t *testing.T) {
+	t.Parallel()
+	par := Parallelism{TP: 48, DP: 48, EP: 48, DPAttention: true, DeepEPMode: "low_latency"}
+	hi, err := Build("hi", DeepSeekV3, GB200, par)
+	require.NoError(t, err)
+	lo, err := Build("lo", DeepSeekV3FP4, GB200, par)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, lo.DPAttn.FFNC1/hi.DPAttn.FFNC1, 1e-9, "FP4 10 PF vs FP8 5 PF")
+	assert.InDelta(t, 0.5625, lo.DPAttn.ExpertM0/hi.DPAttn.ExpertM0, 1e-9)
+	assert.InDelta(t, 0.5, lo.KVBytesPerToken/hi.KVBytesPerToken, 1e-9)
+	// Attention at the FP8 rate (5 PF at the low-precision efficiency) vs BF16 (2.5 PF at the
+	// compute efficiency).
+	g := GB200
+	assert.InDelta(t, g.PeakFLOPS*g.ComputeEfficiency/(g.PeakFLOPSFP8*g.LowPrecisionEfficiency), lo.C2/hi.C2, 1e-9)
+}
+
+// DeepEP low-latency dispatch/combine by hand: DeepSeek-V3 on 16 H100s over 2 nodes.
+func TestEPCommByHand(t *testing.T) {
+	t.Parallel()
+	par := Parallelism{TP: 16, DP: 16, EP: 16, DPAttention: true, DeepEPMode: "low_latency", GPUsPerNode: 8}
+	perTok, fixed := epComm(DeepSeekV3, H100SXM, par, true)
+	bytes := 7168*(1+4.0/128) + 7168*2
+	// Of each token's 8 copies, 8/16 go to the other node (NIC) and 7/16 to the own node's other
+	// GPUs (NVLink); per gathered token, divided by the 16 GPUs.
+	want := 58 * (8*0.5*bytes/(50e9*DeepEPLowLatencyNICShare) + 8*7.0/16*bytes/(450e9*CollectiveEfficiency)) / 16
+	assert.InDelta(t, want, perTok, want*1e-12)
+	assert.InDelta(t, 2*58*H100SXM.EPLowLatency, fixed, 1e-15)
+	// Normal mode: a token crosses to the other node at most once: 1 − (1/2)^8 of them do.
+	perTok, _ = epComm(DeepSeekV3, H100SXM, par, false)
+	rdma := (1 - math.Pow(0.5, 8)) * bytes / (50e9 * DeepEPNormalNICShare)
+	nvl := 8 * 7.0 / 8 * bytes / (450e9 * CollectiveEfficiency)
+	assert.InDelta(t, 58*max(rdma, nvl)/16, perTok, 1e-15)
+}
