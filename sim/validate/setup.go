@@ -3,7 +3,6 @@ package validate
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -18,44 +17,20 @@ var gpuNames = map[string]string{
 	"b200": "b200", "gb200": "gb200", "a10": "a10",
 }
 
-// modelNames maps Hugging Face ids to engine model names for cards that do not list the id
-// among their Aliases yet; engine.LookupModel is asked first, so an alias added to a card
-// takes over.
-var modelNames = map[string]string{
-	"meta-llama/llama-3.1-8b-instruct":      "llama3-8b",
-	"meta-llama/meta-llama-3.1-8b-instruct": "llama3-8b",
-	"meta-llama/llama-3.1-70b-instruct":     "llama3-70b",
-	"deepseek-ai/deepseek-v3":               "deepseek-v3",
-	"deepseek-ai/deepseek-r1":               "deepseek-v3",
-}
-
 // notExpressible prefixes the note of every figure the suite cannot compute today.
 const notExpressible = "not expressible yet: "
 
 // resolveModel finds the set's model card: the first word of the file's model field (its HF
-// id) by engine.LookupModel (names and aliases), then by modelNames. A quantized checkpoint
-// (…-GPTQ-Int4, …-AWQ, …-FP8) is its base model's card at another precision (the set's
-// precision field; applyPrecision).
+// id, a ModelCard alias) by engine.LookupModel. The catalog has a card per checkpoint
+// precision (…-GPTQ-Int4 is its own card), so the id names the precision too.
 func resolveModel(s Set) (engine.ModelCard, error) {
 	id := firstWord(s.Model)
-	ids := []string{id}
-	if i := quantSuffix.FindStringIndex(id); i != nil && i[0] > 0 {
-		ids = append(ids, id[:i[0]])
+	m, err := engine.LookupModel(id)
+	if err != nil {
+		return engine.ModelCard{}, fmt.Errorf("unknown model %s", id)
 	}
-	for _, c := range ids {
-		if m, err := engine.LookupModel(c); err == nil {
-			return m, nil
-		}
-		if n, ok := modelNames[strings.ToLower(c)]; ok {
-			if m, err := engine.LookupModel(n); err == nil {
-				return m, nil
-			}
-		}
-	}
-	return engine.ModelCard{}, fmt.Errorf("unknown model %s", id)
+	return m, nil
 }
-
-var quantSuffix = regexp.MustCompile(`(?i)-(gptq|awq|fp8|int4|int8|w4a16|w8a8)([-_].*)?$`)
 
 // resolveGPU finds the set's GPU.
 func resolveGPU(s Set) (engine.GPU, error) {
@@ -78,32 +53,17 @@ func firstWord(s string) string {
 	return ""
 }
 
-// applyPrecision adjusts the card to the precision a set (or one level of it) ran with, where
-// the card's native precision differs and a single number expresses it; notes say what was
-// done. The catalog's cards carry their checkpoint's native dtype.
+// lowPrecision is the card of the GB200 part II blog's "low precision" levels (FP8 attention
+// and KV, NVFP4 routed experts); its "high precision" is the DeepSeek-V3 card itself.
+const lowPrecision = "deepseek-v3-fp8kv-nvfp4moe"
+
+// applyPrecision returns the card a level ran with: a level whose precision starts with "low"
+// runs DeepSeek-V3 as lowPrecision; anything else is the checkpoint's own card.
 func applyPrecision(m engine.ModelCard, precision string, notes *[]string) engine.ModelCard {
-	p := strings.ToLower(precision)
-	kv := m.KVDTypeBytes
-	if kv == 0 {
-		kv = m.DTypeBytes
-	}
-	switch {
-	case strings.HasPrefix(p, "int4"):
-		// GPTQ int4 weights (dequantized into BF16 GEMMs): half a byte per weight read, the
-		// BF16 compute rate, BF16 KV.
-		if m.DTypeBytes != 0.5 {
-			m.DTypeBytes, m.KVDTypeBytes, m.FP8 = 0.5, kv, false
-			*notes = append(*notes, "int4 weights: 0.5 B/weight, BF16 GEMM rate and KV")
-		}
-	case strings.HasPrefix(p, "low"):
-		// GB200 part II "low": FP8 attention (KV) + NVFP4 MoE; the card has one weight dtype,
-		// so every weight is taken as 4-bit at the FP8 GEMM rate.
-		m.DTypeBytes, m.KVDTypeBytes, m.FP8 = 0.5, 1, true
-		*notes = append(*notes, "low precision approximated: all weights 0.5 B (NVFP4) at the FP8 GEMM rate, FP8 KV")
-	case strings.HasPrefix(p, "fp8"):
-		if !m.FP8 {
-			m.DTypeBytes, m.KVDTypeBytes, m.FP8 = 1, kv, true
-			*notes = append(*notes, "fp8 weights and GEMMs")
+	if m.Name == engine.DeepSeekV3.Name && strings.HasPrefix(strings.ToLower(precision), "low") {
+		if c, err := engine.LookupModel(lowPrecision); err == nil {
+			*notes = append(*notes, "low precision: card "+lowPrecision)
+			return c
 		}
 	}
 	return m

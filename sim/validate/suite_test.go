@@ -188,7 +188,7 @@ func TestResolveModelAndGPU(t *testing.T) {
 	for in, want := range map[string]string{
 		"meta-llama/Llama-3.1-8B-Instruct":                 "llama3-8b",
 		"meta-llama/Meta-Llama-3.1-8B-Instruct (remark)":   "llama3-8b",
-		"meta-llama/Llama-3.1-8B-Instruct-GPTQ-Int4":       "llama3-8b",
+		"Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4":               "qwen2.5-7b-gptq-int4",
 		"deepseek-ai/DeepSeek-V3 / DeepSeek-R1 (the blog)": "deepseek-v3",
 		"llama3-70b": "llama3-70b",
 	} {
@@ -204,11 +204,10 @@ func TestResolveModelAndGPU(t *testing.T) {
 		assert.Equal(t, want, g.Name, in)
 	}
 	var notes []string
-	m := applyPrecision(engine.Llama3Dense8B, "int4 (GPTQ weights)", &notes)
-	assert.Equal(t, 0.5, m.DTypeBytes)
-	assert.Equal(t, 2.0, m.KVDTypeBytes, "KV stays BF16")
+	assert.Equal(t, lowPrecision, applyPrecision(engine.DeepSeekV3, "low (FP8 attention, NVFP4 MoE)", &notes).Name)
 	assert.Len(t, notes, 1)
-	assert.Equal(t, engine.Llama3Dense8B, applyPrecision(engine.Llama3Dense8B, "bf16", &notes), "the native precision changes nothing")
+	assert.Equal(t, engine.DeepSeekV3.Name, applyPrecision(engine.DeepSeekV3, "high (BF16 attention, FP8 MoE)", &notes).Name)
+	assert.Equal(t, engine.Llama3Dense8B.Name, applyPrecision(engine.Llama3Dense8B, "bf16", &notes).Name, "the native precision changes nothing")
 }
 
 // Issue 25's acceptance: the large-scale EP blog's prefill holds its per-GPU throughput as the
