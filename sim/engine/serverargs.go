@@ -23,6 +23,19 @@ func sglangTP(par Parallelism) int {
 	return max(par.TP/par.DP, 1)
 }
 
+// SGLangParallelism converts SGLang's sizes into a Parallelism: without DP attention a server
+// launched with --tp-size tp --dp-size dp runs dp replicas of tp GPUs (tp·dp GPUs in all);
+// with --enable-dp-attention it runs tp GPUs in dp attention ranks (SGLang requires dp to
+// divide tp). Zero sizes are 1; DP attention with dp 1 is off, as SGLang turns it off.
+func SGLangParallelism(tp, dp, ep int, enableDPAttention bool) Parallelism {
+	tp, dp, ep = max(tp, 1), max(dp, 1), max(ep, 1)
+	par := Parallelism{TP: tp, DP: dp, EP: ep, DPAttention: enableDPAttention && dp > 1}
+	if !par.DPAttention {
+		par.TP = tp * dp
+	}
+	return par
+}
+
 // dpAttention reports whether SGLang runs par with DP attention: server_args.py
 // _handle_data_parallelism turns enable_dp_attention off when dp_size is 1.
 func dpAttention(par Parallelism) bool {
