@@ -269,6 +269,9 @@ func (c Cluster) Validate(pd bool) error {
 		return fmt.Errorf("sim: --model-path %s needs --gpu (%s)", c.ModelPath, gpuNames())
 	case c.ModelPath == "" && c.GPU != "":
 		return fmt.Errorf("sim: --gpu %s needs --model-path (a preset's GPU is part of its name)", c.GPU)
+	case c.ModelPath == "" && (c.Args.MemFractionStatic != 0 || c.PrefillArgs != nil && c.PrefillArgs.MemFractionStatic != 0 ||
+		c.DecodeArgs != nil && c.DecodeArgs.MemFractionStatic != 0):
+		return fmt.Errorf("sim: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
 	case !pd && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize|c.DecodeTPSize|c.DecodeDPSize|c.DecodeEPSize) != 0:
 		return fmt.Errorf("sim: --prefill-…-size and --decode-…-size need PD mode (--pd-disaggregation)")
 	}
