@@ -93,7 +93,8 @@ func TestClusterModelFlagsErrors(t *testing.T) {
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", TPSize: 2, DPSize: 4, DPAttention: true}, "--dp-size 4 must be ≥ 1 and divide --tp-size 2"},
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", EPSize: -1}, "--ep-size -1"},
 		{Cluster{Args: engine.ServerArgs{ChunkedPrefillSize: -1}}, "--chunked-prefill-size -1"},
-		{Cluster{DecodeArgs: &engine.ServerArgs{MemFractionStatic: 2}}, "--decode-mem-fraction-static 2"},
+		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", DecodeArgs: &engine.ServerArgs{MemFractionStatic: 2}}, "--decode-mem-fraction-static 2"},
+		{Cluster{DecodeArgs: &engine.ServerArgs{MemFractionStatic: 0.8}}, "--mem-fraction-static needs --model-path"},
 	} {
 		err := tc.cl.Validate(true)
 		if assert.Error(t, err, "%+v", tc.cl) {
