@@ -65,7 +65,9 @@ func gpuMemMiB(g GPU) float64 { return g.MemoryBytes / (1 << 20) }
 //     3·cuda_graph_max_bs·dp_size, and 1.5·cuda_graph_max_bs·dp_size more when
 //     cuda_graph_max_bs > 300; at least 10 GiB on GPUs above 60 GiB. Without a memory size:
 //     0.88. The chunked prefill size here is the one before the DP-attention division below
-//     (SGLang computes the memory settings first).
+//     (SGLang computes the memory settings first). Not modelled: the further reserves for
+//     piecewise CUDA graphs (8 MiB per captured token count when enabled, about 0.5 GB at
+//     8k-token chunks), speculative decoding and multimodal models.
 //   - page_size 1 (_handle_page_size: 1 unless an attention backend needs larger pages,
 //     which the engine does not model); schedule_conservativeness 1 (its default).
 //   - DP attention with dp_size > 1 (_handle_data_parallelism): chunked_prefill_size is
@@ -171,7 +173,8 @@ const (
 // (pool_configurator.py resolve_max_num_reqs; before it, model_runner.py init_memory_pool and
 // the scheduler's min over server limit and pool size): requested (already per rank, 0 when
 // unset) or, when unset, the request pool (capacity/contextLen·512 clamped to
-// [2048, 4096]), in both cases at most capacity/2.
+// [2048, 4096]), in both cases at most capacity/2. (Older SGLang capped a given value by the
+// request pool instead of capacity/2; the two differ only for pools under 8k tokens.)
 func MaxRunningRequestsFor(requested, capacity, contextLen int) int {
 	half := max(capacity/2, 1)
 	if requested > 0 {
