@@ -174,7 +174,7 @@ const (
 // the scheduler's min over server limit and pool size): requested (already per rank, 0 when
 // unset) or, when unset, the request pool (capacity/contextLen·512 clamped to
 // [2048, 4096]), in both cases at most capacity/2. (Older SGLang capped a given value by the
-// request pool instead of capacity/2; the two differ only for pools under 8k tokens.)
+// request pool, 2048 to 4096, instead of capacity/2.)
 func MaxRunningRequestsFor(requested, capacity, contextLen int) int {
 	half := max(capacity/2, 1)
 	if requested > 0 {
