@@ -39,6 +39,10 @@ type Cluster struct {
 	// Exclusive with Profile, PrefillProfile and DecodeProfile (presets and profile files).
 	ModelPath string `json:"model_path" yaml:"model_path"`
 	GPU       string `json:"gpu" yaml:"gpu"`
+	// PrefillGPU and DecodeGPU, when set, replace GPU for that pool (prefill and decode on
+	// different hardware).
+	PrefillGPU string `json:"prefill_gpu" yaml:"prefill_gpu"`
+	DecodeGPU  string `json:"decode_gpu" yaml:"decode_gpu"`
 	// TPSize, DPSize and EPSize are SGLang's --tp-size, --dp-size and --ep-size of every
 	// server (0 → 1): without DP attention a server runs DPSize replicas of TPSize GPUs each,
 	// with it TPSize GPUs in DPSize attention ranks. The Prefill… and Decode… sizes, when
@@ -152,9 +156,15 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 	if err != nil {
 		return engine.Profile{}, args, fmt.Errorf("sim: --model-path: %w", err)
 	}
-	g, err := engine.LookupGPU(c.GPU)
+	gpu, flag := c.GPU, "gpu"
+	if role == engine.RolePrefill && c.PrefillGPU != "" {
+		gpu, flag = c.PrefillGPU, "prefill-gpu"
+	} else if role == engine.RoleDecode && c.DecodeGPU != "" {
+		gpu, flag = c.DecodeGPU, "decode-gpu"
+	}
+	g, err := engine.LookupGPU(gpu)
 	if err != nil {
-		return engine.Profile{}, args, fmt.Errorf("sim: --gpu: %w", err)
+		return engine.Profile{}, args, fmt.Errorf("sim: --%s: %w", flag, err)
 	}
 	p, r, err := engine.BuildServer("", m, g, par, args)
 	if err != nil {
@@ -265,10 +275,12 @@ func (c Cluster) Validate(pd bool) error {
 		return fmt.Errorf("sim: --dp-size %d must be ≥ 1", c.DPSize)
 	case c.ModelPath != "" && (c.Profile != "" || c.PrefillProfile != "" || c.DecodeProfile != ""):
 		return fmt.Errorf("sim: --model-path and --profile (or --prefill-profile, --decode-profile) both pick the engine: give one")
-	case c.ModelPath != "" && c.GPU == "":
+	case c.ModelPath != "" && c.GPU == "" && !(pd && c.PrefillGPU != "" && c.DecodeGPU != ""):
 		return fmt.Errorf("sim: --model-path %s needs --gpu (%s)", c.ModelPath, gpuNames())
-	case c.ModelPath == "" && c.GPU != "":
-		return fmt.Errorf("sim: --gpu %s needs --model-path (a preset's GPU is part of its name)", c.GPU)
+	case c.ModelPath == "" && (c.GPU != "" || c.PrefillGPU != "" || c.DecodeGPU != ""):
+		return fmt.Errorf("sim: --gpu, --prefill-gpu and --decode-gpu need --model-path (a preset's GPU is part of its name)")
+	case !pd && (c.PrefillGPU != "" || c.DecodeGPU != ""):
+		return fmt.Errorf("sim: --prefill-gpu and --decode-gpu need PD mode (--pd-disaggregation)")
 	case c.ModelPath == "" && (c.Args.MemFractionStatic != 0 || c.PrefillArgs != nil && c.PrefillArgs.MemFractionStatic != 0 ||
 		c.DecodeArgs != nil && c.DecodeArgs.MemFractionStatic != 0):
 		return fmt.Errorf("sim: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")

@@ -50,6 +50,16 @@ func TestClusterModelOnGPUPerPool(t *testing.T) {
 	assert.Equal(t, 2, ranks[router.Prefill])
 	assert.Equal(t, 4, ranks[router.Decode])
 
+	// Decode on another GPU: its pool's profile and defaults follow that GPU.
+	h := cfg
+	h.Cluster.DecodeGPU = engine.H200SXM.Name
+	xh, err := newSim(h)
+	require.NoError(t, err)
+	wantH, _, err := engine.BuildServer("", engine.Llama3Dense8B, engine.H200SXM, engine.Parallelism{TP: 8, DP: 4}, engine.ServerArgs{})
+	require.NoError(t, err)
+	assert.Equal(t, wantH.Name, xh.servers[1].prof.Name)
+	assert.Equal(t, wantPre.Name, xh.servers[0].prof.Name)
+
 	res := mustRun(t, cfg)
 	var meta struct {
 		Resolved map[string]ResolvedServer `json:"resolved"`
@@ -86,7 +96,7 @@ func TestClusterModelFlagsErrors(t *testing.T) {
 	}{
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", Profile: "llama3-8b-h100"}, "--model-path and --profile"},
 		{Cluster{ModelPath: "llama3-8b"}, "--model-path llama3-8b needs --gpu"},
-		{Cluster{GPU: "h100-sxm"}, "--gpu h100-sxm needs --model-path"},
+		{Cluster{GPU: "h100-sxm"}, "--gpu, --prefill-gpu and --decode-gpu need --model-path"},
 		{Cluster{ModelPath: "no-such-model", GPU: "h100-sxm"}, "--model-path"},
 		{Cluster{ModelPath: "llama3-8b", GPU: "no-such-gpu"}, "--gpu"},
 		{Cluster{ModelPath: "llama3-70b", GPU: "h100-sxm"}, "do not fit"},
@@ -102,6 +112,9 @@ func TestClusterModelFlagsErrors(t *testing.T) {
 		}
 	}
 	assert.ErrorContains(t, Cluster{Regular: 1, PrefillTPSize: 2}.Validate(false), "need PD mode")
+	assert.ErrorContains(t, Cluster{Regular: 1, ModelPath: "llama3-8b", GPU: "h100-sxm", DecodeGPU: "h20"}.Validate(false), "need PD mode")
+	assert.ErrorContains(t, Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", DecodeGPU: "nope"}.Validate(true), "--decode-gpu")
+	assert.ErrorContains(t, Cluster{DecodeGPU: "h20"}.Validate(true), "need --model-path")
 	assert.NoError(t, Cluster{ModelPath: "llama3-70b", GPU: "h100-sxm", TPSize: 4}.Validate(true))
 }
 

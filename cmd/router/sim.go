@@ -42,7 +42,8 @@ concurrency 16 (a trace workload replays its own timestamps instead). --regular 
 
 A model on a GPU instead of a preset: --model-path MODEL --gpu GPU builds every server's profile
 from the model card and the GPU at SGLang's parallelism (--tp-size, --dp-size, --ep-size,
---enable-dp-attention; --prefill-tp-size, --decode-dp-size … give a pool its own sizes), and SGLang's
+--enable-dp-attention; --prefill-tp-size, --decode-dp-size … give a pool its own sizes and
+--prefill-gpu, --decode-gpu its own GPU), and SGLang's
 engine arguments not given (--chunked-prefill-size, --max-running-requests, --max-total-tokens,
 --page-size, --cuda-graph-max-bs, --mem-fraction-static, --schedule-conservativeness, each also as
 --prefill-… and --decode-…) take the values SGLang picks for that GPU's memory and parallelism.
@@ -103,6 +104,8 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.IntVar(&c.Regular, "regular", 0, "regular servers: simulate a regular (non-PD) cluster (default 4 when --pd-disaggregation=false)")
 	fs.StringVar(&c.ModelPath, "model-path", "", modelFlagHelp["model_path"][cmdSim])
 	fs.StringVar(&c.GPU, "gpu", "", modelFlagHelp["gpu"][cmdSim])
+	fs.StringVar(&c.PrefillGPU, "prefill-gpu", "", "GPU of the prefill servers with --model-path (default --gpu)")
+	fs.StringVar(&c.DecodeGPU, "decode-gpu", "", "GPU of the decode servers with --model-path (default --gpu)")
 	parallelismFlags(fs, cmdSim, &c.TPSize, &c.DPSize, &c.EPSize, &c.DPAttention)
 	for _, pool := range []struct {
 		name       string
