@@ -307,7 +307,9 @@ func newSimSweepCmd() *cobra.Command {
 		Short: "Simulate a grid of router settings in parallel and rank them by an objective",
 		Long: `sweep runs 'router sim' once per point of the grid given by --vary (the cartesian
 product; KEY is a router setting under its config-file name, e.g. cache_threshold,
-balance_abs_threshold, balance_rel_threshold, policy, dp_aware, or a cluster key such as dp_size),
+balance_abs_threshold, balance_rel_threshold, policy, dp_aware, a cluster key such as dp_size,
+tp_size or gpu, or an SGLang engine argument such as chunked_prefill_size or max_running_requests,
+prefixed prefill_ or decode_ for one pool),
 in parallel on all cores, each run deterministic, and prints the configurations ranked by
 --objective over all levels, each point scored by its worst level:
 
@@ -329,6 +331,7 @@ FILE]' reads every shard and ranks the union exactly as one sweep would
 is sim's.`,
 		Example: `  router sim sweep --vary cache_threshold=0.1,0.3,0.5 --vary balance_abs_threshold=8,32,64 --write-config best.yaml
   router sim sweep --objective goodput --slo ttft=500,tpot=50 --rate 4,8 --vary policy=cache_aware,round_robin
+  router sim sweep --model-path llama3-8b --gpu h100-sxm --vary chunked_prefill_size=2048,4096,8192 --vary decode_max_running_requests=64,256
   router sim sweep --shard 0/3 --out runs/shard-0 --vary cache_threshold=0.1,0.3,0.5
   router sim sweep --merge runs/shard-0 runs/shard-1 runs/shard-2 --write-config best.yaml`,
 		Args: cobra.ArbitraryArgs,
