@@ -80,37 +80,79 @@ func (w *Worker) loads(ctx context.Context) []engine.RankLoad {
 	return out
 }
 
-func (w *Worker) maxTotalTokens() int {
-	if w.cfg.MaxTotalTokens > 0 {
-		return w.cfg.MaxTotalTokens
-	}
-	return w.cfg.Profile.MaxTotalTokens
-}
+// maxTotalTokens and pageSize are the engine's KV capacity per rank and page size.
+func (w *Worker) maxTotalTokens() int { return w.loop.srv.Config().MaxTotalTokens }
 
-func (w *Worker) pageSize() int { return max(w.cfg.PageSize, 1) }
+func (w *Worker) pageSize() int { return w.loop.srv.Config().PageSize }
 
+// serveServerInfo answers as SGLang's /get_server_info: its server_args fields (SGLang's
+// names) with the values this worker's engine runs with, the scheduler's max_total_num_tokens,
+// and per-rank internal_states (http_server.py get_server_info merges the three). As in SGLang,
+// under DP attention chunked_prefill_size and schedule_conservativeness are the per-rank values
+// (server_args.py _handle_data_parallelism rewrites them), max_running_requests is the
+// server's and internal_states[].effective_max_running_requests_per_dp each rank's. Values
+// the engine does not model are null: mem_fraction_static of a preset or profile file (its
+// KV capacity is its own), cuda_graph_max_bs when CUDA graphs are not modelled.
 func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
+	ec := w.loop.srv.Config() // set once at engine.New
+	_, args, _ := w.cfg.engine()
+	par := w.cfg.parallelism()
+	maxRunning := ec.MaxRunningRequests
+	if par.DPAttention {
+		maxRunning *= ec.DPSize
+	}
+	var memFraction, graphMaxBS, maxTotalTokens any
+	if args.MemFractionStatic > 0 {
+		memFraction = args.MemFractionStatic
+	}
+	if ec.CUDAGraphMaxBS > 0 {
+		graphMaxBS = ec.CUDAGraphMaxBS
+	}
+	if args.MaxTotalTokens > 0 {
+		maxTotalTokens = args.MaxTotalTokens
+	}
+	conservativeness := ec.ScheduleConservativeness
+	if conservativeness == 0 {
+		conservativeness = 1 // the engine's 0 is SGLang's default
+	}
+	gpu := any(nil)
+	if w.cfg.GPU != "" {
+		gpu = w.cfg.GPU
+	}
+	states := make([]any, ec.DPSize)
+	for i := range states {
+		states[i] = map[string]any{"last_gen_throughput": 0.0, "effective_max_running_requests_per_dp": ec.MaxRunningRequests,
+			"memory_usage": map[string]any{"token_capacity": ec.MaxTotalTokens}}
+	}
 	info := map[string]any{
 		"model_path":                      w.cfg.ModelPath,
 		"tokenizer_path":                  w.cfg.ModelPath,
 		"served_model_name":               w.cfg.ModelPath,
 		"host":                            w.cfg.Host,
 		"port":                            w.ln.Addr().(*net.TCPAddr).Port,
-		"tp_size":                         1,
+		"tp_size":                         w.cfg.TPSize,
 		"dp_size":                         w.cfg.DPSize,
-		"enable_dp_attention":             w.cfg.DPAttention,
+		"ep_size":                         w.cfg.EPSize,
+		"enable_dp_attention":             par.DPAttention,
 		"disaggregation_mode":             disaggregationMode(w.cfg.Mode),
 		"disaggregation_bootstrap_port":   w.infoBootstrapPort(),
 		"disaggregation_transfer_backend": "fake",
-		"page_size":                       w.pageSize(),
-		"max_total_num_tokens":            w.maxTotalTokens(),
-		"chunked_prefill_size":            engine.DefaultChunkedPrefillSize,
-		"max_running_requests":            engine.DefaultMaxRunningRequests,
+		"page_size":                       ec.PageSize,
+		"max_total_num_tokens":            ec.MaxTotalTokens,
+		"max_total_tokens":                maxTotalTokens,
+		"chunked_prefill_size":            ec.ChunkedPrefillSize,
+		"max_running_requests":            maxRunning,
+		"cuda_graph_max_bs":               graphMaxBS,
+		"mem_fraction_static":             memFraction,
+		"schedule_conservativeness":       conservativeness,
+		"schedule_policy":                 ec.SchedulePolicy,
+		"disable_overlap_schedule":        ec.DisableOverlap,
 		"bootstrap_timeout_s":             w.cfg.BootstrapTimeout.Seconds(),
-		"profile":                         w.cfg.Profile.Name,
+		"profile":                         ec.Profile.Name,
+		"gpu":                             gpu,
 		"speedup":                         w.cfg.Speedup,
 		"version":                         "pdrouter-fakeworker",
-		"internal_states":                 []any{map[string]any{"last_gen_throughput": 0.0}},
+		"internal_states":                 states,
 	}
 	if ls := w.loads(r.Context()); ls != nil {
 		info["load"] = loadEntries(ls)

@@ -37,8 +37,24 @@ type Config struct {
 	Port          int         // HTTP port; 0: the OS picks one (see Worker.URL)
 	BootstrapPort int         // prefill: port of the bootstrap server; 0: the OS picks one (the CLI defaults to DefaultBootstrapPort)
 
-	DPSize           int            // DP ranks; 0 → 1
-	DPAttention      bool           // DP-attention lockstep (engine.Config.DPAttention)
+	// SGLang's parallelism (--tp-size, --dp-size, --ep-size, --enable-dp-attention): without
+	// DP attention DPSize replicas of TPSize GPUs, with it TPSize GPUs in DPSize attention
+	// ranks (engine.SGLangParallelism). DPSize is the engine's ranks; TPSize and EPSize shape
+	// only an engine built from ModelPath and GPU, and are reported.
+	TPSize      int  // 0 → 1
+	DPSize      int  // DP ranks; 0 → 1
+	EPSize      int  // 0 → 1
+	DPAttention bool // DP-attention lockstep (engine.Config.DPAttention)
+	// GPU, when set, builds the engine from the model ModelPath names (a model card or Hugging
+	// Face id, engine.LookupModel) on that GPU (engine.LookupGPU) at the parallelism above,
+	// with SGLang's defaults for the unset Args (engine.BuildServer). Profile must then be
+	// zero.
+	GPU string
+	// Args are SGLang's engine arguments as given on its command line (zero fields unset):
+	// with GPU they take SGLang's defaults, otherwise the engine's (PageSize and
+	// MaxTotalTokens below count when the Args fields are unset). Under DP attention
+	// ChunkedPrefillSize and MaxRunningRequests are the server's, divided among its ranks.
+	Args             engine.ServerArgs
 	SchedulePolicy   string         // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
 	DisableOverlap   bool           // prompts matchable when their step ends (engine.Config.DisableOverlap)
 	DecodeRadixCache bool           // decode: keep served prompts in a prefix cache (engine.Config.DecodeRadixCache)
@@ -48,7 +64,7 @@ type Config struct {
 	Speedup          float64        // every model duration is divided by it; 0 → 1
 	PageSize         int            // tokens per KV page; 0 → 1
 	MaxTotalTokens   int            // KV capacity per rank in tokens; 0 → the profile's
-	ModelPath        string         // reported model_path and model id; "" → DefaultModelPath
+	ModelPath        string         // reported model_path and model id (with GPU: the model too); "" → DefaultModelPath
 	Seed             uint64         // seeds failure injection (error and hang draws) and generated ids; same seed, same draws
 
 	Failures Failures
@@ -63,10 +79,16 @@ func (c Config) withDefaults() Config {
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
+	if c.TPSize == 0 {
+		c.TPSize = 1
+	}
 	if c.DPSize == 0 {
 		c.DPSize = 1
 	}
-	if c.Profile.Name == "" && !c.Profile.Constant && c.Profile.A0 == 0 && c.Profile.B0 == 0 {
+	if c.EPSize == 0 {
+		c.EPSize = 1
+	}
+	if c.GPU == "" && c.Profile.Name == "" && !c.Profile.Constant && c.Profile.A0 == 0 && c.Profile.B0 == 0 {
 		c.Profile = engine.Instant()
 	}
 	if c.BootstrapTimeout == 0 {
@@ -87,30 +109,76 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// engineConfig is the sim/engine configuration of the worker (after withDefaults).
+// engineConfig is the sim/engine configuration of the worker (after withDefaults; Validate
+// reports what engine() cannot resolve).
 func (c Config) engineConfig() engine.Config {
-	return engine.Config{
+	prof, args, _ := c.engine()
+	return args.Apply(engine.Config{
 		Role:             c.Mode,
 		DPSize:           c.DPSize,
-		Profile:          c.Profile,
+		Profile:          prof,
 		DPAttention:      c.DPAttention,
 		SchedulePolicy:   c.SchedulePolicy,
 		DisableOverlap:   c.DisableOverlap,
 		DecodeRadixCache: c.DecodeRadixCache && c.Mode == engine.RoleDecode,
 		LinkBandwidth:    c.LinkGbps * 1e9 / 8,
-		PageSize:         c.PageSize,
-		MaxTotalTokens:   c.MaxTotalTokens,
 		BootstrapTimeout: c.BootstrapTimeout,
 		Speedup:          c.Speedup / c.Failures.SlowFactor,
 		NeverSignalKV:    c.Failures.NeverSignalKV,
+	})
+}
+
+// parallelism is the worker's engine parallelism.
+func (c Config) parallelism() engine.Parallelism {
+	return engine.SGLangParallelism(c.TPSize, c.DPSize, c.EPSize, c.DPAttention)
+}
+
+// engine resolves the worker's profile and the per-rank engine arguments it runs with: built
+// from ModelPath on GPU with SGLang's defaults, or c.Profile with the given arguments
+// (SGLang's DP-attention division applied; unset ones left to the engine's defaults).
+func (c Config) engine() (engine.Profile, engine.ServerArgs, error) {
+	args := c.Args
+	if args.PageSize == 0 {
+		args.PageSize = c.PageSize
 	}
+	if args.MaxTotalTokens == 0 {
+		args.MaxTotalTokens = c.MaxTotalTokens
+	}
+	par := c.parallelism()
+	if c.GPU == "" {
+		return c.Profile, args.PerRank(par), nil
+	}
+	m, err := engine.LookupModel(c.ModelPath)
+	if err != nil {
+		return engine.Profile{}, args, fmt.Errorf("fakeworker: --model-path: %w", err)
+	}
+	g, err := engine.LookupGPU(c.GPU)
+	if err != nil {
+		return engine.Profile{}, args, fmt.Errorf("fakeworker: --gpu: %w", err)
+	}
+	p, r, err := engine.BuildServer("", m, g, par, args)
+	if err != nil {
+		return p, r, fmt.Errorf("fakeworker: %w", err)
+	}
+	return p, r, nil
 }
 
 // Validate reports the first invalid field of c (after defaults), naming the flag at fault.
 func (c Config) Validate() error {
+	if c.GPU != "" && (c.Profile.Name != "" || c.Profile.Constant) {
+		return fmt.Errorf("fakeworker: --gpu (with --model-path) and --profile both pick the engine: give one")
+	}
+	if c.GPU != "" && c.ModelPath == "" {
+		return fmt.Errorf("fakeworker: --gpu %s needs --model-path (a model card or Hugging Face id)", c.GPU)
+	}
+	if c.GPU == "" && c.Args.MemFractionStatic != 0 {
+		return fmt.Errorf("fakeworker: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
+	}
 	c = c.withDefaults()
 	f := c.Failures
 	switch {
+	case c.TPSize < 0 || c.EPSize < 0:
+		return fmt.Errorf("fakeworker: --tp-size %d and --ep-size %d must be ≥ 1", c.TPSize, c.EPSize)
 	case c.Mode > engine.RoleDecode:
 		return fmt.Errorf("fakeworker: --mode %d is not regular, prefill or decode", c.Mode)
 	case c.Port < 0 || c.Port > 65535:
@@ -139,6 +207,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fakeworker: --never-signal-kv needs --mode prefill")
 	case f.FailHealthAfter < 0:
 		return fmt.Errorf("fakeworker: --fail-health-after %s must not be negative", f.FailHealthAfter)
+	}
+	if err := c.Args.Validate(); err != nil {
+		return fmt.Errorf("fakeworker: %w", err)
+	}
+	if _, _, err := c.engine(); err != nil {
+		return err
 	}
 	if err := c.engineConfig().Validate(); err != nil {
 		return fmt.Errorf("fakeworker: %w", err)

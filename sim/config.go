@@ -32,12 +32,39 @@ type Cluster struct {
 	Prefill int `json:"prefill" yaml:"prefill"`
 	Decode  int `json:"decode" yaml:"decode"`
 	Regular int `json:"regular" yaml:"regular"`
-	// DPSize is the DP ranks of every server; 0 → 1.
+	// ModelPath and GPU pick the engine by model and hardware, as SGLang's --model-path does
+	// on a given GPU: a model card name or Hugging Face id (engine.LookupModel) and a GPU
+	// name (engine.LookupGPU). Each server's profile is then engine.BuildServer of its pool's
+	// parallelism with SGLang's memory-dependent defaults for the unset engine arguments.
+	// Exclusive with Profile, PrefillProfile and DecodeProfile (presets and profile files).
+	ModelPath string `json:"model_path" yaml:"model_path"`
+	GPU       string `json:"gpu" yaml:"gpu"`
+	// PrefillGPU and DecodeGPU, when set, replace GPU for that pool (prefill and decode on
+	// different hardware).
+	PrefillGPU string `json:"prefill_gpu" yaml:"prefill_gpu"`
+	DecodeGPU  string `json:"decode_gpu" yaml:"decode_gpu"`
+	// TPSize, DPSize and EPSize are SGLang's --tp-size, --dp-size and --ep-size of every
+	// server (0 → 1): without DP attention a server runs DPSize replicas of TPSize GPUs each,
+	// with it TPSize GPUs in DPSize attention ranks. The Prefill… and Decode… sizes, when
+	// set, replace them for that pool. TPSize and EPSize shape only profiles built from
+	// ModelPath; DPSize is the ranks of every server.
+	TPSize int `json:"tp_size" yaml:"tp_size"`
 	DPSize int `json:"dp_size" yaml:"dp_size"`
-	// DPAttention makes every server's ranks step in lockstep (SGLang --enable-dp-attention);
-	// with a DP-attention profile (qwen3-…-dp8, deepseek-v3-…) attention is per rank and the
-	// MoE/FFN layers run on the gathered batch (engine.DPAttnSplit).
+	EPSize int `json:"ep_size" yaml:"ep_size"`
+	// DPAttention is SGLang's --enable-dp-attention: every server's ranks step in lockstep;
+	// with a DP-attention profile (qwen3-…-dp8, deepseek-v3-…, or one built from ModelPath)
+	// attention is per rank and the MoE/FFN layers run on the gathered batch
+	// (engine.DPAttnSplit). The key stays dp_attention (the flag's old name, still accepted);
+	// enable_dp_attention is accepted in cluster files and sweeps.
 	DPAttention bool `json:"dp_attention" yaml:"dp_attention"`
+	// Per-pool parallelism of PD mode (SGLang runs prefill and decode servers with their own
+	// sizes); 0 → TPSize, DPSize, EPSize.
+	PrefillTPSize int `json:"prefill_tp_size" yaml:"prefill_tp_size"`
+	PrefillDPSize int `json:"prefill_dp_size" yaml:"prefill_dp_size"`
+	PrefillEPSize int `json:"prefill_ep_size" yaml:"prefill_ep_size"`
+	DecodeTPSize  int `json:"decode_tp_size" yaml:"decode_tp_size"`
+	DecodeDPSize  int `json:"decode_dp_size" yaml:"decode_dp_size"`
+	DecodeEPSize  int `json:"decode_ep_size" yaml:"decode_ep_size"`
 	// SchedulePolicy orders prefill queues (SGLang --schedule-policy): lpm or fcfs; "" → lpm.
 	SchedulePolicy string `json:"schedule_policy" yaml:"schedule_policy"`
 	// DisableOverlap is SGLang's --disable-overlap-schedule: prompts are matchable as soon as
@@ -70,6 +97,92 @@ type Cluster struct {
 	Args        engine.ServerArgs  `json:"engine_args" yaml:"engine_args"`
 	PrefillArgs *engine.ServerArgs `json:"prefill_engine_args,omitempty" yaml:"prefill_engine_args,omitempty"`
 	DecodeArgs  *engine.ServerArgs `json:"decode_engine_args,omitempty" yaml:"decode_engine_args,omitempty"`
+	// Resolved is output only (results.json meta.cluster; ignored on input): what each pool's
+	// servers ran with, by role ("prefill", "decode", "regular").
+	Resolved map[string]ResolvedServer `json:"resolved,omitempty" yaml:"resolved,omitempty"`
+}
+
+// ResolvedServer is what one pool's servers ran with: the profile, SGLang's parallelism and
+// the per-rank engine arguments after defaults (engine.ServerArgs.WithSGLangDefaults for a
+// model on a GPU; the engine's defaults fill what a preset leaves unset).
+type ResolvedServer struct {
+	Profile     string            `json:"profile" yaml:"profile"`
+	TPSize      int               `json:"tp_size" yaml:"tp_size"`
+	DPSize      int               `json:"dp_size" yaml:"dp_size"`
+	EPSize      int               `json:"ep_size" yaml:"ep_size"`
+	DPAttention bool              `json:"enable_dp_attention" yaml:"enable_dp_attention"`
+	Args        engine.ServerArgs `json:"engine_args" yaml:"engine_args"`
+}
+
+// Pool sizes: SGLang's --tp-size, --dp-size and --ep-size of role's servers.
+func (c Cluster) sizes(role engine.Role) (tp, dp, ep int) {
+	tp, dp, ep = c.TPSize, c.DPSize, c.EPSize
+	pick := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	switch role {
+	case engine.RolePrefill:
+		pick(&tp, c.PrefillTPSize)
+		pick(&dp, c.PrefillDPSize)
+		pick(&ep, c.PrefillEPSize)
+	case engine.RoleDecode:
+		pick(&tp, c.DecodeTPSize)
+		pick(&dp, c.DecodeDPSize)
+		pick(&ep, c.DecodeEPSize)
+	}
+	return max(tp, 1), max(dp, 1), max(ep, 1)
+}
+
+// parallelism is role's engine parallelism.
+func (c Cluster) parallelism(role engine.Role) engine.Parallelism {
+	tp, dp, ep := c.sizes(role)
+	return engine.SGLangParallelism(tp, dp, ep, c.DPAttention)
+}
+
+// server resolves role's servers: their profile and the per-rank engine arguments to Apply.
+// With ModelPath the profile is built for the pool's parallelism and the unset arguments take
+// SGLang's defaults; with a preset or profile file the given arguments get SGLang's
+// DP-attention adjustments and the unset ones keep the engine's defaults.
+func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, engine.ServerArgs, error) {
+	par := c.parallelism(role)
+	args := c.args(role)
+	if c.ModelPath == "" {
+		p, err := c.profile(profileName)
+		return p, args.PerRank(par), err
+	}
+	m, err := engine.LookupModel(c.ModelPath)
+	if err != nil {
+		return engine.Profile{}, args, fmt.Errorf("sim: --model-path: %w", err)
+	}
+	gpu, flag := c.GPU, "gpu"
+	if role == engine.RolePrefill && c.PrefillGPU != "" {
+		gpu, flag = c.PrefillGPU, "prefill-gpu"
+	} else if role == engine.RoleDecode && c.DecodeGPU != "" {
+		gpu, flag = c.DecodeGPU, "decode-gpu"
+	}
+	g, err := engine.LookupGPU(gpu)
+	if err != nil {
+		return engine.Profile{}, args, fmt.Errorf("sim: --%s: %w", flag, err)
+	}
+	p, r, err := engine.BuildServer("", m, g, par, args)
+	if err != nil {
+		return p, r, fmt.Errorf("sim: %s servers (%s): %w", role, c.sizeFlags(role), err)
+	}
+	return p, r, nil
+}
+
+// sizeFlags names the flags that set role's parallelism, for errors.
+func (c Cluster) sizeFlags(role engine.Role) string {
+	tp, dp, ep := c.sizes(role)
+	pre := ""
+	if role == engine.RolePrefill && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize) != 0 {
+		pre = "prefill-"
+	} else if role == engine.RoleDecode && (c.DecodeTPSize|c.DecodeDPSize|c.DecodeEPSize) != 0 {
+		pre = "decode-"
+	}
+	return fmt.Sprintf("--%stp-size %d --%sdp-size %d --%sep-size %d", pre, tp, pre, dp, pre, ep)
 }
 
 // args returns the engine arguments of role's servers.
@@ -96,10 +209,16 @@ func (c Cluster) WithDefaults(pd bool) Cluster {
 	} else if c.Regular == 0 {
 		c.Regular = DefaultRegular
 	}
+	if c.TPSize == 0 {
+		c.TPSize = 1
+	}
 	if c.DPSize == 0 {
 		c.DPSize = 1
 	}
-	if c.Profile == "" {
+	if c.EPSize == 0 {
+		c.EPSize = 1
+	}
+	if c.Profile == "" && c.ModelPath == "" {
 		c.Profile = DefaultProfile
 	}
 	if c.TTFT == 0 {
@@ -154,6 +273,41 @@ func (c Cluster) Validate(pd bool) error {
 		return fmt.Errorf("sim: --regular %d must be ≥ 1", c.Regular)
 	case c.DPSize < 1:
 		return fmt.Errorf("sim: --dp-size %d must be ≥ 1", c.DPSize)
+	case c.ModelPath != "" && (c.Profile != "" || c.PrefillProfile != "" || c.DecodeProfile != ""):
+		return fmt.Errorf("sim: --model-path and --profile (or --prefill-profile, --decode-profile) both pick the engine: give one")
+	case c.ModelPath != "" && c.GPU == "" && !(pd && c.PrefillGPU != "" && c.DecodeGPU != ""):
+		return fmt.Errorf("sim: --model-path %s needs --gpu (%s)", c.ModelPath, gpuNames())
+	case c.ModelPath == "" && (c.GPU != "" || c.PrefillGPU != "" || c.DecodeGPU != ""):
+		return fmt.Errorf("sim: --gpu, --prefill-gpu and --decode-gpu need --model-path (a preset's GPU is part of its name)")
+	case !pd && (c.PrefillGPU != "" || c.DecodeGPU != ""):
+		return fmt.Errorf("sim: --prefill-gpu and --decode-gpu need PD mode (--pd-disaggregation)")
+	case c.ModelPath == "" && (c.Args.MemFractionStatic != 0 || c.PrefillArgs != nil && c.PrefillArgs.MemFractionStatic != 0 ||
+		c.DecodeArgs != nil && c.DecodeArgs.MemFractionStatic != 0):
+		return fmt.Errorf("sim: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
+	case !pd && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize|c.DecodeTPSize|c.DecodeDPSize|c.DecodeEPSize) != 0:
+		return fmt.Errorf("sim: --prefill-…-size and --decode-…-size need PD mode (--pd-disaggregation)")
+	}
+	for _, s := range []struct {
+		flag string
+		v    int
+	}{{"tp-size", c.TPSize}, {"ep-size", c.EPSize}, {"prefill-tp-size", c.PrefillTPSize}, {"prefill-dp-size", c.PrefillDPSize},
+		{"prefill-ep-size", c.PrefillEPSize}, {"decode-tp-size", c.DecodeTPSize}, {"decode-dp-size", c.DecodeDPSize}, {"decode-ep-size", c.DecodeEPSize}} {
+		if s.v < 0 {
+			return fmt.Errorf("sim: --%s %d must be ≥ 1", s.flag, s.v)
+		}
+	}
+	for _, a := range []struct {
+		prefix string
+		args   *engine.ServerArgs
+	}{{"", &c.Args}, {"prefill-", c.PrefillArgs}, {"decode-", c.DecodeArgs}} {
+		if a.args == nil {
+			continue
+		}
+		if err := a.args.Validate(); err != nil {
+			return fmt.Errorf("sim: %s", strings.Replace(strings.TrimPrefix(err.Error(), "engine: "), "--", "--"+a.prefix, 1))
+		}
+	}
+	switch {
 	case !(c.LinkGbps > 0):
 		return fmt.Errorf("sim: --link-gbps %g must be > 0", c.LinkGbps)
 	case !(c.Speedup > 0):
@@ -161,12 +315,36 @@ func (c Cluster) Validate(pd bool) error {
 	case c.TTFT < 0 || c.ITL < 0:
 		return fmt.Errorf("sim: --ttft %v and --itl %v must be ≥ 0", c.TTFT, c.ITL)
 	}
-	for _, n := range []string{c.Profile, c.PrefillProfile, c.DecodeProfile} {
-		if _, err := c.profile(n); err != nil {
+	for _, r := range c.roles(pd) {
+		if _, _, err := c.server(r.role, r.profile); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pool is one kind of server of the cluster.
+type pool struct {
+	role    engine.Role
+	n       int
+	profile string // profile name ("" → Profile)
+}
+
+// roles returns the cluster's pools: prefill and decode in PD mode, regular otherwise.
+func (c Cluster) roles(pd bool) []pool {
+	if pd {
+		return []pool{{engine.RolePrefill, c.Prefill, c.PrefillProfile}, {engine.RoleDecode, c.Decode, c.DecodeProfile}}
+	}
+	return []pool{{engine.RoleUnified, c.Regular, c.Profile}}
+}
+
+// gpuNames lists the GPU names --gpu takes.
+func gpuNames() string {
+	var names []string
+	for _, g := range engine.GPUs() {
+		names = append(names, g.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // Kill makes the server named Worker (e.g. "http://sim-decode-1:30000") die At virtual time

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,37 +149,39 @@ func newSim(cfg Config) (*sim, error) {
 	x.rt = rt
 	x.ids = wire.NewIDGen(wire.NewRand(seed), "sim")
 
-	type group struct {
-		role    router.Role
-		erole   engine.Role
-		n       int
-		profile string
-	}
-	groups := []group{{router.Regular, engine.RoleUnified, cl.Regular, cl.Profile}}
-	if pd {
-		groups = []group{{router.Prefill, engine.RolePrefill, cl.Prefill, cl.PrefillProfile},
-			{router.Decode, engine.RoleDecode, cl.Decode, cl.DecodeProfile}}
-	}
-	for _, g := range groups {
-		prof, err := cl.profile(g.profile)
+	x.cl.Resolved = map[string]ResolvedServer{}
+	for _, g := range cl.roles(pd) {
+		role := router.Regular
+		switch g.role {
+		case engine.RolePrefill:
+			role = router.Prefill
+		case engine.RoleDecode:
+			role = router.Decode
+		}
+		prof, args, err := cl.server(g.role, g.profile)
 		if err != nil {
 			return nil, err
 		}
+		tp, dp, ep := cl.sizes(g.role)
+		par := cl.parallelism(g.role)
 		for i := range g.n {
-			ec := engine.Config{Role: g.erole, DPSize: cl.DPSize, Profile: prof, DPAttention: cl.DPAttention,
+			ec := engine.Config{Role: g.role, DPSize: dp, Profile: prof, DPAttention: cl.DPAttention,
 				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
 				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap,
-				DecodeRadixCache: cl.DecodeRadixCache && g.erole == engine.RoleDecode}
-			eng, err := engine.New(cl.args(g.erole).Apply(ec))
+				DecodeRadixCache: cl.DecodeRadixCache && g.role == engine.RoleDecode}
+			eng, err := engine.New(args.Apply(ec))
 			if err != nil {
-				return nil, fmt.Errorf("sim: %s server %d: %w", g.role, i, err)
+				return nil, fmt.Errorf("sim: %s server %d: %w", role, i, err)
 			}
-			sv := &server{eng: eng, url: WorkerURL(g.role, i), role: g.role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
-			if err := rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: g.role, DPSize: cl.DPSize}); err != nil {
+			sv := &server{eng: eng, url: WorkerURL(role, i), role: role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
+			if err := rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: role, DPSize: dp}); err != nil {
 				return nil, err
 			}
 			x.servers = append(x.servers, sv)
 			x.byURL[sv.url] = sv
+			if i == 0 {
+				x.cl.Resolved[role.String()] = resolved(prof, tp, dp, ep, par.DPAttention, args, sv.cfg)
+			}
 		}
 	}
 	for _, t := range rt.Targets() {
@@ -191,6 +194,15 @@ func newSim(cfg Config) (*sim, error) {
 		}
 	}
 	return x, nil
+}
+
+// resolved describes a pool's servers for results.json: the profile, SGLang's sizes, and the
+// engine arguments each rank runs with (the engine's configuration after its defaults).
+func resolved(p engine.Profile, tp, dp, ep int, dpa bool, args engine.ServerArgs, c engine.Config) ResolvedServer {
+	return ResolvedServer{Profile: p.Name, TPSize: tp, DPSize: dp, EPSize: ep, DPAttention: dpa,
+		Args: engine.ServerArgs{ChunkedPrefillSize: c.ChunkedPrefillSize, MaxRunningRequests: c.MaxRunningRequests,
+			MaxTotalTokens: c.MaxTotalTokens, PageSize: c.PageSize, CUDAGraphMaxBS: c.CUDAGraphMaxBS,
+			MemFractionStatic: args.MemFractionStatic, ScheduleConservativeness: cmp.Or(c.ScheduleConservativeness, 1)}}
 }
 
 // push schedules e at virtual time at.

@@ -11,14 +11,18 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
 // Vary is one sweep dimension, `--vary KEY=v1,v2,...`: KEY is a router setting under its
 // config-file name (cache_threshold, balance_abs_threshold, balance_rel_threshold, policy,
 // prefill_policy, decode_policy, dp_aware, …; dashes are accepted for underscores) or a
-// Cluster key (dp_size, dp_attention, prefill, decode, regular, profile, link_gbps,
-// net_latency, …). Values are JSON scalars (numbers, true/false) or bare strings; durations
-// take Go syntax ("100us").
+// Cluster key (dp_size, tp_size, ep_size, enable_dp_attention or dp_attention, prefill,
+// decode, regular, profile, model_path, gpu, link_gbps, net_latency, …) or an SGLang engine
+// argument (chunked_prefill_size, max_running_requests, max_total_tokens, page_size,
+// cuda_graph_max_bs, mem_fraction_static, schedule_conservativeness; prefixed prefill_ or
+// decode_ for one pool). Values are JSON scalars (numbers, true/false) or bare strings;
+// durations take Go syntax ("100us").
 type Vary struct {
 	Key    string
 	Values []string
@@ -93,9 +97,60 @@ func Grid(base Config, vars []Vary) ([]Point, error) {
 	return pts, nil
 }
 
+// keyAliases are other names of sweep keys: SGLang's flag names where the cluster key keeps
+// an older one.
+var keyAliases = map[string]string{"enable_dp_attention": "dp_attention"}
+
+// serverArgKeys are the JSON keys of engine.ServerArgs (chunked_prefill_size, …).
+var serverArgKeys = func() map[string]bool {
+	b, _ := json.Marshal(engine.ServerArgs{ChunkedPrefillSize: 1, MaxRunningRequests: 1, MaxTotalTokens: 1, PageSize: 1,
+		CUDAGraphMaxBS: 1, MemFractionStatic: 1, ScheduleConservativeness: 1})
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	keys := map[string]bool{}
+	for k := range m {
+		keys[k] = true
+	}
+	return keys
+}()
+
+// setServerArg sets the engine argument key (a ServerArgs key, optionally prefixed prefill_ or
+// decode_ for that pool) in c; false when key is none.
+func setServerArg(c *Cluster, key string, raw []byte) (bool, error) {
+	dst, name := &c.Args, key
+	for _, role := range []struct {
+		prefix string
+		args   **engine.ServerArgs
+	}{{"prefill_", &c.PrefillArgs}, {"decode_", &c.DecodeArgs}} {
+		if k, ok := strings.CutPrefix(key, role.prefix); ok && serverArgKeys[k] {
+			if *role.args == nil {
+				a := c.Args // the pool's arguments start from every server's
+				*role.args = &a
+			} else {
+				a := **role.args // a copy: the base point's pointer is shared
+				*role.args = &a
+			}
+			dst, name = *role.args, k
+		}
+	}
+	if !serverArgKeys[name] {
+		return false, nil
+	}
+	b, _ := json.Marshal(map[string]json.RawMessage{name: raw})
+	a := *dst
+	if err := json.Unmarshal(b, &a); err != nil {
+		return true, err
+	}
+	*dst = a
+	return true, nil
+}
+
 // apply sets key=val in a copy of c.
 func apply(c Config, key, val string) (Config, error) {
 	key = strings.ReplaceAll(key, "-", "_")
+	if k, ok := keyAliases[key]; ok {
+		key = k
+	}
 	raw := []byte(val)
 	if !json.Valid(raw) {
 		if d, err := time.ParseDuration(val); err == nil && strings.ContainsAny(val, "smhµun") {
@@ -136,7 +191,14 @@ func apply(c Config, key, val string) (Config, error) {
 		c.Cluster = cl
 		return c, err
 	}
-	return c, fmt.Errorf("sim: --vary %s: not a router setting or a cluster key", key)
+	if ok, err := setServerArg(&cl, key, raw); ok || err != nil {
+		if err != nil {
+			return c, fmt.Errorf("sim: --vary %s=%s: %w", key, val, err)
+		}
+		c.Cluster = cl
+		return c, nil
+	}
+	return c, fmt.Errorf("sim: --vary %s: not a router setting, a cluster key or an engine argument", key)
 }
 
 // Sweep runs every point of the grid of base over vars, parallel runs at once (≤ 0: one per

@@ -31,8 +31,9 @@ type fakeworkerFlags struct {
 func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on")
-	fs.IntVar(&c.DPSize, "dp-size", 1, "data-parallel ranks per worker")
-	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
+	parallelismFlags(fs, cmdFakeworker, &c.TPSize, &c.DPSize, &c.EPSize, &c.DPAttention)
+	fs.StringVar(&c.GPU, "gpu", "", modelFlagHelp["gpu"][cmdFakeworker])
+	engineArgFlags(fs, &c.Args, "")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.BoolVar(&c.DecodeRadixCache, "disaggregation-decode-enable-radix-cache", false, "decode worker: keep a prefix cache of the prompts served, as SGLang; a hit shrinks the KV transfer")
@@ -42,9 +43,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", 30*time.Second, "PD: fail a room whose peer has not shown up within this long")
 	fs.Float64Var(&c.LinkGbps, "link-gbps", 0, "prefill: KV transfer link bandwidth in Gbit/s (0: 400)")
 	fs.Float64Var(&c.Speedup, "speedup", 1, "divide every model duration by this")
-	fs.IntVar(&c.PageSize, "page-size", 1, "tokens per KV page")
-	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", 0, "KV capacity per rank in tokens (0: the profile's)")
-	fs.StringVar(&c.ModelPath, "model-path", fakeworker.DefaultModelPath, "model path and id the worker reports")
+	fs.StringVar(&c.ModelPath, "model-path", fakeworker.DefaultModelPath, modelFlagHelp["model_path"][cmdFakeworker])
 	c.Seed = 1
 	seedFlag(fs, cmdFakeworker, &c.Seed)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -62,23 +61,44 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 // resolve fills the profile and logger into the config.
 func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error) {
 	c := f.cfg
+	fs := cmd.Flags()
 	if err := checkSchedulePolicy(c.SchedulePolicy); err != nil {
 		return c, fmt.Errorf("fakeworker: %w", err)
 	}
-	if !cmd.Flags().Changed("profile") && (f.ttft != 0 || f.itl != 0) {
-		f.profile = "constant"
+	if err := checkEngineArgFlags(fs, c.Args, ""); err != nil {
+		return c, fmt.Errorf("fakeworker: %w", err)
 	}
-	var p engine.Profile
-	var err error
-	if isProfileFile(f.profile) {
-		p, err = loadProfileFile(f.profile)
+	for _, n := range []string{"tp-size", "dp-size", "ep-size"} {
+		if v, _ := fs.GetInt(n); fs.Changed(n) && v < 1 {
+			return c, fmt.Errorf("fakeworker: --%s %d must be ≥ 1", n, v)
+		}
+	}
+	if c.GPU != "" {
+		// The engine is built from --model-path on --gpu (fakeworker.Config.GPU).
+		for _, n := range []string{"profile", "ttft", "itl"} {
+			if fs.Changed(n) {
+				return c, fmt.Errorf("fakeworker: --gpu (with --model-path) and --%s both pick the engine: give one", n)
+			}
+		}
+		if !fs.Changed("model-path") {
+			return c, fmt.Errorf("fakeworker: --gpu %s needs --model-path (%s)", c.GPU, modelNames())
+		}
 	} else {
-		p, err = fakeworker.ResolveProfile(f.profile, f.ttft, f.itl)
+		if !fs.Changed("profile") && (f.ttft != 0 || f.itl != 0) {
+			f.profile = "constant"
+		}
+		var p engine.Profile
+		var err error
+		if isProfileFile(f.profile) {
+			p, err = loadProfileFile(f.profile)
+		} else {
+			p, err = fakeworker.ResolveProfile(f.profile, f.ttft, f.itl)
+		}
+		if err != nil {
+			return c, err
+		}
+		c.Profile = p
 	}
-	if err != nil {
-		return c, err
-	}
-	c.Profile = p
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return c, fmt.Errorf("fakeworker: --log-level %q is not debug, info, warn or error", f.logLevel)
@@ -101,7 +121,15 @@ func newFakeworkerCmd() *cobra.Command {
 /get_server_info, /get_load, /metrics, ...) with timings from the same engine model the simulator
 uses. A prefill worker also runs the fake KV bootstrap server on --bootstrap-port; a decode
 worker registers each room there, so a PD pair behaves like real SGLang disaggregation.
-It stops cleanly on SIGINT/SIGTERM.`,
+It stops cleanly on SIGINT/SIGTERM.
+
+The engine is a --profile (a preset, constant or a profile file), or a model on a GPU:
+--model-path MODEL --gpu GPU builds it from the model card and the GPU at SGLang's parallelism
+(--tp-size, --dp-size, --ep-size, --enable-dp-attention), with SGLang's engine arguments
+(--chunked-prefill-size, --max-running-requests, --max-total-tokens, --page-size,
+--cuda-graph-max-bs, --mem-fraction-static, --schedule-conservativeness) defaulting to what SGLang
+picks for that GPU's memory and parallelism (with a preset: the engine's defaults).
+/get_server_info reports the values the engine runs with, under SGLang's names.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.resolve(cmd)
@@ -134,7 +162,7 @@ It stops cleanly on SIGINT/SIGTERM.`,
 			if p := w.BootstrapPort(); p != 0 {
 				bp = fmt.Sprint(p)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s bootstrap_port=%s dp_size=%d\n", fakeworker.ModeName(w.Mode()), w.URL(), bp, c.DPSize)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s bootstrap_port=%s dp_size=%d\n", fakeworker.ModeName(w.Mode()), w.URL(), bp, max(c.DPSize, 1))
 			return w.Wait()
 		},
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
 // Commands that share flags: the key of sharedFlagHelp's inner maps.
@@ -39,6 +42,36 @@ var sharedFlagHelp = map[string]map[string]string{
 	"decision_log": {
 		cmdServe: "file receiving one JSON line per routing decision (the format router sim writes, to compare the two)",
 		cmdSim:   "file receiving one JSON line per simulated routing decision (the format router serve writes, to compare the two)",
+	},
+}
+
+// modelFlagHelp is the help of the model and parallelism flags sim, sim sweep and fakeworker
+// share (by SGLang's argument name, then command): one definition for the commands that
+// model an SGLang server.
+var modelFlagHelp = map[string]map[string]string{
+	"model_path": {
+		cmdSim:        "model of every server, as SGLang --model-path: a model card or its Hugging Face id (" + modelNames() + "); with --gpu it builds each pool's profile for its parallelism, with SGLang's defaults for the engine arguments not given (instead of --profile)",
+		cmdFakeworker: "model path and id the worker reports; with --gpu also the model it runs, as SGLang --model-path: a model card or its Hugging Face id (" + modelNames() + ")",
+	},
+	"gpu": {
+		cmdSim:        "GPU of every server with --model-path: " + gpuNames(),
+		cmdFakeworker: "with --model-path, the GPU the worker models (instead of --profile): " + gpuNames(),
+	},
+	"tp_size": {
+		cmdSim:        "GPUs per model replica, as SGLang --tp-size (a --model-path engine; presets bring their own)",
+		cmdFakeworker: "GPUs per model replica, as SGLang --tp-size (a --model-path engine; presets bring their own)",
+	},
+	"dp_size": {
+		cmdSim:        "DP ranks per server, as SGLang --dp-size: replicas of --tp-size GPUs, or with --enable-dp-attention attention ranks among them",
+		cmdFakeworker: "data-parallel ranks per worker, as SGLang --dp-size: replicas of --tp-size GPUs, or with --enable-dp-attention attention ranks among them",
+	},
+	"ep_size": {
+		cmdSim:        "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine)",
+		cmdFakeworker: "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine)",
+	},
+	"enable_dp_attention": {
+		cmdSim:        "as SGLang: a server's DP ranks step in lockstep, attention per rank and the MoE/FFN layers on the gathered batch (with a -dp preset or --model-path); --chunked-prefill-size and --max-running-requests are then divided among the ranks (old name: --dp-attention)",
+		cmdFakeworker: "as SGLang: the worker's DP ranks step in lockstep, attention per rank and the MoE/FFN layers on the gathered batch (with a -dp preset or --model-path); --chunked-prefill-size and --max-running-requests are then divided among the ranks (old name: --dp-attention)",
 	},
 }
 
@@ -100,4 +133,116 @@ func seedFlag(fs *pflag.FlagSet, cmd string, dst any) {
 		panic(fmt.Sprintf("seedFlag: unsupported field type %T", dst))
 	}
 	fs.Var(v, "seed", flagHelp(cmd, "seed", ""))
+}
+
+// modelNames and gpuNames list what --model-path and --gpu take.
+func modelNames() string {
+	var names []string
+	for _, m := range engine.Models() {
+		names = append(names, m.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func gpuNames() string {
+	var names []string
+	for _, g := range engine.GPUs() {
+		names = append(names, g.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// parallelismFlags registers SGLang's parallelism flags on fs for command cmd: --tp-size,
+// --dp-size, --ep-size, --enable-dp-attention (and its old name --dp-attention, hidden).
+func parallelismFlags(fs *pflag.FlagSet, cmd string, tp, dp, ep *int, dpAttention *bool) {
+	fs.IntVar(tp, "tp-size", 1, modelFlagHelp["tp_size"][cmd])
+	fs.IntVar(dp, "dp-size", 1, modelFlagHelp["dp_size"][cmd])
+	fs.IntVar(ep, "ep-size", 1, modelFlagHelp["ep_size"][cmd])
+	fs.BoolVar(dpAttention, "enable-dp-attention", false, modelFlagHelp["enable_dp_attention"][cmd])
+	fs.BoolVar(dpAttention, "dp-attention", false, "old name of --enable-dp-attention")
+	_ = fs.MarkHidden("dp-attention")
+}
+
+// engineArg is one of SGLang's engine arguments as a flag of sim, sim sweep and fakeworker,
+// under SGLang's name (python/sglang/srt/server_args.py).
+type engineArg struct {
+	name  string
+	help  string
+	int   func(*engine.ServerArgs) *int
+	float func(*engine.ServerArgs) *float64
+}
+
+// engineArgs are the engine arguments, with what their defaults are.
+var engineArgs = []engineArg{
+	{name: "chunked-prefill-size", int: func(a *engine.ServerArgs) *int { return &a.ChunkedPrefillSize },
+		help: "most prompt tokens in one prefill step, the server's (divided among the ranks under --enable-dp-attention) (default: by GPU memory as SGLang: 2048 under 35 GB, 4096 under 60 GB, 8192 up to 160 GB, 16384 above; presets: 8192)"},
+	{name: "max-running-requests", int: func(a *engine.ServerArgs) *int { return &a.MaxRunningRequests },
+		help: "most requests running at once, the server's (divided among the ranks under --enable-dp-attention) (default: as SGLang, from the KV pool: 2048 to 4096 by pool and context length, at most half the pool's tokens; presets: 1024 per rank)"},
+	{name: "max-total-tokens", int: func(a *engine.ServerArgs) *int { return &a.MaxTotalTokens },
+		help: "KV pool per rank in tokens; as SGLang, at most what memory holds with a --model-path engine (default: what the model's weights leave of --mem-fraction-static; a preset's own)"},
+	{name: "page-size", int: func(a *engine.ServerArgs) *int { return &a.PageSize },
+		help: "tokens per KV page (default 1)"},
+	{name: "cuda-graph-max-bs", int: func(a *engine.ServerArgs) *int { return &a.CUDAGraphMaxBS },
+		help: "largest decode batch replayed as a CUDA graph (padded to a captured size); larger ones run eagerly (default: as SGLang by GPU memory and --tp-size, 256 or 512 on 80-141 GB GPUs; presets: not modelled)"},
+	{name: "mem-fraction-static", float: func(a *engine.ServerArgs) *float64 { return &a.MemFractionStatic },
+		help: "share of GPU memory for weights and KV pool, with --model-path (default: as SGLang, the memory less activations and CUDA graphs sized by --chunked-prefill-size and --cuda-graph-max-bs)"},
+	{name: "schedule-conservativeness", float: func(a *engine.ServerArgs) *float64 { return &a.ScheduleConservativeness },
+		help: "above 1 admission reserves more of running requests' remaining output, below 1 less (default 1, as SGLang; ×0.3 under --enable-dp-attention)"},
+}
+
+// engineArgFlags registers the engine arguments on fs, filling a. prefix "" registers
+// --chunked-prefill-size …; "prefill-" and "decode-" register one pool's variants (sim).
+func engineArgFlags(fs *pflag.FlagSet, a *engine.ServerArgs, prefix string) {
+	for _, e := range engineArgs {
+		help := e.help
+		if prefix != "" {
+			help = fmt.Sprintf("--%s of the %s servers (default --%s)", e.name, strings.TrimSuffix(prefix, "-"), e.name)
+		}
+		if e.int != nil {
+			fs.IntVar(e.int(a), prefix+e.name, 0, help)
+		} else {
+			fs.Float64Var(e.float(a), prefix+e.name, 0, help)
+		}
+	}
+}
+
+// overlayEngineArgs returns base with the arguments whose flags (prefix + name) were given on
+// fs taken from flags, and whether any was given.
+func overlayEngineArgs(fs *pflag.FlagSet, base, flags engine.ServerArgs, prefix string) (engine.ServerArgs, bool) {
+	changed := false
+	for _, e := range engineArgs {
+		if !fs.Changed(prefix + e.name) {
+			continue
+		}
+		changed = true
+		if e.int != nil {
+			*e.int(&base) = *e.int(&flags)
+		} else {
+			*e.float(&base) = *e.float(&flags)
+		}
+	}
+	return base, changed
+}
+
+// checkEngineArgFlags names the first given engine argument that is not positive.
+func checkEngineArgFlags(fs *pflag.FlagSet, a engine.ServerArgs, prefix string) error {
+	for _, e := range engineArgs {
+		if !fs.Changed(prefix + e.name) {
+			continue
+		}
+		var v float64
+		if e.int != nil {
+			v = float64(*e.int(&a))
+		} else {
+			v = *e.float(&a)
+		}
+		if !(v > 0) || (e.name == "mem-fraction-static" && v > 1) {
+			want := "> 0"
+			if e.name == "mem-fraction-static" {
+				want = "in (0, 1]"
+			}
+			return fmt.Errorf("--%s%s %g must be %s", prefix, e.name, v, want)
+		}
+	}
+	return nil
 }

@@ -40,6 +40,18 @@ with sgl-router's default thresholds, and the multiturn workload (64 conversatio
 1,024-token system prompts shared by groups of 8, 128-token questions, 256-token replies) at
 concurrency 16 (a trace workload replays its own timestamps instead). --regular K simulates a regular (non-PD) cluster of K servers instead.
 
+A model on a GPU instead of a preset: --model-path MODEL --gpu GPU builds every server's profile
+from the model card and the GPU at SGLang's parallelism (--tp-size, --dp-size, --ep-size,
+--enable-dp-attention; --prefill-tp-size, --decode-dp-size … give a pool its own sizes and
+--prefill-gpu, --decode-gpu its own GPU), and SGLang's
+engine arguments not given (--chunked-prefill-size, --max-running-requests, --max-total-tokens,
+--page-size, --cuda-graph-max-bs, --mem-fraction-static, --schedule-conservativeness, each also as
+--prefill-… and --decode-…) take the values SGLang picks for that GPU's memory and parallelism.
+With a preset they keep the engine's defaults. results.json records what each pool ran with
+(meta.cluster.resolved), e.g.
+
+  router sim --model-path llama3-70b --gpu h100-sxm --tp-size 4 --regular 1 --rate 4
+
 The router flags are serve's, under the same names, and --config reads the same settings file
 (flags override it). --write-config FILE writes the routing settings (mode included, no worker
 lists) for 'router serve --config FILE --prefill … --decode …'.
@@ -71,6 +83,9 @@ type simFlags struct {
 	label       string
 	slo         string
 	kills       []string
+	// args, prefillArgs and decodeArgs are the engine-argument flags (--chunked-prefill-size,
+	// --prefill-…, --decode-…); resolve lays the given ones over the cluster file's.
+	args, prefillArgs, decodeArgs engine.ServerArgs
 }
 
 // bindSimFlags registers the sim flags on fs: router flags first (they own --seed), then the
@@ -87,12 +102,26 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.IntVar(&c.Prefill, "prefill", 0, "prefill servers (PD mode; default 2)")
 	fs.IntVar(&c.Decode, "decode", 0, "decode servers (PD mode; default 2)")
 	fs.IntVar(&c.Regular, "regular", 0, "regular servers: simulate a regular (non-PD) cluster (default 4 when --pd-disaggregation=false)")
-	fs.IntVar(&c.DPSize, "dp-size", 1, "DP ranks per server")
-	fs.BoolVar(&c.DPAttention, "dp-attention", false, "DP attention (SGLang --enable-dp-attention): ranks step in lockstep; with a -dp preset, attention per rank and MoE on the gathered batch")
+	fs.StringVar(&c.ModelPath, "model-path", "", modelFlagHelp["model_path"][cmdSim])
+	fs.StringVar(&c.GPU, "gpu", "", modelFlagHelp["gpu"][cmdSim])
+	fs.StringVar(&c.PrefillGPU, "prefill-gpu", "", "GPU of the prefill servers with --model-path (default --gpu)")
+	fs.StringVar(&c.DecodeGPU, "decode-gpu", "", "GPU of the decode servers with --model-path (default --gpu)")
+	parallelismFlags(fs, cmdSim, &c.TPSize, &c.DPSize, &c.EPSize, &c.DPAttention)
+	for _, pool := range []struct {
+		name       string
+		tp, dp, ep *int
+	}{{"prefill", &c.PrefillTPSize, &c.PrefillDPSize, &c.PrefillEPSize}, {"decode", &c.DecodeTPSize, &c.DecodeDPSize, &c.DecodeEPSize}} {
+		fs.IntVar(pool.tp, pool.name+"-tp-size", 0, "--tp-size of the "+pool.name+" servers (default --tp-size)")
+		fs.IntVar(pool.dp, pool.name+"-dp-size", 0, "--dp-size of the "+pool.name+" servers (default --dp-size)")
+		fs.IntVar(pool.ep, pool.name+"-ep-size", 0, "--ep-size of the "+pool.name+" servers (default --ep-size)")
+	}
+	engineArgFlags(fs, &f.args, "")
+	engineArgFlags(fs, &f.prefillArgs, "prefill-")
+	engineArgFlags(fs, &f.decodeArgs, "decode-")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
 	fs.BoolVar(&c.DecodeRadixCache, "decode-radix-cache", false, "decode servers keep a prefix cache of the prompts they served (SGLang --disaggregation-decode-enable-radix-cache); a hit shrinks the KV transfer")
-	fs.StringVar(&c.Profile, "profile", sim.DefaultProfile, "engine profile of every server: a preset (router fakeworker profiles lists them) or a profile file (YAML/JSON)")
+	fs.StringVar(&c.Profile, "profile", "", "engine profile of every server: a preset (router fakeworker profiles lists them) or a profile file (YAML/JSON) (default "+sim.DefaultProfile+" unless --model-path)")
 	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")
 	fs.StringVar(&c.DecodeProfile, "decode-profile", "", "engine profile of decode servers (default --profile)")
 	fs.DurationVar(&c.TTFT, "ttft", 100*time.Millisecond, "--profile constant: time to first token")
@@ -133,13 +162,39 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 		}
 		cl = mergeFlags(fs, fileCl, f.cluster)
 	}
+	if fs.Changed("enable-dp-attention") { // the cluster key keeps the old name, dp_attention
+		cl.DPAttention = f.cluster.DPAttention
+	}
+	for _, pool := range []struct {
+		prefix string
+		flags  engine.ServerArgs
+		dst    **engine.ServerArgs
+	}{{"", f.args, nil}, {"prefill-", f.prefillArgs, &cl.PrefillArgs}, {"decode-", f.decodeArgs, &cl.DecodeArgs}} {
+		if err := checkEngineArgFlags(fs, pool.flags, pool.prefix); err != nil {
+			return sim.Config{}, fmt.Errorf("sim: %w", err)
+		}
+		if pool.dst == nil {
+			cl.Args, _ = overlayEngineArgs(fs, cl.Args, pool.flags, "")
+			continue
+		}
+		base := cl.Args // a pool's arguments start from every server's
+		if *pool.dst != nil {
+			base = **pool.dst
+		}
+		if a, ok := overlayEngineArgs(fs, base, pool.flags, pool.prefix); ok {
+			*pool.dst = &a
+		}
+	}
 	if err := loadClusterProfiles(&cl); err != nil {
 		return sim.Config{}, err
 	}
 	for _, n := range []struct {
 		flag string
 		v    float64
-	}{{"dp-size", float64(cl.DPSize)}, {"speedup", cl.Speedup}, {"link-gbps", cl.LinkGbps}} {
+	}{{"dp-size", float64(cl.DPSize)}, {"tp-size", float64(cl.TPSize)}, {"ep-size", float64(cl.EPSize)},
+		{"prefill-tp-size", float64(cl.PrefillTPSize)}, {"prefill-dp-size", float64(cl.PrefillDPSize)}, {"prefill-ep-size", float64(cl.PrefillEPSize)},
+		{"decode-tp-size", float64(cl.DecodeTPSize)}, {"decode-dp-size", float64(cl.DecodeDPSize)}, {"decode-ep-size", float64(cl.DecodeEPSize)},
+		{"speedup", cl.Speedup}, {"link-gbps", cl.LinkGbps}} {
 		if fs.Changed(n.flag) && !(n.v > 0) {
 			return sim.Config{}, fmt.Errorf("sim: --%s %g must be > 0", n.flag, n.v)
 		}
@@ -252,7 +307,9 @@ func newSimSweepCmd() *cobra.Command {
 		Short: "Simulate a grid of router settings in parallel and rank them by an objective",
 		Long: `sweep runs 'router sim' once per point of the grid given by --vary (the cartesian
 product; KEY is a router setting under its config-file name, e.g. cache_threshold,
-balance_abs_threshold, balance_rel_threshold, policy, dp_aware, or a cluster key such as dp_size),
+balance_abs_threshold, balance_rel_threshold, policy, dp_aware, a cluster key such as dp_size,
+tp_size or gpu, or an SGLang engine argument such as chunked_prefill_size or max_running_requests,
+prefixed prefill_ or decode_ for one pool),
 in parallel on all cores, each run deterministic, and prints the configurations ranked by
 --objective over all levels, each point scored by its worst level:
 
@@ -274,6 +331,7 @@ FILE]' reads every shard and ranks the union exactly as one sweep would
 is sim's.`,
 		Example: `  router sim sweep --vary cache_threshold=0.1,0.3,0.5 --vary balance_abs_threshold=8,32,64 --write-config best.yaml
   router sim sweep --objective goodput --slo ttft=500,tpot=50 --rate 4,8 --vary policy=cache_aware,round_robin
+  router sim sweep --model-path llama3-8b --gpu h100-sxm --vary chunked_prefill_size=2048,4096,8192 --vary decode_max_running_requests=64,256
   router sim sweep --shard 0/3 --out runs/shard-0 --vary cache_threshold=0.1,0.3,0.5
   router sim sweep --merge runs/shard-0 runs/shard-1 runs/shard-2 --write-config best.yaml`,
 		Args: cobra.ArbitraryArgs,
@@ -545,6 +603,13 @@ func loadSimCluster(path string) (sim.Cluster, error) {
 	doc, file, err := readSettingsFile("--cluster", path)
 	if err != nil || doc == nil {
 		return cl, err
+	}
+	if v, ok := doc["enable_dp_attention"]; ok { // SGLang's name of the dp_attention key
+		if _, both := doc["dp_attention"]; both {
+			return cl, fmt.Errorf("%s: enable_dp_attention and dp_attention are one setting: give one", file.at("enable_dp_attention"))
+		}
+		doc["dp_attention"] = v
+		delete(doc, "enable_dp_attention")
 	}
 	for _, k := range []string{"ttft", "itl", "net_latency"} {
 		if s, ok := doc[k].(string); ok {
