@@ -57,6 +57,11 @@ type Cluster struct {
 	// (engine.DPAttnSplit). The key stays dp_attention (the flag's old name, still accepted);
 	// enable_dp_attention is accepted in cluster files and sweeps.
 	DPAttention bool `json:"dp_attention" yaml:"dp_attention"`
+	// TwoBatchOverlap is SGLang's --enable-two-batch-overlap and DeepEPMode its --deepep-mode
+	// ("normal", "low_latency", "auto"; "" without DeepEP): how the MoE layers of a profile
+	// built from ModelPath communicate (engine.Parallelism).
+	TwoBatchOverlap bool   `json:"enable_two_batch_overlap,omitempty" yaml:"enable_two_batch_overlap,omitempty"`
+	DeepEPMode      string `json:"deepep_mode,omitempty" yaml:"deepep_mode,omitempty"`
 	// Per-pool parallelism of PD mode (SGLang runs prefill and decode servers with their own
 	// sizes); 0 → TPSize, DPSize, EPSize.
 	PrefillTPSize int `json:"prefill_tp_size" yaml:"prefill_tp_size"`
@@ -138,7 +143,9 @@ func (c Cluster) sizes(role engine.Role) (tp, dp, ep int) {
 // parallelism is role's engine parallelism.
 func (c Cluster) parallelism(role engine.Role) engine.Parallelism {
 	tp, dp, ep := c.sizes(role)
-	return engine.SGLangParallelism(tp, dp, ep, c.DPAttention)
+	par := engine.SGLangParallelism(tp, dp, ep, c.DPAttention)
+	par.TwoBatchOverlap, par.DeepEPMode = c.TwoBatchOverlap, c.DeepEPMode
+	return par
 }
 
 // server resolves role's servers: their profile and the per-rank engine arguments to Apply.

@@ -107,6 +107,8 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.StringVar(&c.PrefillGPU, "prefill-gpu", "", "GPU of the prefill servers with --model-path (default --gpu)")
 	fs.StringVar(&c.DecodeGPU, "decode-gpu", "", "GPU of the decode servers with --model-path (default --gpu)")
 	parallelismFlags(fs, cmdSim, &c.TPSize, &c.DPSize, &c.EPSize, &c.DPAttention)
+	fs.BoolVar(&c.TwoBatchOverlap, "enable-two-batch-overlap", false, "two-batch overlap of MoE communication and compute, as SGLang --enable-two-batch-overlap (a --model-path engine with --ep-size)")
+	fs.StringVar(&c.DeepEPMode, "deepep-mode", "", `DeepEP all-to-all of MoE layers, as SGLang --deepep-mode: normal, low_latency or auto ("": no DeepEP; a --model-path engine with --ep-size)`)
 	for _, pool := range []struct {
 		name       string
 		tp, dp, ep *int

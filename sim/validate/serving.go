@@ -78,10 +78,23 @@ type server struct {
 	role    string // "" (unified), "prefill", "decode"
 	count   int    // servers of this role
 	par     engine.Parallelism
-	args    engine.ServerArgs
+	given   engine.ServerArgs // as the set's command line gave them (server-wide)
+	args    engine.ServerArgs // per rank, as the server runs with them (engine.BuildServer)
+	model   engine.ModelCard
+	gpu     engine.GPU
 	profile engine.Profile
 	gpus    int // GPUs of the role's pool (all its servers)
 	nodes   int // nodes of the role's pool
+}
+
+// sglangSizes are SGLang's --tp-size, --dp-size, --ep-size of a server of par (without DP
+// attention SGLang's tp_size counts one replica's GPUs; engine.SGLangParallelism inverts it).
+func sglangSizes(par engine.Parallelism) (tp, dp, ep int) {
+	par = par.WithDefaults()
+	if par.DPAttention {
+		return par.TP, par.DP, par.EP
+	}
+	return par.TP / par.DP, par.DP, par.EP
 }
 
 // servers builds the servers of a set (one unified, or prefill and decode), with the level's
@@ -106,12 +119,12 @@ func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server
 		}
 		raw := roleArgs(s, role)
 		par := parallelism(tp, dp, ep, s.DPAttention, gpn, raw)
-		args := serverArgs(raw, par, notes)
+		given := serverArgs(raw, notes)
 		name := "validate-" + s.Name
 		if role != "" {
 			name += "-" + role
 		}
-		prof, err := buildProfile(name, m, g, par, args)
+		prof, args, err := engine.BuildServer(name, m, g, par, given)
 		if err != nil {
 			return server{}, err
 		}
@@ -121,7 +134,7 @@ func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server
 		if nodes == 0 {
 			nodes = max((gpus+gpn-1)/gpn, 1)
 		}
-		return server{role: role, count: count, par: par, args: args, profile: prof, gpus: gpus, nodes: nodes}, nil
+		return server{role: role, count: count, par: par, given: given, args: args, model: m, gpu: g, profile: prof, gpus: gpus, nodes: nodes}, nil
 	}
 	if s.PD == nil {
 		sv, err := mk("", 1, s.TP, s.DP, s.EP, 0, 0)
@@ -212,23 +225,28 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 		l.Rates = []float64{math.Inf(1)}
 	}
 
-	cl := sim.Cluster{Profiles: map[string]engine.Profile{}}
+	// The cluster is what an operator would give `router sim`: the model and GPU with SGLang's
+	// sizes and engine arguments (--model-path, --gpu, --tp-size, ...), so the suite checks
+	// the path operators use.
 	rc := router.DefaultConfig()
 	rc.Policy = router.PolicyRoundRobin
+	first := svs[0]
+	cl := sim.Cluster{ModelPath: first.model.Name, GPU: first.gpu.Name, DPAttention: first.par.DPAttention,
+		TwoBatchOverlap: first.par.TwoBatchOverlap, DeepEPMode: first.par.DeepEPMode}
+	if first.par.DPAttention != svs[len(svs)-1].par.DPAttention {
+		return nil, fmt.Errorf("DP attention differs between the pools: sim sets --enable-dp-attention for every server")
+	}
 	if len(svs) == 1 {
-		sv := svs[0]
-		cl.Regular, cl.Profile, cl.DPSize, cl.DPAttention, cl.Args = 1, sv.profile.Name, sv.par.DP, sv.par.DPAttention, sv.args
-		cl.Profiles[sv.profile.Name] = sv.profile
+		cl.Regular, cl.Args = 1, first.given
+		cl.TPSize, cl.DPSize, cl.EPSize = sglangSizes(first.par)
 	} else {
 		pre, dec := svs[0], svs[1]
-		if pre.par.DP != dec.par.DP || pre.par.DPAttention != dec.par.DPAttention {
-			return nil, fmt.Errorf("prefill DP%d and decode DP%d differ: sim gives every server one --dp-size", pre.par.DP, dec.par.DP)
-		}
 		rc.PDDisaggregation = true
-		cl.Prefill, cl.Decode, cl.DPSize, cl.DPAttention = pre.count, dec.count, pre.par.DP, pre.par.DPAttention
-		cl.PrefillProfile, cl.DecodeProfile, cl.Profile = pre.profile.Name, dec.profile.Name, pre.profile.Name
-		cl.Profiles[pre.profile.Name], cl.Profiles[dec.profile.Name] = pre.profile, dec.profile
-		cl.PrefillArgs, cl.DecodeArgs = ptr(pre.args), ptr(dec.args)
+		cl.Prefill, cl.Decode = pre.count, dec.count
+		cl.PrefillTPSize, cl.PrefillDPSize, cl.PrefillEPSize = sglangSizes(pre.par)
+		cl.DecodeTPSize, cl.DecodeDPSize, cl.DecodeEPSize = sglangSizes(dec.par)
+		cl.PrefillGPU, cl.DecodeGPU = pre.gpu.Name, dec.gpu.Name
+		cl.PrefillArgs, cl.DecodeArgs = ptr(pre.given), ptr(dec.given)
 	}
 	res, err := sim.Run(sim.Config{Cluster: cl, Router: rc, Workload: w, Load: l})
 	if err != nil {

@@ -70,15 +70,11 @@ func applyPrecision(m engine.ModelCard, precision string, notes *[]string) engin
 }
 
 // serverArgs reads SGLang's server arguments from m (snake case, lenient numbers) into
-// engine.ServerArgs for a server of par.
-//
-// Under DP attention SGLang splits two of them over the DP ranks: chunked_prefill_size is
-// divided by dp_size (python/sglang/srt/server_args.py, the enable_dp_attention branch of
-// ServerArgs.__post_init__ / _handle_data_parallelism) and max_running_requests is a budget
-// per DP worker of max_running_requests // dp_size (model_runner.py, where the request pool
-// is sized). engine.Config holds both per rank, so they are divided here. cuda_graph_bs
-// without cuda_graph_max_bs gives its largest size.
-func serverArgs(m map[string]any, par engine.Parallelism, notes *[]string) engine.ServerArgs {
+// engine.ServerArgs as given on SGLang's command line: server-wide values, not yet divided
+// among DP-attention ranks (engine.BuildServer and sim do that, as SGLang's server_args.py
+// _handle_data_parallelism does). cuda_graph_bs without cuda_graph_max_bs gives its largest
+// size.
+func serverArgs(m map[string]any, notes *[]string) engine.ServerArgs {
 	var a engine.ServerArgs
 	num := func(k string) (float64, bool) {
 		v, ok := m[k]
@@ -95,16 +91,11 @@ func serverArgs(m map[string]any, par engine.Parallelism, notes *[]string) engin
 		}
 		return f, true
 	}
-	par = par.WithDefaults()
-	perRank := 1
-	if par.DPAttention && par.DP > 1 {
-		perRank = par.DP
-	}
 	if f, ok := num("chunked_prefill_size"); ok {
-		a.ChunkedPrefillSize = max(int(f)/perRank, 1)
+		a.ChunkedPrefillSize = int(f)
 	}
 	if f, ok := num("max_running_requests"); ok {
-		a.MaxRunningRequests = max(int(f)/perRank, 1)
+		a.MaxRunningRequests = int(f)
 	}
 	if f, ok := num("max_total_tokens"); ok {
 		a.MaxTotalTokens = int(f)
@@ -137,15 +128,6 @@ func parallelism(tp, dp, ep int, dpAttn bool, gpusPerNode int, args map[string]a
 	par.TwoBatchOverlap, _ = args["enable_two_batch_overlap"].(bool)
 	par.DeepEPMode, _ = args["deepep_mode"].(string)
 	return par.WithDefaults()
-}
-
-// buildProfile builds the profile of one server: the GPU's memory fraction from the server
-// arguments, then engine.Build.
-func buildProfile(name string, m engine.ModelCard, g engine.GPU, par engine.Parallelism, a engine.ServerArgs) (engine.Profile, error) {
-	if a.MemFractionStatic > 0 {
-		g.MemFractionStatic = a.MemFractionStatic
-	}
-	return engine.Build(name, m, g, par)
 }
 
 // roleArgs returns the server-argument object of a PD role ("prefill", "decode"), or the

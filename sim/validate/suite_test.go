@@ -76,12 +76,14 @@ func TestServerArgsFollowSGLangUnderDPAttention(t *testing.T) {
 	var notes []string
 	raw := map[string]any{"chunked_prefill_size": 524288.0, "max_running_requests": 8192.0, "max_total_tokens": 131072.0,
 		"cuda_graph_bs": []any{1.0, 256.0, 64.0}, "mem_fraction_static": "0.85 (inferred)", "page_size": nil}
-	a := serverArgs(raw, engine.Parallelism{TP: 32, DP: 32, EP: 32, DPAttention: true}, &notes)
-	assert.Equal(t, engine.ServerArgs{ChunkedPrefillSize: 16384, MaxRunningRequests: 256, MaxTotalTokens: 131072,
-		CUDAGraphMaxBS: 256, MemFractionStatic: 0.85}, a, "chunk and running budget per DP rank; cuda graph max from the list")
+	a := serverArgs(raw, &notes)
+	assert.Equal(t, engine.ServerArgs{ChunkedPrefillSize: 524288, MaxRunningRequests: 8192, MaxTotalTokens: 131072,
+		CUDAGraphMaxBS: 256, MemFractionStatic: 0.85}, a, "as given; cuda graph max from the list")
 	assert.Equal(t, []string{`server arg mem_fraction_static = "0.85 (inferred)" read as 0.85`}, notes)
-	b := serverArgs(raw, engine.Parallelism{TP: 4}, &notes)
-	assert.Equal(t, 524288, b.ChunkedPrefillSize, "no division without DP attention")
+	_, r, err := engine.BuildServer("x", engine.DeepSeekV3, engine.H100SXM, engine.Parallelism{TP: 32, DP: 32, EP: 32, DPAttention: true}, a)
+	require.NoError(t, err)
+	assert.Equal(t, 16384, r.ChunkedPrefillSize, "the chunk per DP rank, as SGLang divides it")
+	assert.Equal(t, 256, r.MaxRunningRequests, "the running budget per DP rank")
 }
 
 func TestPickVariantTakesTheLevelsKind(t *testing.T) {
