@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 )
@@ -140,9 +141,9 @@ func (a ServerArgs) WithSGLangDefaults(g GPU, par Parallelism) ServerArgs {
 
 // PerRank returns a with the DP-attention adjustments SGLang makes to the arguments it was
 // given (server_args.py _handle_data_parallelism; pool_configurator.py
-// resolve_max_num_reqs), applied to the set fields only: under DP attention with dp_size > 1,
-// chunked_prefill_size and max_running_requests are divided by dp_size (at least 1) and
-// schedule_conservativeness is multiplied by 0.3. Without DP attention it returns a. For
+// resolve_max_num_reqs): under DP attention with dp_size > 1, chunked_prefill_size and
+// max_running_requests, when set, are divided by dp_size (at least 1) and
+// schedule_conservativeness (unset: 1) is multiplied by 0.3. Without DP attention it returns a. For
 // profiles that do not say which GPU they run on (presets, profile files), whose unset
 // arguments keep the engine's defaults.
 func (a ServerArgs) PerRank(par Parallelism) ServerArgs {
@@ -156,7 +157,7 @@ func (a ServerArgs) PerRank(par Parallelism) ServerArgs {
 	if a.MaxRunningRequests > 0 {
 		a.MaxRunningRequests = max(a.MaxRunningRequests/dp, 1)
 	}
-	a.ScheduleConservativeness *= 0.3
+	a.ScheduleConservativeness = cmp.Or(a.ScheduleConservativeness, 1) * 0.3 // unset is SGLang's default 1
 	return a
 }
 

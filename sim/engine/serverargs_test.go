@@ -85,9 +85,9 @@ func TestWithSGLangDefaultsDPAttention(t *testing.T) {
 	assert.Equal(t, 8192, one.ChunkedPrefillSize)
 	assert.InDelta(t, 1.0, one.ScheduleConservativeness, 1e-12)
 
-	// PerRank alone touches only the set fields.
+	// PerRank alone divides only the set sizes; conservativeness, unset, is SGLang's 1 × 0.3.
 	p := ServerArgs{ChunkedPrefillSize: 65536}.PerRank(Parallelism{TP: 8, DP: 8, DPAttention: true})
-	assert.Equal(t, ServerArgs{ChunkedPrefillSize: 8192}, p)
+	assert.Equal(t, ServerArgs{ChunkedPrefillSize: 8192, ScheduleConservativeness: 0.3}, p)
 	assert.Equal(t, ServerArgs{ChunkedPrefillSize: 65536}, ServerArgs{ChunkedPrefillSize: 65536}.PerRank(Parallelism{TP: 8, DP: 8}))
 }
 
