@@ -140,11 +140,9 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 		ctx += len(r.prompt) + r.generated
 	}
 	rk.stepKind = stepDecode
-	rk.stepTokens = len(rk.running)
-	if s.split() {
-		return s.dur(s.cfg.Profile.AttnDecodeTime(len(rk.running), ctx)), true
-	}
-	return s.dur(s.cfg.Profile.DecodeTime(len(rk.running), ctx)), true
+	d, n := s.decodeStepTime(len(rk.running), ctx)
+	rk.stepTokens = n
+	return d, true
 }
 
 // retract takes r out of the running batch and frees its KV; it goes back to the head of the
@@ -179,4 +177,63 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 			s.complete(r, t)
 		}
 	}
+}
+
+// PaddedBatch is the batch size a decode step of b requests runs at, and whether it replays a
+// CUDA graph, on a server with --cuda-graph-max-bs maxBS. SGLang captures graphs for the batch
+// sizes 1, 2, 4, 8, 12, 16…256 step 8, 272…496 step 16, 512… step 32, those ≤ maxBS
+// (server_args.py ServerArgs._generate_cuda_graph_batch_sizes); a step replays the graph of
+// the smallest captured size ≥ b, padding the batch with empty rows
+// (model_executor/cuda_graph_runner.py CudaGraphRunner.can_run and replay_prepare). A batch
+// larger than every captured size runs eagerly, unpadded: (b, false). maxBS ≤ 0: (b, false).
+func PaddedBatch(b, maxBS int) (int, bool) {
+	if maxBS <= 0 || b <= 0 {
+		return b, false
+	}
+	var p int
+	switch {
+	case b <= 2:
+		p = b
+	case b <= 4:
+		p = 4
+	case b <= 8:
+		p = 8
+	case b <= 12:
+		p = 12
+	case b <= 256:
+		p = (b + 7) / 8 * 8
+	case b <= 496:
+		p = 256 + (b-256+15)/16*16
+	default:
+		p = 512 + (b-512+31)/32*32
+	}
+	if p > maxBS {
+		return b, false
+	}
+	return p, true
+}
+
+// decodeStepTime is the duration of a decode step of batch requests over context tokens,
+// with CUDA-graph padding or the eager overhead when Config.CUDAGraphMaxBS is set. Padding rows
+// cost compute (and MoE expert reads) but read no KV, so the padded size replaces the batch
+// and the context is unchanged. It returns the tokens the step counts under DP attention
+// (the padded batch).
+func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
+	n, eager := batch, 0.0
+	if s.cfg.CUDAGraphMaxBS > 0 {
+		var graph bool
+		if n, graph = PaddedBatch(batch, s.cfg.CUDAGraphMaxBS); !graph {
+			eager = s.cfg.Profile.EagerOverhead
+		}
+	}
+	var d time.Duration
+	if s.split() {
+		d = s.cfg.Profile.AttnDecodeTime(n, context)
+	} else {
+		d = s.cfg.Profile.DecodeTime(n, context)
+	}
+	if eager > 0 {
+		d += seconds(eager)
+	}
+	return s.dur(d), n
 }

@@ -82,6 +82,8 @@ func (s *Server) timerValid(tm *timer) bool {
 	case tEarly:
 		at, ok := s.early[tm.room]
 		return ok && at.Equal(tm.at)
+	case tArrive:
+		return !tm.r.done && tm.r.arriving
 	}
 	return false
 }
@@ -106,6 +108,12 @@ func (s *Server) fire(tm timer, t time.Time) {
 		s.parallelToken(r, t)
 	case tEarly:
 		delete(s.early, tm.room)
+	case tArrive:
+		r.arriving = false
+		if r.queue == QueueWaiting { // unified, or prefill after its Handshake
+			r.rk.waiting.push(r)
+			s.setKick(t)
+		}
 	}
 }
 

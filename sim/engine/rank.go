@@ -142,6 +142,7 @@ const (
 	tStuck                     // prefill with NeverSignalKV: the transfer gives up
 	tToken                     // Constant profile: the room's next token is due
 	tEarly                     // an early Handshake is forgotten
+	tArrive                    // Profile.HostOverhead: the request reaches the scheduler
 )
 
 type timer struct {
