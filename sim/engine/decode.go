@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -58,10 +59,47 @@ func (s *Server) kvNeed(r *request) int {
 	return n - r.decodeHit // decode radix cache: the hit lives in the tree
 }
 
+// clipNew is the output tokens admission charges r with: min(max new − generated,
+// ClipMaxNewTokens) (schedule_policy.py PrefillAdder.add_one_req and
+// _get_running_request_total_token_offset). A prefill server sets every request's max new
+// tokens to 1 (disaggregation/prefill.py PrefillBootstrapQueue._process_req).
+func (s *Server) clipNew(r *request) int {
+	if s.cfg.Role == RolePrefill {
+		return max(1-r.generated, 0)
+	}
+	return min(max(r.maxNew-r.generated, 0), ClipMaxNewTokens)
+}
+
+// joinRun appends r to the running batch, adding its terms to the rank's running sums.
+func (s *Server) joinRun(rk *rank, r *request) {
+	rk.running = append(rk.running, r)
+	r.inRun = true
+	rk.runRemain += int64(s.clipNew(r))
+	rk.runSeq += int64(len(r.prompt) + r.generated)
+}
+
+// leaveRun takes r's terms out of the running sums (the caller drops it from rk.running).
+func (s *Server) leaveRun(r *request) {
+	if !r.inRun {
+		return
+	}
+	r.inRun = false
+	rk := r.rk
+	rk.runRemain -= int64(s.clipNew(r))
+	rk.runSeq -= int64(len(r.prompt) + r.generated)
+	rk.full = false // the running batch shrank: admission may retry (scheduler.py update_running_batch)
+}
+
 // formDecode builds a decode step on rk at t: (decode role) admit waiting rooms into the running
 // batch up to MaxRunningRequests — a room's first token, produced by prefill, is emitted as it
-// joins — then make sure every running request has KV for one more token, retracting the most
-// recently admitted requests when memory runs out.
+// joins — then make sure every running request has KV for one more token, as SGLang's
+// update_running_batch does (scheduler.py): when the pool (free plus evictable) cannot give the
+// batch its next tokens (schedule_batch.py ScheduleBatch.check_decode_mem), requests are
+// retracted in retract_decode's order — fewest output tokens first, then the longest prompt,
+// later-admitted first among equals — until the rest fit (at least one is retracted, the last
+// is never), and new_token_ratio jumps to (Σ generated + 20·n) / (Σ max new + 1) over the
+// survivors, at most 1 (NewTokenRatioTracker.estimate_new_token_ratio_after_retract).
+// Otherwise the ratio decays one step toward its floor (decay_step).
 func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	live := rk.running[:0]
 	for _, r := range rk.running {
@@ -91,7 +129,7 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 			r.alloc = need
 			rk.retracted.pop()
 			s.setQueue(r, QueueRunning)
-			rk.running = append(rk.running, r)
+			s.joinRun(rk, r)
 		}
 		for len(rk.running) < s.cfg.MaxRunningRequests {
 			r := rk.waiting.peek()
@@ -107,29 +145,31 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 					continue
 				}
 			}
-			rk.running = append(rk.running, r)
+			s.joinRun(rk, r)
 		}
+	}
+	if len(rk.running) == 0 {
+		rk.full = false
+		return 0, false
+	}
+	need := 0
+	for _, r := range rk.running {
+		need += max(s.kvNeed(r)-r.alloc, 0)
+	}
+	if need > 0 && rk.free()+rk.evictable() < need {
+		s.retractFor(rk, need)
+	} else {
+		rk.ratio = max(rk.ratio-s.ratioDecay, s.ratioMin)
 	}
 	for i := 0; i < len(rk.running); i++ {
 		r := rk.running[i]
-		need := s.kvNeed(r)
-		for r.alloc < need {
-			if rk.reserve(need - r.alloc) {
-				r.alloc = need
-				break
-			}
-			if len(rk.running) == 1 {
-				s.fail(r, t, fmt.Sprintf("out of KV memory: %d tokens do not fit in the rank's capacity of %d", need, rk.capacity))
+		if d := s.kvNeed(r) - r.alloc; d > 0 {
+			if !rk.reserve(d) { // only the last request is left, and it does not fit
+				s.fail(r, t, fmt.Sprintf("out of KV memory: %d tokens do not fit in the rank's capacity of %d", s.kvNeed(r), rk.capacity))
 				rk.running = rk.running[:0]
 				break
 			}
-			last := len(rk.running) - 1
-			s.retract(rk, rk.running[last])
-			rk.running[last] = nil
-			rk.running = rk.running[:last]
-			if last == i { // r itself was the most recent
-				break
-			}
+			r.alloc += d
 		}
 	}
 	if len(rk.running) == 0 {
@@ -145,12 +185,48 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	return d, true
 }
 
-// retract takes r out of the running batch and frees its KV; it goes back to the head of the
-// waiting queue. Decode: it resumes when its KV can be reserved again (SGLang offloads or
-// recomputes it; neither is charged). Unified: its prompt and generated tokens are prefilled
-// again (mostly cache hits).
+// retractFor retracts running requests of rk in SGLang's order (formDecode) until the others'
+// next tokens, need in all, fit, and re-estimates the new-token ratio.
+func (s *Server) retractFor(rk *rank, need int) {
+	order := append(rk.order[:0], rk.running...)
+	slices.SortStableFunc(order, func(a, b *request) int {
+		if a.generated != b.generated {
+			return b.generated - a.generated
+		}
+		return len(a.prompt) - len(b.prompt)
+	})
+	for first := true; len(order) > 1 && (first || rk.free()+rk.evictable() < need); first = false {
+		r := order[len(order)-1]
+		order[len(order)-1] = nil
+		order = order[:len(order)-1]
+		need -= max(s.kvNeed(r)-r.alloc, 0)
+		s.retract(rk, r)
+	}
+	clear(order)
+	rk.order = order[:0]
+	live := rk.running[:0]
+	gen, maxNew := 0, 0
+	for _, r := range rk.running {
+		if r.inRun {
+			live = append(live, r)
+			gen += r.generated
+			maxNew += r.maxNew
+		}
+	}
+	clear(rk.running[len(live):])
+	rk.running = live
+	rk.ratio = min(1, float64(gen+RetractDecodeSteps*len(live))/float64(maxNew+1))
+}
+
+// retract takes r out of the running batch and frees its KV (schedule_batch.py
+// ScheduleBatch.release_req). Unified: it is appended to the waiting queue (scheduler.py
+// _extend_requests_to_queue) and prefilled again — prompt and generated tokens, the prompt
+// mostly from the cache — producing its next token as a prefill does. Decode: it waits in
+// the retracted queue (DecodePreallocQueue.retracted_queue, FIFO) until its KV can be reserved
+// again; SGLang offloads its KV to host memory and loads it back, which is not charged.
 func (s *Server) retract(rk *rank, r *request) {
 	rk.retractions++
+	s.leaveRun(r)
 	if r.node != nil {
 		rk.cache.unlockPath(r.node)
 		r.node = nil
@@ -159,12 +235,12 @@ func (s *Server) retract(rk *rank, r *request) {
 	r.alloc = 0
 	s.setQueue(r, QueueWaiting)
 	if rk.cache == nil {
-		rk.retracted.pushFront(r)
+		rk.retracted.push(r)
 		return
 	}
 	r.target = len(r.prompt) + r.generated
 	r.prefilled = 0
-	rk.waiting.pushFront(r)
+	rk.waiting.push(r)
 }
 
 func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
@@ -172,6 +248,12 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 		if r.done {
 			continue
 		}
+		// One token each: the running sums move with it (min(remaining, clip) shrinks unless
+		// the remainder is above the clip).
+		if r.maxNew-r.generated <= ClipMaxNewTokens {
+			rk.runRemain--
+		}
+		rk.runSeq++
 		s.token(r, t)
 		if r.generated >= r.maxNew {
 			s.complete(r, t)

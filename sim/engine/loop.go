@@ -181,17 +181,25 @@ func (s *Server) schedule(t time.Time) {
 func (s *Server) split() bool { return s.cfg.DPAttention && s.cfg.Profile.DPAttn != nil }
 
 // formStep builds rank rk's next batch at t and returns its duration; false when idle.
+// An idle rank's new-token ratio goes back to its initial value (scheduler.py: on idle,
+// NewTokenRatioTracker.reset).
 func (s *Server) formStep(rk *rank, t time.Time) (time.Duration, bool) {
+	var d time.Duration
+	var ok bool
 	switch s.cfg.Role {
 	case RolePrefill:
-		return s.formPrefill(rk, t)
+		d, ok = s.formPrefill(rk, t)
 	case RoleDecode:
-		return s.formDecode(rk, t)
+		d, ok = s.formDecode(rk, t)
+	default:
+		if d, ok = s.formPrefill(rk, t); !ok { // prefill-first
+			d, ok = s.formDecode(rk, t)
+		}
 	}
-	if d, ok := s.formPrefill(rk, t); ok { // prefill-first
-		return d, true
+	if !ok {
+		rk.ratio = s.ratioInit
 	}
-	return s.formDecode(rk, t)
+	return d, ok
 }
 
 func (s *Server) finishStep(rk *rank, t time.Time) {
@@ -226,6 +234,7 @@ func (s *Server) release(r *request) {
 		rk.dcache.unlockPath(r.dnode)
 		r.dnode = nil
 	}
+	s.leaveRun(r)
 	rk.private -= r.alloc
 	r.alloc = 0
 	s.setQueue(r, 0)

@@ -13,28 +13,33 @@ import (
 //   - the request whose prefill was chunked continues first (scheduler.py: chunked_req is added
 //     before the waiting queue);
 //   - the waiting queue is ordered by the schedule policy (orderWaiting): lpm puts the longest
-//     cached prefix first and holds back requests that share an uncached prefix with one picked
-//     before them; fcfs keeps arrival order;
+//     cached prefix first and sorts last the requests that share an uncached prefix with one
+//     picked before them; fcfs keeps arrival order;
 //   - requests are admitted in that order while the step's token budget (ChunkedPrefillSize)
-//     lasts and their uncached tokens fit in KV (evicting LRU cache leaves); the last one
-//     admitted may be chunked. A request that does not fit in KV holds the queue (no skipping
-//     ahead), as PrefillAdder stops at the first request it cannot add.
+//     lasts and PrefillAdder's memory rule admits them (admit: uncached tokens plus clipped max
+//     new below rem_total_tokens, which charges the running batch ratio × its remaining
+//     outputs); the last one admitted may be chunked. A request that does not fit holds the
+//     queue (no skipping ahead), as PrefillAdder stops at the first request it cannot add, and
+//     (unified) admission is not tried again until the running batch shrinks (batch_is_full).
 //
 // With the overlap scheduler (the default), the prompts of the batch that just ended become
 // matchable only now, after this batch was formed (flushInserts).
 func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
 	d, ok := s.formPrefillBatch(rk, t)
-	if rk.flushInserts(s) && !ok && rk.held > 0 {
-		// Requests held back for a prefix that has only now become matchable: the rank would
-		// idle with work waiting, so schedule them at once.
-		d, ok = s.formPrefillBatch(rk, t)
-	}
+	rk.flushInserts(s)
 	return d, ok
 }
 
 func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 	rk.batch = rk.batch[:0]
 	budget := s.cfg.ChunkedPrefillSize
+	unified := s.cfg.Role == RoleUnified
+	// PrefillAdder's rem_total_tokens = free + evictable − offset, where the offset charges
+	// each running request min(remaining max new, clip) × new_token_ratio and each request
+	// admitted in this batch its clipped max new (its extend tokens are already reserved
+	// here, so free has dropped by them). A prefill server's running batch is empty.
+	offset := rk.ratio * float64(rk.runRemain)
+	chunked := rk.chunked != nil
 	if c := rk.chunked; c != nil {
 		if c.done {
 			rk.chunked = nil
@@ -46,14 +51,20 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 				budget = 0
 			} else {
 				rk.chunked = nil
+				offset += float64(s.clipNew(c)) // add_chunked_req: the last chunk charges its max new
 			}
 		}
 	}
 	if budget > 0 {
 		s.orderWaiting(rk)
 	}
-	for i := rk.waiting.head; budget > 0 && i < len(rk.waiting.items); {
-		if s.cfg.Role == RoleUnified && rk.n[QueueRunning] >= s.cfg.MaxRunningRequests {
+	// batch_is_full (unified): after admission stopped for memory or count, SGLang does not
+	// try again until the running batch shrinks, unless a chunked prefill continues
+	// (scheduler.py get_new_batch_prefill).
+	stop := unified && rk.full && !chunked
+	for i := rk.waiting.head; budget > 0 && !stop && i < len(rk.waiting.items); {
+		if unified && rk.n[QueueRunning] >= s.cfg.MaxRunningRequests {
+			rk.full = true
 			break
 		}
 		r := rk.waiting.items[i]
@@ -61,16 +72,13 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 			i++
 			continue
 		}
-		if r.held {
-			i++ // waits for the prefix a request picked before it is computing
-			continue
-		}
-		ok := s.admit(rk, r, t)
+		ok := s.admit(rk, r, t, offset)
 		if r.done { // failed: can never fit
 			i++
 			continue
 		}
-		if !ok {
+		if !ok { // NO_TOKEN: the queue waits (no skipping ahead)
+			rk.full = unified
 			break
 		}
 		i = rk.waiting.remove(i)
@@ -80,6 +88,12 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 		budget -= n
 		if r.prefilled+n < r.target {
 			rk.chunked = r
+			break
+		}
+		offset += float64(s.clipNew(r))
+		// budget_state: no tokens left once rem_total_tokens or cur_rem_tokens is spent.
+		if avail := rk.free() + rk.evictable(); avail <= 0 || float64(avail)-offset <= 0 {
+			rk.full = unified
 			break
 		}
 	}
@@ -119,9 +133,8 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 //   - the queue is sorted by cached prefix, longest first, deprioritized requests last
 //     (_sort_by_longest_prefix; ties keep arrival order).
 //
-// SGLang sorts deprioritized requests last and the step's token budget usually runs out
-// before them; this model holds them out of the batch whatever the budget (held), so a
-// sibling never computes the prefix its leader is computing in the same step.
+// Deprioritized requests are only sorted last, not held out: when the step's token budget
+// and memory reach them they join the batch, as in SGLang.
 func (s *Server) orderWaiting(rk *rank) {
 	q := &rk.waiting
 	live := q.items[q.head:q.head]
@@ -132,7 +145,6 @@ func (s *Server) orderWaiting(rk *rank) {
 	}
 	clear(q.items[q.head+len(live):])
 	q.items = q.items[:q.head+len(live)]
-	rk.held = 0
 	for _, r := range live {
 		r.held = false
 	}
@@ -158,7 +170,6 @@ func (s *Server) orderWaiting(rk *rank) {
 		head := r.prompt[:InBatchDeprioritizeThreshold]
 		if slices.ContainsFunc(picked, func(p []uint32) bool { return slices.Equal(p, head) }) {
 			r.held = true
-			rk.held++
 			continue
 		}
 		picked = append(picked, head)
@@ -179,14 +190,22 @@ func (s *Server) orderWaiting(rk *rank) {
 }
 
 // admit measures r's prefix hit (first admission only is reported), locks the hit and reserves
-// KV for the rest. It returns false if the KV is not available now; a request that can never
-// fit is failed.
-func (s *Server) admit(rk *rank, r *request, t time.Time) bool {
-	// SGLang matches at most len-1 tokens: the last one is computed to get the logits. The
-	// match orderWaiting made is reused while the tree has not changed shape since.
+// KV for the rest. It returns false if the request does not fit now: as PrefillAdder.add_one_req,
+// its uncached tokens plus its clipped max new must be below rem_total_tokens (free + evictable
+// − offset, the hit locked first), and the uncached tokens must be reservable. A request that
+// can never fit is failed. A retracted request (target beyond the prompt) matches its whole
+// prompt and counts what it computes again in rank.recomputed.
+func (s *Server) admit(rk *rank, r *request, t time.Time, offset float64) bool {
+	// SGLang matches at most len-1 tokens of what it prefills: the last one is computed to
+	// get the logits. The match orderWaiting made is reused while the tree has not changed
+	// shape since.
 	hit, nd := r.matched, r.matchNode
 	if r.matchNode == nil || r.matchGen != rk.cache.gen || r.target != len(r.prompt) {
-		hit, nd = rk.cache.match(r.prompt[:len(r.prompt)-1])
+		key := r.prompt[:len(r.prompt)-1]
+		if r.target > len(r.prompt) {
+			key = r.prompt
+		}
+		hit, nd = rk.cache.match(key)
 	}
 	r.matchNode = nil
 	need := r.target - hit
@@ -194,12 +213,19 @@ func (s *Server) admit(rk *rank, r *request, t time.Time) bool {
 		s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
 		return false
 	}
+	if total := need + s.clipNew(r); total >= rk.capacity { // SGLang would leave it waiting forever
+		s.fail(r, t, fmt.Sprintf("needs %d KV tokens to prefill and %d to generate, %d in all: not below the rank's capacity of %d", need, s.clipNew(r), total, rk.capacity))
+		return false
+	}
 	rk.cache.lockPath(nd)
-	if !rk.reserve(need) {
+	if float64(need+s.clipNew(r)) >= float64(rk.free()+rk.evictable())-offset || !rk.reserve(need) {
 		rk.cache.unlockPath(nd)
 		return false
 	}
 	r.node, r.alloc, r.prefilled = nd, need, hit
+	if r.target > len(r.prompt) {
+		rk.recomputed += int64(need)
+	}
 	if !r.admitted {
 		r.admitted, r.cached = true, hit
 		rk.promptTokens += int64(len(r.prompt))
@@ -232,14 +258,13 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 			continue
 		}
 		r.state = StateSuccess
-		if r.generated == 0 {
-			s.token(r, t)
-		}
+		s.token(r, t) // the first token, or after a retraction the next one
 		if r.generated >= r.maxNew {
 			s.complete(r, t)
+			rk.full = false // the batch shrank (scheduler.py: last_batch filtered)
 			continue
 		}
-		rk.running = append(rk.running, r)
+		s.joinRun(rk, r)
 	}
 	rk.batch = rk.batch[:0]
 }

@@ -110,3 +110,124 @@ func TestCUDAGraphStepTime(t *testing.T) {
 	assert.Equal(t, p.DecodeTime(12, ctx), firstDecodeStep(t, Config{Profile: p, CUDAGraphMaxBS: 256}, 9))
 	assert.Equal(t, p.DecodeTime(9, ctx)+seconds(0.002), firstDecodeStep(t, Config{Profile: p, CUDAGraphMaxBS: 8}, 9))
 }
+
+// Admission by new-token ratio, by hand: KV 1200; room 0 (100-token prompt, 1001 max new) has
+// been prefilled and decodes with 1000 outputs to go; the ratio is 0.7 × 0.5 = 0.35 (no decode
+// step yet). Ten rooms of 50 prompt tokens and 50 max new arrive: rem_total_tokens is
+// free 1100 − 0.35 × 1000 = 750, and each admitted room takes 50 of KV and charges 50 more, so
+// the k-th (from 0) is admitted while 100 < 750 − 100k: seven of them. The others wait (with
+// prompt-only admission all ten would have fitted).
+func TestAdmissionByNewTokenRatio(t *testing.T) {
+	t.Parallel()
+	p := testProfile()
+	s := newServer(t, Config{Role: RoleUnified, Profile: p, MaxTotalTokens: 1200, ScheduleConservativeness: 0.5})
+	require.InDelta(t, 0.35, s.ranks[0].ratio, 1e-12)
+	s.Submit(at(0), Req{Room: 0, Rank: -1, Prompt: prompt(0, 100), MaxNew: 1001})
+	t1 := at(p.PrefillTime(100, 100*50))
+	require.Empty(t, s.Advance(t1.Add(-1)))
+	for i := 1; i <= 10; i++ {
+		s.Submit(t1, Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 50), MaxNew: 50})
+	}
+	s.Advance(t1)
+	require.NoError(t, s.checkInvariants())
+	require.Equal(t, int64(1000), s.ranks[0].runRemain, "room 0 decodes, 1000 outputs to go")
+	var admitted []uint64
+	for i := 1; i <= 10; i++ {
+		if _, q, _ := s.Room(uint64(i)); q == QueueRunning {
+			admitted = append(admitted, uint64(i))
+		}
+	}
+	assert.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 7}, admitted)
+	assert.True(t, s.ranks[0].full, "admission stopped for memory: batch_is_full until the running batch shrinks")
+}
+
+// The new-token ratio decays linearly over 600 decode steps to 0.14 of its start, and an
+// idle rank goes back to the start.
+func TestNewTokenRatioDecay(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, Config{Role: RoleDecode, Profile: testProfile()})
+	s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 10), MaxNew: 700})
+	rk := s.ranks[0]
+	steps := 0
+	for i := 0; i < 10_000 && s.Live() > 0; i++ {
+		next, ok := s.NextEvent()
+		require.True(t, ok)
+		for _, o := range s.Advance(next) {
+			if o.Kind == KindPreallocated {
+				s.KVArrived(next, o.Room, 0)
+			}
+		}
+		if rk.stepKind == stepDecode {
+			steps++
+			switch steps {
+			case 1:
+				assert.InDelta(t, 0.7-0.7*0.86/600, rk.ratio, 1e-12)
+			case 300:
+				assert.InDelta(t, 0.7-0.7*0.86/2, rk.ratio, 1e-9)
+			case 650:
+				assert.InDelta(t, 0.7*0.14, rk.ratio, 1e-12, "the floor")
+			}
+		}
+	}
+	assert.Equal(t, 699, steps)
+	assert.InDelta(t, 0.7, rk.ratio, 1e-12, "idle: back to the start")
+}
+
+// hand builds a running request on s's rank 0 with prompt tokens of KV (decode role: all of it
+// private) and generated outputs, all but the newest with KV.
+func hand(s *Server, room uint64, promptLen, generated, maxNew int) *request {
+	rk := s.ranks[0]
+	r := &request{room: room, rk: rk, prompt: prompt(uint32(room)*1000, promptLen), generated: generated, maxNew: maxNew,
+		target: promptLen, state: StateSuccess, admitted: true}
+	r.alloc = promptLen + generated - 1
+	rk.private += r.alloc
+	s.rooms[room] = r
+	r.prev, r.next = s.live.prev, &s.live
+	s.live.prev.next = r
+	s.live.prev = r
+	s.setQueue(r, QueueRunning)
+	s.joinRun(rk, r)
+	return r
+}
+
+// Retraction order, by hand (schedule_batch.py retract_decode): four decoding rooms each need
+// one more token of KV and none is free. Sorted by outputs (most first), then prompt (shortest
+// first), they are D (9 outputs), A (5), C (1 output, 1-token prompt), B (1, 2): B goes first,
+// freeing 2 tokens, too few for the 3 the others need, then C; A and D run on. The ratio
+// becomes (5 + 9 + 20·2) / (100 + 100 + 1).
+func TestRetractionOrder(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, Config{Role: RoleDecode, Profile: testProfile(), MaxTotalTokens: 14 + 2 + 1 + 18})
+	a := hand(s, 1, 10, 5, 100)
+	b := hand(s, 2, 2, 1, 100)
+	c := hand(s, 3, 1, 1, 100)
+	d := hand(s, 4, 10, 9, 100)
+	rk := s.ranks[0]
+	require.Equal(t, 0, rk.free())
+	_, ok := s.formDecode(rk, at(0))
+	require.True(t, ok)
+	require.NoError(t, s.checkInvariants())
+	assert.Equal(t, []*request{a, d}, rk.running, "A and D keep decoding, in admission order")
+	assert.Equal(t, 2, rk.retractions)
+	assert.Equal(t, b, rk.retracted.items[rk.retracted.head], "B was retracted first")
+	assert.Equal(t, c, rk.retracted.items[rk.retracted.head+1])
+	assert.False(t, b.inRun || c.inRun)
+	assert.InDelta(t, 54.0/201, rk.ratio, 1e-12)
+	assert.Equal(t, int64(95+91), rk.runRemain, "the survivors' remaining outputs")
+}
+
+// A retracted unified request is prefilled again: its prompt comes from the cache, its 7
+// generated tokens are computed again and counted.
+func TestRetractionRecompute(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), MaxTotalTokens: 1000})
+	rk := s.ranks[0]
+	p := prompt(0, 100)
+	rk.cache.insert(p)
+	r := &request{room: 1, rk: rk, prompt: p, generated: 7, maxNew: 20, target: 107, admitted: true}
+	require.True(t, s.admit(rk, r, at(0), 0))
+	assert.Equal(t, 100, r.prefilled, "the whole prompt is a hit")
+	assert.Equal(t, 7, r.alloc)
+	assert.Equal(t, int64(7), rk.recomputed)
+	assert.Equal(t, int64(7), s.Loads()[0].RecomputedTokens)
+}

@@ -32,6 +32,8 @@ type Server struct {
 	neverKV     bool
 	stepping    bool      // lockstep: a server-wide step is in progress
 	stepEnd     time.Time // lockstep: its end
+
+	ratioInit, ratioMin, ratioDecay float64 // new_token_ratio schedule (New)
 }
 
 // request is the server's record of a room. The fields every decode step reads of every
@@ -86,9 +88,15 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time),
 		earlyCached: make(map[uint64]int), neverKV: cfg.NeverSignalKV}
 	s.live.next, s.live.prev = &s.live, &s.live
+	// new_token_ratio (scheduler.py Scheduler.__init__, NewTokenRatioTracker.from_server_args):
+	// starts at min(0.7 × conservativeness, 1), decays linearly to 0.14 of that over 600
+	// decode steps.
+	s.ratioInit = min(InitNewTokenRatio*cfg.ScheduleConservativeness, 1)
+	s.ratioMin = min(s.ratioInit*MinNewTokenRatioFactor, 1)
+	s.ratioDecay = (s.ratioInit - s.ratioMin) / NewTokenRatioDecaySteps
 	s.ranks = make([]*rank, cfg.DPSize)
 	for i := range s.ranks {
-		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens}
+		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens, ratio: s.ratioInit}
 		if cfg.Role != RoleDecode {
 			s.ranks[i].cache = newRadix(cfg.PageSize)
 		} else if cfg.DecodeRadixCache {
@@ -319,7 +327,7 @@ func (s *Server) Kill(now time.Time) {
 		r = nx
 	}
 	for _, rk := range s.ranks {
-		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache}
+		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache, ratio: s.ratioInit}
 		if rk.cache != nil {
 			rk.cache.reset()
 		}
@@ -385,7 +393,7 @@ func (s *Server) Loads() []RankLoad {
 		}
 		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting],
 			Inflight: rk.n[QueueInflight], KVTokens: used, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),
-			Retractions: rk.retractions}
+			Retractions: rk.retractions, RecomputedTokens: rk.recomputed}
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
 		}

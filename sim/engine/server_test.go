@@ -421,12 +421,16 @@ func TestDecodeRetractionFinishes(t *testing.T) {
 	assert.Equal(t, 4, fin)
 }
 
+// Admission charges the running requests only ratio × their remaining outputs (0.21 here), so
+// a third request arriving while two decode is admitted although all three cannot finish in
+// 400 tokens of KV; decode then runs out and retracts. (All three at once would not be: each
+// newly admitted request is charged its whole max new.)
 func TestUnifiedRetraction(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), MaxTotalTokens: 400})
+	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), MaxTotalTokens: 400, ScheduleConservativeness: 0.3})
 	c := &cluster{t: t, single: s, check: true}
 	for i := range 3 {
-		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 100), MaxNew: 60})
+		s.Submit(at(time.Duration(i/2)*5*time.Millisecond), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 100), MaxNew: 60})
 	}
 	c.runAll()
 	assert.Positive(t, s.Loads()[0].Retractions)
