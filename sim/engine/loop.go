@@ -26,6 +26,13 @@ func (s *Server) next() (time.Time, bool) {
 	if s.timers.Len() > 0 {
 		take(s.timers.Min().V.at)
 	}
+	if s.cfg.Role == RolePrefill {
+		for _, rk := range s.ranks {
+			if rk.link.armed {
+				take(rk.link.at)
+			}
+		}
+	}
 	if s.cfg.DPAttention {
 		if s.stepping {
 			take(s.stepEnd)
@@ -57,6 +64,13 @@ func (s *Server) processAt(t time.Time) {
 		for _, rk := range s.ranks {
 			if rk.stepKind != stepNone && rk.stepEnd.Equal(t) {
 				s.finishStep(rk, t)
+			}
+		}
+	}
+	if s.cfg.Role == RolePrefill {
+		for _, rk := range s.ranks {
+			if rk.link.armed && !rk.link.at.After(t) {
+				s.linkFire(rk, t)
 			}
 		}
 	}
@@ -245,6 +259,7 @@ func (s *Server) release(r *request) {
 }
 
 func (s *Server) fail(r *request, t time.Time, why string) {
+	s.linkDrop(r.rk, r, t)
 	r.state = StateFailed
 	s.emit(Output{Kind: KindFailed, At: t, Room: r.room, Rank: r.rk.id, Reason: fmt.Sprintf("room %d: %s", r.room, why)})
 	s.release(r)

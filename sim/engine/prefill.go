@@ -242,6 +242,9 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 			continue
 		}
 		r.prefilled += c.n
+		if s.cfg.Role == RolePrefill {
+			s.sendChunk(rk, r, t)
+		}
 		if r.prefilled < r.target {
 			continue
 		}
@@ -253,8 +256,7 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 		}
 		if s.cfg.Role == RolePrefill {
 			r.firstTok = t
-			// Only the KV the decode side lacks crosses the link (decode radix cache).
-			s.startTransfer(r, t, t.Add(s.dur(s.cfg.Profile.TransferTime(len(r.prompt)-r.decodeHit, s.cfg.LinkBandwidth))))
+			s.lastChunkSent(rk, r, t)
 			continue
 		}
 		r.state = StateSuccess
@@ -311,4 +313,129 @@ func (s *Server) startTransfer(r *request, now, done time.Time) {
 		return
 	}
 	s.timers.push(timer{at: done, kind: tTransfer, r: r})
+}
+
+// KV transfer as SGLang's prefill server streams it (disaggregation/prefill.py
+// SchedulerDisaggregationPrefillMixin.send_kv_chunk): the KV of every finished chunk is handed
+// to the transfer engine as chunked prefill proceeds — from the first token the decode side
+// lacks (its radix-cache hit), the prefill side's own cache hit included — and the last chunk
+// completes the transfer. Each DP rank has one link of Config.LinkBandwidth shared by its
+// transfers in progress (processor sharing: each of n active transfers moves at bandwidth/n),
+// so earlier chunks travel while later ones compute, and concurrent transfers slow each other.
+// A room's TransferDone comes T0 + PDOverhead after its last byte has left (and its last
+// chunk was computed).
+
+// link is one rank's KV link.
+type link struct {
+	act   []*request // transfers with bytes left, in the order they started
+	last  time.Time  // progress of act is accounted up to here
+	at    time.Time  // when the first of act drains
+	armed bool       // at is valid
+}
+
+// linkRate is the link's bandwidth in bytes per second of server time.
+func (s *Server) linkRate() float64 { return s.cfg.LinkBandwidth * s.cfg.Speedup }
+
+// linkSync brings the active transfers' progress up to t.
+func (s *Server) linkSync(rk *rank, t time.Time) {
+	l := &rk.link
+	if n := len(l.act); n > 0 && t.After(l.last) {
+		moved := s.linkRate() * t.Sub(l.last).Seconds() / float64(n)
+		for _, r := range l.act {
+			r.xferLeft -= moved
+		}
+	}
+	l.last = t
+}
+
+// linkArm computes when the first active transfer drains.
+func (s *Server) linkArm(rk *rank) {
+	l := &rk.link
+	if len(l.act) == 0 {
+		l.armed = false
+		return
+	}
+	least := l.act[0].xferLeft
+	for _, r := range l.act[1:] {
+		least = min(least, r.xferLeft)
+	}
+	l.at, l.armed = l.last.Add(seconds(max(least, 0)*float64(len(l.act))/s.linkRate())), true
+}
+
+// sendChunk hands the KV r computed since its last send to the link.
+func (s *Server) sendChunk(rk *rank, r *request, t time.Time) {
+	from, upto := max(r.sent, r.decodeHit), min(r.prefilled, len(r.prompt))
+	if upto <= from || s.neverKV {
+		return
+	}
+	r.sent = upto
+	bytes := float64(upto-from) * s.cfg.Profile.KVBytesPerToken
+	if !(bytes > 0) {
+		return
+	}
+	s.linkSync(rk, t)
+	r.xferLeft += bytes
+	if !r.onLink {
+		r.onLink = true
+		rk.link.act = append(rk.link.act, r)
+	}
+	s.linkArm(rk)
+}
+
+// lastChunkSent puts a prefilled room in the inflight queue; its TransferDone follows once
+// its bytes have drained (at once if none are left), unless the never-signal hook is on.
+func (s *Server) lastChunkSent(rk *rank, r *request, t time.Time) {
+	r.state = StateTransferring
+	s.setQueue(r, QueueInflight)
+	if s.neverKV {
+		s.linkDrop(rk, r, t)
+		if s.cfg.BootstrapTimeout > 0 {
+			s.timers.push(timer{at: t.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
+		}
+		return
+	}
+	if !r.onLink {
+		s.transferDrained(r, t)
+	}
+}
+
+// transferDrained schedules TransferDone T0 + PDOverhead after r's last byte left at t.
+func (s *Server) transferDrained(r *request, t time.Time) {
+	s.timers.push(timer{at: t.Add(s.dur(seconds(s.cfg.Profile.T0 + s.cfg.Profile.PDOverhead))), kind: tTransfer, r: r})
+}
+
+// linkFire retires the transfers that drained by t.
+func (s *Server) linkFire(rk *rank, t time.Time) {
+	s.linkSync(rk, t)
+	l := &rk.link
+	n := float64(len(l.act))
+	keep := l.act[:0]
+	for _, r := range l.act {
+		// Drained: less than a nanosecond of its share is left (the drain time was rounded).
+		if r.xferLeft*n/s.linkRate() < 1e-9 {
+			r.onLink, r.xferLeft = false, 0
+			if r.queue == QueueInflight {
+				s.transferDrained(r, t)
+			}
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(l.act[len(keep):])
+	l.act = keep
+	s.linkArm(rk)
+}
+
+// linkDrop takes r off the link at t (it failed, or will never signal).
+func (s *Server) linkDrop(rk *rank, r *request, t time.Time) {
+	if !r.onLink {
+		return
+	}
+	s.linkSync(rk, t)
+	r.onLink, r.xferLeft = false, 0
+	l := &rk.link
+	if i := slices.Index(l.act, r); i >= 0 {
+		l.act = slices.Delete(l.act, i, i+1)
+	}
+	s.linkArm(rk)
 }

@@ -40,6 +40,7 @@ type rank struct {
 	full       bool       // batch_is_full: admission stopped for memory or count; retried when the running batch shrinks
 	recomputed int64      // tokens prefilled again after a retraction
 	order      []*request // formDecode's scratch: the retraction order
+	link       link       // prefill: the rank's KV link
 }
 
 // chunk is one request's share of a prefill step.

@@ -231,3 +231,58 @@ func TestRetractionRecompute(t *testing.T) {
 	assert.Equal(t, int64(7), rk.recomputed)
 	assert.Equal(t, int64(7), s.Loads()[0].RecomputedTokens)
 }
+
+// transfers runs rooms of 1000-token prompts submitted at once to a prefill server (link
+// 1 GB/s, 1e5 bytes of KV per token, no fixed transfer cost) and returns, per room, the time
+// from its first token (the end of its last chunk) to its TransferDone.
+func transfers(t *testing.T, rooms int, chunk int) (map[uint64]time.Duration, map[uint64]time.Time) {
+	t.Helper()
+	p := testProfile()
+	p.T0, p.PDOverhead = 0, 0
+	s := newServer(t, Config{Role: RolePrefill, Profile: p, LinkBandwidth: 1e9, ChunkedPrefillSize: chunk})
+	c := &cluster{t: t, prefill: s, check: true}
+	for i := range rooms {
+		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*5000, 1000), MaxNew: 1})
+		s.Handshake(at(0), uint64(i))
+	}
+	c.runAll()
+	d, done := map[uint64]time.Duration{}, map[uint64]time.Time{}
+	for i := range rooms {
+		o := c.of(uint64(i), KindTransferDone)
+		require.Len(t, o, 1)
+		d[uint64(i)], done[uint64(i)] = o[0].At.Sub(o[0].FirstToken), o[0].At
+	}
+	return d, done
+}
+
+// Two transfers that start together on one link take twice as long as one alone (processor
+// sharing): 1e8 bytes at 1 GB/s is 100 ms alone, 200 ms each when shared.
+func TestTransfersShareTheLink(t *testing.T) {
+	t.Parallel()
+	alone, _ := transfers(t, 1, 0)
+	assert.Equal(t, 100*time.Millisecond, alone[0])
+	two, _ := transfers(t, 2, 0)
+	assert.Equal(t, 200*time.Millisecond, two[0])
+	assert.Equal(t, 200*time.Millisecond, two[1])
+}
+
+// KV is sent per chunk: with 500-token chunks the first half travels while the second is
+// computed, so the transfer ends 50 ms (the last chunk's bytes) after the first token when the
+// link has drained the first half by then, and the decode side's TTFT shrinks accordingly.
+func TestTransferStreamsChunks(t *testing.T) {
+	t.Parallel()
+	p := testProfile()
+	// Make the second chunk's compute longer than the first chunk's transfer (50 ms).
+	p.A1 = 1e-4 // 500 tokens: 50 ms + A0
+	s := newServer(t, Config{Role: RolePrefill, Profile: p, LinkBandwidth: 1e9, ChunkedPrefillSize: 500})
+	c := &cluster{t: t, prefill: s, check: true}
+	s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 1})
+	s.Handshake(at(0), 1)
+	c.runAll()
+	o := c.of(1, KindTransferDone)[0]
+	chunk1 := p.PrefillTime(500, 500*250)
+	chunk2 := p.PrefillTime(500, 500*750)
+	require.Greater(t, chunk2, 50*time.Millisecond)
+	assert.Equal(t, at(chunk1+chunk2), o.FirstToken)
+	assert.Equal(t, 50*time.Millisecond+seconds(p.T0+p.PDOverhead), o.At.Sub(o.FirstToken))
+}

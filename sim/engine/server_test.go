@@ -101,10 +101,12 @@ func TestPrefillQueues(t *testing.T) {
 
 	transfer := p.TransferTime(1000, 1e9) // 1 ms + 1000·1e5 B / 1 GB/s = 101 ms
 	assert.Equal(t, 101*time.Millisecond, transfer)
-	next, _ = s.NextEvent()
-	assert.Equal(t, prefillEnd.Add(transfer), next)
-	outs := s.Advance(next)
+	next, _ = s.NextEvent() // the last byte leaves; T0 later the transfer is done
+	assert.Equal(t, prefillEnd.Add(transfer-time.Millisecond), next)
+	assert.Empty(t, s.Advance(next))
+	outs := s.Advance(prefillEnd.Add(transfer))
 	require.Equal(t, []Kind{KindTransferDone, KindFinished}, kinds(outs))
+	assert.Equal(t, prefillEnd.Add(transfer), outs[0].At)
 	assert.Equal(t, prefillEnd, outs[0].FirstToken)
 	assert.Equal(t, Usage{PromptTokens: 1000, CompletionTokens: 1}, outs[1].Usage)
 	assert.Equal(t, 0, s.Live())
