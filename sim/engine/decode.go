@@ -6,17 +6,53 @@ import (
 	"time"
 )
 
-// preallocate reserves KV for prealloc-queue rooms in FIFO order (decode role): prompt plus
-// min(MaxNew, ReservedDecodeTokens). When memory is short the queue waits — and so, because no
-// Handshake reaches it, does the room on the prefill server (back-pressure).
+// preallocate runs SGLang's decode-side admission (disaggregation/decode.py
+// DecodePreallocQueue) on rk: first retracted rooms resume (resume_retracted_reqs), and while
+// any is left no new room is preallocated; then prealloc-queue rooms are taken in FIFO order
+// (pop_preallocated) while each fits in the allocatable tokens:
+//
+//	allocatable = free − max(ReservedDecodeTokens × (running + transfer + waiting rooms),
+//	                         max over running of (prompt + min(max new, 4096)) − retractable)
+//	              − Σ retracted rooms' (prompt + generated + ReservedDecodeTokens)
+//
+// where retractable is the running rooms' prompt + generated tokens (_allocatable_tokens). A
+// room fits when max(prompt + ReservedDecodeTokens, prompt + max new − retractable) is within
+// it; it then takes prompt + ReservedDecodeTokens of it, but only its prompt's KV is allocated
+// (_pre_alloc): output tokens are allocated step by step, and retraction covers an overrun.
+// When memory is short the queue waits — and so, because no Handshake reaches it, does the
+// room on the prefill server (back-pressure). With the decode radix cache, evictable cache
+// counts as free and a cached prompt prefix needs no KV of its own.
 func (s *Server) preallocate(rk *rank, t time.Time) {
+	reserved := s.cfg.ReservedDecodeTokens
+	if rk.retracted.peek() != nil {
+		alloc := s.allocatable(rk, false)
+		for {
+			r := rk.retracted.peek()
+			if r == nil {
+				break
+			}
+			need := len(r.prompt) - r.decodeHit + r.generated // its KV: all but the newest token's
+			if required := min(need+reserved, rk.capacity); required > alloc || !rk.reserve(need-1) {
+				return // retracted rooms still wait: no new room is preallocated
+			}
+			alloc -= need + reserved
+			rk.retracted.pop()
+			s.unretract(r)
+			r.alloc = need - 1
+			rk.waiting.push(r) // resumed: into the running batch at the next decode step
+		}
+	}
+	if rk.prealloc.peek() == nil {
+		return
+	}
+	retractable := int(rk.runSeq)
+	alloc := s.allocatable(rk, true)
 	for {
 		r := rk.prealloc.peek()
 		if r == nil {
 			return
 		}
-		need := len(r.prompt) + min(r.maxNew, s.cfg.ReservedDecodeTokens)
-		if need > rk.capacity {
+		if need := len(r.prompt) + min(r.maxNew, reserved); need > rk.capacity {
 			rk.prealloc.pop()
 			s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
 			continue
@@ -28,18 +64,73 @@ func (s *Server) preallocate(rk *rank, t time.Time) {
 			hit, nd = rk.dcache.match(r.prompt[:len(r.prompt)-1])
 			rk.dcache.lockPath(nd)
 		}
-		if !rk.reserve(need - hit) {
+		// SGLang would wait forever for a reserve beyond the whole pool: capped at capacity.
+		required := min(len(r.prompt)-hit+reserved, rk.capacity)
+		if max(required, len(r.prompt)-hit+r.maxNew-retractable) > alloc || !rk.reserve(len(r.prompt)-hit) {
 			if rk.dcache != nil {
 				rk.dcache.unlockPath(nd)
 			}
 			return
 		}
+		alloc -= required
 		rk.prealloc.pop()
-		r.alloc, r.decodeHit, r.dnode = need-hit, hit, nd
+		r.alloc, r.decodeHit, r.dnode = len(r.prompt)-hit, hit, nd
 		s.preallocated(r, t)
 		if r.earlyKV {
 			s.kvArrived(r, t)
 		}
+	}
+}
+
+// unretract takes r's terms out of the retracted-queue sums.
+func (s *Server) unretract(r *request) {
+	if !r.retractedQ {
+		return
+	}
+	r.retractedQ = false
+	r.rk.nRetracted--
+	r.rk.retractedNeed -= int64(len(r.prompt) - r.decodeHit + r.generated + s.cfg.ReservedDecodeTokens)
+}
+
+// allocatable is DecodePreallocQueue._allocatable_tokens on rk (see preallocate); with
+// admitting false, as resume_retracted_reqs calls it: no single-room term, retracted rooms
+// not subtracted.
+func (s *Server) allocatable(rk *rank, admitting bool) int {
+	reserved := s.cfg.ReservedDecodeTokens
+	rooms := rk.n[QueueRunning] + rk.n[QueueTransfer] + rk.n[QueueWaiting] - rk.nRetracted
+	keep := reserved * rooms
+	if admitting && len(rk.running) > 0 {
+		keep = max(keep, rk.runMaxNeed()-int(rk.runSeq))
+	}
+	a := rk.free() + rk.evictable() - keep
+	if admitting {
+		a -= int(rk.retractedNeed)
+	}
+	return a
+}
+
+// runMaxNeed is the largest prompt + min(max new, clip) of the running batch (recomputed only
+// after the rooms holding it left).
+func (rk *rank) runMaxNeed() int {
+	if rk.runMaxStale {
+		rk.runMax, rk.runMaxN, rk.runMaxStale = 0, 0, false
+		for _, r := range rk.running {
+			if r.inRun {
+				rk.noteRunMax(r)
+			}
+		}
+	}
+	return rk.runMax
+}
+
+func runNeed(r *request) int { return len(r.prompt) + min(r.maxNew, ClipMaxNewTokens) }
+
+func (rk *rank) noteRunMax(r *request) {
+	switch v := runNeed(r); {
+	case v > rk.runMax:
+		rk.runMax, rk.runMaxN = v, 1
+	case v == rk.runMax:
+		rk.runMaxN++
 	}
 }
 
@@ -76,6 +167,9 @@ func (s *Server) joinRun(rk *rank, r *request) {
 	r.inRun = true
 	rk.runRemain += int64(s.clipNew(r))
 	rk.runSeq += int64(len(r.prompt) + r.generated)
+	if !rk.runMaxStale {
+		rk.noteRunMax(r)
+	}
 }
 
 // leaveRun takes r's terms out of the running sums (the caller drops it from rk.running).
@@ -87,6 +181,11 @@ func (s *Server) leaveRun(r *request) {
 	rk := r.rk
 	rk.runRemain -= int64(s.clipNew(r))
 	rk.runSeq -= int64(len(r.prompt) + r.generated)
+	if runNeed(r) == rk.runMax && !rk.runMaxStale {
+		if rk.runMaxN--; rk.runMaxN == 0 {
+			rk.runMaxStale = true
+		}
+	}
 	rk.full = false // the running batch shrank: admission may retry (scheduler.py update_running_batch)
 }
 
@@ -110,27 +209,6 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	clear(rk.running[len(live):])
 	rk.running = live
 	if s.cfg.Role == RoleDecode {
-		// Retracted rooms first, while their KV can be had again; then rooms whose KV is already
-		// reserved (never blocked behind a retracted one, which could wait forever otherwise).
-		for len(rk.running) < s.cfg.MaxRunningRequests {
-			r := rk.retracted.peek()
-			if r == nil {
-				break
-			}
-			need := len(r.prompt) - r.decodeHit + r.generated + min(r.maxNew-r.generated, s.cfg.ReservedDecodeTokens)
-			if need > rk.capacity {
-				rk.retracted.pop()
-				s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
-				continue
-			}
-			if !rk.reserve(need) {
-				break
-			}
-			r.alloc = need
-			rk.retracted.pop()
-			s.setQueue(r, QueueRunning)
-			s.joinRun(rk, r)
-		}
 		for len(rk.running) < s.cfg.MaxRunningRequests {
 			r := rk.waiting.peek()
 			if r == nil {
@@ -236,6 +314,9 @@ func (s *Server) retract(rk *rank, r *request) {
 	s.setQueue(r, QueueWaiting)
 	if rk.cache == nil {
 		rk.retracted.push(r)
+		r.retractedQ = true
+		rk.nRetracted++
+		rk.retractedNeed += int64(len(r.prompt) - r.decodeHit + r.generated + s.cfg.ReservedDecodeTokens)
 		return
 	}
 	r.target = len(r.prompt) + r.generated

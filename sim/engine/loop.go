@@ -249,6 +249,7 @@ func (s *Server) release(r *request) {
 		r.dnode = nil
 	}
 	s.leaveRun(r)
+	s.unretract(r)
 	rk.private -= r.alloc
 	r.alloc = 0
 	s.setQueue(r, 0)

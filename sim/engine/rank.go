@@ -16,7 +16,7 @@ type rank struct {
 
 	waiting   fifo       // prefill queue (prefill, unified) or admission queue (decode)
 	prealloc  fifo       // decode: waiting for a KV reservation
-	retracted fifo       // decode: retracted from the running batch, waiting for KV again
+	retracted fifo       // decode: retracted from the running batch, waiting for KV again (FIFO)
 	running   []*request // decode batch (decode, unified), in admission order
 	chunked   *request   // the request whose prefill continues in the next step
 	batch     []chunk    // the prefill step in progress
@@ -41,6 +41,13 @@ type rank struct {
 	recomputed int64      // tokens prefilled again after a retraction
 	order      []*request // formDecode's scratch: the retraction order
 	link       link       // prefill: the rank's KV link
+
+	// Decode-side admission (decode.go preallocate).
+	runMax        int   // largest prompt + min(max new, clip) in the running batch (stale: recompute)
+	runMaxN       int   // running rooms holding runMax
+	runMaxStale   bool  // runMax's last holder left
+	nRetracted    int   // rooms in retracted (their queue counts as waiting)
+	retractedNeed int64 // Σ over them of prompt + generated + ReservedDecodeTokens
 }
 
 // chunk is one request's share of a prefill step.

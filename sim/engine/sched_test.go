@@ -286,3 +286,23 @@ func TestTransferStreamsChunks(t *testing.T) {
 	assert.Equal(t, at(chunk1+chunk2), o.FirstToken)
 	assert.Equal(t, 50*time.Millisecond+seconds(p.T0+p.PDOverhead), o.At.Sub(o.FirstToken))
 }
+
+// Decode-side admission as DecodePreallocQueue: KV 1000, 100 tokens reserved per room; five
+// rooms of 200 prompt tokens arrive. Each needs max(200 + 100, 200 + 50 max new) = 300 of the
+// allocatable 1000, so three are preallocated (only their prompts' 600 tokens allocated);
+// then allocatable = free 400 − 100 × 3 rooms in transfer = 100: the other two wait.
+func TestDecodePreallocReserve(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, Config{Role: RoleDecode, Profile: testProfile(), MaxTotalTokens: 1000, ReservedDecodeTokens: 100})
+	for i := range 5 {
+		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 200), MaxNew: 50})
+	}
+	outs := s.Advance(at(0))
+	require.NoError(t, s.checkInvariants())
+	assert.Equal(t, []Kind{KindPreallocated, KindPreallocated, KindPreallocated}, kinds(outs))
+	l := s.Loads()[0]
+	assert.Equal(t, 600, l.KVTokens)
+	assert.Equal(t, 5, l.Queued, "three in transfer, two in prealloc")
+	_, q, _ := s.Room(3)
+	assert.Equal(t, QueuePrealloc, q)
+}

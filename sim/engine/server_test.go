@@ -125,7 +125,7 @@ func TestDecodeQueues(t *testing.T) {
 	st, q, _ = s.Room(5)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueTransfer, q)
-	assert.Equal(t, 100+3, s.Loads()[0].KVTokens, "prompt + min(max_new, reserve) reserved")
+	assert.Equal(t, 100, s.Loads()[0].KVTokens, "the prompt's KV is allocated; outputs are only reserved (SGLang _pre_alloc)")
 
 	s.KVArrived(at(time.Millisecond), 5, 42)
 	st, q, _ = s.Room(5)
