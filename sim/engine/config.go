@@ -60,7 +60,7 @@ type Config struct {
 	MaxTotalTokens       int           // KV capacity per rank, tokens; 0 → Profile.MaxTotalTokens
 	ChunkedPrefillSize   int           // token budget of a prefill step; 0 → DefaultChunkedPrefillSize
 	MaxRunningRequests   int           // per rank, requests being prefilled or decoded (unified, decode); 0 → DefaultMaxRunningRequests
-	ReservedDecodeTokens int           // decode: output tokens reserved at prealloc beyond the prompt; 0 → DefaultReservedDecodeTokens
+	ReservedDecodeTokens int           // decode: KV kept free per room for its outputs when preallocating (num_reserved_decode_tokens); 0 → DefaultReservedDecodeTokens
 	BootstrapTimeout     time.Duration // PD: Handshake (prefill) / KVArrived (decode) deadline after Submit; 0 → DefaultBootstrapTimeout; < 0 → never
 	Speedup              float64       // every model duration (steps, transfers, TTFT, ITL) is divided by it; 0 → 1. A slow factor f is Speedup 1/f.
 	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (see SetNeverSignalKV)
