@@ -73,6 +73,10 @@ func lspConfig(policy string) Config {
 	p.LSPPrompts, p.LSPSystemPromptLen, p.LSPQuestionLen, p.LSPOutputLen = 256, 4096, 256, 32
 	cfg.Load.Concurrency = nil
 	cfg.Load.Rates = []float64{400}
+	// Each request ships its whole 4,352-token KV (570 MB): 100 requests/s per prefill server
+	// would saturate one 400 Gb/s link now that transfers share it; two NICs keep the link
+	// out of the way of the routing effect this tests.
+	cfg.Cluster.LinkGbps = 800
 	return cfg
 }
 

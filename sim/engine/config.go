@@ -34,6 +34,18 @@ const (
 	// InBatchDeprioritizeThreshold: a checked request sharing at least this many leading
 	// tokens with one picked before it waits (IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD).
 	InBatchDeprioritizeThreshold = 32
+	// ClipMaxNewTokens caps the output tokens admission charges a request with
+	// (CLIP_MAX_NEW_TOKENS, env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096).
+	ClipMaxNewTokens = 4096
+)
+
+// SGLang's new-token-ratio constants (python/sglang/srt/environ.py, used by scheduler.py and
+// managers/scheduler_components/new_token_ratio_tracker.py NewTokenRatioTracker).
+const (
+	InitNewTokenRatio       = 0.7  // SGLANG_INIT_NEW_TOKEN_RATIO: the ratio at start and after idle, × ScheduleConservativeness (≤ 1)
+	MinNewTokenRatioFactor  = 0.14 // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: the floor is the initial ratio × this
+	NewTokenRatioDecaySteps = 600  // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps from the initial ratio to the floor
+	RetractDecodeSteps      = 20   // SGLANG_RETRACT_DECODE_STEPS: decode steps of headroom the ratio assumes after a retraction
 )
 
 // Config describes one server. Zero fields take the defaults named on them.
@@ -43,12 +55,12 @@ type Config struct {
 	Profile     Profile // step-time model (see Presets, Roofline, ConstantProfile, Instant)
 	DPAttention bool    // lockstep: all ranks step together, each step as long as the busiest rank's (ignored by Constant profiles)
 
-	LinkBandwidth        float64       // prefill: KV transfer bandwidth per room, bytes/s; 0 → DefaultLinkBandwidth (no contention is modelled)
+	LinkBandwidth        float64       // prefill: KV transfer bandwidth of each DP rank's link, bytes/s, shared by its concurrent transfers; 0 → DefaultLinkBandwidth
 	PageSize             int           // tokens per KV page; 0 → 1
 	MaxTotalTokens       int           // KV capacity per rank, tokens; 0 → Profile.MaxTotalTokens
 	ChunkedPrefillSize   int           // token budget of a prefill step; 0 → DefaultChunkedPrefillSize
 	MaxRunningRequests   int           // per rank, requests being prefilled or decoded (unified, decode); 0 → DefaultMaxRunningRequests
-	ReservedDecodeTokens int           // decode: output tokens reserved at prealloc beyond the prompt; 0 → DefaultReservedDecodeTokens
+	ReservedDecodeTokens int           // decode: KV kept free per room for its outputs when preallocating (num_reserved_decode_tokens); 0 → DefaultReservedDecodeTokens
 	BootstrapTimeout     time.Duration // PD: Handshake (prefill) / KVArrived (decode) deadline after Submit; 0 → DefaultBootstrapTimeout; < 0 → never
 	Speedup              float64       // every model duration (steps, transfers, TTFT, ITL) is divided by it; 0 → 1. A slow factor f is Speedup 1/f.
 	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (see SetNeverSignalKV)
@@ -70,8 +82,9 @@ type Config struct {
 	DecodeRadixCache bool
 
 	// CUDAGraphMaxBS is SGLang's --cuda-graph-max-bs: decode batches up to it replay a CUDA
-	// graph captured for the next captured size (the batch is padded to it); larger batches
-	// run eagerly. 0 → no CUDA-graph modelling.
+	// graph captured for the next captured size (the batch is padded to it, see PaddedBatch);
+	// larger batches run eagerly, paying Profile.EagerOverhead per step. 0 → no CUDA-graph
+	// modelling (every step unpadded, no eager overhead).
 	CUDAGraphMaxBS int
 	// ScheduleConservativeness is SGLang's --schedule-conservativeness: it scales the
 	// new-token ratio admission charges running requests with; 0 → 1.
@@ -109,6 +122,9 @@ func (c Config) withDefaults() Config {
 	if c.SchedulePolicy == "" {
 		c.SchedulePolicy = PolicyLPM
 	}
+	if c.ScheduleConservativeness == 0 {
+		c.ScheduleConservativeness = 1
+	}
 	return c
 }
 
@@ -134,6 +150,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: schedule policy %q is not lpm or fcfs", c.SchedulePolicy)
 	case !(c.Speedup > 0):
 		return fmt.Errorf("engine: speedup %g must be > 0", c.Speedup)
+	case c.CUDAGraphMaxBS < 0:
+		return fmt.Errorf("engine: cuda graph max bs %d < 0", c.CUDAGraphMaxBS)
+	case !(c.ScheduleConservativeness > 0):
+		return fmt.Errorf("engine: schedule conservativeness %g must be > 0", c.ScheduleConservativeness)
 	case c.LinkBandwidth < 0:
 		return fmt.Errorf("engine: link bandwidth %g bytes/s < 0", c.LinkBandwidth)
 	case c.Profile.Constant && (c.Profile.TTFT < 0 || c.Profile.ITL < 0):

@@ -2,20 +2,57 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
-// preallocate reserves KV for prealloc-queue rooms in FIFO order (decode role): prompt plus
-// min(MaxNew, ReservedDecodeTokens). When memory is short the queue waits — and so, because no
-// Handshake reaches it, does the room on the prefill server (back-pressure).
+// preallocate runs SGLang's decode-side admission (disaggregation/decode.py
+// DecodePreallocQueue) on rk: first retracted rooms resume (resume_retracted_reqs), and while
+// any is left no new room is preallocated; then prealloc-queue rooms are taken in FIFO order
+// (pop_preallocated) while each fits in the allocatable tokens:
+//
+//	allocatable = free − max(ReservedDecodeTokens × (running + transfer + waiting rooms),
+//	                         max over running of (prompt + min(max new, 4096)) − retractable)
+//	              − Σ retracted rooms' (prompt + generated + ReservedDecodeTokens)
+//
+// where retractable is the running rooms' prompt + generated tokens (_allocatable_tokens). A
+// room fits when max(prompt + ReservedDecodeTokens, prompt + max new − retractable) is within
+// it; it then takes prompt + ReservedDecodeTokens of it, but only its prompt's KV is allocated
+// (_pre_alloc): output tokens are allocated step by step, and retraction covers an overrun.
+// When memory is short the queue waits — and so, because no Handshake reaches it, does the
+// room on the prefill server (back-pressure). With the decode radix cache, evictable cache
+// counts as free and a cached prompt prefix needs no KV of its own.
 func (s *Server) preallocate(rk *rank, t time.Time) {
+	reserved := s.cfg.ReservedDecodeTokens
+	if rk.retracted.peek() != nil {
+		alloc := s.allocatable(rk, false)
+		for {
+			r := rk.retracted.peek()
+			if r == nil {
+				break
+			}
+			need := len(r.prompt) - r.decodeHit + r.generated // its KV: all but the newest token's
+			if required := min(need+reserved, rk.capacity); required > alloc || !rk.reserve(need-1) {
+				return // retracted rooms still wait: no new room is preallocated
+			}
+			alloc -= need + reserved
+			rk.retracted.pop()
+			s.unretract(r)
+			r.alloc = need - 1
+			rk.waiting.push(r) // resumed: into the running batch at the next decode step
+		}
+	}
+	if rk.prealloc.peek() == nil {
+		return
+	}
+	retractable := int(rk.runSeq)
+	alloc := s.allocatable(rk, true)
 	for {
 		r := rk.prealloc.peek()
 		if r == nil {
 			return
 		}
-		need := len(r.prompt) + min(r.maxNew, s.cfg.ReservedDecodeTokens)
-		if need > rk.capacity {
+		if need := len(r.prompt) + min(r.maxNew, reserved); need > rk.capacity {
 			rk.prealloc.pop()
 			s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
 			continue
@@ -27,18 +64,73 @@ func (s *Server) preallocate(rk *rank, t time.Time) {
 			hit, nd = rk.dcache.match(r.prompt[:len(r.prompt)-1])
 			rk.dcache.lockPath(nd)
 		}
-		if !rk.reserve(need - hit) {
+		// SGLang would wait forever for a reserve beyond the whole pool: capped at capacity.
+		required := min(len(r.prompt)-hit+reserved, rk.capacity)
+		if max(required, len(r.prompt)-hit+r.maxNew-retractable) > alloc || !rk.reserve(len(r.prompt)-hit) {
 			if rk.dcache != nil {
 				rk.dcache.unlockPath(nd)
 			}
 			return
 		}
+		alloc -= required
 		rk.prealloc.pop()
-		r.alloc, r.decodeHit, r.dnode = need-hit, hit, nd
+		r.alloc, r.decodeHit, r.dnode = len(r.prompt)-hit, hit, nd
 		s.preallocated(r, t)
 		if r.earlyKV {
 			s.kvArrived(r, t)
 		}
+	}
+}
+
+// unretract takes r's terms out of the retracted-queue sums.
+func (s *Server) unretract(r *request) {
+	if !r.retractedQ {
+		return
+	}
+	r.retractedQ = false
+	r.rk.nRetracted--
+	r.rk.retractedNeed -= int64(len(r.prompt) - r.decodeHit + r.generated + s.cfg.ReservedDecodeTokens)
+}
+
+// allocatable is DecodePreallocQueue._allocatable_tokens on rk (see preallocate); with
+// admitting false, as resume_retracted_reqs calls it: no single-room term, retracted rooms
+// not subtracted.
+func (s *Server) allocatable(rk *rank, admitting bool) int {
+	reserved := s.cfg.ReservedDecodeTokens
+	rooms := rk.n[QueueRunning] + rk.n[QueueTransfer] + rk.n[QueueWaiting] - rk.nRetracted
+	keep := reserved * rooms
+	if admitting && len(rk.running) > 0 {
+		keep = max(keep, rk.runMaxNeed()-int(rk.runSeq))
+	}
+	a := rk.free() + rk.evictable() - keep
+	if admitting {
+		a -= int(rk.retractedNeed)
+	}
+	return a
+}
+
+// runMaxNeed is the largest prompt + min(max new, clip) of the running batch (recomputed only
+// after the rooms holding it left).
+func (rk *rank) runMaxNeed() int {
+	if rk.runMaxStale {
+		rk.runMax, rk.runMaxN, rk.runMaxStale = 0, 0, false
+		for _, r := range rk.running {
+			if r.inRun {
+				rk.noteRunMax(r)
+			}
+		}
+	}
+	return rk.runMax
+}
+
+func runNeed(r *request) int { return len(r.prompt) + min(r.maxNew, ClipMaxNewTokens) }
+
+func (rk *rank) noteRunMax(r *request) {
+	switch v := runNeed(r); {
+	case v > rk.runMax:
+		rk.runMax, rk.runMaxN = v, 1
+	case v == rk.runMax:
+		rk.runMaxN++
 	}
 }
 
@@ -58,10 +150,55 @@ func (s *Server) kvNeed(r *request) int {
 	return n - r.decodeHit // decode radix cache: the hit lives in the tree
 }
 
+// clipNew is the output tokens admission charges r with: min(max new − generated,
+// ClipMaxNewTokens) (schedule_policy.py PrefillAdder.add_one_req and
+// _get_running_request_total_token_offset). A prefill server sets every request's max new
+// tokens to 1 (disaggregation/prefill.py PrefillBootstrapQueue._process_req).
+func (s *Server) clipNew(r *request) int {
+	if s.cfg.Role == RolePrefill {
+		return max(1-r.generated, 0)
+	}
+	return min(max(r.maxNew-r.generated, 0), ClipMaxNewTokens)
+}
+
+// joinRun appends r to the running batch, adding its terms to the rank's running sums.
+func (s *Server) joinRun(rk *rank, r *request) {
+	rk.running = append(rk.running, r)
+	r.inRun = true
+	rk.runRemain += int64(s.clipNew(r))
+	rk.runSeq += int64(len(r.prompt) + r.generated)
+	if !rk.runMaxStale {
+		rk.noteRunMax(r)
+	}
+}
+
+// leaveRun takes r's terms out of the running sums (the caller drops it from rk.running).
+func (s *Server) leaveRun(r *request) {
+	if !r.inRun {
+		return
+	}
+	r.inRun = false
+	rk := r.rk
+	rk.runRemain -= int64(s.clipNew(r))
+	rk.runSeq -= int64(len(r.prompt) + r.generated)
+	if runNeed(r) == rk.runMax && !rk.runMaxStale {
+		if rk.runMaxN--; rk.runMaxN == 0 {
+			rk.runMaxStale = true
+		}
+	}
+	rk.full = false // the running batch shrank: admission may retry (scheduler.py update_running_batch)
+}
+
 // formDecode builds a decode step on rk at t: (decode role) admit waiting rooms into the running
 // batch up to MaxRunningRequests — a room's first token, produced by prefill, is emitted as it
-// joins — then make sure every running request has KV for one more token, retracting the most
-// recently admitted requests when memory runs out.
+// joins — then make sure every running request has KV for one more token, as SGLang's
+// update_running_batch does (scheduler.py): when the pool (free plus evictable) cannot give the
+// batch its next tokens (schedule_batch.py ScheduleBatch.check_decode_mem), requests are
+// retracted in retract_decode's order — fewest output tokens first, then the longest prompt,
+// later-admitted first among equals — until the rest fit (at least one is retracted, the last
+// is never), and new_token_ratio jumps to (Σ generated + 20·n) / (Σ max new + 1) over the
+// survivors, at most 1 (NewTokenRatioTracker.estimate_new_token_ratio_after_retract).
+// Otherwise the ratio decays one step toward its floor (decay_step).
 func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	live := rk.running[:0]
 	for _, r := range rk.running {
@@ -72,27 +209,6 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	clear(rk.running[len(live):])
 	rk.running = live
 	if s.cfg.Role == RoleDecode {
-		// Retracted rooms first, while their KV can be had again; then rooms whose KV is already
-		// reserved (never blocked behind a retracted one, which could wait forever otherwise).
-		for len(rk.running) < s.cfg.MaxRunningRequests {
-			r := rk.retracted.peek()
-			if r == nil {
-				break
-			}
-			need := len(r.prompt) - r.decodeHit + r.generated + min(r.maxNew-r.generated, s.cfg.ReservedDecodeTokens)
-			if need > rk.capacity {
-				rk.retracted.pop()
-				s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
-				continue
-			}
-			if !rk.reserve(need) {
-				break
-			}
-			r.alloc = need
-			rk.retracted.pop()
-			s.setQueue(r, QueueRunning)
-			rk.running = append(rk.running, r)
-		}
 		for len(rk.running) < s.cfg.MaxRunningRequests {
 			r := rk.waiting.peek()
 			if r == nil {
@@ -107,29 +223,31 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 					continue
 				}
 			}
-			rk.running = append(rk.running, r)
+			s.joinRun(rk, r)
 		}
+	}
+	if len(rk.running) == 0 {
+		rk.full = false
+		return 0, false
+	}
+	need := 0
+	for _, r := range rk.running {
+		need += max(s.kvNeed(r)-r.alloc, 0)
+	}
+	if need > 0 && rk.free()+rk.evictable() < need {
+		s.retractFor(rk, need)
+	} else {
+		rk.ratio = max(rk.ratio-s.ratioDecay, s.ratioMin)
 	}
 	for i := 0; i < len(rk.running); i++ {
 		r := rk.running[i]
-		need := s.kvNeed(r)
-		for r.alloc < need {
-			if rk.reserve(need - r.alloc) {
-				r.alloc = need
-				break
-			}
-			if len(rk.running) == 1 {
-				s.fail(r, t, fmt.Sprintf("out of KV memory: %d tokens do not fit in the rank's capacity of %d", need, rk.capacity))
+		if d := s.kvNeed(r) - r.alloc; d > 0 {
+			if !rk.reserve(d) { // only the last request is left, and it does not fit
+				s.fail(r, t, fmt.Sprintf("out of KV memory: %d tokens do not fit in the rank's capacity of %d", s.kvNeed(r), rk.capacity))
 				rk.running = rk.running[:0]
 				break
 			}
-			last := len(rk.running) - 1
-			s.retract(rk, rk.running[last])
-			rk.running[last] = nil
-			rk.running = rk.running[:last]
-			if last == i { // r itself was the most recent
-				break
-			}
+			r.alloc += d
 		}
 	}
 	if len(rk.running) == 0 {
@@ -140,19 +258,53 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 		ctx += len(r.prompt) + r.generated
 	}
 	rk.stepKind = stepDecode
-	rk.stepTokens = len(rk.running)
-	if s.split() {
-		return s.dur(s.cfg.Profile.AttnDecodeTime(len(rk.running), ctx)), true
-	}
-	return s.dur(s.cfg.Profile.DecodeTime(len(rk.running), ctx)), true
+	d, n := s.decodeStepTime(len(rk.running), ctx)
+	rk.stepTokens = n
+	return d, true
 }
 
-// retract takes r out of the running batch and frees its KV; it goes back to the head of the
-// waiting queue. Decode: it resumes when its KV can be reserved again (SGLang offloads or
-// recomputes it; neither is charged). Unified: its prompt and generated tokens are prefilled
-// again (mostly cache hits).
+// retractFor retracts running requests of rk in SGLang's order (formDecode) until the others'
+// next tokens, need in all, fit, and re-estimates the new-token ratio.
+func (s *Server) retractFor(rk *rank, need int) {
+	order := append(rk.order[:0], rk.running...)
+	slices.SortStableFunc(order, func(a, b *request) int {
+		if a.generated != b.generated {
+			return b.generated - a.generated
+		}
+		return len(a.prompt) - len(b.prompt)
+	})
+	for first := true; len(order) > 1 && (first || rk.free()+rk.evictable() < need); first = false {
+		r := order[len(order)-1]
+		order[len(order)-1] = nil
+		order = order[:len(order)-1]
+		need -= max(s.kvNeed(r)-r.alloc, 0)
+		s.retract(rk, r)
+	}
+	clear(order)
+	rk.order = order[:0]
+	live := rk.running[:0]
+	gen, maxNew := 0, 0
+	for _, r := range rk.running {
+		if r.inRun {
+			live = append(live, r)
+			gen += r.generated
+			maxNew += r.maxNew
+		}
+	}
+	clear(rk.running[len(live):])
+	rk.running = live
+	rk.ratio = min(1, float64(gen+RetractDecodeSteps*len(live))/float64(maxNew+1))
+}
+
+// retract takes r out of the running batch and frees its KV (schedule_batch.py
+// ScheduleBatch.release_req). Unified: it is appended to the waiting queue (scheduler.py
+// _extend_requests_to_queue) and prefilled again — prompt and generated tokens, the prompt
+// mostly from the cache — producing its next token as a prefill does. Decode: it waits in
+// the retracted queue (DecodePreallocQueue.retracted_queue, FIFO) until its KV can be reserved
+// again; SGLang offloads its KV to host memory and loads it back, which is not charged.
 func (s *Server) retract(rk *rank, r *request) {
 	rk.retractions++
+	s.leaveRun(r)
 	if r.node != nil {
 		rk.cache.unlockPath(r.node)
 		r.node = nil
@@ -161,12 +313,15 @@ func (s *Server) retract(rk *rank, r *request) {
 	r.alloc = 0
 	s.setQueue(r, QueueWaiting)
 	if rk.cache == nil {
-		rk.retracted.pushFront(r)
+		rk.retracted.push(r)
+		r.retractedQ = true
+		rk.nRetracted++
+		rk.retractedNeed += int64(len(r.prompt) - r.decodeHit + r.generated + s.cfg.ReservedDecodeTokens)
 		return
 	}
 	r.target = len(r.prompt) + r.generated
 	r.prefilled = 0
-	rk.waiting.pushFront(r)
+	rk.waiting.push(r)
 }
 
 func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
@@ -174,9 +329,74 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 		if r.done {
 			continue
 		}
+		// One token each: the running sums move with it (min(remaining, clip) shrinks unless
+		// the remainder is above the clip).
+		if r.maxNew-r.generated <= ClipMaxNewTokens {
+			rk.runRemain--
+		}
+		rk.runSeq++
 		s.token(r, t)
 		if r.generated >= r.maxNew {
 			s.complete(r, t)
 		}
 	}
+}
+
+// PaddedBatch is the batch size a decode step of b requests runs at, and whether it replays a
+// CUDA graph, on a server with --cuda-graph-max-bs maxBS. SGLang captures graphs for the batch
+// sizes 1, 2, 4, 8, 12, 16…256 step 8, 272…496 step 16, 512… step 32, those ≤ maxBS
+// (server_args.py ServerArgs._generate_cuda_graph_batch_sizes); a step replays the graph of
+// the smallest captured size ≥ b, padding the batch with empty rows
+// (model_executor/cuda_graph_runner.py CudaGraphRunner.can_run and replay_prepare). A batch
+// larger than every captured size runs eagerly, unpadded: (b, false). maxBS ≤ 0: (b, false).
+func PaddedBatch(b, maxBS int) (int, bool) {
+	if maxBS <= 0 || b <= 0 {
+		return b, false
+	}
+	var p int
+	switch {
+	case b <= 2:
+		p = b
+	case b <= 4:
+		p = 4
+	case b <= 8:
+		p = 8
+	case b <= 12:
+		p = 12
+	case b <= 256:
+		p = (b + 7) / 8 * 8
+	case b <= 496:
+		p = 256 + (b-256+15)/16*16
+	default:
+		p = 512 + (b-512+31)/32*32
+	}
+	if p > maxBS {
+		return b, false
+	}
+	return p, true
+}
+
+// decodeStepTime is the duration of a decode step of batch requests over context tokens,
+// with CUDA-graph padding or the eager overhead when Config.CUDAGraphMaxBS is set. Padding rows
+// cost compute (and MoE expert reads) but read no KV, so the padded size replaces the batch
+// and the context is unchanged. It returns the tokens the step counts under DP attention
+// (the padded batch).
+func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
+	n, eager := batch, 0.0
+	if s.cfg.CUDAGraphMaxBS > 0 {
+		var graph bool
+		if n, graph = PaddedBatch(batch, s.cfg.CUDAGraphMaxBS); !graph {
+			eager = s.cfg.Profile.EagerOverhead
+		}
+	}
+	var d time.Duration
+	if s.split() {
+		d = s.cfg.Profile.AttnDecodeTime(n, context)
+	} else {
+		d = s.cfg.Profile.DecodeTime(n, context)
+	}
+	if eager > 0 {
+		d += seconds(eager)
+	}
+	return s.dur(d), n
 }

@@ -11,14 +11,19 @@
 // request are locked). A request's prefix hit (cached_tokens) is measured when it is admitted.
 //
 //   - Prefill role (SGLang's disaggregation queues): bootstrap (until Handshake) → waiting →
-//     chunked prefill batches under ChunkedPrefillSize tokens → inflight (KV transfer of
-//     T0 + prompt·KVBytesPerToken/LinkBandwidth) → TransferDone and Finished. The first output
-//     token is produced by prefill and travels with the KV.
-//   - Decode role: prealloc (reserve prompt + min(MaxNew, ReservedDecodeTokens) of KV; the queue
-//     waits when memory is short, which keeps the prefill side's room in bootstrap) → transfer
-//     (until KVArrived) → waiting → running (continuous batching, MaxRunningRequests, one token per
-//     request per step; the most recent requests are retracted when KV runs out).
-//   - Unified role: continuous batching with chunked prefill, prefill-first.
+//     chunked prefill batches under ChunkedPrefillSize tokens, each chunk's KV sent as it is
+//     computed over the rank's link (LinkBandwidth, shared by concurrent transfers) → inflight
+//     → TransferDone (last byte out + T0 + PDOverhead) and Finished. The first output token is
+//     produced by prefill and travels with the KV.
+//   - Decode role: prealloc (SGLang's DecodePreallocQueue: the prompt's KV is allocated when it
+//     fits with ReservedDecodeTokens per room kept free; the queue waits when memory is short,
+//     which keeps the prefill side's room in bootstrap) → transfer (until KVArrived) → waiting →
+//     running (continuous batching, MaxRunningRequests, one token per request per step;
+//     requests are retracted in SGLang's order when KV runs out).
+//   - Unified role: continuous batching with chunked prefill, prefill-first; admission by
+//     SGLang's new-token ratio (running requests charged ratio × their remaining outputs).
+//   - Profile.HostOverhead delays a request's arrival at the scheduler; Config.CUDAGraphMaxBS
+//     pads decode batches to SGLang's captured sizes (PaddedBatch).
 //   - Rooms follow KVPoll's states, Bootstrapping → WaitingForInput → Transferring → Success |
 //     Failed, with a BootstrapTimeout on each side; Abort, Kill (the server dies) and
 //     SetNeverSignalKV (a transfer never completes) are the failure hooks.
@@ -28,9 +33,8 @@
 //     GPU; Presets lists named ones). Constant and Instant profiles are load-independent: every
 //     request gets exactly TTFT and ITL however many run.
 //
-// Not modelled: CPU/host KV tiers, speculative decoding, mixed prefill+decode batches, the
-// new-token-ratio admission estimate (retraction handles overcommit instead), transfer contention
-// on the link, and stop conditions other than MaxNew.
+// Not modelled: CPU/host KV tiers (a retracted decode room's KV offload is free), speculative
+// decoding, mixed prefill+decode batches, and stop conditions other than MaxNew.
 //
 // # How time works
 //

@@ -34,7 +34,7 @@ func TestGapsEqualPerTokenOutputs(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"unified", Config{Role: RoleUnified, DPSize: 2, Profile: testProfile(), MaxTotalTokens: 500}},
+		{"unified", Config{Role: RoleUnified, DPSize: 2, Profile: testProfile(), MaxTotalTokens: 500, ScheduleConservativeness: 0.3}},
 		{"decode-dp-attention", Config{Role: RoleDecode, DPSize: 2, DPAttention: true, Profile: testProfile(), MaxTotalTokens: 700, ReservedDecodeTokens: 8}},
 		{"constant", Config{Role: RoleUnified, Profile: ConstantProfile(20*time.Millisecond, 3*time.Millisecond)}},
 	} {

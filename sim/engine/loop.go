@@ -26,6 +26,13 @@ func (s *Server) next() (time.Time, bool) {
 	if s.timers.Len() > 0 {
 		take(s.timers.Min().V.at)
 	}
+	if s.cfg.Role == RolePrefill {
+		for _, rk := range s.ranks {
+			if rk.link.armed {
+				take(rk.link.at)
+			}
+		}
+	}
 	if s.cfg.DPAttention {
 		if s.stepping {
 			take(s.stepEnd)
@@ -60,6 +67,13 @@ func (s *Server) processAt(t time.Time) {
 			}
 		}
 	}
+	if s.cfg.Role == RolePrefill {
+		for _, rk := range s.ranks {
+			if rk.link.armed && !rk.link.at.After(t) {
+				s.linkFire(rk, t)
+			}
+		}
+	}
 	for s.timers.Len() > 0 && !s.timers.Min().V.at.After(t) {
 		tm := s.timers.pop()
 		if s.timerValid(&tm) {
@@ -82,6 +96,8 @@ func (s *Server) timerValid(tm *timer) bool {
 	case tEarly:
 		at, ok := s.early[tm.room]
 		return ok && at.Equal(tm.at)
+	case tArrive:
+		return !tm.r.done && tm.r.arriving
 	}
 	return false
 }
@@ -106,6 +122,12 @@ func (s *Server) fire(tm timer, t time.Time) {
 		s.parallelToken(r, t)
 	case tEarly:
 		delete(s.early, tm.room)
+	case tArrive:
+		r.arriving = false
+		if r.queue == QueueWaiting { // unified, or prefill after its Handshake
+			r.rk.waiting.push(r)
+			s.setKick(t)
+		}
 	}
 }
 
@@ -173,17 +195,25 @@ func (s *Server) schedule(t time.Time) {
 func (s *Server) split() bool { return s.cfg.DPAttention && s.cfg.Profile.DPAttn != nil }
 
 // formStep builds rank rk's next batch at t and returns its duration; false when idle.
+// An idle rank's new-token ratio goes back to its initial value (scheduler.py: on idle,
+// NewTokenRatioTracker.reset).
 func (s *Server) formStep(rk *rank, t time.Time) (time.Duration, bool) {
+	var d time.Duration
+	var ok bool
 	switch s.cfg.Role {
 	case RolePrefill:
-		return s.formPrefill(rk, t)
+		d, ok = s.formPrefill(rk, t)
 	case RoleDecode:
-		return s.formDecode(rk, t)
+		d, ok = s.formDecode(rk, t)
+	default:
+		if d, ok = s.formPrefill(rk, t); !ok { // prefill-first
+			d, ok = s.formDecode(rk, t)
+		}
 	}
-	if d, ok := s.formPrefill(rk, t); ok { // prefill-first
-		return d, true
+	if !ok {
+		rk.ratio = s.ratioInit
 	}
-	return s.formDecode(rk, t)
+	return d, ok
 }
 
 func (s *Server) finishStep(rk *rank, t time.Time) {
@@ -218,6 +248,8 @@ func (s *Server) release(r *request) {
 		rk.dcache.unlockPath(r.dnode)
 		r.dnode = nil
 	}
+	s.leaveRun(r)
+	s.unretract(r)
 	rk.private -= r.alloc
 	r.alloc = 0
 	s.setQueue(r, 0)
@@ -228,6 +260,7 @@ func (s *Server) release(r *request) {
 }
 
 func (s *Server) fail(r *request, t time.Time, why string) {
+	s.linkDrop(r.rk, r, t)
 	r.state = StateFailed
 	s.emit(Output{Kind: KindFailed, At: t, Room: r.room, Rank: r.rk.id, Reason: fmt.Sprintf("room %d: %s", r.room, why)})
 	s.release(r)

@@ -98,7 +98,7 @@ func TestDecodePressureHoldsPrefillInBootstrap(t *testing.T) {
 	t.Parallel()
 	p := testProfile()
 	pre := newServer(t, Config{Role: RolePrefill, Profile: p})
-	dec := newServer(t, Config{Role: RoleDecode, Profile: p, MaxTotalTokens: 2*(1000+20) + 10})
+	dec := newServer(t, Config{Role: RoleDecode, Profile: p, MaxTotalTokens: 2*(1000+20) + 10, ReservedDecodeTokens: 20})
 	c := &cluster{t: t, prefill: pre, decode: dec, check: true}
 	for i := range 5 {
 		r := Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*5000, 1000), MaxNew: 20}

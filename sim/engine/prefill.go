@@ -13,28 +13,33 @@ import (
 //   - the request whose prefill was chunked continues first (scheduler.py: chunked_req is added
 //     before the waiting queue);
 //   - the waiting queue is ordered by the schedule policy (orderWaiting): lpm puts the longest
-//     cached prefix first and holds back requests that share an uncached prefix with one picked
-//     before them; fcfs keeps arrival order;
+//     cached prefix first and sorts last the requests that share an uncached prefix with one
+//     picked before them; fcfs keeps arrival order;
 //   - requests are admitted in that order while the step's token budget (ChunkedPrefillSize)
-//     lasts and their uncached tokens fit in KV (evicting LRU cache leaves); the last one
-//     admitted may be chunked. A request that does not fit in KV holds the queue (no skipping
-//     ahead), as PrefillAdder stops at the first request it cannot add.
+//     lasts and PrefillAdder's memory rule admits them (admit: uncached tokens plus clipped max
+//     new below rem_total_tokens, which charges the running batch ratio × its remaining
+//     outputs); the last one admitted may be chunked. A request that does not fit holds the
+//     queue (no skipping ahead), as PrefillAdder stops at the first request it cannot add, and
+//     (unified) admission is not tried again until the running batch shrinks (batch_is_full).
 //
 // With the overlap scheduler (the default), the prompts of the batch that just ended become
 // matchable only now, after this batch was formed (flushInserts).
 func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
 	d, ok := s.formPrefillBatch(rk, t)
-	if rk.flushInserts(s) && !ok && rk.held > 0 {
-		// Requests held back for a prefix that has only now become matchable: the rank would
-		// idle with work waiting, so schedule them at once.
-		d, ok = s.formPrefillBatch(rk, t)
-	}
+	rk.flushInserts(s)
 	return d, ok
 }
 
 func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 	rk.batch = rk.batch[:0]
 	budget := s.cfg.ChunkedPrefillSize
+	unified := s.cfg.Role == RoleUnified
+	// PrefillAdder's rem_total_tokens = free + evictable − offset, where the offset charges
+	// each running request min(remaining max new, clip) × new_token_ratio and each request
+	// admitted in this batch its clipped max new (its extend tokens are already reserved
+	// here, so free has dropped by them). A prefill server's running batch is empty.
+	offset := rk.ratio * float64(rk.runRemain)
+	chunked := rk.chunked != nil
 	if c := rk.chunked; c != nil {
 		if c.done {
 			rk.chunked = nil
@@ -46,14 +51,20 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 				budget = 0
 			} else {
 				rk.chunked = nil
+				offset += float64(s.clipNew(c)) // add_chunked_req: the last chunk charges its max new
 			}
 		}
 	}
 	if budget > 0 {
 		s.orderWaiting(rk)
 	}
-	for i := rk.waiting.head; budget > 0 && i < len(rk.waiting.items); {
-		if s.cfg.Role == RoleUnified && rk.n[QueueRunning] >= s.cfg.MaxRunningRequests {
+	// batch_is_full (unified): after admission stopped for memory or count, SGLang does not
+	// try again until the running batch shrinks, unless a chunked prefill continues
+	// (scheduler.py get_new_batch_prefill).
+	stop := unified && rk.full && !chunked
+	for i := rk.waiting.head; budget > 0 && !stop && i < len(rk.waiting.items); {
+		if unified && rk.n[QueueRunning] >= s.cfg.MaxRunningRequests {
+			rk.full = true
 			break
 		}
 		r := rk.waiting.items[i]
@@ -61,16 +72,13 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 			i++
 			continue
 		}
-		if r.held {
-			i++ // waits for the prefix a request picked before it is computing
-			continue
-		}
-		ok := s.admit(rk, r, t)
+		ok := s.admit(rk, r, t, offset)
 		if r.done { // failed: can never fit
 			i++
 			continue
 		}
-		if !ok {
+		if !ok { // NO_TOKEN: the queue waits (no skipping ahead)
+			rk.full = unified
 			break
 		}
 		i = rk.waiting.remove(i)
@@ -80,6 +88,12 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 		budget -= n
 		if r.prefilled+n < r.target {
 			rk.chunked = r
+			break
+		}
+		offset += float64(s.clipNew(r))
+		// budget_state: no tokens left once rem_total_tokens or cur_rem_tokens is spent.
+		if avail := rk.free() + rk.evictable(); avail <= 0 || float64(avail)-offset <= 0 {
+			rk.full = unified
 			break
 		}
 	}
@@ -119,9 +133,8 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 //   - the queue is sorted by cached prefix, longest first, deprioritized requests last
 //     (_sort_by_longest_prefix; ties keep arrival order).
 //
-// SGLang sorts deprioritized requests last and the step's token budget usually runs out
-// before them; this model holds them out of the batch whatever the budget (held), so a
-// sibling never computes the prefix its leader is computing in the same step.
+// Deprioritized requests are only sorted last, not held out: when the step's token budget
+// and memory reach them they join the batch, as in SGLang.
 func (s *Server) orderWaiting(rk *rank) {
 	q := &rk.waiting
 	live := q.items[q.head:q.head]
@@ -132,7 +145,6 @@ func (s *Server) orderWaiting(rk *rank) {
 	}
 	clear(q.items[q.head+len(live):])
 	q.items = q.items[:q.head+len(live)]
-	rk.held = 0
 	for _, r := range live {
 		r.held = false
 	}
@@ -158,7 +170,6 @@ func (s *Server) orderWaiting(rk *rank) {
 		head := r.prompt[:InBatchDeprioritizeThreshold]
 		if slices.ContainsFunc(picked, func(p []uint32) bool { return slices.Equal(p, head) }) {
 			r.held = true
-			rk.held++
 			continue
 		}
 		picked = append(picked, head)
@@ -179,14 +190,22 @@ func (s *Server) orderWaiting(rk *rank) {
 }
 
 // admit measures r's prefix hit (first admission only is reported), locks the hit and reserves
-// KV for the rest. It returns false if the KV is not available now; a request that can never
-// fit is failed.
-func (s *Server) admit(rk *rank, r *request, t time.Time) bool {
-	// SGLang matches at most len-1 tokens: the last one is computed to get the logits. The
-	// match orderWaiting made is reused while the tree has not changed shape since.
+// KV for the rest. It returns false if the request does not fit now: as PrefillAdder.add_one_req,
+// its uncached tokens plus its clipped max new must be below rem_total_tokens (free + evictable
+// − offset, the hit locked first), and the uncached tokens must be reservable. A request that
+// can never fit is failed. A retracted request (target beyond the prompt) matches its whole
+// prompt and counts what it computes again in rank.recomputed.
+func (s *Server) admit(rk *rank, r *request, t time.Time, offset float64) bool {
+	// SGLang matches at most len-1 tokens of what it prefills: the last one is computed to
+	// get the logits. The match orderWaiting made is reused while the tree has not changed
+	// shape since.
 	hit, nd := r.matched, r.matchNode
 	if r.matchNode == nil || r.matchGen != rk.cache.gen || r.target != len(r.prompt) {
-		hit, nd = rk.cache.match(r.prompt[:len(r.prompt)-1])
+		key := r.prompt[:len(r.prompt)-1]
+		if r.target > len(r.prompt) {
+			key = r.prompt
+		}
+		hit, nd = rk.cache.match(key)
 	}
 	r.matchNode = nil
 	need := r.target - hit
@@ -194,12 +213,19 @@ func (s *Server) admit(rk *rank, r *request, t time.Time) bool {
 		s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
 		return false
 	}
+	if total := need + s.clipNew(r); total >= rk.capacity { // SGLang would leave it waiting forever
+		s.fail(r, t, fmt.Sprintf("needs %d KV tokens to prefill and %d to generate, %d in all: not below the rank's capacity of %d", need, s.clipNew(r), total, rk.capacity))
+		return false
+	}
 	rk.cache.lockPath(nd)
-	if !rk.reserve(need) {
+	if float64(need+s.clipNew(r)) >= float64(rk.free()+rk.evictable())-offset || !rk.reserve(need) {
 		rk.cache.unlockPath(nd)
 		return false
 	}
 	r.node, r.alloc, r.prefilled = nd, need, hit
+	if r.target > len(r.prompt) {
+		rk.recomputed += int64(need)
+	}
 	if !r.admitted {
 		r.admitted, r.cached = true, hit
 		rk.promptTokens += int64(len(r.prompt))
@@ -216,6 +242,9 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 			continue
 		}
 		r.prefilled += c.n
+		if s.cfg.Role == RolePrefill {
+			s.sendChunk(rk, r, t)
+		}
 		if r.prefilled < r.target {
 			continue
 		}
@@ -227,19 +256,17 @@ func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
 		}
 		if s.cfg.Role == RolePrefill {
 			r.firstTok = t
-			// Only the KV the decode side lacks crosses the link (decode radix cache).
-			s.startTransfer(r, t, t.Add(s.dur(s.cfg.Profile.TransferTime(len(r.prompt)-r.decodeHit, s.cfg.LinkBandwidth))))
+			s.lastChunkSent(rk, r, t)
 			continue
 		}
 		r.state = StateSuccess
-		if r.generated == 0 {
-			s.token(r, t)
-		}
+		s.token(r, t) // the first token, or after a retraction the next one
 		if r.generated >= r.maxNew {
 			s.complete(r, t)
+			rk.full = false // the batch shrank (scheduler.py: last_batch filtered)
 			continue
 		}
-		rk.running = append(rk.running, r)
+		s.joinRun(rk, r)
 	}
 	rk.batch = rk.batch[:0]
 }
@@ -286,4 +313,129 @@ func (s *Server) startTransfer(r *request, now, done time.Time) {
 		return
 	}
 	s.timers.push(timer{at: done, kind: tTransfer, r: r})
+}
+
+// KV transfer as SGLang's prefill server streams it (disaggregation/prefill.py
+// SchedulerDisaggregationPrefillMixin.send_kv_chunk): the KV of every finished chunk is handed
+// to the transfer engine as chunked prefill proceeds — from the first token the decode side
+// lacks (its radix-cache hit), the prefill side's own cache hit included — and the last chunk
+// completes the transfer. Each DP rank has one link of Config.LinkBandwidth shared by its
+// transfers in progress (processor sharing: each of n active transfers moves at bandwidth/n),
+// so earlier chunks travel while later ones compute, and concurrent transfers slow each other.
+// A room's TransferDone comes T0 + PDOverhead after its last byte has left (and its last
+// chunk was computed).
+
+// link is one rank's KV link.
+type link struct {
+	act   []*request // transfers with bytes left, in the order they started
+	last  time.Time  // progress of act is accounted up to here
+	at    time.Time  // when the first of act drains
+	armed bool       // at is valid
+}
+
+// linkRate is the link's bandwidth in bytes per second of server time.
+func (s *Server) linkRate() float64 { return s.cfg.LinkBandwidth * s.cfg.Speedup }
+
+// linkSync brings the active transfers' progress up to t.
+func (s *Server) linkSync(rk *rank, t time.Time) {
+	l := &rk.link
+	if n := len(l.act); n > 0 && t.After(l.last) {
+		moved := s.linkRate() * t.Sub(l.last).Seconds() / float64(n)
+		for _, r := range l.act {
+			r.xferLeft -= moved
+		}
+	}
+	l.last = t
+}
+
+// linkArm computes when the first active transfer drains.
+func (s *Server) linkArm(rk *rank) {
+	l := &rk.link
+	if len(l.act) == 0 {
+		l.armed = false
+		return
+	}
+	least := l.act[0].xferLeft
+	for _, r := range l.act[1:] {
+		least = min(least, r.xferLeft)
+	}
+	l.at, l.armed = l.last.Add(seconds(max(least, 0)*float64(len(l.act))/s.linkRate())), true
+}
+
+// sendChunk hands the KV r computed since its last send to the link.
+func (s *Server) sendChunk(rk *rank, r *request, t time.Time) {
+	from, upto := max(r.sent, r.decodeHit), min(r.prefilled, len(r.prompt))
+	if upto <= from || s.neverKV {
+		return
+	}
+	r.sent = upto
+	bytes := float64(upto-from) * s.cfg.Profile.KVBytesPerToken
+	if !(bytes > 0) {
+		return
+	}
+	s.linkSync(rk, t)
+	r.xferLeft += bytes
+	if !r.onLink {
+		r.onLink = true
+		rk.link.act = append(rk.link.act, r)
+	}
+	s.linkArm(rk)
+}
+
+// lastChunkSent puts a prefilled room in the inflight queue; its TransferDone follows once
+// its bytes have drained (at once if none are left), unless the never-signal hook is on.
+func (s *Server) lastChunkSent(rk *rank, r *request, t time.Time) {
+	r.state = StateTransferring
+	s.setQueue(r, QueueInflight)
+	if s.neverKV {
+		s.linkDrop(rk, r, t)
+		if s.cfg.BootstrapTimeout > 0 {
+			s.timers.push(timer{at: t.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
+		}
+		return
+	}
+	if !r.onLink {
+		s.transferDrained(r, t)
+	}
+}
+
+// transferDrained schedules TransferDone T0 + PDOverhead after r's last byte left at t.
+func (s *Server) transferDrained(r *request, t time.Time) {
+	s.timers.push(timer{at: t.Add(s.dur(seconds(s.cfg.Profile.T0 + s.cfg.Profile.PDOverhead))), kind: tTransfer, r: r})
+}
+
+// linkFire retires the transfers that drained by t.
+func (s *Server) linkFire(rk *rank, t time.Time) {
+	s.linkSync(rk, t)
+	l := &rk.link
+	n := float64(len(l.act))
+	keep := l.act[:0]
+	for _, r := range l.act {
+		// Drained: less than a nanosecond of its share is left (the drain time was rounded).
+		if r.xferLeft*n/s.linkRate() < 1e-9 {
+			r.onLink, r.xferLeft = false, 0
+			if r.queue == QueueInflight {
+				s.transferDrained(r, t)
+			}
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(l.act[len(keep):])
+	l.act = keep
+	s.linkArm(rk)
+}
+
+// linkDrop takes r off the link at t (it failed, or will never signal).
+func (s *Server) linkDrop(rk *rank, r *request, t time.Time) {
+	if !r.onLink {
+		return
+	}
+	s.linkSync(rk, t)
+	r.onLink, r.xferLeft = false, 0
+	l := &rk.link
+	if i := slices.Index(l.act, r); i >= 0 {
+		l.act = slices.Delete(l.act, i, i+1)
+	}
+	s.linkArm(rk)
 }

@@ -16,7 +16,7 @@ type rank struct {
 
 	waiting   fifo       // prefill queue (prefill, unified) or admission queue (decode)
 	prealloc  fifo       // decode: waiting for a KV reservation
-	retracted fifo       // decode: retracted from the running batch, waiting for KV again
+	retracted fifo       // decode: retracted from the running batch, waiting for KV again (FIFO)
 	running   []*request // decode batch (decode, unified), in admission order
 	chunked   *request   // the request whose prefill continues in the next step
 	batch     []chunk    // the prefill step in progress
@@ -30,9 +30,24 @@ type rank struct {
 	retractions                int
 
 	pendingInsert []*request // prefilled, prompt not yet matchable (overlap lag)
-	held          int        // waiting requests held back by in-batch prefix sharing
 	inBatch       [][]uint32 // orderWaiting's scratch: leading tokens of picked prompts
 	stepTokens    int        // the step in progress: new tokens (prefill) or batch size (decode)
+
+	// SGLang's admission state (scheduler.py, schedule_policy.py PrefillAdder).
+	ratio      float64    // new_token_ratio: the share of their remaining outputs running requests are charged
+	runRemain  int64      // Σ over rk.running of min(max new − generated, ClipMaxNewTokens)
+	runSeq     int64      // Σ over rk.running of prompt + generated (the decode side's retractable tokens)
+	full       bool       // batch_is_full: admission stopped for memory or count; retried when the running batch shrinks
+	recomputed int64      // tokens prefilled again after a retraction
+	order      []*request // formDecode's scratch: the retraction order
+	link       link       // prefill: the rank's KV link
+
+	// Decode-side admission (decode.go preallocate).
+	runMax        int   // largest prompt + min(max new, clip) in the running batch (stale: recompute)
+	runMaxN       int   // running rooms holding runMax
+	runMaxStale   bool  // runMax's last holder left
+	nRetracted    int   // rooms in retracted (their queue counts as waiting)
+	retractedNeed int64 // Σ over them of prompt + generated + ReservedDecodeTokens
 }
 
 // chunk is one request's share of a prefill step.
@@ -54,6 +69,14 @@ func (rk *rank) tree() *radix {
 		return rk.cache
 	}
 	return rk.dcache
+}
+
+// evictable is the KV held by unreferenced cache nodes (0 without a tree).
+func (rk *rank) evictable() int {
+	if t := rk.tree(); t != nil {
+		return t.evictable
+	}
+	return 0
 }
 
 // free is the KV the rank could hand out without evicting.
@@ -86,18 +109,6 @@ type fifo struct {
 }
 
 func (q *fifo) push(r *request) { q.items = append(q.items, r) }
-
-// pushFront puts a retracted request back at the head.
-func (q *fifo) pushFront(r *request) {
-	if q.head > 0 {
-		q.head--
-		q.items[q.head] = r
-		return
-	}
-	q.items = append(q.items, nil)
-	copy(q.items[1:], q.items)
-	q.items[0] = r
-}
 
 // peek returns the first live request, dropping ended ones.
 func (q *fifo) peek() *request {
@@ -142,6 +153,7 @@ const (
 	tStuck                     // prefill with NeverSignalKV: the transfer gives up
 	tToken                     // Constant profile: the room's next token is due
 	tEarly                     // an early Handshake is forgotten
+	tArrive                    // Profile.HostOverhead: the request reaches the scheduler
 )
 
 type timer struct {

@@ -29,34 +29,39 @@ func (c *cluster) finished(room uint64) Output {
 	return fin[0]
 }
 
-// Two siblings arrive together with an uncached shared prefix. lpm (SGLang's default) puts
-// only the first in the batch; the second is held back while the first computes the prefix,
-// and once the batch's prompts are matchable — after the overlap lag — it hits the cache.
+// Two siblings arrive together with an uncached shared prefix. lpm (SGLang's default) sorts the
+// second last (in-batch prefix sharing, schedule_policy.py _compute_prefix_matches); under a
+// tight token budget (80: the first sibling alone) it waits while the first computes the
+// prefix, and once the batch's prompts are matchable — after the overlap lag — it hits the
+// cache. Under a large budget it still joins the first batch, as in SGLang, and both miss.
 // fcfs puts both in the batch and both miss.
 func TestInBatchPrefixSharing(t *testing.T) {
 	t.Parallel()
 	p := testProfile()
 	for _, tc := range []struct {
+		name     string
 		policy   string
+		budget   int
 		cachedB  int
 		oneBatch bool
 	}{
-		{PolicyLPM, 64, false},
-		{PolicyFCFS, 0, true},
+		{"lpm-tight", PolicyLPM, 80, 64, false},
+		{"lpm-large", PolicyLPM, 0, 0, true},
+		{"fcfs", PolicyFCFS, 0, 0, true},
 	} {
-		s := newServer(t, Config{Role: RoleUnified, Profile: p, SchedulePolicy: tc.policy})
+		s := newServer(t, Config{Role: RoleUnified, Profile: p, SchedulePolicy: tc.policy, ChunkedPrefillSize: tc.budget})
 		c := &cluster{t: t, single: s, check: true}
 		s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: sibling(1000), MaxNew: 1})
 		s.Submit(at(0), Req{Room: 2, Rank: -1, Prompt: sibling(2000), MaxNew: 1})
 		c.runAll()
 		a, b := c.finished(1), c.finished(2)
-		assert.Equal(t, 0, a.Usage.CachedTokens, tc.policy)
-		assert.Equal(t, tc.cachedB, b.Usage.CachedTokens, tc.policy)
+		assert.Equal(t, 0, a.Usage.CachedTokens, tc.name)
+		assert.Equal(t, tc.cachedB, b.Usage.CachedTokens, tc.name)
 		step1 := p.PrefillTime(80, 80*40)
 		if tc.oneBatch {
 			both := p.PrefillTime(160, 2*80*40)
-			assert.Equal(t, at(both), c.firstToken(1).At)
-			assert.Equal(t, at(both), c.firstToken(2).At)
+			assert.Equal(t, at(both), c.firstToken(1).At, tc.name)
+			assert.Equal(t, at(both), c.firstToken(2).At, tc.name)
 			continue
 		}
 		assert.Equal(t, at(step1), c.firstToken(1).At, "the first sibling alone in the first batch")

@@ -32,6 +32,8 @@ type Server struct {
 	neverKV     bool
 	stepping    bool      // lockstep: a server-wide step is in progress
 	stepEnd     time.Time // lockstep: its end
+
+	ratioInit, ratioMin, ratioDecay float64 // new_token_ratio schedule (New)
 }
 
 // request is the server's record of a room. The fields every decode step reads of every
@@ -50,25 +52,31 @@ type request struct {
 	done      bool
 	state     State
 	queue     Queue
+	inRun     bool // in rk.running: its terms are in the rank's running sums (runRemain, runSeq)
+	admitted  bool // the prefix hit has been measured
+	earlyKV   bool // decode: KVArrived came while still in prealloc
+	held      bool // lpm: deprioritized this step by in-batch prefix sharing (sorted last)
+	arriving  bool // Profile.HostOverhead: not yet through the host path into the scheduler
 
 	room       uint64
 	output     []uint32 // optional reply ids, cached on finish (unified)
 	prev, next *request // live list
 
-	admitted  bool  // the prefix hit has been measured
 	cached    int   // reported cached tokens (prefill/unified: own hit; decode: from KVArrived)
 	node      *node // locked cache node (prefill, unified)
 	target    int   // tokens to prefill: prompt (+ generated after a retraction)
 	prefilled int   // tokens of target with KV (cached + computed)
 	firstTok  time.Time
-	earlyKV   bool // decode: KVArrived came while still in prealloc
 
-	dnode         *node  // decode radix cache: the locked node of that hit
-	matched       int    // lpm: cached prefix measured when the queue was last ordered
-	matchNode     *node  // lpm: the node of that match
-	matchGen      uint64 // lpm: the cache's gen at that match (admit reuses it while unchanged)
-	held          bool   // lpm: held back this step by in-batch prefix sharing
-	insertPending bool   // prefilled; its prompt becomes matchable after the next batch is formed
+	dnode         *node   // decode radix cache: the locked node of that hit
+	matched       int     // lpm: cached prefix measured when the queue was last ordered
+	matchNode     *node   // lpm: the node of that match
+	matchGen      uint64  // lpm: the cache's gen at that match (admit reuses it while unchanged)
+	sent          int     // prefill: prompt tokens whose KV has been handed to the link
+	xferLeft      float64 // prefill: bytes handed to the link and not yet sent
+	insertPending bool    // prefilled; its prompt becomes matchable after the next batch is formed
+	onLink        bool    // prefill: in rk.link.act
+	retractedQ    bool    // decode: in rk.retracted (counted in rk.retractedNeed)
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
@@ -80,9 +88,15 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time),
 		earlyCached: make(map[uint64]int), neverKV: cfg.NeverSignalKV}
 	s.live.next, s.live.prev = &s.live, &s.live
+	// new_token_ratio (scheduler.py Scheduler.__init__, NewTokenRatioTracker.from_server_args):
+	// starts at min(0.7 × conservativeness, 1), decays linearly to 0.14 of that over 600
+	// decode steps.
+	s.ratioInit = min(InitNewTokenRatio*cfg.ScheduleConservativeness, 1)
+	s.ratioMin = min(s.ratioInit*MinNewTokenRatioFactor, 1)
+	s.ratioDecay = (s.ratioInit - s.ratioMin) / NewTokenRatioDecaySteps
 	s.ranks = make([]*rank, cfg.DPSize)
 	for i := range s.ranks {
-		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens}
+		s.ranks[i] = &rank{id: i, capacity: cfg.MaxTotalTokens, ratio: s.ratioInit}
 		if cfg.Role != RoleDecode {
 			s.ranks[i].cache = newRadix(cfg.PageSize)
 		} else if cfg.DecodeRadixCache {
@@ -164,6 +178,13 @@ func (s *Server) Submit(now time.Time, req Req) {
 	r.prev, r.next = s.live.prev, &s.live
 	s.live.prev.next = r
 	s.live.prev = r
+	// Host overhead (tokenizer_manager.py → scheduler.py over ZMQ, HTTP): on unified and
+	// prefill servers a request reaches the scheduler's waiting queue only HostOverhead after
+	// Submit (a prefill room still needs its Handshake too). Constant profiles skip it.
+	if h := s.cfg.Profile.HostOverhead; h > 0 && !s.parallel && s.cfg.Role != RoleDecode {
+		r.arriving = true
+		s.timers.push(timer{at: now.Add(s.dur(seconds(h))), kind: tArrive, r: r})
+	}
 	switch s.cfg.Role {
 	case RoleUnified:
 		r.state = StateWaitingForInput
@@ -172,7 +193,9 @@ func (s *Server) Submit(now time.Time, req Req) {
 			return
 		}
 		s.setQueue(r, QueueWaiting)
-		r.rk.waiting.push(r)
+		if !r.arriving {
+			r.rk.waiting.push(r)
+		}
 	case RolePrefill:
 		if _, ok := s.early[r.room]; ok {
 			delete(s.early, r.room)
@@ -240,8 +263,10 @@ func (s *Server) handshake(r *request, now time.Time) {
 		return
 	}
 	s.setQueue(r, QueueWaiting)
-	r.rk.waiting.push(r)
-	s.setKick(now)
+	if !r.arriving { // else the tArrive timer queues it
+		r.rk.waiting.push(r)
+		s.setKick(now)
+	}
 }
 
 // KVArrived tells a decode server that room's KV and first token landed; cachedTokens is the
@@ -302,7 +327,7 @@ func (s *Server) Kill(now time.Time) {
 		r = nx
 	}
 	for _, rk := range s.ranks {
-		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache}
+		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache, ratio: s.ratioInit}
 		if rk.cache != nil {
 			rk.cache.reset()
 		}
@@ -368,7 +393,7 @@ func (s *Server) Loads() []RankLoad {
 		}
 		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting],
 			Inflight: rk.n[QueueInflight], KVTokens: used, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),
-			Retractions: rk.retractions}
+			Retractions: rk.retractions, RecomputedTokens: rk.recomputed}
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
 		}

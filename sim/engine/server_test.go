@@ -101,10 +101,12 @@ func TestPrefillQueues(t *testing.T) {
 
 	transfer := p.TransferTime(1000, 1e9) // 1 ms + 1000·1e5 B / 1 GB/s = 101 ms
 	assert.Equal(t, 101*time.Millisecond, transfer)
-	next, _ = s.NextEvent()
-	assert.Equal(t, prefillEnd.Add(transfer), next)
-	outs := s.Advance(next)
+	next, _ = s.NextEvent() // the last byte leaves; T0 later the transfer is done
+	assert.Equal(t, prefillEnd.Add(transfer-time.Millisecond), next)
+	assert.Empty(t, s.Advance(next))
+	outs := s.Advance(prefillEnd.Add(transfer))
 	require.Equal(t, []Kind{KindTransferDone, KindFinished}, kinds(outs))
+	assert.Equal(t, prefillEnd.Add(transfer), outs[0].At)
 	assert.Equal(t, prefillEnd, outs[0].FirstToken)
 	assert.Equal(t, Usage{PromptTokens: 1000, CompletionTokens: 1}, outs[1].Usage)
 	assert.Equal(t, 0, s.Live())
@@ -123,7 +125,7 @@ func TestDecodeQueues(t *testing.T) {
 	st, q, _ = s.Room(5)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueTransfer, q)
-	assert.Equal(t, 100+3, s.Loads()[0].KVTokens, "prompt + min(max_new, reserve) reserved")
+	assert.Equal(t, 100, s.Loads()[0].KVTokens, "the prompt's KV is allocated; outputs are only reserved (SGLang _pre_alloc)")
 
 	s.KVArrived(at(time.Millisecond), 5, 42)
 	st, q, _ = s.Room(5)
@@ -421,12 +423,16 @@ func TestDecodeRetractionFinishes(t *testing.T) {
 	assert.Equal(t, 4, fin)
 }
 
+// Admission charges the running requests only ratio × their remaining outputs (0.21 here), so
+// a third request arriving while two decode is admitted although all three cannot finish in
+// 400 tokens of KV; decode then runs out and retracts. (All three at once would not be: each
+// newly admitted request is charged its whole max new.)
 func TestUnifiedRetraction(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), MaxTotalTokens: 400})
+	s := newServer(t, Config{Role: RoleUnified, Profile: testProfile(), MaxTotalTokens: 400, ScheduleConservativeness: 0.3})
 	c := &cluster{t: t, single: s, check: true}
 	for i := range 3 {
-		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 100), MaxNew: 60})
+		s.Submit(at(time.Duration(i/2)*5*time.Millisecond), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 100), MaxNew: 60})
 	}
 	c.runAll()
 	assert.Positive(t, s.Loads()[0].Retractions)

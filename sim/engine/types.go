@@ -215,5 +215,6 @@ type RankLoad struct {
 	// scheduler logs and exports as sglang:cache_hit_rate.
 	BatchHitTokens, BatchNewTokens int64
 	SGLangCacheHitRate             float64
-	Retractions                    int // cumulative requests retracted from the running batch for lack of KV
+	Retractions                    int   // cumulative requests retracted from the running batch for lack of KV
+	RecomputedTokens               int64 // cumulative tokens prefilled again after retractions (unified)
 }
