@@ -219,7 +219,8 @@ func ContextLen(m ModelCard) int {
 //     (model_runner.py init_memory_pool takes the smaller of the profiled pool and
 //     --max-total-tokens; a larger value is ignored with a warning), then rounded down to
 //     whole pages;
-//   - max_running_requests: MaxRunningRequestsFor on that pool.
+//   - max_running_requests: MaxRunningRequestsFor on that pool;
+//   - HostOverhead: DefaultHostOverhead, as the presets.
 //
 // name names the profile; "" gives "MODEL-GPU-tpN" (with "-dpN" and "-epN" when above 1).
 func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs) (Profile, ServerArgs, error) {
@@ -245,6 +246,7 @@ func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs)
 	if err != nil {
 		return Profile{}, ServerArgs{}, err
 	}
+	p.HostOverhead = DefaultHostOverhead // as the presets: a server has its tokenizer and HTTP path
 	capacity := p.MaxTotalTokens
 	if r.MaxTotalTokens > 0 && r.MaxTotalTokens < capacity {
 		capacity = r.MaxTotalTokens
