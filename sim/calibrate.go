@@ -654,18 +654,29 @@ func residualWarnings(c *Calibration) []string {
 		var names []string
 		for _, l := range c.Levels {
 			if !l.HeldOut && l.RMSE >= 0.8*worst {
-				names = append(names, fmt.Sprintf("%s (%.0f %%)", name(l), l.RMSE*100))
+				names = append(names, fmt.Sprintf("%s (%.3f)", name(l), l.RMSE))
 			}
 		}
-		out = append(out, fmt.Sprintf("the fit misses the levels it was fitted to by %.0f %% (rms log error %.3f > %.2f); largest residual: %s. "+
+		out = append(out, fmt.Sprintf("the fit misses the levels it was fitted to (rms log error %.3f > %.2f); largest residual: %s. "+
 			"The engine model's free factors cannot express this deployment: do not trust its predictions beyond these levels",
-			c.FitRMSE*100, c.FitRMSE, ResidualWarnThreshold, strings.Join(names, ", ")))
+			c.FitRMSE, ResidualWarnThreshold, strings.Join(names, ", ")))
 	}
 	for _, l := range c.Levels {
-		if l.HeldOut && l.RMSE > HoldoutWarnThreshold {
-			out = append(out, fmt.Sprintf("held-out level %s is predicted %.0f %% off (rms log error %.3f > %.2f): the fit does not carry to loads it has not seen",
-				name(l), l.RMSE*100, l.RMSE, HoldoutWarnThreshold))
+		if !l.HeldOut || l.RMSE <= HoldoutWarnThreshold {
+			continue
 		}
+		worst := ""
+		var worstErr float64
+		for _, p := range c.Points {
+			if p.HeldOut && p.Run == l.Run && p.Level == l.Level && math.Abs(p.ErrPct(false)) > math.Abs(worstErr) {
+				worst, worstErr = p.Metric, p.ErrPct(false)
+			}
+		}
+		msg := fmt.Sprintf("held-out level %s is mispredicted (rms log error %.3f > %.2f", name(l), l.RMSE, HoldoutWarnThreshold)
+		if worst != "" {
+			msg += fmt.Sprintf("; %s %+.1f %%", worst, worstErr)
+		}
+		out = append(out, msg+"): the fit does not carry to a load it has not seen")
 	}
 	return out
 }

@@ -275,14 +275,17 @@ func TestResidualWarnings(t *testing.T) {
 	c := &Calibration{FitRMSE: 0.05, Levels: []LevelResidual{{Run: "r", Level: "c2", RMSE: 0.04}, {Run: "r", Level: "c8", RMSE: 0.06}, {Run: "r", Level: "c24", RMSE: 0.12, HeldOut: true}}}
 	assert.Empty(t, residualWarnings(c))
 	c.Levels[2].RMSE = 0.3
+	c.Points = []FitPoint{{Run: "r", Level: "c24", Metric: "ttft_p50", Measured: 100, Fitted: 110, HeldOut: true},
+		{Run: "r", Level: "c24", Metric: "tpot_p50", Measured: 10, Fitted: 6.5, HeldOut: true},
+		{Run: "r", Level: "c8", Metric: "tpot_p50", Measured: 10, Fitted: 1}}
 	w := residualWarnings(c)
 	require.Len(t, w, 1)
-	assert.Contains(t, w[0], "held-out level r/c24 is predicted 30 % off")
+	assert.Contains(t, w[0], "held-out level r/c24 is mispredicted (rms log error 0.300 > 0.15; tpot_p50 -35.0 %)")
 	c.FitRMSE = 0.2
 	c.Levels[0].RMSE, c.Levels[1].RMSE = 0.1, 0.25
 	w = residualWarnings(c)
 	require.Len(t, w, 2)
-	assert.Contains(t, w[0], "largest residual: r/c8 (25 %)")
+	assert.Contains(t, w[0], "rms log error 0.200 > 0.10); largest residual: r/c8 (0.250)")
 	assert.NotContains(t, w[0], "r/c2")
 }
 
@@ -298,10 +301,10 @@ func TestCalibrateHoldoutWithKnownCapacity(t *testing.T) {
 	rc := router.DefaultConfig()
 	rc.PDDisaggregation = true
 	w := workloads.DefaultParams()
-	w.Conversations, w.Turns, w.SystemPromptLen, w.QuestionLen, w.OutputLen = 32, 3, 512, 512, 48
+	w.Conversations, w.Turns, w.SystemPromptLen, w.QuestionLen, w.OutputLen = 24, 3, 512, 512, 32
 	measure := func(c int) CalibrationRun {
 		l := workloads.DefaultLoadParams()
-		l.Concurrency, l.Requests = []int{c}, 64
+		l.Concurrency, l.Requests = []int{c}, 48
 		res, err := predict(cl, rc, truth, w, l)
 		require.NoError(t, err)
 		return CalibrationRun{Name: fmt.Sprintf("c%d", c), Workload: w, Load: l, Measured: res.Results.Levels, Records: res.Records}
@@ -310,7 +313,7 @@ func TestCalibrateHoldoutWithKnownCapacity(t *testing.T) {
 	held, err := ResolveHoldout(runs, "highest")
 	require.NoError(t, err)
 	require.Equal(t, []LevelRef{{2, "c16"}}, held)
-	c, err := Calibrate(CalibrateConfig{Base: base, Cluster: cl, Router: rc, Runs: runs, MaxEvals: 300, Holdout: held})
+	c, err := Calibrate(CalibrateConfig{Base: base, Cluster: cl, Router: rc, Runs: runs, MaxEvals: 150, Holdout: held})
 	require.NoError(t, err)
 	t.Logf("fit %+v, rmse %.3f, held out %.3f, warnings %q", c.Fit, c.FitRMSE, c.HoldoutRMSE, c.Warnings)
 	assert.Less(t, c.FitRMSE, 0.05)
