@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -132,4 +133,36 @@ func TestSimCalibrateUsesRecordedServerArgs(t *testing.T) {
 	out, _, err = runWithStderr(t, "sim", "calibrate", bare, "--prefill", "1", "--decode", "1", "--max-evals", "10", "--out", fitted)
 	require.NoError(t, err)
 	assert.Contains(t, out, "warning: no run recorded its workers' /get_server_info")
+}
+
+// The recorded dp_size and enable_dp_attention set the simulated cluster's unless the flags
+// gave them or the servers disagree.
+func TestApplyRecordedParallelism(t *testing.T) {
+	tr := true
+	servers := []sim.ServerInfo{{DPSize: 4, DPAttention: &tr}, {DPSize: 4, DPAttention: &tr}}
+	newFS := func(args ...string) (*pflag.FlagSet, *sim.Cluster) {
+		fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+		cl := &sim.Cluster{}
+		fs.IntVar(&cl.DPSize, "dp-size", 1, "")
+		fs.BoolVar(&cl.DPAttention, "dp-attention", false, "")
+		fs.String("cluster", "", "")
+		require.NoError(t, fs.Parse(args))
+		return fs, cl
+	}
+	fs, cl := newFS()
+	notes := applyRecordedParallelism(fs, cl, servers)
+	assert.Equal(t, sim.Cluster{DPSize: 4, DPAttention: true}, *cl)
+	assert.Equal(t, []string{"dp_size 4, as recorded", "enable_dp_attention true, as recorded"}, notes)
+
+	fs, cl = newFS("--dp-size", "2", "--dp-attention=false")
+	assert.Empty(t, applyRecordedParallelism(fs, cl, servers))
+	assert.Equal(t, sim.Cluster{DPSize: 2}, *cl, "the flags win")
+
+	fs, cl = newFS()
+	notes = applyRecordedParallelism(fs, cl, []sim.ServerInfo{{DPSize: 4}, {DPSize: 2}})
+	assert.Equal(t, sim.Cluster{DPSize: 1}, *cl)
+	assert.Equal(t, []string{"the servers report different dp_size: --dp-size stays as given"}, notes)
+
+	fs, cl = newFS("--cluster", "c.yaml")
+	assert.Empty(t, applyRecordedParallelism(fs, cl, servers), "a --cluster file describes the servers")
 }
