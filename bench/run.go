@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 
 	res.Meta.Router = r.describe("/get_router_config")
 	res.Meta.ServerInfo = r.describe("/get_server_info")
+	r.recordWorkers(res)
 
 	for i, lv := range cfg.Load.Levels(cfg.Workload.IsTrace()) {
 		if i > 0 && cfg.Load.FlushCache {

@@ -65,6 +65,25 @@ type Meta struct {
 	// Replay is the bench's exact workload and load parameters (workloads.Replay as JSON),
 	// which `router sim calibrate` replays; nil for the simulator and older runs.
 	Replay json.RawMessage `json:"replay,omitempty"`
+	// Workers are the deployment's workers as a bench found them (those a router serve's
+	// /get_router_config lists, or the target itself when it is a worker), each with its own
+	// /get_server_info answer: `router sim calibrate` takes their engine arguments as given.
+	// Nil for the simulator and when none were found.
+	Workers []WorkerInfo `json:"workers,omitempty"`
+	// Warnings are what a bench could not record (a worker that did not answer); not failures.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// WorkerInfo is one worker of a benched deployment.
+type WorkerInfo struct {
+	// URL is the worker's URL with any credentials redacted.
+	URL string `json:"url"`
+	// Role is prefill, decode or regular.
+	Role string `json:"role"`
+	// ServerInfo is its /get_server_info answer (a JSON object); nil when it gave none.
+	ServerInfo json.RawMessage `json:"server_info,omitempty"`
+	// Error says why ServerInfo is missing.
+	Error string `json:"error,omitempty"`
 }
 
 // Workload is the workload name plus its parameters, written as one flat JSON object

@@ -43,6 +43,13 @@ var profileDoc = []struct{ key, doc string }{
 	{"top_k", "MoE: experts each token routes to"},
 	{"t0", "KV transfer: fixed seconds per room"},
 	{"pd_overhead", "PD: fixed seconds per request (bootstrap, transfer setup), once in TTFT"},
+	{"host_overhead", "seconds per request outside the GPU steps (HTTP, tokenizer, detokenizer)"},
+	{"eager_overhead", "seconds a decode step costs beyond the roofline above cuda_graph_max_bs"},
+	{"fit", "calibrate: the range this profile was fitted on (router sim warns outside it)"},
+	{"prompt_tokens_min", "shortest prompt of the fitted levels, tokens"},
+	{"prompt_tokens_max", "longest prompt of the fitted levels, tokens"},
+	{"batch_per_rank_max", "most requests in flight per decode rank in a fitted level"},
+	{"residual", "rms log error of the fit on its own levels (≈ relative error)"},
 	{"kv_bytes_per_token", "bytes of KV per token per rank (all layers, K and V)"},
 	{"max_total_tokens", "KV capacity per rank in tokens"},
 	{"constant", "load-independent timing: ttft and itl per request, coefficients unused"},
@@ -136,7 +143,15 @@ func loadProfileFile(path string) (engine.Profile, error) {
 // no KV capacity, a model with neither prefill nor decode cost.
 func checkProfile(p engine.Profile) error {
 	vals := map[string]float64{"a0": p.A0, "a1": p.A1, "a2": p.A2, "b0": p.B0, "b1": p.B1, "b2": p.B2, "m0": p.M0, "m2": p.M2,
-		"c1": p.C1, "c2": p.C2, "expert_m0": p.ExpertM0, "t0": p.T0, "pd_overhead": p.PDOverhead, "kv_bytes_per_token": p.KVBytesPerToken}
+		"c1": p.C1, "c2": p.C2, "expert_m0": p.ExpertM0, "t0": p.T0, "pd_overhead": p.PDOverhead, "kv_bytes_per_token": p.KVBytesPerToken,
+		"host_overhead": p.HostOverhead, "eager_overhead": p.EagerOverhead}
+	if f := p.Fit; f != nil {
+		vals["fit.residual"] = f.Residual
+		if f.PromptTokensMin < 0 || f.PromptTokensMax < f.PromptTokensMin || f.BatchPerRankMax < 0 {
+			return fmt.Errorf("fit: prompt_tokens_min %d, prompt_tokens_max %d and batch_per_rank_max %d must be ≥ 0 with min ≤ max",
+				f.PromptTokensMin, f.PromptTokensMax, f.BatchPerRankMax)
+		}
+	}
 	for k, v := range vals {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("%s = %g must be a finite number ≥ 0", k, v)
