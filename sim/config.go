@@ -119,8 +119,8 @@ type ResolvedServer struct {
 	Args        engine.ServerArgs `json:"engine_args" yaml:"engine_args"`
 }
 
-// Pool sizes: SGLang's --tp-size, --dp-size and --ep-size of role's servers.
-func (c Cluster) sizes(role engine.Role) (tp, dp, ep int) {
+// Sizes are the pool sizes: SGLang's --tp-size, --dp-size and --ep-size of role's servers.
+func (c Cluster) Sizes(role engine.Role) (tp, dp, ep int) {
 	tp, dp, ep = c.TPSize, c.DPSize, c.EPSize
 	pick := func(dst *int, v int) {
 		if v != 0 {
@@ -142,7 +142,7 @@ func (c Cluster) sizes(role engine.Role) (tp, dp, ep int) {
 
 // parallelism is role's engine parallelism.
 func (c Cluster) parallelism(role engine.Role) engine.Parallelism {
-	tp, dp, ep := c.sizes(role)
+	tp, dp, ep := c.Sizes(role)
 	par := engine.SGLangParallelism(tp, dp, ep, c.DPAttention)
 	par.TwoBatchOverlap, par.DeepEPMode = c.TwoBatchOverlap, c.DeepEPMode
 	return par
@@ -182,7 +182,7 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 
 // sizeFlags names the flags that set role's parallelism, for errors.
 func (c Cluster) sizeFlags(role engine.Role) string {
-	tp, dp, ep := c.sizes(role)
+	tp, dp, ep := c.Sizes(role)
 	pre := ""
 	if role == engine.RolePrefill && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize) != 0 {
 		pre = "prefill-"

@@ -162,7 +162,7 @@ func newSim(cfg Config) (*sim, error) {
 		if err != nil {
 			return nil, err
 		}
-		tp, dp, ep := cl.sizes(g.role)
+		tp, dp, ep := cl.Sizes(g.role)
 		par := cl.parallelism(g.role)
 		for i := range g.n {
 			ec := engine.Config{Role: g.role, DPSize: dp, Profile: prof, DPAttention: cl.DPAttention,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -289,6 +290,7 @@ func newSimCmd() *cobra.Command {
 			return err
 		}
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload)
+		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
 			if err := reports.WriteDir(f.out, res.Results, res.Records); err != nil {
 				return err
@@ -684,4 +686,35 @@ func loadClusterProfiles(cl *sim.Cluster) error {
 		*name = p.Name
 	}
 	return nil
+}
+
+// printExtrapolationWarnings warns when a calibrated profile (one whose file records the
+// ranges it was fitted on) is asked to predict outside them: the run's prompt lengths (its
+// successful requests) and its most requests in flight per decode-side DP rank (Little's law
+// on each level: req/s × mean E2E).
+func printExtrapolationWarnings(w io.Writer, cfg sim.Config, res *sim.Result) {
+	promptMin, promptMax := math.MaxInt, 0
+	for _, r := range res.Records {
+		if r.Error == nil && r.InputTokens > 0 {
+			promptMin, promptMax = min(promptMin, r.InputTokens), max(promptMax, r.InputTokens)
+		}
+	}
+	if promptMax == 0 {
+		return
+	}
+	cl := cfg.Cluster.WithDefaults(cfg.Router.PDDisaggregation)
+	ranks := max(cl.Regular, 1) * max(cl.DPSize, 1)
+	if cfg.Router.PDDisaggregation {
+		_, dp, _ := cl.Sizes(engine.RoleDecode)
+		ranks = max(cl.Decode, 1) * dp
+	}
+	batch := 0
+	for _, l := range res.Results.Levels {
+		batch = max(batch, int(math.Ceil(l.Throughput.ReqS*l.E2EMs.Mean/1000/float64(ranks))))
+	}
+	for _, n := range slices.Sorted(maps.Keys(cl.Profiles)) {
+		for _, msg := range sim.ExtrapolationWarnings(cl.Profiles[n], promptMin, promptMax, batch) {
+			fmt.Fprintln(w, "warning: "+msg)
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
 // simSmall are workload flags for quick runs.
@@ -278,4 +279,27 @@ func TestSimSweepShardsMerge(t *testing.T) {
 	assert.ErrorContains(t, err, "--shard")
 	_, err = run(t, "sim", "sweep", "--objective", "goodput", "--vary", "policy=round_robin")
 	assert.ErrorContains(t, err, "--objective goodput needs --slo")
+}
+
+// A calibrated profile records the ranges it was fitted on; sim warns when a run reaches
+// outside them (longer prompts, more requests in flight per rank) and not when it stays in.
+func TestSimWarnsOutsideTheFittedRange(t *testing.T) {
+	p, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	p.Name = "fitted"
+	p.Fit = &engine.FitRange{PromptTokensMin: 50, PromptTokensMax: 300, BatchPerRankMax: 4, Residual: 0.02}
+	b, err := json.Marshal(p)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "fitted.json")
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+
+	common := []string{"sim", "--profile", path, "--regular", "1", "--workload", "random", "--output-len", "16", "--requests", "64", "--num-prompts", "64"}
+	_, stderr, err := runWithStderr(t, append(common, "--input-len", "2000", "--concurrency", "16")...)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "warning: profile fitted was fitted on prompts of 50–300 tokens; this run has prompts up to 20")
+	assert.Contains(t, stderr, "warning: profile fitted was fitted with up to 4 requests in flight per decode rank; this run reaches 16")
+
+	_, stderr, err = runWithStderr(t, append(common, "--input-len", "200", "--concurrency", "1")...)
+	require.NoError(t, err)
+	assert.NotContains(t, stderr, "warning: profile fitted")
 }
