@@ -15,6 +15,7 @@ import (
 	"github.com/pdrouter/pdrouter/fakeworker"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/sim/validate"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -249,7 +250,9 @@ func newFakeworkerProfilesCmd() *cobra.Command {
 rank (tokens), the modelled prefill speed (an 8k-token first chunk on an idle rank) and decode ITL
 at batch 1, 64 and 256 (1k-token contexts; DP-attention presets: one rank loaded), and the sources the
 numbers come from (model card, GPU datasheet, assumptions). --coefficients adds each preset's
-step-time coefficients.
+step-time coefficients. After the table, each preset's validation: the published SGLang runs of
+its model on its GPU (router sim validate) and its worst error against them, or "unvalidated
+roofline" when no published run covers it.
 
 --show NAME prints one preset as a profile file (YAML, units in comments): edit it and pass it
 as --profile FILE to sim, sim sweep, fakeworker or fakeworker cluster, or start router sim
@@ -270,7 +273,15 @@ calibrate from it (--base-profile).`,
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
-			_, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets(coefficients))
+			if _, err := fmt.Fprint(cmd.OutOrStdout(), engine.FormatPresets(coefficients)); err != nil {
+				return err
+			}
+			byPreset, err := validate.Validated()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), "\nvalidated against published SGLang runs (router sim validate; a preset validates with the sets of its model on its GPU):\n"+
+				validate.FormatValidated(modelPresetNames(), byPreset))
 			return err
 		},
 	}
@@ -303,4 +314,15 @@ func fakeworkerTLS(certPath, keyPath, clientCA string) (*tls.Config, error) {
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
+}
+
+// modelPresetNames are the presets that model an engine (not constant or instant).
+func modelPresetNames() []string {
+	var names []string
+	for _, p := range engine.Presets() {
+		if !p.Constant {
+			names = append(names, p.Name)
+		}
+	}
+	return names
 }

@@ -121,6 +121,10 @@ func TestFakeworkerProfilesCommand(t *testing.T) {
 	for _, name := range []string{"constant", "instant", "llama3-8b-h100"} {
 		assert.Contains(t, out.String(), name)
 	}
+	// Each modelled preset's validation against published SGLang runs follows the table.
+	assert.Regexp(t, `(?m)^llama3-8b-a100 +llama31-8b-a100-sharegpt-v030: worst error \d+ % \(`, out.String())
+	assert.Regexp(t, `(?m)^llama3-8b-h200 +unvalidated roofline$`, out.String())
+	assert.NotRegexp(t, `(?m)^constant +unvalidated`, out.String(), "a constant profile models no engine")
 }
 
 func TestFakeworkerCommandErrors(t *testing.T) {

@@ -1,6 +1,8 @@
 package validate
 
 import (
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"math"
 	"runtime"
@@ -271,14 +273,50 @@ func (t Tally) String() string {
 // Summary is how well the suite validates one preset: the sets run with its model on its GPU
 // and the worst figure among them.
 type Summary struct {
-	Sets        []string // set names, sorted
-	Figures     int      // figures of those sets
-	Outside     int      // figures outside their band
-	NotComputed int      // figures that could not be computed
+	Sets        []string `json:"sets"`         // set names, sorted
+	Figures     int      `json:"figures"`      // figures of those sets
+	Outside     int      `json:"outside"`      // figures outside their band
+	NotComputed int      `json:"not_computed"` // figures that could not be computed
 	// WorstError is the largest |sim ÷ published − 1| among computed figures; WorstSet,
 	// WorstFigure name it.
-	WorstError            float64
-	WorstSet, WorstFigure string
+	WorstError  float64 `json:"worst_error"`
+	WorstSet    string  `json:"worst_set"`
+	WorstFigure string  `json:"worst_figure"`
+}
+
+// validatedJSON is ByPreset of the embedded suite, written by the README table's test
+// (go test ./sim/validate -run TestREADMETable -update) and checked current by it, so
+// `router fakeworker profiles` can say which sets validate each preset without running them.
+//
+//go:embed validated.json
+var validatedJSON []byte
+
+// Validated returns ByPreset of the embedded suite as last recorded (validated.json).
+func Validated() (map[string]Summary, error) {
+	var m map[string]Summary
+	if err := json.Unmarshal(validatedJSON, &m); err != nil {
+		return nil, fmt.Errorf("validate: validated.json: %w", err)
+	}
+	return m, nil
+}
+
+// FormatValidated renders, for each preset name, the sets that validate it and their worst
+// error, or "unvalidated roofline", one line per preset.
+func FormatValidated(names []string, byPreset map[string]Summary) string {
+	var b strings.Builder
+	for _, n := range names {
+		s, ok := byPreset[n]
+		switch {
+		case !ok:
+			fmt.Fprintf(&b, "%-34s unvalidated roofline\n", n)
+		case s.Figures == s.NotComputed:
+			fmt.Fprintf(&b, "%-34s %s: no figure computed\n", n, strings.Join(s.Sets, ", "))
+		default:
+			fmt.Fprintf(&b, "%-34s %s: worst error %.0f %% (%s %s), %d of %d figures outside their band\n", n, strings.Join(s.Sets, ", "),
+				100*s.WorstError, s.WorstSet, s.WorstFigure, s.Outside, s.Figures)
+		}
+	}
+	return b.String()
 }
 
 // ByPreset maps each engine preset to the sets that validate it: those whose model card and

@@ -2,6 +2,7 @@ package validate
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"math"
 	"os"
@@ -176,13 +177,23 @@ func TestREADMETable(t *testing.T) {
 	re := regexp.MustCompile(`(?s)(<!-- validate:begin[^>]*-->\n)(.*?)(<!-- validate:end -->)`)
 	m := re.FindSubmatchIndex(readme)
 	require.NotNil(t, m, "README.md has no <!-- validate:begin --> … <!-- validate:end --> block")
+	var rs []Result
+	for _, r := range reps {
+		rs = append(rs, r.Results...)
+	}
+	byPreset, err := json.MarshalIndent(ByPreset(rs), "", "  ")
+	require.NoError(t, err)
+	byPreset = append(byPreset, '\n')
 	if *update {
 		out := append(append(append([]byte{}, readme[:m[3]]...), b.Bytes()...), readme[m[6]:]...)
 		require.NoError(t, os.WriteFile(path, out, 0o644))
+		require.NoError(t, os.WriteFile("validated.json", byPreset, 0o644))
 		return
 	}
 	assert.Equal(t, b.String(), string(readme[m[4]:m[5]]),
 		"README.md's table is stale: go test ./sim/validate -run TestREADMETable -update")
+	assert.Equal(t, string(byPreset), string(validatedJSON),
+		"validated.json is stale: go test ./sim/validate -run TestREADMETable -update")
 }
 
 func TestResolveModelAndGPU(t *testing.T) {
