@@ -344,7 +344,14 @@ func epComm(m ModelCard, g GPU, par Parallelism, lowLatency bool) (perTok, fixed
 	nf, k := float64(n), float64(m.TopK)
 	perNode := min(par.GPUsPerNode, n)
 	nodes := math.Ceil(nf / float64(perNode))
-	bytes := float64(m.Hidden)*(1+4.0/128) + float64(m.Hidden)*2 // dispatch FP8 + scales, combine BF16
+	dispatch := 1 + 4.0/128 // FP8 values + one FP32 scale per 128
+	if m.expertGEMM() == PrecisionFP4 {
+		// NVFP4 experts: DeepEP quantizes the dispatched tokens to NVFP4 (4-bit values + one
+		// FP8 scale per 16), "halving the required network traffic" (LMSYS GB200 part II blog,
+		// "Fusing NVFP4 in DeepEP"); set by deepseek-gb200-nvl72-pd-ep-part2's low-precision decode.
+		dispatch = 0.5 + 1.0/16
+	}
+	bytes := float64(m.Hidden)*dispatch + float64(m.Hidden)*2 // dispatch, then combine in BF16
 	nvl := g.NVLinkBandwidth * CollectiveEfficiency
 	var t float64
 	if lowLatency {
@@ -672,11 +679,12 @@ const (
 	DeepEPNormalNICShare = 0.9
 	// DeepEPLowLatencyNICShare: low-latency kernels at 128 tokens per GPU reach 39–46 GB/s at
 	// EP64–256 counting every top-8 copy (docs/legacy.md, "Low-latency kernels"), 7/8 of them
-	// remote: 0.75 of the NIC per remote byte, a latency-bound point. Fixed at 0.9 (the normal
-	// kernels' share) by the decode sets at 256–480 tokens per GPU: deepseek-v3-h100-pd-ep-96gpu
-	// (22,282 tok/s per node: ×1.05 at 0.9, ×0.93 at 0.75) and kimi-k2-h200-pd-ep-128gpu
-	// (~4k per decode GPU: ×0.83 at 0.9, ×0.71 at 0.75).
-	DeepEPLowLatencyNICShare = 0.9
+	// remote: 0.75 of the NIC per remote byte, a latency-bound point. Fixed at 0.8 by the decode
+	// sets at 256–480 tokens per GPU: deepseek-v3-h100-pd-ep-96gpu (22,282 tok/s per node:
+	// ×0.97 at 0.8, ×1.01 at 0.85, ×0.92 at 0.75) and kimi-k2-h200-pd-ep-128gpu (24k per decode
+	// node: ×1.01 at 0.8, ×1.06 at 0.85, ×0.95 at 0.75). (0.9 was fitted to Kimi read as 32k per
+	// decode node, a misreading of that blog corrected in its data file.)
+	DeepEPLowLatencyNICShare = 0.8
 	// DeepEPLowLatencyMaxTokens is SGLang's default low-latency buffer per GPU,
 	// SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = 128 (python/sglang/srt/layers/moe/
 	// token_dispatcher/deepep.py); --deepep-mode auto steps above it per GPU are normal mode.
@@ -791,9 +799,13 @@ var (
 	// 900 GB/s bidirectional, one 400 Gb/s NIC per GPU.
 	H100SXM = GPU{Name: "h100-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 3.35e12, MemoryBytes: 80e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
-		ComputeEfficiency:      0.5,  // llama31-8b-h100-random8k-pr1060: 27,670 input tok/s at 8,192-token steps (Triton attention folded in)
-		LowPrecisionEfficiency: 0.33, // deepseek-v3-h100-pd-ep-96gpu prefill 50,302 tok/s/node at 4K (DeepGEMM FP8 + the step's other kernels)
-		MemoryEfficiency:       0.8,  // assumed as A100's; with AllReduceLatency it meets llama31-70b-h100-tp4 ITL
+		ComputeEfficiency: 0.5, // llama31-8b-h100-random8k-pr1060: 27,670 input tok/s at 8,192-token steps (Triton attention folded in)
+		// LowPrecisionEfficiency (DeepGEMM FP8 + the step's other kernels): deepseek-v3-h100-pd-ep-96gpu
+		// prefill (1K/2K/4K ×0.94/0.96/0.98) jointly with kimi-k2-h200-pd-ep-128gpu prefill (56k
+		// tok/s per prefill node ×1.08; the H200 has the H100's compute die). 0.33, fitted to the
+		// DeepSeek set alone, put Kimi at ×1.18.
+		LowPrecisionEfficiency: 0.30,
+		MemoryEfficiency:       0.8, // assumed as A100's; with AllReduceLatency it meets llama31-70b-h100-tp4 ITL
 		MemFractionStatic:      0.88, PrefillOverhead: 0.002,
 		DecodeOverhead:   0.0019, // as A100 (the scheduler's per-step CPU time; same SGLang)
 		MoELayerOverhead: 40e-6,  // assumed
@@ -801,16 +813,17 @@ var (
 		EPNormalLatency:  60e-6,  // assumed: DeepEP normal waits on a CPU-side count per dispatch (docs/legacy.md)
 		EPLowLatency:     15e-6}  // assumed: DeepEP LL 77 µs at EP8 is mostly bandwidth (docs/legacy.md)
 	// H200SXM: H200 SXM 141 GB: 989 TFLOP/s BF16 and 1,979 FP8 dense, 4.8 TB/s HBM3e, NVLink
-	// 900 GB/s bidirectional. Efficiencies as H100's (assumed).
+	// 900 GB/s bidirectional. Efficiencies as H100's (same compute die); the FP8 share is fitted
+	// on both (see H100SXM), kimi-k2-h200-pd-ep-128gpu being this GPU's set.
 	H200SXM = GPU{Name: "h200-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 4.8e12, MemoryBytes: 141e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
-		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.33, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
+		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 	// H20: H20 96 GB: 148 TFLOP/s BF16 and 296 FP8 dense, 4.0 TB/s HBM3, NVLink 900 GB/s
 	// bidirectional. Efficiencies as H100's (assumed).
 	H20 = GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
-		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.33, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
+		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 	// A10: A10 24 GB (PCIe): 125 TFLOP/s FP16 dense, no FP8, 600 GB/s GDDR6, no NVLink: PCIe
 	// Gen4 x16 (~32 GB/s per direction) between GPUs. Memory efficiency as A100's (assumed).
@@ -826,15 +839,25 @@ var (
 		AllReduceLatency: 25e-6, // qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms ≈ 2.9 weights + 1.9 overhead + ~1 KV + 56 all-reduces
 		EPNormalLatency:  60e-6, EPLowLatency: 15e-6}
 	// B200: HGX B200 180 GB: 2.25 PFLOP/s BF16, 4.5 FP8, 9 FP4 dense, 7.7–8 TB/s HBM3e, NVLink 5
-	// 1.8 TB/s bidirectional (8 per node), 400 Gb/s NIC. Efficiencies as H100's (assumed).
+	// 1.8 TB/s bidirectional (8 per node), 400 Gb/s NIC. Compute efficiencies as GB200's (the same
+	// Blackwell die and SGLang kernels; fitted by the GB200 sets): with H100's 0.5 / 0.33
+	// gpt-oss-120b-b200-dp4-ep4-pr9359 ran ×1.47, with these ×1.24 (what else that set lacks: its
+	// notes and the fit helper's report). Memory efficiency as H100's (assumed).
 	B200 = GPU{Name: "b200", PeakFLOPS: 2.25e15, PeakFLOPSFP8: 4.5e15, PeakFLOPSFP4: 9e15, HBMBandwidth: 8e12, MemoryBytes: 180e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 8, NICBandwidth: 50e9,
-		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.33, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
+		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 	// GB200: GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, 2.5 PFLOP/s BF16, 5 FP8, 10 FP4 dense,
-	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. Efficiencies as H100's (assumed).
+	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. ComputeEfficiency 0.32 and
+	// LowPrecisionEfficiency 0.29 from the GB200 decode sets, compute-bound at 931–1408 requests
+	// per rank: deepseek-gb200-nvl72-pd-ep-decode-part1 (7,583 tok/s/GPU, ×1.07) and
+	// deepseek-gb200-nvl72-pd-ep-part2 high precision (9,087, ×0.90) are the same setup three
+	// months of kernels apart, so one value sits between them; part II low precision (13,386,
+	// ×0.90) sets the FP8/FP4 share, and 2·0.29/0.32 = 1.8 is part II's "attention is 1.8x
+	// faster" for FP8 over BF16 attention. Part I: "many kernels have yet to fully saturate the
+	// GB200's memory bandwidth or computational capabilities". Memory efficiency as H100's.
 	GB200 = GPU{Name: "gb200", PeakFLOPS: 2.5e15, PeakFLOPSFP8: 5e15, PeakFLOPSFP4: 10e15, HBMBandwidth: 8e12, MemoryBytes: 186e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 72, NICBandwidth: 50e9,
-		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.33, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
+		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 )

@@ -87,6 +87,13 @@ type server struct {
 // servers builds the servers of a set (one unified, or prefill and decode), with the level's
 // precision applied to the model card.
 func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server, error) {
+	return serversFor(s, m, g, "", notes)
+}
+
+// serversFor is servers for a level that measures only the pool of role need (a phase-isolated
+// level: "prefill" or "decode"; "" for all): the other pool keeps its size (GPUs, nodes) but
+// gets no profile, so a pool the simulator cannot express does not hide the other's figure.
+func serversFor(s Set, m engine.ModelCard, g engine.GPU, need string, notes *[]string) ([]server, error) {
 	gpn := s.GPUsPerServer
 	if gpn == 0 {
 		gpn = 8
@@ -105,15 +112,18 @@ func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server
 			ep = tp
 		}
 		raw := roleArgs(s, role)
-		par := parallelism(tp, dp, ep, s.DPAttention, gpn, raw)
+		par := parallelism(tp, dp, ep, s.DPAttention, nvlinkDomain(g, gpn), raw)
 		args := serverArgs(raw, par, notes)
 		name := "validate-" + s.Name
 		if role != "" {
 			name += "-" + role
 		}
-		prof, err := buildProfile(name, m, g, par, args)
-		if err != nil {
-			return server{}, err
+		var prof engine.Profile
+		if need == "" || role == "" || role == need {
+			var err error
+			if prof, err = buildProfile(name, m, g, par, args); err != nil {
+				return server{}, err
+			}
 		}
 		if gpus == 0 {
 			gpus = count * par.TP

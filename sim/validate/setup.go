@@ -130,6 +130,15 @@ func serverArgs(m map[string]any, par engine.Parallelism, notes *[]string) engin
 	return a
 }
 
+// nvlinkDomain is the GPUs one collective reaches over NVLink: the GPU's NVLink domain when
+// it spans more than a physical node (GB200 NVL72: 72 GPUs over 18 trays of 4), else the
+// node's GPUs. gpus_per_server counts a node's GPUs for the per-node figures only; taking it
+// as the NVLink domain sent the 48-rank GB200 decode's collectives over the 50 GB/s NIC
+// (deepseek-gb200-nvl72-pd-ep-decode-part1 at 0.06×).
+func nvlinkDomain(g engine.GPU, gpusPerNode int) int {
+	return max(g.NVLinkDomain, gpusPerNode)
+}
+
 // parallelism reads a server's parallelism; args are its server arguments (for two-batch
 // overlap and the DeepEP mode).
 func parallelism(tp, dp, ep int, dpAttn bool, gpusPerNode int, args map[string]any) engine.Parallelism {
