@@ -26,6 +26,13 @@ type Parallelism struct {
 	TwoBatchOverlap bool
 	// DeepEPMode is --deepep-mode ("normal", "low_latency", "auto"); "" without DeepEP.
 	DeepEPMode string
+	// WeightOffload is SGLang's layer-wise weight offloading (SGLANG_OFFLOAD_GROUP_SIZE,
+	// SGLANG_OFFLOAD_NUM_OFFLOAD_IN_GROUP, SGLANG_OFFLOAD_PREFETCH_STEP;
+	// python/sglang/srt/offloader.py ModuleOffloader): the routed experts of some MoE layers
+	// stay in host memory and each is copied in on a side stream ahead of its layer. Build
+	// offloads the fewest layers that leave OffloadKVShare of the static memory for KV, under
+	// DP attention on a GPU with a HostLinkBandwidth (GB200 part II's small prefill instances).
+	WeightOffload bool
 }
 
 // WithDefaults returns p with zero fields at their defaults.
@@ -141,13 +148,20 @@ type layerCosts struct {
 	swaKVPerRequest                    float64 // sliding-window KV bytes read per decode request
 }
 
-func (m ModelCard) costs() layerCosts {
+func (m ModelCard) costs(r rates) layerCosts {
 	active := m.RoutedParams * float64(m.TopK) / math.Max(float64(m.Experts), 1)
+	// Attention parameters in the experts' format (LowPrecisionAttnParams) read as the experts'
+	// bytes and compute at the expert rate, counted here in dense-rate FLOPs.
+	lp := m.LowPrecisionAttnParams
+	lpFLOPs := 2 * lp
+	if r.expert > 0 {
+		lpFLOPs *= r.dense / r.expert
+	}
 	c := layerCosts{
-		attnBytes:   m.AttnParams * m.DTypeBytes,
+		attnBytes:   (m.AttnParams-lp)*m.DTypeBytes + lp*m.expertBytes(),
 		otherBytes:  (m.Params - m.AttnParams - m.RoutedParams) * m.DTypeBytes,
 		routedBytes: m.RoutedParams * m.expertBytes(),
-		attnLin:     2 * m.AttnParams,
+		attnLin:     2*(m.AttnParams-lp) + lpFLOPs,
 		otherLin:    2 * (m.ActiveParams - m.AttnParams - active),
 		expertLin:   2 * active,
 	}
@@ -183,7 +197,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 	a := par.TP / par.DP
 	af := float64(a)
 	r := g.rates(m)
-	c := m.costs()
+	c := m.costs(r)
 	weights := c.attnBytes + c.otherBytes + c.routedBytes
 	kvGPU := m.kvBytesPerGPU(a)
 	capacity := (g.MemoryBytes*g.MemFractionStatic - weights/af) / kvGPU
@@ -222,7 +236,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 	a := par.TP / par.DP
 	af := float64(a)
 	r := g.rates(m)
-	c := m.costs()
+	c := m.costs(r)
 	moe := m.RoutedParams > 0
 	// Per rank: attention, and for a MoE model the other non-routed layers too (DP dense FFN,
 	// replicated shared experts); per GPU of the server: routed experts, or a dense model's FFN.
@@ -234,7 +248,15 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		sharedBytes, sharedLin, sharedRate = 0, c.expertLin, r.expert
 	}
 	kvGPU := m.kvBytesPerGPU(a)
-	capacity := (g.MemoryBytes*g.MemFractionStatic - rankBytes/af - (sharedBytes+c.routedBytes)/nf) / kvGPU
+	budget := g.MemoryBytes * g.MemFractionStatic
+	resident := rankBytes/af + (sharedBytes+c.routedBytes)/nf
+	offloaded := 0.0 // routed-expert bytes per GPU kept in host memory
+	if par.WeightOffload && g.HostLinkBandwidth > 0 && moe && resident > (1-OffloadKVShare)*budget {
+		perLayer := c.routedBytes / nf / float64(max(m.MoELayers, 1))
+		layers := min(math.Ceil((resident-(1-OffloadKVShare)*budget)/perLayer), float64(m.MoELayers))
+		offloaded = layers * perLayer
+	}
+	capacity := (budget - resident + offloaded) / kvGPU
 	if capacity < 1 {
 		return Profile{}, fmt.Errorf("engine: roofline %s: %s weights (%.0f GB per GPU) do not fit in %s (--tp-size %d --dp-size %d --enable-dp-attention)",
 			name, m.Name, (rankBytes/af+(sharedBytes+c.routedBytes)/nf)/1e9, g.Name, par.TP, par.DP)
@@ -253,6 +275,12 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		FFNM0:    sharedBytes / (nf * r.bw),
 		ExpertM0: c.routedBytes / (nf * r.bw),
 		FFNC1:    imb * sharedLin / (nf * sharedRate),
+	}
+	// Offloaded experts cross the host link every forward pass; the copies run on a side
+	// stream one layer ahead, so they overlap the expert compute: a floor under it, as the
+	// weights read is (ffn = max(FFNM0 + E(n), FFNC1·n)).
+	if offloaded > 0 {
+		d.FFNM0 += offloaded / g.HostLinkBandwidth
 	}
 	layers := m.MoELayers
 	if !moe {
@@ -396,6 +424,9 @@ func (p Parallelism) describe(g GPU) string {
 	if p.TwoBatchOverlap {
 		s += " TBO"
 	}
+	if p.WeightOffload {
+		s += " weight offload"
+	}
 	if p.TP > p.GPUsPerNode {
 		s += fmt.Sprintf(" over %d nodes", (p.TP+p.GPUsPerNode-1)/p.GPUsPerNode)
 	}
@@ -526,6 +557,9 @@ type ModelCard struct {
 	KVDTypeBytes                 float64   // bytes per KV element; 0 → DTypeBytes. 1 (FP8 KV) runs attention at the FP8 rate
 	GEMM                         Precision // precision of the non-expert GEMMs; "" → bf16
 	ExpertGEMM                   Precision // precision of the routed-expert GEMMs; "" → GEMM
+	// LowPrecisionAttnParams of the AttnParams are stored and run like the routed experts
+	// (ExpertDTypeBytes, ExpertGEMM): GB200 part II's NVFP4 attention output projection.
+	LowPrecisionAttnParams float64
 }
 
 func (m ModelCard) expertBytes() float64 {
@@ -634,6 +668,9 @@ type GPU struct {
 	AllReduceLatency float64
 	EPNormalLatency  float64
 	EPLowLatency     float64
+	// HostLinkBandwidth is the bytes/s one GPU reads host memory at (per direction), for
+	// weight offloading (Parallelism.WeightOffload); 0: offloading not modelled on this GPU.
+	HostLinkBandwidth float64
 }
 
 func (g GPU) rate(p Precision) float64 {
@@ -694,6 +731,12 @@ const (
 	// blog's default EPLB run reaches 50,302 tok/s per node where its simulated perfect
 	// balance reaches 59,337 (×1.18 on the whole step; the MoE part is about two thirds).
 	EPImbalance = 1.25
+	// OffloadKVShare is the share of the static memory (mem_fraction_static) weight offloading
+	// leaves for the KV pool: enough for a prefill instance's chunks and the KV it holds until
+	// the decode side takes it. Assumed: the GB200 part II blog does not say how many layers it
+	// offloaded; at 2,000-token prompts the prefill rate does not depend on it while the copies
+	// hide behind the expert compute (deepseek-gb200-nvl72-pd-ep-part2 prefill).
+	OffloadKVShare = 0.1
 	// TwoBatchOverlapLayerOverhead is the seconds per layer that splitting a step into two
 	// micro-batches costs (two launches of each kernel, smaller GEMMs; two_batch_overlap.py).
 	// Assumed: ~1 % of a 16k-token prefill step, ~10 % of a 256-batch decode step.
@@ -739,8 +782,10 @@ var (
 		AttnFLOPsPerPair: 2 * 128 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 128 * (192 + 128),
 		DTypeBytes: 1, KVDTypeBytes: 2, GEMM: PrecisionFP8}
 	// DeepSeekV3FP4: DeepSeekV3 as the GB200 part II blog's "low precision" runs it: FP8 KV
-	// and attention, NVFP4 routed experts (4-bit values + one FP8 scale per 16: 0.5625 bytes).
-	DeepSeekV3FP4 = ModelCard{Name: "deepseek-v3-fp8kv-nvfp4moe",
+	// and attention, NVFP4 routed experts (4-bit values + one FP8 scale per 16: 0.5625 bytes)
+	// and NVFP4 attention output projection ("FP8 for attention and NVFP4 for MoE and output
+	// projection GEMM", End-to-end Performance): o_proj 61·128·128·7168 = 7.2 B parameters.
+	DeepSeekV3FP4 = ModelCard{Name: "deepseek-v3-fp8kv-nvfp4moe", LowPrecisionAttnParams: 7.2e9,
 		Params: 671e9, ActiveParams: 37e9, AttnParams: 11.4e9, Hidden: 7168, Layers: 61, MoELayers: 58,
 		RoutedParams: 654e9, Experts: 256, TopK: 8, Heads: 128, KVHeads: 1, HeadDim: 288,
 		AttnFLOPsPerPair: 2 * 128 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 128 * (192 + 128),
@@ -858,6 +903,7 @@ var (
 	// GB200's memory bandwidth or computational capabilities". Memory efficiency as H100's.
 	GB200 = GPU{Name: "gb200", PeakFLOPS: 2.5e15, PeakFLOPSFP8: 5e15, PeakFLOPSFP4: 10e15, HBMBandwidth: 8e12, MemoryBytes: 186e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 72, NICBandwidth: 50e9,
+		HostLinkBandwidth: 450e9, // NVLink-C2C to the Grace CPU: "900GB/s, bidirectional" (GB200 part II blog)
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 )

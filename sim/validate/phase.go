@@ -113,6 +113,11 @@ func steadyRate(ends []time.Time, tokensEach int) (float64, error) {
 func runDecodePhase(sv server, batch, ctx int, notes *[]string) (float64, error) {
 	cfg := sv.args.Apply(engine.Config{Role: engine.RoleDecode, DPSize: sv.par.DP, DPAttention: sv.par.DPAttention,
 		Profile: sv.profile})
+	if sv.args.MaxRunningRequests == 0 && batch > 0 {
+		// The source ran batch requests per rank, so its max_running_requests (not stated)
+		// was at least that; the engine's default (1024) must not cap the stated batch.
+		cfg.MaxRunningRequests = max(cfg.MaxRunningRequests, batch)
+	}
 	srv, err := engine.New(cfg)
 	if err != nil {
 		return 0, err

@@ -145,6 +145,7 @@ func parallelism(tp, dp, ep int, dpAttn bool, gpusPerNode int, args map[string]a
 	par := engine.Parallelism{TP: tp, DP: dp, EP: ep, DPAttention: dpAttn && dp > 1, GPUsPerNode: gpusPerNode}
 	par.TwoBatchOverlap, _ = args["enable_two_batch_overlap"].(bool)
 	par.DeepEPMode, _ = args["deepep_mode"].(string)
+	par.WeightOffload = truthy(args["offload_weights_to_host"])
 	return par.WithDefaults()
 }
 
@@ -165,4 +166,16 @@ func roleArgs(s Set, role string) map[string]any {
 	}
 	m, _ := s.ServerArgs[role].(map[string]any)
 	return m
+}
+
+// truthy reads a flag the data files give as a boolean or as a string starting with "true"
+// (an inferred value with its reason).
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return x
+	case string:
+		return strings.HasPrefix(strings.ToLower(strings.TrimSpace(x)), "true")
+	}
+	return false
 }
