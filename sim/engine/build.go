@@ -199,7 +199,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 	r := g.rates(m)
 	c := m.costs(r)
 	weights := c.attnBytes + c.otherBytes + c.routedBytes
-	kvGPU := m.kvBytesPerGPU(a)
+	kvGPU := m.kvPoolBytesPerGPU(a)
 	capacity := (g.MemoryBytes*g.MemFractionStatic - weights/af) / kvGPU
 	if capacity < 1 {
 		return Profile{}, fmt.Errorf("engine: roofline %s: %s weights (%.0f GB) do not fit in %d×%s (--tp-size %d --dp-size %d)",
@@ -247,7 +247,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		rankLin += c.otherLin
 		sharedBytes, sharedLin, sharedRate = 0, c.expertLin, r.expert
 	}
-	kvGPU := m.kvBytesPerGPU(a)
+	kvGPU := m.kvPoolBytesPerGPU(a)
 	budget := g.MemoryBytes * g.MemFractionStatic
 	resident := rankBytes/af + (sharedBytes+c.routedBytes)/nf
 	offloaded := 0.0 // routed-expert bytes per GPU kept in host memory
@@ -591,10 +591,25 @@ func (m ModelCard) kvBytesPerToken() float64 {
 
 // kvBytesPerGPU is one token's KV on each GPU of an a-GPU tensor-parallel group: KV heads
 // split over the GPUs, replicated once there are more GPUs than heads (MLA's single latent
-// head is on every GPU). The KV pool holds every layer's KV per token (sliding-window layers
-// included: conservative for SGLang's separate SWA pool).
+// head is on every GPU), every layer's KV (the pool's cost per token: kvPoolBytesPerGPU).
 func (m ModelCard) kvBytesPerGPU(a int) float64 {
 	return m.kvBytesPerToken() / float64(max(1, min(a, m.KVHeads)))
+}
+
+// SWAFullTokensRatio is SGLang's --swa-full-tokens-ratio default: a hybrid sliding-window
+// model's KV pool gives its sliding-window layers 0.8 slots per full-attention token slot
+// (python/sglang/srt/server_args.py swa_full_tokens_ratio; model_runner_kv_cache_mixin.py
+// set_num_tokens_hybrid_swa solves the memory split and reports the full-layer tokens as
+// max_total_num_tokens). Set by gpt-oss-120b-b200-dp4-ep4-pr9359: counting every layer at a
+// full slot per token left 1.93 M tokens per rank, short of the 640 × 3,072 its batch reaches.
+const SWAFullTokensRatio = 0.8
+
+// kvPoolBytesPerGPU is the KV pool memory one token of max_total_num_tokens costs on each GPU
+// of an a-GPU group: the full-attention layers' KV plus SWAFullTokensRatio of the
+// sliding-window layers' (kvBytesPerGPU for a model without sliding windows).
+func (m ModelCard) kvPoolBytesPerGPU(a int) float64 {
+	perLayer := m.kvBytesPerGPU(a) / float64(m.Layers)
+	return perLayer * (float64(m.Layers-m.SlidingLayers) + SWAFullTokensRatio*float64(m.SlidingLayers))
 }
 
 // kvReadPerGPU is what a decode step reads per context token on each GPU: the KV of the
@@ -886,7 +901,7 @@ var (
 	// B200: HGX B200 180 GB: 2.25 PFLOP/s BF16, 4.5 FP8, 9 FP4 dense, 7.7–8 TB/s HBM3e, NVLink 5
 	// 1.8 TB/s bidirectional (8 per node), 400 Gb/s NIC. Compute efficiencies as GB200's (the same
 	// Blackwell die and SGLang kernels; fitted by the GB200 sets): with H100's 0.5 / 0.33
-	// gpt-oss-120b-b200-dp4-ep4-pr9359 ran ×1.47, with these ×1.24 (what else that set lacks: its
+	// gpt-oss-120b-b200-dp4-ep4-pr9359 ran ×1.47, with these ×1.26 (what else that set lacks: its
 	// notes and the fit helper's report). Memory efficiency as H100's (assumed).
 	B200 = GPU{Name: "b200", PeakFLOPS: 2.25e15, PeakFLOPSFP8: 4.5e15, PeakFLOPSFP4: 9e15, HBMBandwidth: 8e12, MemoryBytes: 180e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 8, NICBandwidth: 50e9,

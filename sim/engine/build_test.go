@@ -163,3 +163,15 @@ func TestNVFP4DispatchAndOProj(t *testing.T) {
 	assert.InDelta(t, want, c.attnLin, 1)
 	assert.InDelta(t, (11.4e9-7.2e9)*1+7.2e9*0.5625, c.attnBytes, 1)
 }
+
+// gpt-oss's KV pool, as SGLang's hybrid SWA pool sizes it: 2,048 bytes per layer and token
+// (8 KV heads × 64 × K,V × BF16), 18 full-attention layers plus 0.8 of a slot in each of the
+// 18 sliding-window ones; a model without sliding windows pays every layer.
+func TestKVPoolHybridSWA(t *testing.T) {
+	t.Parallel()
+	assert.InDelta(t, 2048*(18+0.8*18), GPTOSS120B.kvPoolBytesPerGPU(1), 1e-9)
+	assert.InDelta(t, Llama3Dense8B.kvBytesPerGPU(1), Llama3Dense8B.kvPoolBytesPerGPU(1), 1e-9)
+	p, err := Build("x", GPTOSS120B, B200, Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true})
+	require.NoError(t, err)
+	assert.Greater(t, p.MaxTotalTokens, 640*3072, "the PR #9359 batch fits a rank's pool")
+}
