@@ -125,3 +125,53 @@ func TestEPCommByHand(t *testing.T) {
 	nvl := 8 * 7.0 / 8 * bytes / (450e9 * CollectiveEfficiency)
 	assert.InDelta(t, 58*max(rdma, nvl)/16, perTok, 1e-15)
 }
+
+// GB200 part II's prefill instances of 4 GPUs (DeepSeek-V3 in FP8, 180 GB per GPU) fit only
+// with weight offloading: the fewest MoE layers' experts move to host memory so that the KV
+// pool keeps OffloadKVShare of the static memory, and every forward pass streams them over
+// the C2C link (a floor under the expert compute). A GPU without a host link cannot offload.
+func TestBuildWeightOffload(t *testing.T) {
+	t.Parallel()
+	par := Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true}
+	_, err := Build("x", DeepSeekV3, GB200, par)
+	require.Error(t, err, "180 GB of weights per GPU do not fit without offloading")
+	par.WeightOffload = true
+	p, err := Build("x", DeepSeekV3, GB200, par)
+	require.NoError(t, err)
+	budget := GB200.MemoryBytes * GB200.MemFractionStatic
+	perLayer := 654e9 / 4 / 58 // routed-expert bytes of one MoE layer on each GPU (FP8)
+	kv := float64(p.MaxTotalTokens) * DeepSeekV3.kvBytesPerGPU(1)
+	assert.GreaterOrEqual(t, kv, OffloadKVShare*budget*0.999, "the KV pool keeps its share")
+	assert.Less(t, kv, OffloadKVShare*budget+perLayer, "no more layers offloaded than needed")
+	offloaded := kv - (budget - (11.4e9 + 5.6e9 + 654e9/4)) // what the KV gained over the (negative) room left
+	assert.InEpsilon(t, offloaded/GB200.HostLinkBandwidth, p.DPAttn.FFNM0, 0.02, "stream time = offloaded bytes / C2C")
+	_, err = Build("x", DeepSeekV3, H100SXM, Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true, WeightOffload: true})
+	assert.Error(t, err, "H100 has no host link modelled")
+}
+
+// NVFP4 experts dispatch NVFP4 tokens through DeepEP (0.5625 bytes per value instead of FP8's
+// 1.03), and the low-precision card's NVFP4 output projection runs at the FP4 rate.
+func TestNVFP4DispatchAndOProj(t *testing.T) {
+	t.Parallel()
+	par := Parallelism{TP: 48, DP: 48, EP: 48, DPAttention: true, DeepEPMode: "low_latency", GPUsPerNode: 72}
+	fp8, _ := epComm(DeepSeekV3, GB200, par, true)
+	fp4, _ := epComm(DeepSeekV3FP4, GB200, par, true)
+	assert.InDelta(t, (0.5625+2)/(1+4.0/128+2), fp4/fp8, 1e-12)
+	r := GB200.rates(DeepSeekV3FP4)
+	c := DeepSeekV3FP4.costs(r)
+	want := 2*(11.4e9-7.2e9) + 2*7.2e9*GB200.rate(PrecisionFP8)/GB200.rate(PrecisionFP4)
+	assert.InDelta(t, want, c.attnLin, 1)
+	assert.InDelta(t, (11.4e9-7.2e9)*1+7.2e9*0.5625, c.attnBytes, 1)
+}
+
+// gpt-oss's KV pool, as SGLang's hybrid SWA pool sizes it: 2,048 bytes per layer and token
+// (8 KV heads × 64 × K,V × BF16), 18 full-attention layers plus 0.8 of a slot in each of the
+// 18 sliding-window ones; a model without sliding windows pays every layer.
+func TestKVPoolHybridSWA(t *testing.T) {
+	t.Parallel()
+	assert.InDelta(t, 2048*(18+0.8*18), GPTOSS120B.kvPoolBytesPerGPU(1), 1e-9)
+	assert.InDelta(t, Llama3Dense8B.kvBytesPerGPU(1), Llama3Dense8B.kvPoolBytesPerGPU(1), 1e-9)
+	p, err := Build("x", GPTOSS120B, B200, Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true})
+	require.NoError(t, err)
+	assert.Greater(t, p.MaxTotalTokens, 640*3072, "the PR #9359 batch fits a rank's pool")
+}

@@ -65,7 +65,9 @@ func gpuMemMiB(g GPU) float64 { return g.MemoryBytes / (1 << 20) }
 //     2·cuda_graph_max_bs + 1024·tp_size/8 (pp_size 1); with DP attention also
 //     3·cuda_graph_max_bs·dp_size, and 1.5·cuda_graph_max_bs·dp_size more when
 //     cuda_graph_max_bs > 300; at least 10 GiB on GPUs above 60 GiB. Without a memory size:
-//     0.88. The chunked prefill size here is the one before the DP-attention division below
+//     0.88. Below 0.3 (dp_size × cuda_graph_max_bs so large that the reserve nears the GPU's
+//     memory: such servers are launched with --mem-fraction-static) the GPU's own
+//     MemFractionStatic is used instead. The chunked prefill size here is the one before the DP-attention division below
 //     (SGLang computes the memory settings first). Not modelled: the further reserves for
 //     piecewise CUDA graphs (8 MiB per captured token count when enabled, about 0.5 GB at
 //     8k-token chunks), speculative decoding and multimodal models.
@@ -80,6 +82,7 @@ func gpuMemMiB(g GPU) float64 { return g.MemoryBytes / (1 << 20) }
 // max_running_requests and max_total_tokens, when unset, depend on the KV pool, which the
 // profile decides: BuildServer fills them (see MaxRunningRequestsFor).
 func (a ServerArgs) WithSGLangDefaults(g GPU, par Parallelism) ServerArgs {
+	const minFormulaFraction = 0.3
 	par = par.WithDefaults()
 	tp := sglangTP(par)
 	mem := gpuMemMiB(g)
@@ -128,6 +131,13 @@ func (a ServerArgs) WithSGLangDefaults(g GPU, par Parallelism) ServerArgs {
 				reserved = max(reserved, 10*1024)
 			}
 			a.MemFractionStatic = math.Round((mem-reserved)/mem*1000) / 1000
+			if a.MemFractionStatic < minFormulaFraction && g.MemFractionStatic > 0 {
+				// Large DP-attention servers (dp_size × cuda_graph_max_bs in the
+				// thousands) reserve more than the GPU holds by this formula; such
+				// deployments set --mem-fraction-static, and the GPU's catalog value
+				// stands in for it.
+				a.MemFractionStatic = g.MemFractionStatic
+			}
 		}
 	}
 	if a.PageSize == 0 {

@@ -112,15 +112,31 @@ func steadyRate(ends []time.Time, tokensEach int) (float64, error) {
 // last request's end. batch 0 fills the KV pool (capped by max running requests).
 func runDecodePhase(sv server, batch, ctx int, notes *[]string) (float64, error) {
 	cfg := sv.args.Apply(engine.Config{Role: engine.RoleDecode, DPSize: sv.par.DP, DPAttention: sv.par.DPAttention,
-		Profile: sv.profile})
+		Profile: sv.profile, ReservedDecodeTokens: sv.reserved})
+	if sv.args.MaxRunningRequests == 0 && batch > 0 {
+		// The source ran batch requests per rank, so its max_running_requests (not stated)
+		// was at least that; the engine's default (1024) must not cap the stated batch.
+		cfg.MaxRunningRequests = max(cfg.MaxRunningRequests, batch)
+	}
 	srv, err := engine.New(cfg)
 	if err != nil {
 		return 0, err
 	}
 	c := srv.Config()
-	if batch <= 0 {
-		batch = min(c.MaxTotalTokens/(ctx+min(decodeSteps, c.ReservedDecodeTokens)), c.MaxRunningRequests)
+	// A room is preallocated while its context plus the decode side's reserve fits what the
+	// running rooms leave (disaggregation/decode.py _allocatable_tokens: each room keeps
+	// ReservedDecodeTokens free; engine preallocate), so this many run at once.
+	fits := min(c.MaxTotalTokens/(ctx+c.ReservedDecodeTokens), c.MaxRunningRequests)
+	switch {
+	case batch <= 0:
+		batch = fits
 		*notes = append(*notes, fmt.Sprintf("decode batch per rank not stated: %d fills the KV pool", batch))
+	case batch > fits && fits > 0:
+		// A stated batch the pool cannot hold at once would run in waves and the rate would
+		// count the later ones over too short a span; the LMSYS blogs size the batch to fill the
+		// KV cache, so the batch that fills this pool stands for it.
+		*notes = append(*notes, fmt.Sprintf("decode batch %d per rank does not fit the KV pool: %d fills it", batch, fits))
+		batch = fits
 	}
 	if batch < 1 {
 		return 0, fmt.Errorf("a %d-token context does not fit the decode KV pool (%d tokens)", ctx, c.MaxTotalTokens)

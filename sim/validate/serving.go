@@ -23,13 +23,18 @@ var inferred = map[string]struct {
 	numPrompts int
 	why        string
 }{
-	// PR #4880 states neither --random-range-ratio nor --num-prompts. Its figures imply
-	// near-fixed lengths and a short run: output 407.59 tok/s over total 7,084.46 is 512:8,192,
-	// and at the 1 req/s Poisson rate the output rate is 0.80 × 512 tokens — with uniform
-	// [1, L] lengths (range ratio 0) it would need 1.6 req/s; 0.80 req/s means the last
-	// requests' ~4.5 s (TTFT + 511 ITLs) weigh on a run of about 20 arrivals.
-	"qwen25-7b-gptq-a10-pd-1p1d-pr4880": {rangeRatio: ptr(1.0), numPrompts: 20,
-		why: "range ratio 1 and 20 prompts inferred from the published throughputs (not stated)"},
+	// PR #4880 states neither --random-range-ratio nor --num-prompts (its comment of
+	// 2025-04-09 gives only the model, TP 4, random_input_len 8192 and random_output_len 512,
+	// re-read 2026-11-25). Its figures imply a range ratio near 0.6 over a long run: at the
+	// 1 req/s Poisson rate a run of many requests outputs the mean output length per second,
+	// and 407.59 tok/s ≈ 512·(1 + 0.6)/2 = 409.6 (bench_serving draws lengths uniform in
+	// [L·ratio, L]); total/output 7,084.46/407.59 = 17.4 keeps the 8192:512 proportion (+2 %).
+	// With the ratio left at bench_serving's default 0 the mean output would be 256 and 407.59
+	// tok/s impossible at 1 req/s. num_prompts: bench_serving's default. (Read as range ratio 1
+	// over 20 prompts until 2026-11-25: that reading put output and total tok/s at ×1.18 and
+	// ×1.16 and P99 TTFT at ×0.44; this one puts every figure within its band.)
+	"qwen25-7b-gptq-a10-pd-1p1d-pr4880": {rangeRatio: ptr(0.6), numPrompts: benchServingDefaultPrompts,
+		why: "range ratio 0.6 inferred from the published output rate at 1 req/s, num_prompts bench_serving's default (neither stated)"},
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -75,16 +80,20 @@ func levelLabel(lv Level) string {
 
 // server is one side of a deployment as the suite runs it.
 type server struct {
-	role    string // "" (unified), "prefill", "decode"
-	count   int    // servers of this role
-	par     engine.Parallelism
-	given   engine.ServerArgs // as the set's command line gave them (server-wide)
-	args    engine.ServerArgs // per rank, as the server runs with them (engine.BuildServer)
-	model   engine.ModelCard
-	gpu     engine.GPU
-	profile engine.Profile
-	gpus    int // GPUs of the role's pool (all its servers)
-	nodes   int // nodes of the role's pool
+	role  string // "" (unified), "prefill", "decode"
+	count int    // servers of this role
+	par   engine.Parallelism
+	given engine.ServerArgs // as the set's command line gave them (server-wide)
+	// reserved is the decode side's per-room KV reserve the set's environment sets
+	// (SGLANG_HACK_PD_DECODE_NUM_RESERVED_DECODE_TOKENS or SGLANG_NUM_RESERVED_DECODE_TOKENS);
+	// 0: the engine's default.
+	reserved int
+	args     engine.ServerArgs // per rank, as the server runs with them (engine.BuildServer)
+	model    engine.ModelCard
+	gpu      engine.GPU
+	profile  engine.Profile
+	gpus     int // GPUs of the role's pool (all its servers)
+	nodes    int // nodes of the role's pool
 }
 
 // sglangSizes are SGLang's --tp-size, --dp-size, --ep-size of a server of par (without DP
@@ -100,6 +109,13 @@ func sglangSizes(par engine.Parallelism) (tp, dp, ep int) {
 // servers builds the servers of a set (one unified, or prefill and decode), with the level's
 // precision applied to the model card.
 func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server, error) {
+	return serversFor(s, m, g, "", notes)
+}
+
+// serversFor is servers for a level that measures only the pool of role need (a phase-isolated
+// level: "prefill" or "decode"; "" for all): the other pool keeps its size (GPUs, nodes) but
+// gets no profile, so a pool the simulator cannot express does not hide the other's figure.
+func serversFor(s Set, m engine.ModelCard, g engine.GPU, need string, notes *[]string) ([]server, error) {
 	gpn := s.GPUsPerServer
 	if gpn == 0 {
 		gpn = 8
@@ -118,15 +134,19 @@ func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server
 			ep = tp
 		}
 		raw := roleArgs(s, role)
-		par := parallelism(tp, dp, ep, s.DPAttention, gpn, raw)
+		par := parallelism(tp, dp, ep, s.DPAttention, nvlinkDomain(g, gpn), raw)
 		given := serverArgs(raw, notes)
 		name := "validate-" + s.Name
 		if role != "" {
 			name += "-" + role
 		}
-		prof, args, err := engine.BuildServer(name, m, g, par, given)
-		if err != nil {
-			return server{}, err
+		var prof engine.Profile
+		var args engine.ServerArgs
+		if need == "" || role == "" || role == need {
+			var err error
+			if prof, args, err = engine.BuildServer(name, m, g, par, given); err != nil {
+				return server{}, err
+			}
 		}
 		if gpus == 0 {
 			gpus = count * par.TP
@@ -134,7 +154,8 @@ func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server
 		if nodes == 0 {
 			nodes = max((gpus+gpn-1)/gpn, 1)
 		}
-		return server{role: role, count: count, par: par, given: given, args: args, model: m, gpu: g, profile: prof, gpus: gpus, nodes: nodes}, nil
+		return server{role: role, count: count, par: par, given: given, args: args, reserved: reservedDecodeTokens(raw, notes),
+			model: m, gpu: g, profile: prof, gpus: gpus, nodes: nodes}, nil
 	}
 	if s.PD == nil {
 		sv, err := mk("", 1, s.TP, s.DP, s.EP, 0, 0)

@@ -121,12 +121,22 @@ func serverArgs(m map[string]any, notes *[]string) engine.ServerArgs {
 	return a
 }
 
+// nvlinkDomain is the GPUs one collective reaches over NVLink: the GPU's NVLink domain when
+// it spans more than a physical node (GB200 NVL72: 72 GPUs over 18 trays of 4), else the
+// node's GPUs. gpus_per_server counts a node's GPUs for the per-node figures only; taking it
+// as the NVLink domain sent the 48-rank GB200 decode's collectives over the 50 GB/s NIC
+// (deepseek-gb200-nvl72-pd-ep-decode-part1 at 0.06×).
+func nvlinkDomain(g engine.GPU, gpusPerNode int) int {
+	return max(g.NVLinkDomain, gpusPerNode)
+}
+
 // parallelism reads a server's parallelism; args are its server arguments (for two-batch
 // overlap and the DeepEP mode).
 func parallelism(tp, dp, ep int, dpAttn bool, gpusPerNode int, args map[string]any) engine.Parallelism {
 	par := engine.Parallelism{TP: tp, DP: dp, EP: ep, DPAttention: dpAttn && dp > 1, GPUsPerNode: gpusPerNode}
 	par.TwoBatchOverlap, _ = args["enable_two_batch_overlap"].(bool)
 	par.DeepEPMode, _ = args["deepep_mode"].(string)
+	par.WeightOffload = truthy(args["offload_weights_to_host"])
 	return par.WithDefaults()
 }
 
@@ -138,4 +148,33 @@ func roleArgs(s Set, role string) map[string]any {
 	}
 	m, _ := s.ServerArgs[role].(map[string]any)
 	return m
+}
+
+// truthy reads a flag the data files give as a boolean or as a string starting with "true"
+// (an inferred value with its reason).
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return x
+	case string:
+		return strings.HasPrefix(strings.ToLower(strings.TrimSpace(x)), "true")
+	}
+	return false
+}
+
+// reservedDecodeTokens reads the decode side's KV reserve per room from the set's environment:
+// SGLang's disaggregation/decode.py reserves num_reserved_decode_tokens per room
+// (SGLANG_NUM_RESERVED_DECODE_TOKENS; the 2025-05-05 recipe's
+// SGLANG_HACK_PD_DECODE_NUM_RESERVED_DECODE_TOKENS). 0 when not set.
+func reservedDecodeTokens(args map[string]any, notes *[]string) int {
+	env, _ := args["env"].(map[string]any)
+	for _, k := range []string{"SGLANG_HACK_PD_DECODE_NUM_RESERVED_DECODE_TOKENS", "SGLANG_NUM_RESERVED_DECODE_TOKENS"} {
+		if f, ok := Num(env[k]); ok && f >= 1 {
+			if _, isStr := env[k].(string); isStr {
+				*notes = append(*notes, fmt.Sprintf("env %s = %q read as %g", k, env[k], f))
+			}
+			return int(f)
+		}
+	}
+	return 0
 }

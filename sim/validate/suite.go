@@ -109,7 +109,8 @@ func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]
 	if isServing(lv) {
 		s.ServerArgs = pickVariant(s.ServerArgs, offline(lv)).(map[string]any)
 	}
-	svs, err := servers(s, m, gpu, notes)
+	phase, _ := lv.Load["phase"].(string)
+	svs, err := serversFor(s, m, gpu, phase, notes)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +121,6 @@ func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]
 	for _, sv := range svs {
 		allNodes += sv.nodes
 	}
-	phase, _ := lv.Load["phase"].(string)
 	var sv server
 	var rate float64
 	var in, out float64
