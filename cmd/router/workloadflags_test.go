@@ -74,7 +74,7 @@ func TestWorkloadFlagsReject(t *testing.T) {
 	}{
 		{"turns zero", []string{"--turns", "0"}, "workloads: --turns 0 must be ≥ 1"},
 		{"unknown api", []string{"--api", "grpc"}, `"--api"`},
-		{"unknown workload", []string{"--workload", "sharegpt"}, "--workload"},
+		{"unknown workload", []string{"--workload", "lmsys-chat"}, "--workload"},
 		{"rate zero", []string{"--rate", "0"}, `"--rate"`},
 		{"rate garbage", []string{"--rate", "fast"}, `"--rate"`},
 		{"concurrency garbage", []string{"--concurrency", "x"}, `"--concurrency"`},
