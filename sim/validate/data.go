@@ -62,6 +62,11 @@ type Level struct {
 	Load    map[string]any
 	Figures []Figure // sorted by name
 	Notes   string
+	// KnownGaps are figures the model is known to miss, each with why (the file's
+	// "known_gaps" object: figure name → reason). Such a figure outside its band is
+	// reported as a known gap, not a failure; inside its band it fails until the entry is
+	// removed, so the list says what is still missing and nothing more.
+	KnownGaps map[string]string
 }
 
 // Figure is one published number.
@@ -155,6 +160,12 @@ func Parse(data []byte, file string) (Set, error) {
 			lv.Figures = append(lv.Figures, Figure{Name: name, Value: f})
 		}
 		sort.Slice(lv.Figures, func(a, b int) bool { return lv.Figures[a].Name < lv.Figures[b].Name })
+		if gaps, ok := lm["known_gaps"].(map[string]any); ok {
+			lv.KnownGaps = map[string]string{}
+			for name, why := range gaps {
+				lv.KnownGaps[name] = str(why)
+			}
+		}
 		s.Levels = append(s.Levels, lv)
 	}
 	if len(s.Levels) == 0 {

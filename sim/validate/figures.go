@@ -39,6 +39,8 @@ type Result struct {
 	Band      float64 `json:"band"`
 	Pass      bool    `json:"pass"`
 	Note      string  `json:"note,omitempty"`
+	// Gap is why the model is known to miss this figure (the level's known_gaps), "" if not.
+	Gap string `json:"gap,omitempty"`
 	// Model and GPU are the catalog names the set ran with ("" when not resolved); ByPreset
 	// matches them to the presets.
 	Model string `json:"model,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
 )
@@ -75,4 +76,31 @@ func TestLevelFigureFromAHandBuiltLevel(t *testing.T) {
 	}
 	_, ok := Throughput("output_tok_s_per_gpu", 1, 1, Scale{})
 	assert.False(t, ok, "per GPU without a GPU count")
+}
+
+// A figure its level lists as a known gap does not fail the suite while it lies outside its
+// band, and fails once it comes within (the stale entry must go).
+func TestKnownGaps(t *testing.T) {
+	t.Parallel()
+	gap := Compare("s", "l", "tpot_ms_mean", 100, 70)
+	gap.Gap = "the scheduler of that SGLang era is not modelled"
+	ok := Compare("s", "l", "ttft_ms_mean", 100, 110)
+	tally := Count([]Result{gap, ok})
+	assert.True(t, tally.OK(), "a known gap outside its band is reported, not failed")
+	assert.Equal(t, 1, tally.Gaps)
+	assert.Contains(t, tally.String(), "1 known gaps")
+	assert.Equal(t, "KNOWN GAP: the scheduler of that SGLang era is not modelled", verdict(gap))
+
+	closed := Compare("s", "l", "tpot_ms_mean", 100, 95)
+	closed.Gap = "stale"
+	tally = Count([]Result{closed, ok})
+	assert.False(t, tally.OK(), "a known gap within its band fails until its entry is removed")
+	assert.Equal(t, 1, tally.Closed)
+	assert.Contains(t, verdict(closed), "remove its known_gaps entry")
+
+	s, err := Parse([]byte(`{"name": "gaps", "model": "m", "gpu": "g",
+		"levels": [{"load": {"request_rate": 1}, "figures": {"tpot_ms_mean": 10},
+		"known_gaps": {"tpot_ms_mean": "why"}}]}`), "gaps.json")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"tpot_ms_mean": "why"}, s.Levels[0].KnownGaps)
 }

@@ -90,7 +90,7 @@ func RunSet(s Set) SetReport {
 				continue
 			}
 			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
-			r.Model, r.GPU = model.Name, gpu.Name
+			r.Model, r.GPU, r.Gap = model.Name, gpu.Name, lv.KnownGaps[f.Name]
 			rep.Results = append(rep.Results, r)
 		}
 	}
@@ -230,6 +230,9 @@ func dedupe(ss []string) []string {
 // Tally counts results.
 type Tally struct {
 	Sets, Figures, Pass, Outside, NotComputed int
+	// Gaps counts figures outside their band that their level lists as known gaps; Closed
+	// those inside it although listed (the entry is stale: they count as Outside too).
+	Gaps, Closed int
 	Worst                                     *Result // the computed figure farthest from its published value (by |ratio − 1| over band)
 }
 
@@ -243,8 +246,13 @@ func Count(rs []Result) Tally {
 		switch {
 		case math.IsNaN(r.Ratio):
 			t.NotComputed++
+		case r.Pass && r.Gap != "":
+			t.Closed++
+			t.Outside++
 		case r.Pass:
 			t.Pass++
+		case r.Gap != "":
+			t.Gaps++
 		default:
 			t.Outside++
 		}
@@ -264,6 +272,12 @@ func (t Tally) OK() bool { return t.Outside == 0 && t.NotComputed == 0 }
 // String is the one-line summary.
 func (t Tally) String() string {
 	s := fmt.Sprintf("%d figures of %d sets: %d within band, %d outside, %d not computed", t.Figures, t.Sets, t.Pass, t.Outside, t.NotComputed)
+	if t.Gaps > 0 || t.Closed > 0 {
+		s += fmt.Sprintf(", %d known gaps (outside their band, reasons in the table)", t.Gaps)
+	}
+	if t.Closed > 0 {
+		s += fmt.Sprintf(", %d known gaps now within band (remove their known_gaps entries)", t.Closed)
+	}
 	if w := t.Worst; w != nil {
 		s += fmt.Sprintf("; farthest: %s %s %s %.2f× (band ±%.0f%%)", w.Set, w.Level, w.Figure, w.Ratio, 100*w.Band)
 	}

@@ -74,8 +74,12 @@ func verdict(r Result) string {
 	switch {
 	case r.Note != "" && math.IsNaN(r.Ratio):
 		return r.Note
+	case r.Pass && r.Gap != "":
+		return "ok, but listed as a known gap: remove its known_gaps entry"
 	case r.Pass:
 		return "ok"
+	case r.Gap != "":
+		return "KNOWN GAP: " + r.Gap
 	}
 	return "OUTSIDE"
 }
