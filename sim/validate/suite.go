@@ -233,7 +233,7 @@ type Tally struct {
 	// Gaps counts figures outside their band that their level lists as known gaps; Closed
 	// those inside it although listed (the entry is stale: they count as Outside too).
 	Gaps, Closed int
-	Worst                                     *Result // the computed figure farthest from its published value (by |ratio − 1| over band)
+	Worst        *Result // the computed figure farthest from its published value (by |ratio − 1| over band)
 }
 
 // Count tallies results.
