@@ -104,7 +104,7 @@ type FitRange struct {
 //
 //	step = max over ranks (rank's attention part) + shared(n)
 //	attention part, prefill = A0 + max(PrefillM0, AttnA1·new) + A2·Σ(new·context)
-//	attention part, decode  = B0 + B1·batch + B2·Σ context + max(AttnM0 + M2·Σ context, AttnC1·batch + C2·Σ context)
+//	attention part, decode  = B0 + B1·batch + B2·Σ context + max(AttnM0, AttnC1·batch) + max(M2·Σ context, C2·Σ context)
 //	shared(n) = ffn(n) + comm(n)                                   without two-batch overlap
 //	shared(n) = max(ffn(n), comm(n) − hide·n) + OverlapOverhead    with it
 //	ffn(n)    = max(FFNM0 + E(n), FFNC1·n)
@@ -198,14 +198,22 @@ func (p Profile) AttnPrefillTime(newTokens int, newTimesContext float64) time.Du
 }
 
 // AttnDecodeTime is a rank's attention part of a decode step under DP attention; without a
-// split it is DecodeTime.
+// split it is DecodeTime. The rank's GEMMs (weights read or their FLOPs) and its attention
+// kernel (KV read or its FLOPs) are separate kernels run one after the other in each layer
+// (python/sglang/srt/models/deepseek_v2.py, gpt_oss.py: projections, then the attention
+// backend's forward_decode, then the output projection), so each is bound by its own roofline
+// and the two add: a rank whose GEMMs are compute-bound at a large batch (AttnC1·batch) does not
+// hide a memory-bound attention kernel (M2·context) behind them. Set by
+// gpt-oss-120b-b200-dp4-ep4-pr9359 (640 per rank over 1,024–3,072-token contexts: GEMMs
+// ~2.7 ms of compute, KV ~7.5 ms of reads, the one max charged ~8.2 ms for both); the DeepSeek,
+// Kimi and GB200 decode sets are compute-bound in both kernels and barely move.
 func (p Profile) AttnDecodeTime(batch, context int) time.Duration {
 	if p.DPAttn == nil {
 		return p.DecodeTime(batch, context)
 	}
 	b, c := float64(batch), float64(context)
 	d := p.DPAttn
-	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0+p.M2*c, d.AttnC1*b+p.C2*c))
+	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0, d.AttnC1*b) + max(p.M2*c, p.C2*c))
 }
 
 // SharedTime is the part of a DP-attention step that runs on the tokens gathered from every
