@@ -107,6 +107,7 @@ type FitRange struct {
 //	attention part, decode  = B0 + B1·batch + B2·Σ context + max(AttnM0, AttnC1·batch) + max(M2·Σ context, C2·Σ context)
 //	shared(n) = ffn(n) + comm(n)                                   without two-batch overlap
 //	shared(n) = max(ffn(n), comm(n) − hide·n) + OverlapOverhead    with it
+//	shared(n) = ffn(n) + comm(n) − min(comm(n)/2, FFNC1·n/3)      with CombineOverlap
 //	ffn(n)    = max(FFNM0 + E(n), FFNC1·n)
 //	comm(n)   = CommFixed + CommPerToken·n
 //
@@ -150,6 +151,18 @@ type DPAttnSplit struct {
 	// TwoBatchOverlap: communication hides behind computation (see above); Hide and LLHide are
 	// the seconds of attention-side compute per gathered token that can hide it (normal and
 	// low-latency steps); OverlapOverhead the seconds per step the micro-batch split costs.
+	// OffloadCopy is the seconds a step spends copying host-offloaded expert weights in over the
+	// host link (Parallelism.WeightOffload). python/sglang/srt/offloader.py prefetches each
+	// offloaded layer on a side stream some layers ahead, so the copies run while the GPU
+	// computes the earlier layers' attention and experts alike: they cost only what exceeds the
+	// step's compute, which SharedTime sees as its own part plus the rank's attention-side
+	// linear compute per gathered token (AttnA1 over the ranks, as Hide; a lower bound).
+	// (Charged before 2026-11-25 as a floor under the expert compute alone, which put
+	// deepseek-gb200-nvl72-pd-ep-part2's 4-GPU prefill bound by the copies.)
+	OffloadCopy float64 `json:"offload_copy,omitempty" yaml:"offload_copy,omitempty"`
+	// CombineOverlap: the combine half of comm hides behind the down GEMM, a third of the
+	// expert compute (Parallelism.CombineOverlap; GB200 part II).
+	CombineOverlap  bool    `json:"combine_overlap,omitempty" yaml:"combine_overlap,omitempty"`
 	TwoBatchOverlap bool    `json:"two_batch_overlap,omitempty" yaml:"two_batch_overlap,omitempty"`
 	Hide            float64 `json:"hide,omitempty" yaml:"hide,omitempty"`
 	LLHide          float64 `json:"ll_hide,omitempty" yaml:"ll_hide,omitempty"`
@@ -233,10 +246,18 @@ func (p Profile) SharedTime(tokens int) time.Duration {
 	comm := fixed + perTok*n
 	// A batch of fewer than two tokens per GPU cannot be split in two (two_batch_overlap.py
 	// compute_split_seq_index finds no split): it runs as one.
+	t := ffn + comm
 	if d.TwoBatchOverlap && tokens >= 2*max(d.GPUs, 1) {
-		return seconds(max(ffn, comm-hide*n) + d.OverlapOverhead)
+		t = max(ffn, comm-hide*n) + d.OverlapOverhead
+	} else if d.CombineOverlap {
+		// The combine (half the volume: dispatch, then combine) runs under the down GEMM, a
+		// third of the expert FLOPs, signalled tile by tile (GB200 part II blog).
+		t -= min(comm/2, d.FFNC1*n/3)
 	}
-	return seconds(ffn + comm)
+	if d.OffloadCopy > 0 {
+		t += max(0, d.OffloadCopy-(t+d.AttnA1*n/float64(max(d.GPUs, 1))))
+	}
+	return seconds(t)
 }
 
 // TransferTime is the duration of moving the KV of tokens tokens over a link of bandwidth
