@@ -783,7 +783,7 @@ const (
 	// leaves for the KV pool: enough for a prefill instance's chunks and the KV it holds until
 	// the decode side takes it. Assumed: the GB200 part II blog does not say how many layers it
 	// offloaded; at 2,000-token prompts the prefill rate does not depend on it while the copies
-	// hide behind the expert compute (deepseek-gb200-nvl72-pd-ep-part2 prefill).
+	// hide behind the step's compute (deepseek-gb200-nvl72-pd-ep-part2 prefill).
 	OffloadKVShare = 0.1
 	// TwoBatchOverlapLayerOverhead is the seconds per layer that splitting a step into two
 	// micro-batches costs (two launches of each kernel, smaller GEMMs; two_batch_overlap.py).
