@@ -26,6 +26,12 @@ type Parallelism struct {
 	TwoBatchOverlap bool
 	// DeepEPMode is --deepep-mode ("normal", "low_latency", "auto"); "" without DeepEP.
 	DeepEPMode string
+	// CombineOverlap is the fine-grained overlap of the GB200 part II blog ("Computation
+	// Communication Overlap": the MoE combine runs while the down GEMM and the shared experts
+	// compute, signalled from inside the GEMM) in place of two-batch overlap: the combine half
+	// of a step's communication hides behind the down projection, a third of the routed-expert
+	// FLOPs (gate and up are the other two).
+	CombineOverlap bool
 	// WeightOffload is SGLang's layer-wise weight offloading (SGLANG_OFFLOAD_GROUP_SIZE,
 	// SGLANG_OFFLOAD_NUM_OFFLOAD_IN_GROUP, SGLANG_OFFLOAD_PREFETCH_STEP;
 	// python/sglang/srt/offloader.py ModuleOffloader): the routed experts of some MoE layers
@@ -265,7 +271,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 	attnLin := (rankLin/r.dense + c.swaPerToken/r.attn) / af
 	imb := 1.0
 	if moe && par.EP > 1 {
-		imb = EPImbalance
+		imb = epImbalance(par.EP, m.Experts)
 	}
 	d := &DPAttnSplit{
 		GPUs:     n,
@@ -277,10 +283,9 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		FFNC1:    imb * sharedLin / (nf * sharedRate),
 	}
 	// Offloaded experts cross the host link every forward pass; the copies run on a side
-	// stream one layer ahead, so they overlap the expert compute: a floor under it, as the
-	// weights read is (ffn = max(FFNM0 + E(n), FFNC1·n)).
+	// stream ahead of their layers, overlapping the step's compute (DPAttnSplit.OffloadCopy).
 	if offloaded > 0 {
-		d.FFNM0 += offloaded / g.HostLinkBandwidth
+		d.OffloadCopy = offloaded / g.HostLinkBandwidth
 	}
 	layers := m.MoELayers
 	if !moe {
@@ -317,6 +322,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 	// experts (the most loaded GPU's share): half the volume carries the imbalance.
 	d.CommPerToken *= (1 + imb) / 2
 	d.LLCommPerToken *= (1 + imb) / 2
+	d.CombineOverlap = par.CombineOverlap
 	if par.TwoBatchOverlap {
 		d.TwoBatchOverlap = true
 		d.Hide = d.AttnA1 / float64(par.DP)
@@ -407,6 +413,29 @@ func epComm(m ModelCard, g GPU, par Parallelism, lowLatency bool) (perTok, fixed
 	return float64(m.MoELayers) * t / nf, fixed
 }
 
+// epImbalance is the most loaded GPU's routed-expert work over the mean at EP over gpus GPUs
+// holding experts routed experts per layer. Expert loads vary with the data (the blogs run
+// in-distribution data, EPLB placing the experts); a GPU's load sums its experts/gpus experts,
+// so its spread shrinks as sqrt(gpus/experts), and the slowest of gpus GPUs sits z(gpus)
+// spreads above the mean, z the expected maximum of gpus standard normal draws (Blom's
+// approximation Φ⁻¹((g − 0.375)/(g + 0.25))). Scaled so that EP32 over 256 experts — the
+// deepseek-v3-h100-pd-ep-96gpu prefill that fixed EPImbalance — gives EPImbalance, and capped
+// there: the decode sets at EP48–96 (deepseek-v3-h100-pd-ep-96gpu, kimi-k2-h200-pd-ep-128gpu,
+// the GB200 decodes) ran EPLB with redundant experts and are fitted at EPImbalance. At EP4 the
+// slowest GPU is ~4 % above the mean, which the GB200 part II blog names among the gains of
+// small prefill instances ("it may reduce the time wasted waiting for the slowest rank";
+// set by deepseek-gb200-nvl72-pd-ep-part2's 4- and 2-GPU prefill).
+func epImbalance(gpus, experts int) float64 {
+	if gpus <= 1 || experts <= 0 {
+		return 1
+	}
+	spread := func(g, e float64) float64 {
+		p := (g - 0.375) / (g + 0.25)
+		return math.Sqrt2 * math.Erfinv(2*p-1) * math.Sqrt(g/e)
+	}
+	return 1 + (EPImbalance-1)*min(1, spread(float64(gpus), float64(experts))/spread(32, 256))
+}
+
 func (p Parallelism) describe(g GPU) string {
 	s := fmt.Sprintf("%d×%s TP%d", p.TP, g.Name, p.TP)
 	if p.DP > 1 {
@@ -426,6 +455,9 @@ func (p Parallelism) describe(g GPU) string {
 	}
 	if p.WeightOffload {
 		s += " weight offload"
+	}
+	if p.CombineOverlap {
+		s += " combine overlap"
 	}
 	if p.TP > p.GPUsPerNode {
 		s += fmt.Sprintf(" over %d nodes", (p.TP+p.GPUsPerNode-1)/p.GPUsPerNode)
@@ -741,8 +773,9 @@ const (
 	// SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = 128 (python/sglang/srt/layers/moe/
 	// token_dispatcher/deepep.py); --deepep-mode auto steps above it per GPU are normal mode.
 	DeepEPLowLatencyMaxTokens = 128
-	// EPImbalance is the most loaded GPU's routed-expert work over the mean under EP, applied
-	// to expert compute and dispatch/combine. Fixed by deepseek-v3-h100-pd-ep-96gpu: the
+	// EPImbalance is the most loaded GPU's routed-expert work over the mean under EP at 32 GPUs
+	// of 256 experts and above, applied to expert compute and dispatch/combine (smaller EP:
+	// epImbalance). Fixed by deepseek-v3-h100-pd-ep-96gpu: the
 	// blog's default EPLB run reaches 50,302 tok/s per node where its simulated perfect
 	// balance reaches 59,337 (×1.18 on the whole step; the MoE part is about two thirds).
 	EPImbalance = 1.25
@@ -750,7 +783,7 @@ const (
 	// leaves for the KV pool: enough for a prefill instance's chunks and the KV it holds until
 	// the decode side takes it. Assumed: the GB200 part II blog does not say how many layers it
 	// offloaded; at 2,000-token prompts the prefill rate does not depend on it while the copies
-	// hide behind the expert compute (deepseek-gb200-nvl72-pd-ep-part2 prefill).
+	// hide behind the step's compute (deepseek-gb200-nvl72-pd-ep-part2 prefill).
 	OffloadKVShare = 0.1
 	// TwoBatchOverlapLayerOverhead is the seconds per layer that splitting a step into two
 	// micro-batches costs (two launches of each kernel, smaller GEMMs; two_batch_overlap.py).

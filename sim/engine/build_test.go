@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,7 +130,7 @@ func TestEPCommByHand(t *testing.T) {
 // GB200 part II's prefill instances of 4 GPUs (DeepSeek-V3 in FP8, 180 GB per GPU) fit only
 // with weight offloading: the fewest MoE layers' experts move to host memory so that the KV
 // pool keeps OffloadKVShare of the static memory, and every forward pass streams them over
-// the C2C link (a floor under the expert compute). A GPU without a host link cannot offload.
+// the C2C link (DPAttnSplit.OffloadCopy). A GPU without a host link cannot offload.
 func TestBuildWeightOffload(t *testing.T) {
 	t.Parallel()
 	par := Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true}
@@ -144,7 +145,8 @@ func TestBuildWeightOffload(t *testing.T) {
 	assert.GreaterOrEqual(t, kv, OffloadKVShare*budget*0.999, "the KV pool keeps its share")
 	assert.Less(t, kv, OffloadKVShare*budget+perLayer, "no more layers offloaded than needed")
 	offloaded := kv - (budget - (11.4e9 + 5.6e9 + 654e9/4)) // what the KV gained over the (negative) room left
-	assert.InEpsilon(t, offloaded/GB200.HostLinkBandwidth, p.DPAttn.FFNM0, 0.02, "stream time = offloaded bytes / C2C")
+	assert.InEpsilon(t, offloaded/GB200.HostLinkBandwidth, p.DPAttn.OffloadCopy, 0.02, "stream time = offloaded bytes / C2C")
+	assert.Zero(t, p.DPAttn.FFNM0, "no non-routed FFN weights in the shared part of a MoE model")
 	_, err = Build("x", DeepSeekV3, H100SXM, Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true, WeightOffload: true})
 	assert.Error(t, err, "H100 has no host link modelled")
 }
@@ -174,4 +176,39 @@ func TestKVPoolHybridSWA(t *testing.T) {
 	p, err := Build("x", GPTOSS120B, B200, Parallelism{TP: 4, DP: 4, EP: 4, DPAttention: true})
 	require.NoError(t, err)
 	assert.Greater(t, p.MaxTotalTokens, 640*3072, "the PR #9359 batch fits a rank's pool")
+}
+
+// The slowest GPU's expert load over the mean: EPImbalance at EP32 of 256 experts (the set
+// that fixed it) and above, shrinking with fewer GPUs and more experts per GPU.
+func TestEPImbalanceScalesWithExpertsPerGPU(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, 1.0, epImbalance(1, 256))
+	assert.InDelta(t, EPImbalance, epImbalance(32, 256), 1e-12)
+	assert.Equal(t, EPImbalance, epImbalance(72, 256), "capped above the reference")
+	// EP4 of 256: spread ratio Φ⁻¹(3.625/4.25)·√(4/256) / (Φ⁻¹(31.625/32.25)·√(32/256)) ≈ 1.049·0.125/(2.068·0.354) ≈ 0.179.
+	assert.InDelta(t, 1+0.25*0.179, epImbalance(4, 256), 0.003)
+	assert.Less(t, epImbalance(2, 256), epImbalance(4, 256))
+	assert.Less(t, epImbalance(32, 384), EPImbalance, "more experts per GPU balance better")
+}
+
+// CombineOverlap hides the combine half of the communication behind the down GEMM (a third of
+// the expert compute), whichever is smaller; offloaded weights cost only what the step's
+// compute does not cover.
+func TestCombineOverlapAndOffloadCopy(t *testing.T) {
+	t.Parallel()
+	d := DPAttnSplit{GPUs: 4, AttnA1: 4e-6, FFNC1: 3e-6, CommPerToken: 2e-6}
+	p := Profile{DPAttn: &d}
+	// 1,000 tokens: ffn 3 ms, comm 2 ms.
+	assert.Equal(t, time.Duration(5e6), p.SharedTime(1000))
+	d.CombineOverlap = true
+	assert.Equal(t, time.Duration(4e6), p.SharedTime(1000), "combine 1 ms under a 1 ms down GEMM")
+	d.CommPerToken = 8e-6 // comm 8 ms: combine 4 ms, down GEMM 1 ms hides 1 ms of it
+	assert.Equal(t, time.Duration(10e6), p.SharedTime(1000))
+	d.CommPerToken, d.CombineOverlap = 2e-6, false
+	// The copies hide behind the shared part (5 ms) and the ranks' attention compute
+	// (4 µs × 1,000 / 4 GPUs = 1 ms): 5 ms of copies are free, 9 ms cost 3 ms more.
+	d.OffloadCopy = 0.005
+	assert.Equal(t, time.Duration(5e6), p.SharedTime(1000))
+	d.OffloadCopy = 0.009
+	assert.Equal(t, time.Duration(8e6), p.SharedTime(1000))
 }

@@ -104,9 +104,10 @@ type FitRange struct {
 //
 //	step = max over ranks (rank's attention part) + shared(n)
 //	attention part, prefill = A0 + max(PrefillM0, AttnA1·new) + A2·Σ(new·context)
-//	attention part, decode  = B0 + B1·batch + B2·Σ context + max(AttnM0 + M2·Σ context, AttnC1·batch + C2·Σ context)
+//	attention part, decode  = B0 + B1·batch + B2·Σ context + max(AttnM0, AttnC1·batch) + max(M2·Σ context, C2·Σ context)
 //	shared(n) = ffn(n) + comm(n)                                   without two-batch overlap
 //	shared(n) = max(ffn(n), comm(n) − hide·n) + OverlapOverhead    with it
+//	shared(n) = ffn(n) + comm(n) − min(comm(n)/2, FFNC1·n/3)      with CombineOverlap
 //	ffn(n)    = max(FFNM0 + E(n), FFNC1·n)
 //	comm(n)   = CommFixed + CommPerToken·n
 //
@@ -150,6 +151,18 @@ type DPAttnSplit struct {
 	// TwoBatchOverlap: communication hides behind computation (see above); Hide and LLHide are
 	// the seconds of attention-side compute per gathered token that can hide it (normal and
 	// low-latency steps); OverlapOverhead the seconds per step the micro-batch split costs.
+	// OffloadCopy is the seconds a step spends copying host-offloaded expert weights in over the
+	// host link (Parallelism.WeightOffload). python/sglang/srt/offloader.py prefetches each
+	// offloaded layer on a side stream some layers ahead, so the copies run while the GPU
+	// computes the earlier layers' attention and experts alike: they cost only what exceeds the
+	// step's compute, which SharedTime sees as its own part plus the rank's attention-side
+	// linear compute per gathered token (AttnA1 over the ranks, as Hide; a lower bound).
+	// (Charged before 2026-11-25 as a floor under the expert compute alone, which put
+	// deepseek-gb200-nvl72-pd-ep-part2's 4-GPU prefill bound by the copies.)
+	OffloadCopy float64 `json:"offload_copy,omitempty" yaml:"offload_copy,omitempty"`
+	// CombineOverlap: the combine half of comm hides behind the down GEMM, a third of the
+	// expert compute (Parallelism.CombineOverlap; GB200 part II).
+	CombineOverlap  bool    `json:"combine_overlap,omitempty" yaml:"combine_overlap,omitempty"`
 	TwoBatchOverlap bool    `json:"two_batch_overlap,omitempty" yaml:"two_batch_overlap,omitempty"`
 	Hide            float64 `json:"hide,omitempty" yaml:"hide,omitempty"`
 	LLHide          float64 `json:"ll_hide,omitempty" yaml:"ll_hide,omitempty"`
@@ -198,14 +211,22 @@ func (p Profile) AttnPrefillTime(newTokens int, newTimesContext float64) time.Du
 }
 
 // AttnDecodeTime is a rank's attention part of a decode step under DP attention; without a
-// split it is DecodeTime.
+// split it is DecodeTime. The rank's GEMMs (weights read or their FLOPs) and its attention
+// kernel (KV read or its FLOPs) are separate kernels run one after the other in each layer
+// (python/sglang/srt/models/deepseek_v2.py, gpt_oss.py: projections, then the attention
+// backend's forward_decode, then the output projection), so each is bound by its own roofline
+// and the two add: a rank whose GEMMs are compute-bound at a large batch (AttnC1·batch) does not
+// hide a memory-bound attention kernel (M2·context) behind them. Set by
+// gpt-oss-120b-b200-dp4-ep4-pr9359 (640 per rank over 1,024–3,072-token contexts: GEMMs
+// ~2.7 ms of compute, KV ~7.5 ms of reads, the one max charged ~8.2 ms for both); the DeepSeek,
+// Kimi and GB200 decode sets are compute-bound in both kernels and barely move.
 func (p Profile) AttnDecodeTime(batch, context int) time.Duration {
 	if p.DPAttn == nil {
 		return p.DecodeTime(batch, context)
 	}
 	b, c := float64(batch), float64(context)
 	d := p.DPAttn
-	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0+p.M2*c, d.AttnC1*b+p.C2*c))
+	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0, d.AttnC1*b) + max(p.M2*c, p.C2*c))
 }
 
 // SharedTime is the part of a DP-attention step that runs on the tokens gathered from every
@@ -225,10 +246,18 @@ func (p Profile) SharedTime(tokens int) time.Duration {
 	comm := fixed + perTok*n
 	// A batch of fewer than two tokens per GPU cannot be split in two (two_batch_overlap.py
 	// compute_split_seq_index finds no split): it runs as one.
+	t := ffn + comm
 	if d.TwoBatchOverlap && tokens >= 2*max(d.GPUs, 1) {
-		return seconds(max(ffn, comm-hide*n) + d.OverlapOverhead)
+		t = max(ffn, comm-hide*n) + d.OverlapOverhead
+	} else if d.CombineOverlap {
+		// The combine (half the volume: dispatch, then combine) runs under the down GEMM, a
+		// third of the expert FLOPs, signalled tile by tile (GB200 part II blog).
+		t -= min(comm/2, d.FFNC1*n/3)
 	}
-	return seconds(ffn + comm)
+	if d.OffloadCopy > 0 {
+		t += max(0, d.OffloadCopy-(t+d.AttnA1*n/float64(max(d.GPUs, 1))))
+	}
+	return seconds(t)
 }
 
 // TransferTime is the duration of moving the KV of tokens tokens over a link of bandwidth

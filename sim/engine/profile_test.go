@@ -112,6 +112,10 @@ func TestDPAttentionSplitTimes(t *testing.T) {
 	p := Profile{A0: 0.001, A2: 1e-10, B0: 0.0005, M2: 1e-8, C2: 1e-9,
 		DPAttn: &DPAttnSplit{GPUs: 8, AttnA1: 1e-7, AttnM0: 0.002, AttnC1: 1e-5, FFNM0: 0.003, FFNC1: 1e-6, CommFixed: 0.001, CommPerToken: 1e-7}}
 	assert.Equal(t, time.Duration(0.5e6+2e6+0.01e6), p.AttnDecodeTime(1, 1000))
+	// 640 requests over 1,280,000 context tokens: GEMMs compute-bound (6.4 ms > 2 ms of
+	// weights), attention memory-bound (12.8 ms of KV > 1.28 ms of FLOPs): the kernels add,
+	// 0.5 + 6.4 + 12.8 ms, where one max over both would give 0.5 + 14.8.
+	assert.Equal(t, time.Duration(0.5e6+6.4e6+12.8e6), p.AttnDecodeTime(640, 1_280_000))
 	assert.Equal(t, time.Duration(3e6+1e6+0.1e3), p.SharedTime(1))
 	assert.Equal(t, time.Duration(1e6*4+1e6+0.4e6), p.SharedTime(4000), "compute-bound FFN on 4,000 gathered tokens")
 	assert.Zero(t, p.SharedTime(0))

@@ -137,6 +137,7 @@ func parallelism(tp, dp, ep int, dpAttn bool, gpusPerNode int, args map[string]a
 	par.TwoBatchOverlap, _ = args["enable_two_batch_overlap"].(bool)
 	par.DeepEPMode, _ = args["deepep_mode"].(string)
 	par.WeightOffload = truthy(args["offload_weights_to_host"])
+	par.CombineOverlap = truthy(args["combine_down_gemm_overlap"])
 	return par.WithDefaults()
 }
 
