@@ -89,7 +89,7 @@ func TestKnownGaps(t *testing.T) {
 	assert.True(t, tally.OK(), "a known gap outside its band is reported, not failed")
 	assert.Equal(t, 1, tally.Gaps)
 	assert.Contains(t, tally.String(), "1 known gaps")
-	assert.Equal(t, "KNOWN GAP: the scheduler of that SGLang era is not modelled", verdict(gap))
+	assert.Equal(t, "KNOWN GAP (the notes say why)", verdict(gap))
 
 	closed := Compare("s", "l", "tpot_ms_mean", 100, 95)
 	closed.Gap = "stale"

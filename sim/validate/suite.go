@@ -4,8 +4,10 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,6 +94,17 @@ func RunSet(s Set) SetReport {
 			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
 			r.Model, r.GPU, r.Gap = model.Name, gpu.Name, lv.KnownGaps[f.Name]
 			rep.Results = append(rep.Results, r)
+		}
+	}
+	for _, lv := range s.Levels {
+		byWhy := map[string][]string{}
+		for _, f := range lv.Figures {
+			if why := lv.KnownGaps[f.Name]; why != "" {
+				byWhy[why] = append(byWhy[why], f.Name)
+			}
+		}
+		for _, why := range slices.Sorted(maps.Keys(byWhy)) {
+			notes = append(notes, fmt.Sprintf("%s: known gap (%s): %s", levelLabel(lv), strings.Join(byWhy[why], ", "), why))
 		}
 	}
 	rep.Notes = dedupe(notes)
@@ -273,7 +286,7 @@ func (t Tally) OK() bool { return t.Outside == 0 && t.NotComputed == 0 }
 func (t Tally) String() string {
 	s := fmt.Sprintf("%d figures of %d sets: %d within band, %d outside, %d not computed", t.Figures, t.Sets, t.Pass, t.Outside, t.NotComputed)
 	if t.Gaps > 0 || t.Closed > 0 {
-		s += fmt.Sprintf(", %d known gaps (outside their band, reasons in the table)", t.Gaps)
+		s += fmt.Sprintf(", %d known gaps (outside their band, reasons in the notes)", t.Gaps)
 	}
 	if t.Closed > 0 {
 		s += fmt.Sprintf(", %d known gaps now within band (remove their known_gaps entries)", t.Closed)
