@@ -881,7 +881,8 @@ var (
 var (
 	// A100SXM: A100 SXM4 80 GB: 312 TFLOP/s BF16 dense, no FP8, 2.039 TB/s HBM2e, NVLink 600 GB/s
 	// bidirectional.
-	A100SXM = GPU{Name: "a100-sxm", PeakFLOPS: 312e12, HBMBandwidth: 2.039e12, MemoryBytes: 80e9,
+	A100SXM = GPU{Name: "a100-sxm", PeakFLOPS: 312e12, HBMBandwidth: 2.039e12,
+		MemoryBytes:     81920 << 20, // the 81,920 MiB the device reports (nvidia-smi, torch.cuda.mem_get_info), which SGLang sizes from
 		NVLinkBandwidth: 300e9, NVLinkDomain: 8, NICBandwidth: 25e9,
 		ComputeEfficiency: 0.5, // assumed (as H100's, fixed by llama31-8b-h100-random8k-pr1060)
 		MemoryEfficiency:  0.8, // llama31-8b-a100-sharegpt-v030 median ITL 11.93 ms at 4 req/s, with DecodeOverhead
@@ -890,7 +891,8 @@ var (
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
 	// H100SXM: H100 SXM5 80 GB: 989 TFLOP/s BF16 and 1,979 FP8 dense, 3.35 TB/s HBM3, NVLink
 	// 900 GB/s bidirectional, one 400 Gb/s NIC per GPU.
-	H100SXM = GPU{Name: "h100-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 3.35e12, MemoryBytes: 80e9,
+	H100SXM = GPU{Name: "h100-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 3.35e12,
+		MemoryBytes:     81559 << 20, // the 81,559 MiB the device reports (nvidia-smi, torch.cuda.mem_get_info), which SGLang sizes from
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, // llama31-8b-h100-random8k-pr1060: 27,670 input tok/s at 8,192-token steps (Triton attention folded in)
 		// LowPrecisionEfficiency (DeepGEMM FP8 + the step's other kernels): deepseek-v3-h100-pd-ep-96gpu

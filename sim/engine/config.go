@@ -68,11 +68,13 @@ type Config struct {
 	// SchedulePolicy orders the prefill queue (prefill, unified): PolicyLPM (default, as
 	// SGLang) or PolicyFCFS; "" → PolicyLPM.
 	SchedulePolicy string
-	// DisableOverlap is SGLang's --disable-overlap-schedule: a prefill batch's prompts become
-	// matchable in the prefix cache as soon as its step ends. By default (false), as with
-	// SGLang's overlap scheduler, they become matchable only after the next batch has been
-	// scheduled (scheduler.py: the next batch is formed before the last one's results are
-	// processed, and process_batch_result inserts the prompts).
+	// DisableOverlap is SGLang's --disable-overlap-schedule (and SGLang before v0.4, which had
+	// no overlap scheduler): a prefill batch's prompts become matchable in the prefix cache as
+	// soon as its step ends, and each decode step waits for the scheduler's per-request CPU
+	// work (NoOverlapHostPerRequest). By default (false), as with SGLang's overlap scheduler,
+	// prompts become matchable only after the next batch has been scheduled (scheduler.py: the
+	// next batch is formed before the last one's results are processed, and
+	// process_batch_result inserts the prompts) and the CPU work hides behind the GPU step.
 	DisableOverlap bool
 	// DecodeRadixCache is SGLang's --disaggregation-decode-enable-radix-cache (decode role):
 	// the decode server keeps the prompts it served in a prefix cache of its own (LRU, in the

@@ -376,11 +376,28 @@ func PaddedBatch(b, maxBS int) (int, bool) {
 	return p, true
 }
 
+// NoOverlapHostPerRequest is the scheduler's CPU time per running request per decode step
+// that the GPU waits for when the scheduler does not overlap it (Config.DisableOverlap: SGLang
+// before v0.4, whose scheduler loop — managers/tp_worker.py forward_step and
+// forward_decode_batch — built the next batch (prepare_for_decode) and processed every
+// request's result (check_finished, handle_finished_requests building each streamed
+// request's output) between GPU steps; later SGLang with --disable-overlap-schedule). With
+// the overlap scheduler (scheduler.py event_loop_overlap, SGLang's default since v0.4) that
+// work runs while the GPU computes the previous batch and is not charged. Fixed by the two
+// offline levels of the v0.3.0 README (benchmark/benchmark_vllm_060), 5,000 ShareGPT
+// requests at decode batches of ~1,000 (output tok/s, req/s): llama31-70b-h100-tp4-sharegpt-v030
+// ran ×1.18–1.20 and llama31-8b-a100-sharegpt-v030 ×0.96–0.98 without it; 20 µs puts them at
+// ×1.08–1.11 and ×0.89–0.91, their errors balanced (15 µs: ×1.10–1.13 and ×0.91–0.93; 25 µs:
+// ×1.06–1.08 and ×0.87–0.89). It also lifts both sets' rate-8 medians, whose batches are in
+// the tens (A100 ITL ×0.88 → ×0.92, 70B TPOT ×0.89 → ×0.93).
+const NoOverlapHostPerRequest = 20e-6
+
 // decodeStepTime is the duration of a decode step of batch requests over context tokens,
 // with CUDA-graph padding or the eager overhead when Config.CUDAGraphMaxBS is set. Padding rows
 // cost compute (and MoE expert reads) but read no KV, so the padded size replaces the batch
-// and the context is unchanged. It returns the tokens the step counts under DP attention
-// (the padded batch).
+// and the context is unchanged. Without the overlap scheduler (Config.DisableOverlap) the
+// step also waits for the scheduler's per-request CPU work (NoOverlapHostPerRequest × batch,
+// unpadded). It returns the tokens the step counts under DP attention (the padded batch).
 func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 	n, eager := batch, 0.0
 	if s.cfg.CUDAGraphMaxBS > 0 {
@@ -397,6 +414,9 @@ func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 	}
 	if eager > 0 {
 		d += seconds(eager)
+	}
+	if s.cfg.DisableOverlap {
+		d += seconds(NoOverlapHostPerRequest * float64(batch))
 	}
 	return s.dur(d), n
 }

@@ -254,6 +254,14 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 	first := svs[0]
 	cl := sim.Cluster{ModelPath: first.model.Name, GPU: first.gpu.Name, DPAttention: first.par.DPAttention,
 		TwoBatchOverlap: first.par.TwoBatchOverlap, DeepEPMode: first.par.DeepEPMode}
+	// disable_overlap_schedule: the set's SGLang ran without the overlap scheduler (the flag,
+	// or a release before v0.4, which had none): sim's --disable-overlap-schedule, which
+	// applies to every server of the cluster.
+	for _, sv := range svs {
+		if truthy(roleArgs(s, sv.role)["disable_overlap_schedule"]) {
+			cl.DisableOverlap = true
+		}
+	}
 	if first.par.DPAttention != svs[len(svs)-1].par.DPAttention {
 		return nil, fmt.Errorf("DP attention differs between the pools: sim sets --enable-dp-attention for every server")
 	}
