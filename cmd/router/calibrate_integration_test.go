@@ -252,8 +252,10 @@ func TestIntegrationCalibrationWarnsOutsideItsFamily(t *testing.T) {
 	// the family, not an extrapolation in prompt length.
 	wide := b.long(6600)
 	wide.RangeRatio = 0.1
-	runs := []string{b.run("c2", b.multiturn(), 2, 64), b.run("c8", b.multiturn(), 8, 160), b.run("wide-c2", wide, 2, 48),
-		b.run("long-c12", b.long(6000), 12, 72)}
+	// Fewer requests than the capacity test: only the size of the held-out miss (~40 %)
+	// matters here, not its precision.
+	runs := []string{b.run("c2", b.multiturn(), 2, 40), b.run("c8", b.multiturn(), 8, 96), b.run("wide-c2", wide, 2, 32),
+		b.run("long-c12", b.long(6000), 12, 48)}
 
 	fitted := filepath.Join(dir, "fitted.yaml")
 	start := time.Now()
