@@ -350,6 +350,17 @@ type presetSpec struct {
 	note string
 }
 
+// PresetSetup returns the model card and GPU a preset is built from; ok is false for constant,
+// instant and unknown names.
+func PresetSetup(name string) (m ModelCard, g GPU, ok bool) {
+	for _, t := range presetTable() {
+		if t.name == name {
+			return t.m, t.g, true
+		}
+	}
+	return ModelCard{}, GPU{}, false
+}
+
 // presetTable lists the presets Build derives (Presets adds constant and instant).
 func presetTable() []presetSpec {
 	const (

@@ -92,7 +92,7 @@ func RunSet(s Set) SetReport {
 				continue
 			}
 			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
-			r.Model, r.GPU, r.Gap = model.Name, gpu.Name, lv.KnownGaps[f.Name]
+			r.Model, r.GPU, r.Gap = levelCard(s, lv, model, new([]string)).Name, gpu.Name, lv.KnownGaps[f.Name]
 			rep.Results = append(rep.Results, r)
 		}
 	}
@@ -112,13 +112,18 @@ func RunSet(s Set) SetReport {
 }
 
 // runLevel computes one level's figures.
-func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
-	s = levelSetup(s, lv)
+// levelCard is the model card a level ran with: the set's, or its precision variant.
+func levelCard(s Set, lv Level, model engine.ModelCard, notes *[]string) engine.ModelCard {
 	prec := s.Precision
 	if p, ok := lv.Load["precision"].(string); ok {
 		prec = p
 	}
-	m := applyPrecision(model, prec, notes)
+	return applyPrecision(model, prec, notes)
+}
+
+func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
+	s = levelSetup(s, lv)
+	m := levelCard(s, lv, model, notes)
 	if isServing(lv) {
 		s.ServerArgs = pickVariant(s.ServerArgs, offline(lv)).(map[string]any)
 	}
@@ -347,8 +352,7 @@ func FormatValidated(names []string, byPreset map[string]Summary) string {
 }
 
 // ByPreset maps each engine preset to the sets that validate it: those whose model card and
-// GPU are the preset's (a preset named "<model>-<gpu>…", e.g. llama3-8b-a100 for Llama-3.1-8B
-// on an A100, whatever its parallelism). Presets no set validates are absent (an
+// GPU are the preset's (engine.PresetSetup), whatever its parallelism. Presets no set validates are absent (an
 // "unvalidated roofline").
 func ByPreset(rs []Result) map[string]Summary {
 	out := map[string]Summary{}
@@ -387,9 +391,10 @@ func ByPreset(rs []Result) map[string]Summary {
 	return out
 }
 
-// presetMatches reports whether preset name is model on gpu: "<model>-<gpu without -sxm>"
-// followed by nothing or "-…".
+// presetMatches reports whether preset is built from model on gpu (catalog names): the same
+// card and GPU, whatever the parallelism. A card's precision variant is another card (the NVFP4
+// DeepSeek-V3 validates only the presets built from it).
 func presetMatches(preset, model, gpu string) bool {
-	stem := model + "-" + strings.TrimSuffix(gpu, "-sxm")
-	return preset == stem || strings.HasPrefix(preset, stem+"-")
+	m, g, ok := engine.PresetSetup(preset)
+	return ok && m.Name == model && g.Name == gpu
 }
