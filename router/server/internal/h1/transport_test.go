@@ -52,6 +52,33 @@ func (c clientDoer) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 
 // newTransport returns a transport with idle connections kept for idle and net/http's
 // default client as its fallback.
+// pooled, poolHosts and sweepPending read the transport's pool under its lock: its idle sweep
+// runs on a timer goroutine and may fire while (or after) a test looks.
+func pooled(tr *Transport, host string) []*conn {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]*conn(nil), tr.pools[host]...)
+}
+
+func poolHosts(tr *Transport) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.pools)
+}
+
+func sweepPending(tr *Transport) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.sweep != nil
+}
+
+// idledSince marks host's pooled connection i idle since at, under the lock.
+func idledSince(tr *Transport, host string, i int, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.pools[host][i].idleAt = at
+}
+
 func newTransport(idle time.Duration) *Transport {
 	return New(idle, clientDoer{http.DefaultClient})
 }
@@ -166,7 +193,7 @@ func TestH1IdleConnectionClosedByTheWorker(t *testing.T) {
 	assert.Equal(t, "ok", readAll(t, resp))
 	<-closed
 	// Idle long enough to be checked: the close is seen and a new connection is dialled.
-	tr.pools[strings.TrimPrefix(url, "http://")][0].idleAt = time.Now().Add(-time.Second)
+	idledSince(tr, strings.TrimPrefix(url, "http://"), 0, time.Now().Add(-time.Second))
 	resp, reused, err := h1Do(context.Background(), tr, url, "{}", nil)
 	require.NoError(t, err)
 	assert.False(t, reused)
@@ -188,25 +215,25 @@ func TestH1IdleTimeoutRetiresConnections(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, reused)
 		readAll(t, resp)
-		require.Len(t, tr.pools[host], 1)
-		tr.pools[host][0].idleAt = time.Now().Add(-4 * time.Second)
+		require.Len(t, pooled(tr, host), 1)
+		idledSince(tr, host, 0, time.Now().Add(-4*time.Second))
 	}
 	assert.Equal(t, int32(2), conns.Load())
 	// The sweep closes what idled past the timeout, and forgets the host.
-	c := tr.pools[host][0]
+	c := pooled(tr, host)[0]
 	tr.sweepIdle()
-	assert.Empty(t, tr.pools)
+	assert.Zero(t, poolHosts(tr))
 	_, err := c.nc.Write([]byte("x"))
 	assert.ErrorIs(t, err, net.ErrClosed)
-	assert.Nil(t, tr.sweep, "nothing left to sweep")
+	assert.False(t, sweepPending(tr), "nothing left to sweep")
 
 	resp, _, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
 	require.NoError(t, err)
 	readAll(t, resp)
-	assert.NotNil(t, tr.sweep, "a pooled connection schedules a sweep")
+	assert.True(t, sweepPending(tr), "a pooled connection schedules a sweep")
 	tr.CloseIdleConnections()
-	assert.Empty(t, tr.pools)
-	assert.Nil(t, tr.sweep)
+	assert.Zero(t, poolHosts(tr))
+	assert.False(t, sweepPending(tr))
 }
 
 func TestH1PoolKeepsAtMostMaxIdle(t *testing.T) {
@@ -229,12 +256,11 @@ func TestH1PoolKeepsAtMostMaxIdle(t *testing.T) {
 		_, err := io.ReadAll(b)
 		require.NoError(t, err)
 	}
-	assert.Len(t, tr.pools[strings.TrimPrefix(srv.URL, "http://")], 2)
+	assert.Len(t, pooled(tr, strings.TrimPrefix(srv.URL, "http://")), 2)
 }
 
 func TestH1CancelUnblocksEveryStage(t *testing.T) {
 	hold := make(chan struct{})
-	t.Cleanup(func() { close(hold) })
 	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/body" {
 			_, _ = io.WriteString(w, "first")
@@ -246,6 +272,13 @@ func TestH1CancelUnblocksEveryStage(t *testing.T) {
 		}
 	})
 	tr := newTransport(3 * time.Second)
+	// Cleanups run last-registered first: the held handlers are released and the pool closed
+	// before the server's Close waits for its connections (a connection the last step leaves
+	// open would otherwise keep Close, and the test, waiting forever).
+	t.Cleanup(func() {
+		close(hold)
+		tr.CloseIdleConnections()
+	})
 
 	// Waiting for the head.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -269,7 +302,7 @@ func TestH1CancelUnblocksEveryStage(t *testing.T) {
 	_, err = io.ReadAll(resp.Body)
 	assert.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, resp.Body.Close())
-	assert.Empty(t, tr.pools[strings.TrimPrefix(srv.URL, "http://")], "a cancelled connection is not pooled")
+	assert.Empty(t, pooled(tr, strings.TrimPrefix(srv.URL, "http://")), "a cancelled connection is not pooled")
 
 	// Close from another goroutine unblocks a read.
 	resp, _, err = h1Do(context.Background(), tr, srv.URL+"/body", "{}", nil)
@@ -319,7 +352,7 @@ func TestH1Pending(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "j", string(rest))
 	assert.False(t, body.Pending())
-	assert.Len(t, tr.pools[strings.TrimPrefix(url, "http://")], 1, "a complete body returns its connection")
+	assert.Len(t, pooled(tr, strings.TrimPrefix(url, "http://")), 1, "a complete body returns its connection")
 	close(step)
 }
 
@@ -430,7 +463,7 @@ func TestH1EarlyResponseWhileTheBodyIsWritten(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 	assert.Equal(t, `{"error":"large"}`, readAll(t, resp))
-	assert.Empty(t, tr.pools[strings.TrimPrefix(url, "http://")], "the connection is not reused")
+	assert.Empty(t, pooled(tr, strings.TrimPrefix(url, "http://")), "the connection is not reused")
 }
 
 // Response headers without end are cut at MaxResponseHead, not buffered.
