@@ -343,6 +343,11 @@ func validPolicy(name string) bool {
 // CheckWorkerURL accepts absolute http or https URLs with a host and no query or fragment
 // (SPEC §1.7).
 func CheckWorkerURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		// "10.0.0.1:30001" would otherwise fail in url.Parse with its own wording ("first
+		// path segment in URL cannot contain colon"), which does not say what to write.
+		return fmt.Errorf("worker URL %q must start with http:// or https:// (e.g. http://%s)", raw, raw)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("worker URL %q: %w", raw, err)

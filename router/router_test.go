@@ -503,3 +503,24 @@ func TestRedactURL(t *testing.T) {
 		assert.Equal(t, want, RedactURL(in), in)
 	}
 }
+
+// A worker URL without a scheme is told what to write, not url.Parse's own wording; the other
+// checks name what is wrong.
+func TestCheckWorkerURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"10.0.0.1:30001":                `worker URL "10.0.0.1:30001" must start with http:// or https:// (e.g. http://10.0.0.1:30001)`,
+		"localhost:30000":               `worker URL "localhost:30000" must start with http:// or https:// (e.g. http://localhost:30000)`,
+		"grpc://w:1":                    `worker URL "grpc://w:1" must start with http:// or https://`,
+		"http://":                       `worker URL "http://" has no host`,
+		"http://w:1/?a=b":               `worker URL "http://w:1/?a=b" must not have a query or fragment`,
+		"http://10.0.0.1:30001":         "",
+		"https://user:pw@w.example:443": "",
+	} {
+		err := CheckWorkerURL(raw)
+		if want == "" {
+			assert.NoError(t, err, raw)
+			continue
+		}
+		assert.EqualError(t, err, want, raw)
+	}
+}
