@@ -92,7 +92,7 @@ of each on stderr; the table and results are still written.`,
 				if err := reports.RenderTable(cmd.OutOrStdout(), res); err != nil {
 					return err
 				}
-				printLevelWarnings(cmd.ErrOrStderr(), res, p)
+				printLevelWarnings(cmd.ErrOrStderr(), res, p, l)
 			}
 			if runErr != nil {
 				return runErr

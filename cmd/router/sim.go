@@ -289,7 +289,7 @@ func newSimCmd() *cobra.Command {
 		if err := writeSimOutput(cmd.OutOrStdout(), f.format, res.Results); err != nil {
 			return err
 		}
-		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload)
+		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
 			if err := reports.WriteDir(f.out, res.Results, res.Records); err != nil {

@@ -303,3 +303,13 @@ func TestSimWarnsOutsideTheFittedRange(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, stderr, "warning: profile fitted")
 }
+
+// --requests more than the workload holds: the run records what there is and says why.
+func TestSimWarnsWhenTheWorkloadRunsOut(t *testing.T) {
+	_, stderr, err := runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500")
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "warning: level c4: recorded 256 requests of the --requests 500: the multiturn workload ran out (64 conversations × 4 turns; raise --conversations or --turns)")
+	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500", "--conversations", "200")
+	require.NoError(t, err)
+	assert.NotContains(t, stderr, "ran out")
+}

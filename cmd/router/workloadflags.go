@@ -130,11 +130,33 @@ func (r *rateList) Set(s string) error {
 	return nil
 }
 
-// printLevelWarnings writes reports.LevelWarnings of every level of res on w (stderr).
-func printLevelWarnings(w io.Writer, res *reports.Results, p workloads.Params) {
+// printLevelWarnings writes reports.LevelWarnings of every level of res on w (stderr), and a
+// warning for each level that recorded fewer requests than --requests asked for although no
+// --duration cut it: the workload ran out of requests.
+func printLevelWarnings(w io.Writer, res *reports.Results, p workloads.Params, l workloads.LoadParams) {
 	for i := range res.Levels {
-		for _, msg := range reports.LevelWarnings(&res.Levels[i], p.ConversationCount()) {
+		lv := &res.Levels[i]
+		for _, msg := range reports.LevelWarnings(lv, p.ConversationCount()) {
 			fmt.Fprintln(w, "warning: "+msg)
 		}
+		if l.Requests > 0 && l.Duration == 0 && lv.Requests < l.Requests {
+			fmt.Fprintf(w, "warning: level %s: recorded %d requests of the --requests %d: the %s workload ran out (%s)\n",
+				lv.Label, lv.Requests, l.Requests, p.Workload, moreRequestsHint(p))
+		}
 	}
+}
+
+// moreRequestsHint names the flags that give a workload more requests.
+func moreRequestsHint(p workloads.Params) string {
+	switch p.Workload {
+	case workloads.WorkloadMultiTurn:
+		return fmt.Sprintf("%d conversations × %d turns; raise --conversations or --turns", p.Conversations, p.Turns)
+	case workloads.WorkloadGSP:
+		return "raise --gsp-num-groups or --gsp-prompts-per-group"
+	case workloads.WorkloadLongSystemPrompt:
+		return "raise --lsp-prompts"
+	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
+		return "raise --num-prompts"
+	}
+	return "a trace holds what it holds"
 }
