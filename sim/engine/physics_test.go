@@ -14,12 +14,15 @@ func preset(t testing.TB, name string) Profile {
 	return p
 }
 
-// decodeITL runs batch rooms of promptLen tokens on a decode server and returns the gap between
-// the first two decode steps.
-func decodeITL(t *testing.T, batch, promptLen int) time.Duration {
-	s := newServer(t, Config{Role: RoleDecode, Profile: preset(t, "llama3-8b-h100")})
+// decodeStepGap submits batch rooms of promptLen-token prompts, maxNew (≥ 3) tokens each, to a
+// decode server of cfg, lets their KV arrive at once, and returns the gap between room 0's
+// second and third tokens: one decode step of the whole batch.
+func decodeStepGap(t *testing.T, cfg Config, batch, promptLen, maxNew int) time.Duration {
+	t.Helper()
+	cfg.Role = RoleDecode
+	s := newServer(t, cfg)
 	for i := range batch {
-		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(0, promptLen), MaxNew: 10})
+		s.Submit(at(0), Req{Room: uint64(i), Rank: -1, Prompt: prompt(0, promptLen), MaxNew: maxNew})
 	}
 	for _, o := range s.Advance(at(0)) {
 		require.Equal(t, KindPreallocated, o.Kind)
@@ -28,8 +31,13 @@ func decodeITL(t *testing.T, batch, promptLen int) time.Duration {
 	c := &cluster{t: t, decode: s, check: true}
 	c.runAll()
 	toks := c.of(0, KindToken)
-	require.Len(t, toks, 10)
+	require.Len(t, toks, maxNew)
 	return toks[2].At.Sub(toks[1].At)
+}
+
+// decodeITL is one decode step of batch rooms of promptLen tokens on the llama3-8b-h100 preset.
+func decodeITL(t *testing.T, batch, promptLen int) time.Duration {
+	return decodeStepGap(t, Config{Profile: preset(t, "llama3-8b-h100")}, batch, promptLen, 10)
 }
 
 func TestDecodeStepGrowsWithBatchAndContext(t *testing.T) {
