@@ -94,11 +94,7 @@ func TestIntegrationCalibrationPredictsUnseenRuns(t *testing.T) {
 		r, err := readCalibrationRun(d)
 		require.NoError(t, err)
 		live := r.Measured[0]
-		predict := func(p engine.Profile) reports.Level {
-			lv, err := sim.Predict(cluster, simRC, p, r.Workload, r.Load)
-			require.NoError(t, err)
-			return lv[0]
-		}
+		predict := func(p engine.Profile) reports.Level { return predictRun(t, cluster, simRC, p, r) }
 		cal, base, exact := predict(fit), predict(a100), predict(truth)
 		errPct := func(s, m float64) float64 { return (s - m) / m * 100 }
 		line := func(what string, lv reports.Level) string {
@@ -332,11 +328,7 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 		r, err := readCalibrationRun(d)
 		require.NoError(t, err)
 		live := r.Measured[0]
-		predict := func(p engine.Profile) reports.Level {
-			lv, err := sim.Predict(cluster, simRC, p, r.Workload, r.Load)
-			require.NoError(t, err)
-			return lv[0]
-		}
+		predict := func(p engine.Profile) reports.Level { return predictRun(t, cluster, simRC, p, r) }
 		cal, exact, unaware := predict(fit), predict(exactProf), predict(blind)
 		line := func(what string, lv reports.Level) string {
 			return fmt.Sprintf("%s TTFT p50 %.1f (%+.1f%%), TPOT p50 %.2f (%+.1f%%)", what,
@@ -355,4 +347,12 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 				"at c24 the fit without the recorded capacity is further from the live cluster's own profile than the fit with it")
 		}
 	}
+}
+
+// predictRun is the simulator's first level for run r's workload and load with profile p.
+func predictRun(t *testing.T, cl sim.Cluster, rc router.Config, p engine.Profile, r sim.CalibrationRun) reports.Level {
+	t.Helper()
+	lv, err := sim.Predict(cl, rc, p, r.Workload, r.Load)
+	require.NoError(t, err)
+	return lv[0]
 }
