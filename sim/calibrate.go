@@ -704,7 +704,7 @@ func fitRange(cfg CalibrateConfig, measured []observed) engine.FitRange {
 	if fr.PromptTokensMin == math.MaxInt {
 		fr.PromptTokensMin = 0
 	}
-	ranks := decodeRanks(cfg.Cluster, cfg.Router.PDDisaggregation)
+	ranks := cfg.Cluster.DecodeRanks(cfg.Router.PDDisaggregation)
 	for _, o := range measured {
 		for _, l := range o.levels {
 			inFlight := l.Throughput.ReqS * l.E2EMs.Mean / 1000
@@ -714,14 +714,15 @@ func fitRange(cfg CalibrateConfig, measured []observed) engine.FitRange {
 	return fr
 }
 
-// decodeRanks is the DP ranks holding decode batches: the decode servers' in PD, the regular
-// servers' otherwise (at least 1).
-func decodeRanks(cl Cluster, pd bool) int {
-	n := cl.Regular
+// DecodeRanks is the DP ranks holding decode batches: the decode servers' in PD, the regular
+// servers' otherwise (at least 1 each), with each pool's own DP size.
+func (c Cluster) DecodeRanks(pd bool) int {
 	if pd {
-		n = cl.Decode
+		_, dp, _ := c.Sizes(engine.RoleDecode)
+		return max(c.Decode, 1) * dp
 	}
-	return max(n, 1) * max(cl.DPSize, 1)
+	_, dp, _ := c.Sizes(engine.RoleUnified)
+	return max(c.Regular, 1) * dp
 }
 
 // ExtrapolationWarnings says when a prediction with p reaches outside the ranges p was fitted

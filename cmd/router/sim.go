@@ -703,11 +703,7 @@ func printExtrapolationWarnings(w io.Writer, cfg sim.Config, res *sim.Result) {
 		return
 	}
 	cl := cfg.Cluster.WithDefaults(cfg.Router.PDDisaggregation)
-	ranks := max(cl.Regular, 1) * max(cl.DPSize, 1)
-	if cfg.Router.PDDisaggregation {
-		_, dp, _ := cl.Sizes(engine.RoleDecode)
-		ranks = max(cl.Decode, 1) * dp
-	}
+	ranks := cl.DecodeRanks(cfg.Router.PDDisaggregation)
 	batch := 0
 	for _, l := range res.Results.Levels {
 		batch = max(batch, int(math.Ceil(l.Throughput.ReqS*l.E2EMs.Mean/1000/float64(ranks))))
