@@ -77,7 +77,8 @@ func RunSet(s Set) SetReport {
 	}
 	for _, lv := range s.Levels {
 		var lnotes []string
-		figs, err := runLevel(s, lv, model, gpu, &lnotes)
+		card := levelCard(levelSetup(s, lv), lv, model, &lnotes)
+		figs, err := runLevel(s, lv, card, gpu, &lnotes)
 		for _, n := range lnotes {
 			notes = append(notes, levelLabel(lv)+": "+n)
 		}
@@ -92,7 +93,7 @@ func RunSet(s Set) SetReport {
 				continue
 			}
 			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
-			r.Model, r.GPU, r.Gap = levelCard(s, lv, model, new([]string)).Name, gpu.Name, lv.KnownGaps[f.Name]
+			r.Model, r.GPU, r.Gap = card.Name, gpu.Name, lv.KnownGaps[f.Name]
 			rep.Results = append(rep.Results, r)
 		}
 	}
@@ -111,7 +112,6 @@ func RunSet(s Set) SetReport {
 	return rep
 }
 
-// runLevel computes one level's figures.
 // levelCard is the model card a level ran with: the set's, or its precision variant.
 func levelCard(s Set, lv Level, model engine.ModelCard, notes *[]string) engine.ModelCard {
 	prec := s.Precision
@@ -121,9 +121,9 @@ func levelCard(s Set, lv Level, model engine.ModelCard, notes *[]string) engine.
 	return applyPrecision(model, prec, notes)
 }
 
-func runLevel(s Set, lv Level, model engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
+// runLevel computes one level's figures with m, the level's model card (levelCard).
+func runLevel(s Set, lv Level, m engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
 	s = levelSetup(s, lv)
-	m := levelCard(s, lv, model, notes)
 	if isServing(lv) {
 		s.ServerArgs = pickVariant(s.ServerArgs, offline(lv)).(map[string]any)
 	}
