@@ -30,19 +30,25 @@ var (
 // importRules mirrors ARCHITECTURE.md §2. A package missing here fails the test: add its row to
 // the architecture first, then here.
 var importRules = map[string]importRule{
-	"router":        {repo: []string{"router/tree"}, forbidStd: noHTTP},
+	"router":        {repo: []string{"router/tree", "router/kvindex"}, forbidStd: noHTTP},
 	"router/tree":   {forbidStd: noHTTP},
 	"router/wire":   {forbidStd: noHTTP},
-	"router/server": {repo: []string{"router", "router/wire", "router/server/internal/h1"}, external: prometheus},
-	"workloads":     {repo: []string{"router/wire"}, external: gonum},
-	"reports":       {external: []string{"gonum.org/v1/gonum/", "gonum.org/v1/plot"}},
+	"router/server": {repo: []string{"router", "router/wire", "router/server/internal/h1", "router/kvindex", "router/kvevents", "router/tokenize"}, external: prometheus},
+	// The precise prefix index and SGLang's hash chain: pure, stdlib only.
+	"router/kvindex": {forbidStd: noHTTP},
+	// Live KV-event subscription: ZeroMQ (pure Go) and msgpack.
+	"router/kvevents": {repo: []string{"router/kvindex"}, external: append([]string{"github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...), forbidStd: noHTTP},
+	// The real tokenizer and chat templates (a Jinja engine).
+	"router/tokenize": {external: []string{"github.com/ardanlabs/jinja"}, forbidStd: noHTTP},
+	"workloads":       {repo: []string{"router/wire"}, external: gonum},
+	"reports":         {external: []string{"gonum.org/v1/gonum/", "gonum.org/v1/plot"}},
 	// sim/internal/heapq is the (at, seq) min-heap of sim and sim/engine: stdlib only.
 	"sim/internal/heapq": {forbidStd: noHTTP},
 	"sim/engine":         {repo: []string{"sim/internal/heapq"}, external: gonum, forbidStd: noHTTP},
-	"sim":                {repo: []string{"router", "router/wire", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
+	"sim":                {repo: []string{"router", "router/wire", "router/kvindex", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
 	"sim/validate":       {repo: []string{"router", "sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},
 	// fakeworker also uses golang.org/x/sys for a timerfd (precise engine-loop wake-ups).
-	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "workloads"}, external: append([]string{"golang.org/x/sys/"}, prometheus...)},
+	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "router/kvindex", "router/tokenize", "workloads"}, external: append([]string{"golang.org/x/sys/", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},
 	"router/server/kube":       {repo: []string{"router"}, external: []string{"k8s.io/"}}, // client-go, API types; not router/server (a Registry of its own)
 	"cmd/router":               {anything: true},

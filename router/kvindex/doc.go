@@ -1,0 +1,9 @@
+// Package kvindex is the precise prefix index behind cache-aware routing on SGLang's own KV
+// events: which KV blocks each `url@rank` target holds, keyed by the engine's block hash, with
+// store/remove/clear applied from the event stream, the longest consecutive prefix of a
+// request's hash chain per target, and a short-lived pending overlay for requests routed but
+// not yet published. It also computes SGLang's block-hash chain from token ids.
+//
+// The package is pure: no I/O, no wall clock (times are passed in), no global random source.
+// serve (through router/kvevents) and the simulator feed it alike.
+package kvindex
