@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 
@@ -76,6 +77,17 @@ type Config struct {
 	BootstrapPortAnnotation   string   `json:"bootstrap_port_annotation" yaml:"bootstrap_port_annotation" help:"service discovery: pod annotation holding a prefill pod's bootstrap port (absent: null)"`                     // default sglang.ai/bootstrap-port
 	Kubeconfig                string   `json:"kubeconfig" yaml:"kubeconfig" help:"service discovery: kubeconfig file (empty: $KUBECONFIG, ~/.kube/config, or the in-cluster service account)"`                                // "" = $KUBECONFIG, ~/.kube/config, or in-cluster
 
+	// Precise prefix-cache routing (cache_aware on SGLang's KV events, as SGLang's own router
+	// does per worker): the router tokenizes each request as the workers do and matches its
+	// block hashes against the blocks each worker's events say it holds; workers without an
+	// event feed keep the approximate tree.
+	KVEvents       string `json:"kv_events" yaml:"kv_events" help:"auto: cache_aware subscribes to the KV events of every worker whose /server_info advertises kv_events, or of all workers when --kv-events-config is given; off: the approximate tree only"`
+	KVEventsConfig string `json:"kv_events_config" yaml:"kv_events_config" help:"the workers' own --kv-events-config JSON (SGLang's), for workers whose /server_info does not advertise kv_events: each rank publishes on the endpoint's port + rank at the worker's host"`
+	ModelPath      string `json:"model_path" yaml:"model_path" help:"model directory whose tokenizer.json, tokenizer_config.json and chat template the router uses to tokenize requests (--tokenizer-path overrides)"`
+	TokenizerPath  string `json:"tokenizer_path" yaml:"tokenizer_path" help:"tokenizer.json, or a directory holding it and tokenizer_config.json: text and chat requests are tokenized as the workers do, for KV-event routing (input_ids requests need none)"`
+	ChatTemplate   string `json:"chat_template" yaml:"chat_template" help:"Jinja chat template file replacing the tokenizer's own, as the workers' --chat-template"`
+	BlockSize      int    `json:"block_size" yaml:"block_size" help:"tokens per KV block (the workers' --page-size) until a worker's /server_info or events tell"` // default 16, as SGLang's router
+
 	// TLS. To workers: https:// URLs verified against CACertPaths (none: the system roots),
 	// with a client certificate when both paths are set. To clients: TLSCertPath/TLSKeyPath.
 	// Certificate files are re-read when they change.
@@ -108,6 +120,8 @@ func DefaultConfig() Config {
 		LogLevel:                   "info",
 		ServiceDiscoveryPort:       80,
 		BootstrapPortAnnotation:    "sglang.ai/bootstrap-port",
+		KVEvents:                   "auto",
+		BlockSize:                  16,
 	}
 }
 
@@ -135,7 +149,7 @@ func (c Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return err
 	}
-	for _, check := range []func() error{c.validateLimits, c.validateDiscovery, c.validateTLS} {
+	for _, check := range []func() error{c.validateLimits, c.validateDiscovery, c.validateTLS, c.validateKVEvents} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -224,6 +238,18 @@ func (c Config) validateTLS() error {
 		return router.SettingErrorf("client_cert_path", "--client-cert-path and --client-key-path go together (got only one)")
 	case (c.TLSCertPath == "") != (c.TLSKeyPath == ""):
 		return router.SettingErrorf("tls_cert_path", "--tls-cert-path and --tls-key-path go together (got only one)")
+	}
+	return nil
+}
+
+func (c Config) validateKVEvents() error {
+	switch {
+	case c.KVEvents != "auto" && c.KVEvents != "off":
+		return router.SettingErrorf("kv_events", "--kv-events %q is not auto or off", c.KVEvents)
+	case c.BlockSize < 1:
+		return router.SettingErrorf("block_size", "--block-size %d must be ≥ 1 (the workers' --page-size)", c.BlockSize)
+	case c.KVEventsConfig != "" && !json.Valid([]byte(c.KVEventsConfig)):
+		return router.SettingErrorf("kv_events_config", "--kv-events-config is not JSON (want SGLang's form, e.g. '{\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\"}')")
 	}
 	return nil
 }
