@@ -121,6 +121,7 @@ type oracleRequest struct {
 	Models map[string]string `json:"models"`
 	Encode [][3]any          `json:"encode"`
 	Chat   []oracleChat      `json:"chat"`
+	NFC    []string          `json:"nfc"`
 }
 
 type oracleAnswer struct {
@@ -129,6 +130,7 @@ type oracleAnswer struct {
 		Text  *string `json:"text"`
 		Error string  `json:"error"`
 	} `json:"chat"`
+	NFC []string `json:"nfc"`
 }
 
 // runOracle runs the oracle once over req.
@@ -151,7 +153,7 @@ func runOracle(t testing.TB, req oracleRequest) oracleAnswer {
 	if err := json.Unmarshal(out, &ans); err != nil {
 		t.Fatalf("tokenizer oracle answer: %v", err)
 	}
-	if len(ans.Encode) != len(req.Encode) || len(ans.Chat) != len(req.Chat) {
+	if len(ans.NFC) != len(req.NFC) || len(ans.Encode) != len(req.Encode) || len(ans.Chat) != len(req.Chat) {
 		t.Fatalf("tokenizer oracle: %d/%d encodings, %d/%d chats", len(ans.Encode), len(req.Encode), len(ans.Chat), len(req.Chat))
 	}
 	return ans
@@ -247,6 +249,7 @@ var chatCases = []chatCase{
 // every model, and the encodings of our rendered prompts.
 type oracleRun struct {
 	texts   []string
+	nfc     []string
 	encodes []encodeCase
 	chats   []chatRun
 	answer  oracleAnswer
@@ -296,6 +299,8 @@ func oracle(t *testing.T) (*oracleRun, testModels) {
 				}
 			}
 		}
+		r.nfc = nfcCorpus()
+		req.NFC = r.nfc
 		for _, e := range r.encodes {
 			req.Encode = append(req.Encode, [3]any{e.model, e.text, e.addSpecial})
 		}
@@ -392,4 +397,45 @@ func equalIDs(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// nfcCorpus: every code point NFC may touch, alone and after a base letter, and seeded random
+// strings of them mixed with plain letters, Hangul jamo and syllables.
+func nfcCorpus() []string {
+	var pool []rune
+	for r := rune(0); r < nfcFlagMax; r++ {
+		if flagged(r) {
+			pool = append(pool, r)
+		}
+	}
+	out := make([]string, 0, 3*len(pool)+20000)
+	for _, r := range pool {
+		out = append(out, string(r), "a"+string(r), string(r)+"\u0301\u0323")
+	}
+	pool = append(pool, 'a', 'e', 'o', 'A', ' ', 'x', 0x3B1, 0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x0B47, 0x4E2D)
+	rng := rand.New(rand.NewSource(15))
+	for range 20000 {
+		rs := make([]rune, 1+rng.Intn(8))
+		for i := range rs {
+			rs[i] = pool[rng.Intn(len(pool))]
+		}
+		out = append(out, string(rs))
+	}
+	return out
+}
+
+func TestNFCMatchesOracle(t *testing.T) {
+	r, _ := oracle(t)
+	bad := 0
+	for i, s := range r.nfc {
+		if got, want := nfc(s), r.answer.NFC[i]; got != want {
+			bad++
+			if bad <= 10 {
+				t.Errorf("nfc(%+q) = %+q, want %+q", s, got, want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d strings differ", bad, len(r.nfc))
+	}
 }

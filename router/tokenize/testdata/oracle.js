@@ -7,7 +7,8 @@
 // request: {"models": {name: dir}, "encode": [[name, text, addSpecial]…],
 //           "chat": [{"model": name, "template"?: src, "messages": […], "tools"?: […],
 //                     "add_generation_prompt": bool, "kwargs"?: {…}}…]}
-// answer:  {"encode": [[ids…]…], "chat": [{"text": s} | {"error": s}…]}
+//           "nfc": [text…]}
+// answer:  {"encode": [[ids…]…], "chat": [{"text": s} | {"error": s}…], "nfc": [text…]}
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -48,7 +49,7 @@ function render(c) {
   return new Template(src).render(ctx);
 }
 
-const out = { encode: [], chat: [] };
+const out = { encode: [], chat: [], nfc: (req.nfc || []).map((s) => s.normalize("NFC")) };
 for (const [name, text, addSpecial] of req.encode || []) {
   out.encode.push(Array.from(models[name].tok.encode(text, { add_special_tokens: addSpecial })));
 }
