@@ -45,7 +45,7 @@ func decodeByteLevel(tok string) (string, bool) {
 // merged (the leftmost on ties) until no pair has a merge, as Word::merge_all does.
 type bpeModel struct {
 	byteID       [256]uint32       // id of each single-byte token
-	merges       map[uint64]uint64 // (left id<<32 | right id) → (rank<<32 | merged id)
+	merges       pairTable         // (left id<<32 | right id) → (rank<<32 | merged id)
 	vocab        map[string]uint32 // raw bytes of each token → id (for ignore_merges)
 	ignoreMerges bool              // a word that is a whole token is that token
 
@@ -141,9 +141,68 @@ func (m *bpeModel) merge(dst []uint32, word string) []uint32 {
 
 // pair returns the merge rank and merged id of (a, b), or noMerge.
 func (m *bpeModel) pair(a, b uint32) (uint32, uint32) {
-	v, ok := m.merges[uint64(a)<<32|uint64(b)]
+	v, ok := m.merges.get(uint64(a)<<32 | uint64(b))
 	if !ok {
 		return noMerge, 0
 	}
 	return uint32(v >> 32), uint32(v)
+}
+
+// pairTable is an open-addressing hash table from merge pair to merge: a Go map costs about
+// twice as much per lookup here, and the lookups are most of a cache miss's BPE time.
+type pairTable struct {
+	slots []pairSlot
+	shift uint
+}
+
+type pairSlot struct{ k, v uint64 }
+
+const emptyPair = ^uint64(0) // ids are below 2^32-1, so no pair key is all ones
+
+func newPairTable(n int) pairTable {
+	size, shift := 1, uint(64)
+	for size < 2*n+1 {
+		size <<= 1
+		shift--
+	}
+	t := pairTable{slots: make([]pairSlot, size), shift: shift}
+	for i := range t.slots {
+		t.slots[i].k = emptyPair
+	}
+	return t
+}
+
+func (t *pairTable) hash(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+
+// put stores v under k unless k is already there (the first, lowest rank wins).
+func (t *pairTable) put(k, v uint64) {
+	mask := uint64(len(t.slots) - 1)
+	for i := t.hash(k); ; i = (i + 1) & mask {
+		switch t.slots[i].k {
+		case k:
+			return
+		case emptyPair:
+			t.slots[i] = pairSlot{k, v}
+			return
+		}
+	}
+}
+
+func (t *pairTable) get(k uint64) (uint64, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := t.hash(k); ; i = (i + 1) & mask {
+		switch t.slots[i].k {
+		case k:
+			return t.slots[i].v, true
+		case emptyPair:
+			return 0, false
+		}
+	}
+}
+
+// resetCache empties the word cache.
+func (m *bpeModel) resetCache() {
+	m.mu.Lock()
+	m.cache = make(map[string][]uint32, 1024)
+	m.mu.Unlock()
 }

@@ -150,7 +150,7 @@ func parseTokenizer(raw []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.merges = make(map[uint64]uint64, len(merges))
+	b.merges = newPairTable(len(merges))
 	for rank, mg := range merges {
 		l, okL := m.Vocab[mg[0]]
 		r, okR := m.Vocab[mg[1]]
@@ -158,10 +158,7 @@ func parseTokenizer(raw []byte) (*Tokenizer, error) {
 		if !okL || !okR || !okM {
 			return nil, fmt.Errorf("model.merges[%d] %q %q: token not in the vocabulary", rank, mg[0], mg[1])
 		}
-		key := uint64(l)<<32 | uint64(r)
-		if _, dup := b.merges[key]; !dup { // the first (lowest) rank wins
-			b.merges[key] = uint64(rank)<<32 | uint64(id)
-		}
+		b.merges.put(uint64(l)<<32|uint64(r), uint64(rank)<<32|uint64(id))
 	}
 
 	t.added = tj.AddedTokens
