@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -187,5 +188,37 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 	}
 	if _, err := tok.RenderChat([]Message{{"role": "user", "content": "x"}}, nil, true); err == nil || !strings.Contains(err.Error(), "chat template") {
 		t.Errorf("no template: %v", err)
+	}
+}
+
+// Encode from several goroutines at once (the word cache is shared): same ids as alone.
+func TestConcurrentEncode(t *testing.T) {
+	tok, err := Load(writeModel(t, tinyTokenizer("null", `{"id":259,"content":"<s>","special":true}`), ""), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"abc ab abab", "x <s> abc", "  ab\n\nabc  ", "ab ab ab ab", "zzz abcabc"}
+	want := make([][]uint32, len(texts))
+	for i, s := range texts {
+		want[i] = tok.Encode(nil, s, false)
+	}
+	tok.bpe.resetCache()
+	done := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for n := 0; n < 200; n++ {
+				i := (n + g) % len(texts)
+				if got := tok.Encode(nil, texts[i], false); !reflect.DeepEqual(got, want[i]) {
+					done <- fmt.Errorf("Encode(%q) = %v, want %v", texts[i], got, want[i])
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
