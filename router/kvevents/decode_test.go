@@ -91,7 +91,7 @@ func TestDecodeShapes(t *testing.T) {
 			skipped: 2,
 		},
 		{
-			name: "EAGLE bigram token ids: hashes kept, tokens dropped",
+			name:   "EAGLE bigram token ids: hashes kept, tokens dropped",
 			events: []any{[]any{"BlockStored", []any{1}, nil, []any{[]any{1, 2}, []any{2, 3}}, 2, nil}},
 			want:   []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: []kvindex.Hash{1}, BlockSize: 2}},
 		},
