@@ -33,7 +33,7 @@ demo: build
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
 # the simulator against published SGLang measurements.
-test: vet test-imports test-unit test-integration test-browser test-published
+test: kvevents-python vet test-imports test-unit test-integration test-browser test-published
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -80,6 +80,12 @@ test-browser: chromium
 uvicorn:
 	@/usr/bin/python3 -c 'import uvicorn, fastapi' 2>/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-uvicorn python3-fastapi >/dev/null; }
+
+# Debian's pyzmq and msgpack for router/kvevents' interop test (a Python publisher framing KV
+# events as SGLang does), installed once (needs root and the Debian archive).
+kvevents-python:
+	@/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-zmq python3-msgpack >/dev/null; }
 
 # Debian's chromium for test-browser, installed once (needs root and the Debian archive).
 chromium:

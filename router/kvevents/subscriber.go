@@ -191,7 +191,7 @@ type stream struct {
 
 	// replay fetches the batches from a sequence number up to the publisher's latest; nil
 	// without a replay endpoint. A field so tests can drive the state machine directly.
-	replay func(ctx context.Context, from int64) ([]kvindex.Batch, error)
+	replay func(ctx context.Context, from int64) ([]Message, error)
 
 	// Owned by the stream's goroutine.
 	established bool  // a batch fixed the sequence since Add
@@ -308,17 +308,15 @@ func (st *stream) onFrames(frames [][]byte) {
 	if m.End || !strings.HasPrefix(m.Topic, st.ep.Topic) {
 		return
 	}
-	if m.Skipped > 0 {
-		st.s.m.unknown.WithLabelValues(st.label).Add(float64(m.Skipped))
-	}
-	st.handle(m.Batch)
+	st.handle(m)
 }
 
 // handle applies a live batch, keeping the sequence: the first batch since Add fixes it; a
 // batch ahead of it is a gap (replayed when the publisher has a replay socket, else the target
 // goes stale); one behind it, not a replayed duplicate, is a restarted publisher (its seq
 // restarts at 0: sglang event_publisher.py numbers batches with itertools.count() per process).
-func (st *stream) handle(b kvindex.Batch) {
+func (st *stream) handle(m Message) {
+	b := m.Batch
 	switch {
 	case !st.established:
 		st.established = true
@@ -361,7 +359,7 @@ func (st *stream) handle(b kvindex.Batch) {
 			st.next = b.Seq
 		}
 	}
-	st.apply(b)
+	st.apply(m)
 }
 
 // fill replays from `from` and applies the batches that continue the sequence; it stops at a
@@ -374,16 +372,16 @@ func (st *stream) fill(from int64) {
 		st.update(func(s *Status) { s.LastError = err.Error() })
 		st.log.Warn("kv events: replay failed", "from", from, "err", err, "replay_endpoint", st.ep.Replay)
 	}
-	for _, b := range bs {
-		if b.Seq < st.next {
+	for _, m := range bs {
+		if m.Batch.Seq < st.next {
 			continue
 		}
-		if b.Seq > st.next {
+		if m.Batch.Seq > st.next {
 			result = "failed"
-			st.log.Warn("kv events: replay does not reach back far enough", "from", from, "first", b.Seq)
+			st.log.Warn("kv events: replay does not reach back far enough", "from", from, "first", m.Batch.Seq)
 			break
 		}
-		st.apply(b)
+		st.apply(m)
 	}
 	st.dupFrom = from
 	st.s.m.replays.WithLabelValues(st.label, result).Inc()
@@ -404,10 +402,14 @@ func (st *stream) setStale(stale bool) {
 	st.update(func(s *Status) { s.Stale = stale })
 }
 
-// apply applies b (whose Seq is st.next) to the index.
-func (st *stream) apply(b kvindex.Batch) {
+// apply applies msg's batch (whose Seq is st.next) to the index.
+func (st *stream) apply(msg Message) {
+	b := msg.Batch
 	now := st.s.opts.Now()
 	m := st.s.m
+	if msg.Skipped > 0 {
+		m.unknown.WithLabelValues(st.label).Add(float64(msg.Skipped))
+	}
 	cleared := false
 	for _, ev := range b.Events {
 		switch ev.Kind {
@@ -445,7 +447,7 @@ func (st *stream) apply(b kvindex.Batch) {
 // buffered batch with seq >= start_seq, then [identity, "", -1, ""]
 // (event_publisher.py ZmqEventPublisher._service_replay). A DEALER sends the empty delimiter
 // itself; a REQ would add it but takes only one reply, and SGLang streams many.
-func (st *stream) requestReplay(ctx context.Context, from int64) ([]kvindex.Batch, error) {
+func (st *stream) requestReplay(ctx context.Context, from int64) ([]Message, error) {
 	opts := st.s.opts
 	ctx, cancel := context.WithTimeout(ctx, opts.ReplayTimeout)
 	defer cancel()
@@ -458,7 +460,7 @@ func (st *stream) requestReplay(ctx context.Context, from int64) ([]kvindex.Batc
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, uint64(from)))); err != nil {
 		return nil, fmt.Errorf("replay request: %w", err)
 	}
-	var out []kvindex.Batch
+	var out []Message
 	for {
 		msg, err := d.Recv()
 		if err != nil {
@@ -472,9 +474,6 @@ func (st *stream) requestReplay(ctx context.Context, from int64) ([]kvindex.Batc
 		if m.End {
 			return out, nil
 		}
-		if m.Skipped > 0 {
-			st.s.m.unknown.WithLabelValues(st.label).Add(float64(m.Skipped))
-		}
-		out = append(out, m.Batch)
+		out = append(out, m)
 	}
 }

@@ -361,7 +361,6 @@ func TestSubscriberPublisherRestart(t *testing.T) {
 
 func TestSubscriberRemoveStopsGoroutine(t *testing.T) {
 	ix := newFakeIndex()
-	before := runtime.NumGoroutine()
 	s := newSubscriber(ix, fastOpts(nil))
 	p := newTestPub(t, "", "", false)
 	base := runtime.NumGoroutine() // the publisher's own goroutines
@@ -380,8 +379,6 @@ func TestSubscriberRemoveStopsGoroutine(t *testing.T) {
 	assert.Len(t, ix.removed, 2)
 	assert.Empty(t, ix.held(target))
 	eventually(t, "goroutines back to their level", func() bool { return runtime.NumGoroutine() <= base })
-	p.close()
-	eventually(t, "publisher goroutines gone", func() bool { return runtime.NumGoroutine() <= before })
 	s.Close()
 	assert.Error(t, s.Add(Endpoint{Target: target, Pub: p.addr}))
 }
@@ -426,18 +423,18 @@ func TestStreamSequence(t *testing.T) {
 			s := newSubscriber(ix, Options{})
 			str := newStream(s, Endpoint{Target: "t", Pub: "tcp://h:1"})
 			if tc.replay != nil {
-				str.replay = func(_ context.Context, from int64) ([]kvindex.Batch, error) {
-					var out []kvindex.Batch
+				str.replay = func(_ context.Context, from int64) ([]Message, error) {
+					var out []Message
 					for seq := from; seq < from+100; seq++ {
 						if bb, ok := tc.replay[seq]; ok {
-							out = append(out, bb)
+							out = append(out, Message{Batch: bb})
 						}
 					}
 					return out, tc.replayErr
 				}
 			}
 			for _, bb := range tc.batches {
-				str.handle(bb)
+				str.handle(Message{Batch: bb})
 			}
 			assert.Equal(t, tc.held, ix.held("t"))
 			assert.Equal(t, tc.stale, ix.isStale("t"))
