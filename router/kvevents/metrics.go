@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		unknown:      counter("unknown_events_total", "Events of an unknown type, skipped, by target.", "target"),
 		reconnects:   counter("reconnects_total", "Failed dials and lost subscriptions, by target.", "target"),
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "stale_targets",
-			Help: "Targets whose index view is stale (a gap without replay): they match no blocks until rebuilt."}),
+			Help: "Targets whose index view is stale (no batch received yet, or a gap without replay): they match no blocks until rebuilt."}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "connected_targets",
 			Help: "Targets whose publisher is connected."}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "lag_seconds",

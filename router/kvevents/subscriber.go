@@ -88,9 +88,10 @@ func newSubscriber(ix indexer, opts Options) *Subscriber {
 	return &Subscriber{ix: ix, opts: opts, m: newMetrics(opts.Registerer), subs: make(map[string]*stream)}
 }
 
-// Add subscribes to ep's publisher for ep.Target. Adding a target already subscribed to the
-// same endpoint does nothing; to another endpoint, it replaces the subscription (the target's
-// blocks are kept: the new stream's first batch establishes its sequence).
+// Add subscribes to ep's publisher for ep.Target. The target is stale until the first batch
+// arrives; that batch fixes the sequence, clears whatever the index held for the target and
+// makes it fresh. Adding a target already subscribed to the same endpoint does nothing; to
+// another endpoint, it replaces the subscription.
 func (s *Subscriber) Add(ep Endpoint) error {
 	if ep.Target == "" {
 		return errors.New("kvevents: endpoint has no target")
@@ -113,11 +114,10 @@ func (s *Subscriber) Add(ep Endpoint) error {
 			return nil
 		}
 		old.stop()
-		if old.stale { // the index still holds the target stale: the new stream inherits it
-			st.stale, st.st.Stale = true, true
-			s.m.stale.Inc()
-		}
 	}
+	// Until its first batch a subscription knows nothing of the target: stale (match 0).
+	s.ix.SetStale(st.id, true)
+	s.m.stale.Inc()
 	s.subs[ep.Target] = st
 	go st.run()
 	return nil
@@ -157,7 +157,7 @@ type Status struct {
 	Pub       string
 	Replay    string // "" without a replay endpoint
 	Connected bool   // the SUB socket is connected to the publisher
-	Stale     bool   // the index view is untrustworthy (a gap without replay)
+	Stale     bool   // the index view is untrustworthy: no batch yet, or a gap without replay
 	LastSeq   int64  // the last applied batch's sequence number, -1 before the first
 	LastBatch time.Time
 	Batches   uint64 // batches applied
@@ -206,9 +206,9 @@ type stream struct {
 func newStream(s *Subscriber, ep Endpoint) *stream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &stream{s: s, ep: ep, id: s.ix.Target(ep.Target), label: redact(ep.Target), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), dupFrom: -1,
+		done: make(chan struct{}), dupFrom: -1, stale: true,
 		log: s.opts.Logger.With("target", redact(ep.Target), "endpoint", ep.Pub, "rank", ep.Rank),
-		st:  Status{Target: ep.Target, Pub: ep.Pub, Replay: ep.Replay, LastSeq: -1}}
+		st:  Status{Target: ep.Target, Pub: ep.Pub, Replay: ep.Replay, LastSeq: -1, Stale: true}}
 	if ep.Replay != "" {
 		st.replay = st.requestReplay
 	}
@@ -319,8 +319,11 @@ func (st *stream) handle(m Message) {
 	b := m.Batch
 	switch {
 	case !st.established:
+		// A fresh subscription: the view is rebuilt from here on (kvindex.Index.SetStale).
 		st.established = true
 		st.next = b.Seq
+		st.s.ix.Apply(st.id, []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, st.s.opts.Now())
+		st.setStale(false)
 	case b.Seq == st.next:
 		st.dupFrom = -1
 	case b.Seq < st.next && st.dupFrom >= 0 && b.Seq >= st.dupFrom:

@@ -253,6 +253,9 @@ func TestSubscriberAppliesBatches(t *testing.T) {
 	p := newTestPub(t, "", "kv", false)
 	require.NoError(t, s.Add(Endpoint{Target: target, Pub: p.addr, Topic: "kv"}))
 	p.waitSubscribed()
+	assert.True(t, s.Status()[0].Stale, "stale until the first batch")
+	assert.True(t, ix.isStale(target))
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.m.stale))
 
 	p.publish(0, false, stored(1, 2, 3))
 	p.publish(1, false, map[string]any{"type": "BlockStored", "block_hashes": []any{4}, "token_ids": []any{}, "block_size": 1, "extra": true}, removed(2))
@@ -274,6 +277,7 @@ func TestSubscriberAppliesBatches(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(s.m.unknown.WithLabelValues(label)))
 	assert.Equal(t, 3.0, testutil.ToFloat64(s.m.batches.WithLabelValues(label)))
 	assert.Equal(t, 1.0, testutil.ToFloat64(s.m.connected))
+	assert.Equal(t, 0.0, testutil.ToFloat64(s.m.stale))
 	n, err := testutil.GatherAndCount(reg, "pdrouter_kv_events_lag_seconds")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
