@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build demo kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -33,7 +33,7 @@ demo: build
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
 # the simulator against published SGLang measurements.
-test: vet test-imports tokenizer-oracle test-unit test-integration test-browser test-published
+test: kvevents-python tokenizer-oracle vet test-imports test-unit test-integration test-browser test-published
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -80,6 +80,12 @@ test-browser: chromium
 uvicorn:
 	@/usr/bin/python3 -c 'import uvicorn, fastapi' 2>/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-uvicorn python3-fastapi >/dev/null; }
+
+# Debian's pyzmq and msgpack for router/kvevents' interop test (a Python publisher framing KV
+# events as SGLang does), installed once (needs root and the Debian archive).
+kvevents-python:
+	@/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-zmq python3-msgpack >/dev/null; }
 
 # Debian's chromium for test-browser, installed once (needs root and the Debian archive).
 chromium:
