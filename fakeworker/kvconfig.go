@@ -114,3 +114,26 @@ func tcpEndpoint(host string, port int) string {
 	}
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
+
+// shiftKVEventPorts returns raw (--kv-events-config) with its endpoint and replay_endpoint
+// ports moved up by off (port 0 stays 0), so the workers of a local cluster do not collide.
+func shiftKVEventPorts(raw string, off int) (string, error) {
+	c, err := ParseKVEventsConfig(raw)
+	if err != nil || !c.enabled() || off == 0 {
+		return raw, err
+	}
+	shift := func(ep string) string {
+		host, port, _ := splitTCPEndpoint(ep)
+		if port == 0 {
+			return ep
+		}
+		return tcpEndpoint(host, port+off)
+	}
+	c.Endpoint = shift(c.Endpoint)
+	if c.ReplayEndpoint != nil {
+		r := shift(*c.ReplayEndpoint)
+		c.ReplayEndpoint = &r
+	}
+	b, err := json.Marshal(c)
+	return string(b), err
+}
