@@ -15,30 +15,23 @@
 //     computed over the rank's link (LinkBandwidth, shared by concurrent transfers) → inflight
 //     → TransferDone (last byte out + T0 + PDOverhead) and Finished. The first output token is
 //     produced by prefill and travels with the KV.
-//
 //   - Decode role: prealloc (SGLang's DecodePreallocQueue: the prompt's KV is allocated when it
 //     fits with ReservedDecodeTokens per room kept free; the queue waits when memory is short,
 //     which keeps the prefill side's room in bootstrap) → transfer (until KVArrived) → waiting →
 //     running (continuous batching, MaxRunningRequests, one token per request per step;
 //     requests are retracted in SGLang's order when KV runs out).
-//
 //   - Unified role: continuous batching with chunked prefill, prefill-first; admission by
 //     SGLang's new-token ratio (running requests charged ratio × their remaining outputs).
-//
 //   - Profile.HostOverhead delays a request's arrival at the scheduler; Config.CUDAGraphMaxBS
 //     pads decode batches to SGLang's captured sizes (PaddedBatch).
-//
 //   - Rooms follow KVPoll's states, Bootstrapping → WaitingForInput → Transferring → Success |
 //     Failed, with a BootstrapTimeout on each side; Abort, Kill (the server dies) and
 //     SetNeverSignalKV (a transfer never completes) are the failure hooks.
-//
 //   - DP ranks come from Req.Rank, else room % DPSize (PD) or round-robin (unified). With
 //     DPAttention all ranks step in lockstep and a step lasts as long as the busiest rank's.
-//
 //   - Step times follow the Profile's coefficients (Roofline derives them from a model card and a
 //     GPU; Presets lists named ones). Constant and Instant profiles are load-independent: every
 //     request gets exactly TTFT and ITL however many run.
-//
 //   - KV events (Config.KVEvents): each rank's radix cache records block stores, evictions and
 //     clears as SGLang's RadixCache does, handed out in batches at SGLang's publish cadence
 //     (kvevents.go), so a driver can publish them as SGLang's --kv-events-config does.
