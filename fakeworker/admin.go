@@ -153,12 +153,62 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"speedup":                         w.cfg.Speedup,
 		"version":                         "pdrouter-fakeworker",
 		"internal_states":                 states,
+		"kv_events_config":                nullIfEmpty(w.cfg.KVEventsConfig),
+		"kv_events":                       w.kvEventsInfo(),
 	}
 	if ls := w.loads(r.Context()); ls != nil {
 		info["load"] = loadEntries(ls)
 	}
 	body, _ := json.Marshal(info)
 	writeJSON(rw, http.StatusOK, body)
+}
+
+// kvEventsInfo is /server_info's kv_events block (sglang PR #25844, http_server.py
+// _resolve_kv_events_block): the publisher, the endpoint's host as configured (a wildcard stays
+// a wildcard: the consumer uses the worker's host), the base port (rank r publishes on base + r),
+// the topic, the block size (the page size subscribers hash at) and the DP size; nil (JSON
+// null) when events are off. SGLang does not advertise the replay socket; fakeworker adds
+// replay_endpoint_host and replay_endpoint_port_base when replay_endpoint is set (its own
+// extension, so a subscriber on fakeworkers can find it).
+func (w *Worker) kvEventsInfo() map[string]any {
+	if w.kv == nil {
+		return nil
+	}
+	host, _, _ := splitTCPEndpoint(w.kvCfg.Endpoint)
+	info := map[string]any{
+		"publisher":          w.kvCfg.Publisher,
+		"endpoint_host":      host,
+		"endpoint_port_base": w.kv.ranks[0].pubPort,
+		"topic":              w.kvCfg.Topic,
+		"block_size":         w.kv.page,
+		"dp_size":            len(w.kv.ranks),
+	}
+	if w.kvCfg.ReplayEndpoint != nil {
+		rh, _, _ := splitTCPEndpoint(*w.kvCfg.ReplayEndpoint)
+		info["replay_endpoint_host"] = rh
+		info["replay_endpoint_port_base"] = w.kv.ranks[0].repPort
+	}
+	return info
+}
+
+// KVEventPorts returns each DP rank's KV-event PUB port and replay ROUTER port (0 without
+// replay); nil when events are off.
+func (w *Worker) KVEventPorts() (pub, replay []int) {
+	if w.kv == nil {
+		return nil, nil
+	}
+	for _, kr := range w.kv.ranks {
+		pub = append(pub, kr.pubPort)
+		replay = append(replay, kr.repPort)
+	}
+	return pub, replay
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // infoBootstrapPort is disaggregation_bootstrap_port: the bound port on a prefill worker, the

@@ -54,6 +54,15 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 		if pl.mode != engine.RolePrefill {
 			wc.Failures.NeverSignalKV = false
 		}
+		var err error
+		if wc.KVEventsConfig != "" { // worker i publishes on the ports after worker i-1's ranks
+			wc.KVEventsConfig, err = shiftKVEventPorts(wc.KVEventsConfig, i*c.dpSize)
+		}
+		if err != nil {
+			c.Stop()
+			c.Wait()
+			return nil, err
+		}
 		w, err := Start(ctx, wc)
 		if err != nil {
 			c.Stop()

@@ -67,6 +67,19 @@ type Config struct {
 	ModelPath        string         // reported model_path and model id (with GPU: the model too); "" → DefaultModelPath
 	Seed             uint64         // seeds failure injection (error and hang draws) and generated ids; same seed, same draws
 
+	// KVEventsConfig is SGLang's --kv-events-config JSON (KVEventsConfig): with publisher
+	// "zmq" every DP rank publishes its radix cache's block stores, removals and clears as
+	// SGLang does (kvpublish.go); "" or publisher "null": no events.
+	KVEventsConfig string
+	// KVEventsShape is the events' wire shape: KVShapeArray (SGLang's tagged arrays; "" means
+	// it) or KVShapeMap (tagged maps, sglang PR #37482).
+	KVEventsShape string
+	// TokenizerPath, when set, tokenizes prompts with a real tokenizer (router/tokenize: a
+	// tokenizer.json file or a model directory) instead of the approximate workloads one;
+	// ChatTemplate replaces its chat template (SGLang's --tokenizer-path, --chat-template).
+	TokenizerPath string
+	ChatTemplate  string
+
 	Failures Failures
 	Logger   *slog.Logger // nil: discard
 	// TLS, when set, makes the worker serve HTTPS (URL https://…), requiring client
@@ -105,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Failures.SlowFactor == 0 {
 		c.Failures.SlowFactor = 1
+	}
+	if c.KVEventsShape == "" {
+		c.KVEventsShape = KVShapeArray
 	}
 	return c
 }
@@ -207,6 +223,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fakeworker: --never-signal-kv needs --mode prefill")
 	case f.FailHealthAfter < 0:
 		return fmt.Errorf("fakeworker: --fail-health-after %s must not be negative", f.FailHealthAfter)
+	case c.KVEventsShape != "" && c.KVEventsShape != KVShapeArray && c.KVEventsShape != KVShapeMap:
+		return fmt.Errorf("fakeworker: --kv-events-shape %q is not %s or %s", c.KVEventsShape, KVShapeArray, KVShapeMap)
+	case c.ChatTemplate != "" && c.TokenizerPath == "":
+		return fmt.Errorf("fakeworker: --chat-template needs --tokenizer-path")
+	}
+	if c.KVEventsConfig != "" {
+		if _, err := ParseKVEventsConfig(c.KVEventsConfig); err != nil {
+			return err
+		}
 	}
 	if err := c.Args.Validate(); err != nil {
 		return fmt.Errorf("fakeworker: %w", err)

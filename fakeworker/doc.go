@@ -44,6 +44,18 @@
 // routed_dp_rank, else the X-Data-Parallel-Rank header; absent, the engine picks
 // bootstrap_room % dp_size in PD and round-robin in regular mode.
 //
+// # KV events and tokens
+//
+// With Config.KVEventsConfig (SGLang's --kv-events-config JSON, publisher "zmq") every DP rank
+// publishes its radix cache's BlockStored / BlockRemoved / AllBlocksCleared events as SGLang
+// does (kvpublish.go): a PUB socket at the endpoint's port + rank sending [topic, seq, msgpack
+// [ts, events, rank]], SGLang's block hashes (router/kvindex), the tagged-array or tagged-map
+// shape (Config.KVEventsShape), a ROUTER replay socket at replay_endpoint's port + rank, and
+// /server_info's kv_events block. The engine loop only queues batches (bounded; dropped and
+// counted when full). Config.TokenizerPath tokenizes prompts with a real tokenizer and chat
+// template (router/tokenize) instead of the approximate one; token ids in the body
+// (generate input_ids, completions ids) are used as they are either way.
+//
 // # Failure injection (Failures)
 //
 // Error rate and status, hang rate, crash after N requests (engine killed, connections

@@ -89,7 +89,7 @@ func (w *Worker) serveInference(route wire.Route) http.HandlerFunc {
 			writeJSON(rw, werr.Status, werr.Body())
 			return
 		}
-		ids, err := workloads.PromptIDs(apiOf(route), raw)
+		ids, err := w.promptIDs(route, raw)
 		if err != nil {
 			writeError(rw, http.StatusBadRequest, err.Error())
 			return
@@ -113,7 +113,7 @@ func (w *Worker) serveInference(route wire.Route) http.HandlerFunc {
 		defer w.untrack(in.rid, in.room)
 		var output []uint32
 		if w.cfg.Mode == engine.RoleUnified {
-			output = workloads.Tokenize(in.rd.text)
+			output = w.replyIDs(in.rd.text)
 		}
 		req := engine.Req{Room: in.room, Rank: p.rank, Prompt: ids, MaxNew: p.maxNew, Output: output}
 		if !w.loop.do(r.Context(), func(l *loop, now time.Time) { l.submit(in.s, req, now) }) {

@@ -45,6 +45,15 @@ func newMetrics(w *Worker) *metrics {
 	m.cached = counter("sglang:cached_tokens_total", "Prompt tokens served from the prefix cache (in PD: the prefill's hit).")
 	m.injected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fakeworker_injected_failures_total", Help: "Failures injected by the failure flags, by kind.", ConstLabels: labels}, []string{"kind"})
 	m.reg.MustRegister(m.ttft, m.tpot, m.e2e, m.requests, m.prompt, m.generated, m.cached, m.injected, &gauges{w: w})
+	if kv := w.kv; kv != nil {
+		m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fakeworker_kv_event_batches_published_total",
+				Help: "KV-event batches sent on the PUB sockets (all DP ranks).", ConstLabels: labels},
+				func() float64 { return float64(kv.published.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fakeworker_kv_event_batches_dropped_total",
+				Help: "KV-event batches dropped because a rank's queue held max_queue_size batches.", ConstLabels: labels},
+				func() float64 { return float64(kv.dropped.Load()) }))
+	}
 	return m
 }
 

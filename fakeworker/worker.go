@@ -36,6 +36,9 @@ type Worker struct {
 	loop    *loop
 	metrics *metrics
 	started time.Time
+	kv      *kvPublisher    // nil without --kv-events-config
+	kvCfg   KVEventsConfig  // parsed --kv-events-config
+	tok     promptTokenizer // nil: the approximate workloads tokenizer
 
 	ln, bln   net.Listener
 	srv, bsrv *http.Server
@@ -68,17 +71,39 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	srv, err := engine.New(cfg.engineConfig())
-	if err != nil {
-		return nil, fmt.Errorf("fakeworker: %w", err)
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	tok, err := loadTokenizer(cfg.TokenizerPath, cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	var kvCfg KVEventsConfig
+	if cfg.KVEventsConfig != "" {
+		kvCfg, _ = ParseKVEventsConfig(cfg.KVEventsConfig) // checked by Validate
+	}
+	ec := cfg.engineConfig()
+	var kv *kvPublisher
+	if kvCfg.enabled() {
+		// The engine calls the hook only from the loop, which starts after kv is set.
+		ec.KVEvents = func(at time.Time, rank int, evs []engine.KVEvent) { kv.hook(at, rank, evs) }
+	}
+	srv, err := engine.New(ec)
+	if err != nil {
+		return nil, fmt.Errorf("fakeworker: %w", err)
+	}
+	if kvCfg.enabled() {
+		if kv, err = startKVPublisher(kvCfg, cfg.KVEventsShape, srv.Config().DPSize, srv.Config().PageSize, cfg.Host, log); err != nil {
+			return nil, err
+		}
+	}
 	w := &Worker{
 		cfg:      cfg,
 		log:      log,
+		kv:       kv,
+		kvCfg:    kvCfg,
+		tok:      tok,
 		loop:     newLoop(srv),
 		started:  time.Now(),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
@@ -89,6 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	w.metrics = newMetrics(w)
 	w.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
+		w.closeKV()
 		return nil, fmt.Errorf("fakeworker: --port %d: %w", cfg.Port, err)
 	}
 	if cfg.TLS != nil {
@@ -98,6 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		w.bln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.BootstrapPort)))
 		if err != nil {
 			w.ln.Close()
+			w.closeKV()
 			return nil, fmt.Errorf("fakeworker: --bootstrap-port %d: %w", cfg.BootstrapPort, err)
 		}
 	}
@@ -130,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		close(w.stopping)
 		stopLoop() // every waiting room fails, so handlers finish promptly
 		<-loopDone
+		w.closeKV()
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		for _, s := range []*http.Server{w.srv, w.bsrv} {
@@ -150,6 +178,13 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	log.Info("fakeworker started", "mode", ModeName(cfg.Mode), "url", w.URL(), "bootstrap_port", w.BootstrapPort(),
 		"dp_size", cfg.DPSize, "profile", cfg.Profile.Name)
 	return w, nil
+}
+
+// closeKV stops the KV-event publisher, if any.
+func (w *Worker) closeKV() {
+	if w.kv != nil {
+		w.kv.close()
+	}
 }
 
 func (w *Worker) serve(s *http.Server, ln net.Listener) {

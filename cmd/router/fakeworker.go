@@ -48,6 +48,10 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	c.Seed = 1
 	seedFlag(fs, cmdFakeworker, &c.Seed)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.KVEventsConfig, "kv-events-config", "", `publish the radix cache's KV events as SGLang does: its KVEventsConfig JSON, e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5600","topic":"kv"}' (one PUB, and ROUTER, per DP rank at port+rank)`)
+	fs.StringVar(&c.KVEventsShape, "kv-events-shape", fakeworker.KVShapeArray, "KV event wire shape: array (SGLang's tagged arrays) or map (tagged maps with a \"type\" field, sglang PR #37482)")
+	fs.StringVar(&c.TokenizerPath, "tokenizer-path", "", "tokenize prompts with this tokenizer (a tokenizer.json file or a model directory), as SGLang; default: the approximate built-in tokenizer")
+	fs.StringVar(&c.ChatTemplate, "chat-template", "", "a Jinja chat template file replacing the tokenizer's (needs --tokenizer-path)")
 	fl := &c.Failures
 	fs.Float64Var(&fl.ErrorRate, "error-rate", 0, "failure: fraction of inference requests answered at once with --error-status")
 	fs.IntVar(&fl.ErrorStatus, "error-status", 500, "failure: HTTP status of injected errors")

@@ -91,6 +91,16 @@ type Config struct {
 	// ScheduleConservativeness is SGLang's --schedule-conservativeness: it scales the
 	// new-token ratio admission charges running requests with; 0 → 1.
 	ScheduleConservativeness float64
+
+	// KVEvents, when set, receives each rank's radix-cache changes (stores, evictions,
+	// clears) as SGLang's scheduler publishes them with --kv-events-config: in batches, at its
+	// cadence (after forming a prefill batch, every DecodeLogInterval decode steps, when idle,
+	// and on prefill servers whenever the transfer queue is polled; see kvevents.go). at is the
+	// model time of the publish, rank the DP rank. It is called on the goroutine driving the
+	// server, from inside its methods; evs and their Paths are only valid during the call.
+	// Decode servers without DecodeRadixCache have no cache and publish nothing. nil: nothing
+	// is recorded, at no cost.
+	KVEvents func(at time.Time, rank int, evs []KVEvent)
 }
 
 func (c Config) withDefaults() Config {

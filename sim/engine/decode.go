@@ -340,6 +340,11 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 			s.complete(r, t)
 		}
 	}
+	// process_batch_result_decode: log_decode_stats (which publishes) every decode_log_interval
+	// decode batches.
+	if rk.decodeSteps++; rk.decodeSteps%DecodeLogInterval == 0 {
+		s.publishKV(rk, t)
+	}
 }
 
 // PaddedBatch is the batch size a decode step of b requests runs at, and whether it replays a

@@ -32,6 +32,9 @@
 //   - Step times follow the Profile's coefficients (Roofline derives them from a model card and a
 //     GPU; Presets lists named ones). Constant and Instant profiles are load-independent: every
 //     request gets exactly TTFT and ITL however many run.
+//   - KV events (Config.KVEvents): each rank's radix cache records block stores, evictions and
+//     clears as SGLang's RadixCache does, handed out in batches at SGLang's publish cadence
+//     (kvevents.go), so a driver can publish them as SGLang's --kv-events-config does.
 //
 // Not modelled: CPU/host KV tiers (a retracted decode room's KV offload is free), speculative
 // decoding, mixed prefill+decode batches, and stop conditions other than MaxNew.

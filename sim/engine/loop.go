@@ -81,6 +81,15 @@ func (s *Server) processAt(t time.Time) {
 		}
 	}
 	s.schedule(t)
+	if s.cfg.KVEvents != nil {
+		if s.cfg.Role == RolePrefill {
+			s.publishKVPrefillPoll(t)
+		} else if s.parallel {
+			for _, rk := range s.ranks {
+				s.publishKV(rk, t)
+			}
+		}
+	}
 	s.flushGaps()
 }
 
@@ -212,6 +221,7 @@ func (s *Server) formStep(rk *rank, t time.Time) (time.Duration, bool) {
 	}
 	if !ok {
 		rk.ratio = s.ratioInit
+		s.publishKV(rk, t) // idle (scheduler.py on_idle)
 	}
 	return d, ok
 }
@@ -228,6 +238,9 @@ func (s *Server) finishStep(rk *rank, t time.Time) {
 
 // setQueue moves r to queue q, keeping the per-rank counters.
 func (s *Server) setQueue(r *request, q Queue) {
+	if r.queue == QueueInflight && q != QueueInflight {
+		r.rk.polled = true // the prefill scheduler's inflight poll took it out
+	}
 	if r.queue != 0 {
 		r.rk.n[r.queue]--
 	}

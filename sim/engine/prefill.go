@@ -26,6 +26,9 @@ import (
 // matchable only now, after this batch was formed (flushInserts).
 func (s *Server) formPrefill(rk *rank, t time.Time) (time.Duration, bool) {
 	d, ok := s.formPrefillBatch(rk, t)
+	if ok {
+		s.publishKV(rk, t) // get_new_batch_prefill → log_prefill_stats → _publish_kv_events
+	}
 	rk.flushInserts(s)
 	return d, ok
 }

@@ -30,6 +30,7 @@ type radix struct {
 	nextID    uint64
 	nodes     int
 	heap      heapq.Heap[*node] // evictable leaves by (last, id)
+	log       *kvLog            // KV event queue; nil when Config.KVEvents is off (nothing recorded)
 }
 
 func newRadix(page int) *radix {
@@ -48,6 +49,9 @@ func (c *radix) reset() {
 	c.root = &node{heapIdx: -1}
 	c.size, c.evictable, c.nodes = 0, 0, 0
 	c.heap.Clear()
+	if c.log != nil {
+		c.log.cleared()
+	}
 }
 
 // childKey identifies a child by its first page: the token itself for page size 1, an FNV-1a
@@ -146,6 +150,9 @@ func (c *radix) newLeaf(parent *node, key []uint32) *node {
 	c.size += len(key)
 	c.evictable += len(key)
 	c.heapPush(leaf)
+	if c.log != nil {
+		c.log.record(KVStored, leaf)
+	}
 	return leaf
 }
 
@@ -202,6 +209,9 @@ func (c *radix) evict(need int) int {
 	freed := 0
 	for freed < need && c.heap.Len() > 0 {
 		x := c.heap.Pop().V
+		if c.log != nil {
+			c.log.record(KVRemoved, x)
+		}
 		p := x.parent
 		delete(p.children, c.childKey(x.key))
 		c.size -= len(x.key)

@@ -42,6 +42,10 @@ type rank struct {
 	order      []*request // formDecode's scratch: the retraction order
 	link       link       // prefill: the rank's KV link
 
+	// KV events (kvevents.go).
+	decodeSteps int  // decode steps run (SGLang's forward_ct_decode), for the publish cadence
+	polled      bool // prefill: a room left the inflight queue since the last publish
+
 	// Decode-side admission (decode.go preallocate).
 	runMax        int   // largest prompt + min(max new, clip) in the running batch (stale: recompute)
 	runMaxN       int   // running rooms holding runMax

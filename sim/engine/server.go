@@ -103,6 +103,9 @@ func New(cfg Config) (*Server, error) {
 			s.ranks[i].dcache = newRadix(cfg.PageSize)
 		}
 	}
+	if cfg.KVEvents != nil {
+		s.enableKVEvents()
+	}
 	return s, nil
 }
 
@@ -190,6 +193,7 @@ func (s *Server) Submit(now time.Time, req Req) {
 		r.state = StateWaitingForInput
 		if s.parallel {
 			s.startParallel(r, now)
+			s.publishKV(r.rk, now)
 			return
 		}
 		s.setQueue(r, QueueWaiting)
@@ -202,6 +206,9 @@ func (s *Server) Submit(now time.Time, req Req) {
 			r.decodeHit = min(s.earlyCached[r.room], len(r.prompt))
 			delete(s.earlyCached, r.room)
 			s.handshake(r, now)
+			if s.parallel {
+				s.publishKV(r.rk, now)
+			}
 			return
 		}
 		r.state = StateBootstrapping
@@ -251,6 +258,9 @@ func (s *Server) HandshakeCached(now time.Time, room uint64, decodeCached int) {
 	if r.queue == QueueBootstrap {
 		r.decodeHit = min(decodeCached, len(r.prompt))
 		s.handshake(r, now)
+		if s.parallel {
+			s.publishKV(r.rk, now)
+		}
 	}
 }
 
@@ -328,6 +338,9 @@ func (s *Server) Kill(now time.Time) {
 	}
 	for _, rk := range s.ranks {
 		*rk = rank{id: rk.id, capacity: rk.capacity, cache: rk.cache, dcache: rk.dcache, ratio: s.ratioInit}
+		if t := rk.tree(); t != nil && t.log != nil {
+			t.log.drop() // unpublished events die with the process; the restarted one starts with a clear
+		}
 		if rk.cache != nil {
 			rk.cache.reset()
 		}
@@ -340,10 +353,17 @@ func (s *Server) Kill(now time.Time) {
 	s.stepping, s.kick, s.dead = false, false, true
 }
 
-// Restart brings a killed server back, empty. No-op on a live server.
+// Restart brings a killed server back, empty. No-op on a live server. With KVEvents, each
+// rank publishes its AllBlocksCleared at once (a new SGLang process's first idle publish).
 func (s *Server) Restart(now time.Time) {
-	s.sync(now)
+	now = s.sync(now)
+	if !s.dead {
+		return
+	}
 	s.dead = false
+	for _, rk := range s.ranks {
+		s.publishKV(rk, now)
+	}
 }
 
 // Dead reports whether the server was killed and not restarted.
@@ -355,7 +375,9 @@ func (s *Server) Dead() bool { return s.dead }
 func (s *Server) SetNeverSignalKV(on bool) { s.neverKV = on }
 
 // FlushCache empties every rank's prefix cache, as SGLang's /flush_cache, and reports whether it
-// did: like SGLang it refuses while any request is live.
+// did: like SGLang it refuses while any request is live. With KVEvents, each rank publishes
+// its AllBlocksCleared at once, stamped with the latest time seen (the server is idle, and
+// SGLang's idle loop publishes right after the flush).
 func (s *Server) FlushCache() bool {
 	if s.live.next != &s.live {
 		return false
@@ -367,6 +389,7 @@ func (s *Server) FlushCache() bool {
 		if rk.dcache != nil {
 			rk.dcache.reset()
 		}
+		s.publishKV(rk, s.last)
 	}
 	return true
 }
