@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pdrouter/pdrouter/router/tokenize"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
@@ -36,9 +37,9 @@ type Worker struct {
 	loop    *loop
 	metrics *metrics
 	started time.Time
-	kv      *kvPublisher    // nil without --kv-events-config
-	kvCfg   KVEventsConfig  // parsed --kv-events-config
-	tok     promptTokenizer // nil: the approximate workloads tokenizer
+	kv      *kvPublisher        // nil without --kv-events-config
+	kvCfg   KVEventsConfig      // parsed --kv-events-config
+	tok     *tokenize.Tokenizer // nil: the approximate workloads tokenizer
 
 	ln, bln   net.Listener
 	srv, bsrv *http.Server

@@ -3,6 +3,7 @@ package tokenize
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -152,4 +153,99 @@ func joinList(items []json.RawMessage) json.RawMessage {
 	}
 	out.WriteByte(']')
 	return out.Bytes()
+}
+
+// API names the request body formats PromptIDs reads.
+type API uint8
+
+const (
+	Generate    API = iota + 1 // SGLang's /generate: input_ids, or text
+	Chat                       // /v1/chat/completions: messages (+ tools, chat_template_kwargs…)
+	Completions                // /v1/completions: prompt, a string or token ids
+)
+
+// promptBody is what the prompt depends on in the three body formats.
+type promptBody struct {
+	Text                 json.RawMessage `json:"text"`
+	InputIDs             json.RawMessage `json:"input_ids"`
+	Prompt               json.RawMessage `json:"prompt"`
+	Messages             json.RawMessage `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	AddGenerationPrompt  json.RawMessage `json:"add_generation_prompt"`
+	ContinueFinalMessage json.RawMessage `json:"continue_final_message"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// ErrNoPrompt is returned (wrapped) when a body has none of the fields its API takes the
+// prompt from.
+var ErrNoPrompt = errors.New("no prompt")
+
+// PromptIDs appends to dst the prompt token ids of a request body as an SGLang worker derives
+// them (sglang managers/tokenizer_manager.py _tokenize_one_request), and returns dst:
+//   - token ids the body carries (generate input_ids, a completions prompt of ids) as they are;
+//   - text (generate text, a completions string prompt, which SGLang's OpenAI layer passes on as
+//     text) encoded with special tokens, as tokenizer.encode(text) does;
+//   - chat messages through ChatPromptIDs.
+//
+// A batch (a list of texts or of id lists) gives its first element. A nil Tokenizer still
+// reads token ids and returns ErrNoPrompt for text. serve and fakeworker both call this, so a
+// router's token view of a request is the worker's.
+func (t *Tokenizer) PromptIDs(dst []uint32, api API, body []byte) ([]uint32, error) {
+	var b promptBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return dst, fmt.Errorf("request body: %w", err)
+	}
+	var field string
+	var raw json.RawMessage
+	switch api {
+	case Chat:
+		if !present(b.Messages) {
+			return dst, fmt.Errorf(`"messages": %w`, ErrNoPrompt)
+		}
+		if t == nil {
+			return dst, fmt.Errorf("chat messages need a tokenizer: %w", ErrNoPrompt)
+		}
+		return t.ChatPromptIDs(dst, ChatRequest{Messages: b.Messages, Tools: b.Tools, AddGenerationPrompt: b.AddGenerationPrompt,
+			ContinueFinalMessage: b.ContinueFinalMessage, ChatTemplateKwargs: b.ChatTemplateKwargs})
+	case Completions:
+		field, raw = "prompt", b.Prompt
+	default:
+		if present(b.InputIDs) {
+			return appendIDs(dst, b.InputIDs, "input_ids")
+		}
+		field, raw = "text", b.Text
+	}
+	raw = bytes.TrimSpace(raw)
+	if !present(raw) {
+		return dst, fmt.Errorf("%q: %w", field, ErrNoPrompt)
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return dst, fmt.Errorf("%q: %w", field, err)
+		}
+	} else {
+		var strs []string
+		if json.Unmarshal(raw, &strs) != nil || len(strs) == 0 {
+			return appendIDs(dst, raw, field)
+		}
+		s = strs[0]
+	}
+	if t == nil {
+		return dst, fmt.Errorf("%q is text and there is no tokenizer: %w", field, ErrNoPrompt)
+	}
+	return t.Encode(dst, s, true), nil
+}
+
+// appendIDs appends a list of token ids, or the first list of a list of lists.
+func appendIDs(dst []uint32, raw json.RawMessage, field string) ([]uint32, error) {
+	var ids []uint32
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		return append(dst, ids...), nil
+	}
+	var lists [][]uint32
+	if err := json.Unmarshal(raw, &lists); err != nil || len(lists) == 0 {
+		return dst, fmt.Errorf("%q is not a list of token ids", field)
+	}
+	return append(dst, lists[0]...), nil
 }
