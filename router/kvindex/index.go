@@ -207,6 +207,17 @@ func (x *Index) Holds(id TargetID, h Hash) bool {
 // hashes that target holds consecutively (pending entries not expired at now included) and
 // returns dst. Stale and unknown targets match 0.
 func (x *Index) Match(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
+	return x.match(dst, hashes, ids, now, 0)
+}
+
+// MatchOrStale is [Index.Match] reporting stale and unknown targets as -1 instead of 0, in the
+// same pass and under the same lock, so that a caller can fall back for exactly those.
+func (x *Index) MatchOrStale(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
+	return x.match(dst, hashes, ids, now, -1)
+}
+
+// match is Match, with stale and unknown targets reported as staleVal.
+func (x *Index) match(dst []int, hashes []Hash, ids []TargetID, now time.Time, staleVal int) []int {
 	base := len(dst)
 	for range ids {
 		dst = append(dst, 0)
@@ -228,6 +239,8 @@ func (x *Index) Match(dst []int, hashes []Hash, ids []TargetID, now time.Time) [
 			alive[id>>6] |= uint64(1) << (id & 63)
 			out[j] = len(hashes) // until it stops matching
 			live = true
+		} else {
+			out[j] = staleVal
 		}
 	}
 	usePending := x.cfg.PendingTTL > 0

@@ -204,3 +204,12 @@ func TestConcurrent(t *testing.T) {
 	require.Equal(t, []int{0, 0, 0}, x.Match(nil, chain, ids, t0.Add(time.Hour)), "block 0 was removed everywhere")
 	require.Equal(t, len(chain)-len(chain)/8, x.Stats(ids[2]).Blocks)
 }
+
+func TestMatchOrStale(t *testing.T) {
+	t.Parallel()
+	x, a, b := fresh(0)
+	x.Apply(a, []Event{stored(1, 2)}, t0)
+	x.SetStale(b, true)
+	require.Equal(t, []int{2, -1, -1}, x.MatchOrStale(nil, []Hash{1, 2}, []TargetID{a, b, TargetID(50)}, t0))
+	require.Equal(t, []int{2, 0, 0}, x.Match(nil, []Hash{1, 2}, []TargetID{a, b, TargetID(50)}, t0))
+}
