@@ -1,8 +1,10 @@
 package router
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/pdrouter/pdrouter/router/kvindex"
 	"github.com/pdrouter/pdrouter/router/tree"
 )
 
@@ -29,6 +31,14 @@ type CacheAware struct {
 	tenants []string           // scratch for PrefixMatch
 	byName  map[string]*Target // tenant name → registered target
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
+
+	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
+	// not stale are matched on it; the others on the tree.
+	kv       *kvindex.Index
+	page     int
+	ids      []kvindex.TargetID // scratch: the kv ids of the targets of a Pick
+	matched  []int              // scratch: their matched blocks, -1 when stale
+	treeRate []float64          // scratch: their tree match rates (stale targets only)
 }
 
 var _ Policy = (*CacheAware)(nil)
@@ -49,19 +59,122 @@ func (*CacheAware) Name() string { return PolicyCacheAware }
 //     node; otherwise the least-loaded target.
 //
 // The text is inserted for the chosen target in every case.
-func (p *CacheAware) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
-	idx, reason, rate := p.choose(req, ts)
-	p.tree.Insert(req.Text, ts[idx].name)
-	return Pick{Index: idx, Reason: reason, MatchRate: rate}, nil
+//
+// With a KV event index ([Router.UseKVIndex]) and a request with Tokens, step 3 compares a
+// rate per target instead: a target whose index view is not stale rates matched blocks · page
+// / len(Tokens); a stale one (no event feed) rates as the tree says (matched/len(text) in runes
+// for the tenants on the match's stop node, 0 for the others). The highest rate wins if it is
+// above cache_threshold (ties: least loaded, then lowest index), else the least loaded; the
+// reported MatchRate is that highest rate. Then the chosen target gets the request's blocks as
+// pending in the index and, as always, the text in the tree (so the fallback stays warm). This
+// is SGLang's own router's arrangement (smg docs/getting-started/kv-events-cache-aware.md:
+// per worker, the event-built index when it emits events, else the approximate tree).
+func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, error) {
+	if p.kv == nil || len(req.Tokens) == 0 {
+		idx, reason, rate := p.choose(req, ts)
+		p.tree.Insert(req.Text, ts[idx].name)
+		return Pick{Index: idx, Reason: reason, MatchRate: rate}, nil
+	}
+	hashes := req.blockHashes(p.page)
+	pk := p.chooseKV(now, req, hashes, ts)
+	p.kv.AddPending(ts[pk.Index].kvID, hashes, now)
+	p.tree.Insert(req.Text, ts[pk.Index].name)
+	return pk, nil
 }
 
-func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
+// imbalanced reports whether the loads of ts are imbalanced (max−min > abs and max > min·rel).
+func (p *CacheAware) imbalanced(ts []*Target) bool {
 	minL, maxL := ts[0].Load(), ts[0].Load()
 	for _, t := range ts[1:] {
 		l := t.Load()
 		minL, maxL = min(minL, l), max(maxL, l)
 	}
-	if maxL-minL > p.cfg.BalanceAbsThreshold && float64(maxL) > float64(minL)*p.cfg.BalanceRelThreshold {
+	return maxL-minL > p.cfg.BalanceAbsThreshold && float64(maxL) > float64(minL)*p.cfg.BalanceRelThreshold
+}
+
+// chooseKV is choose with the KV event index (see Pick).
+func (p *CacheAware) chooseKV(now time.Time, req *Request, hashes []kvindex.Hash, ts []*Target) Pick {
+	p.ids = p.ids[:0]
+	for _, t := range ts {
+		p.ids = append(p.ids, t.kvID)
+	}
+	if p.imbalanced(ts) {
+		i := leastLoaded(ts)
+		p.matched = p.kv.MatchOrStale(p.matched[:0], hashes, p.ids[i:i+1], now)
+		return p.kvPick(i, ReasonImbalance, 0, p.matched[0])
+	}
+	p.matched = p.kv.MatchOrStale(p.matched[:0], hashes, p.ids, now)
+	p.treeRate = p.treeRate[:0]
+	anyStale := false
+	for _, m := range p.matched {
+		p.treeRate = append(p.treeRate, 0)
+		anyStale = anyStale || m < 0
+	}
+	if anyStale { // the tree speaks for the targets without an event feed
+		var matched int
+		matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
+		if n := req.textRunes(); n > 0 && matched > 0 {
+			rate := float64(matched) / float64(n)
+			p.stamp(ts)
+			for _, name := range p.tenants {
+				if t := p.byName[name]; t != nil && t.pickEpoch == p.epoch && p.matched[t.pickIndex] < 0 {
+					p.treeRate[t.pickIndex] = rate
+				}
+			}
+		}
+	}
+	best, bestRate := -1, 0.0
+	for i, t := range ts {
+		rate := p.treeRate[i]
+		if m := p.matched[i]; m >= 0 {
+			rate = float64(m*p.page) / float64(len(req.Tokens))
+		}
+		if best < 0 || rate > bestRate || (rate == bestRate && t.Load() < ts[best].Load()) {
+			best, bestRate = i, rate
+		}
+	}
+	if bestRate > p.cfg.CacheThreshold {
+		return p.kvPick(best, ReasonCacheHit, bestRate, p.matched[best])
+	}
+	i := leastLoaded(ts)
+	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i])
+}
+
+// kvPick builds a Pick whose chosen target matched m blocks in the index (-1: stale).
+func (p *CacheAware) kvPick(i int, reason Reason, rate float64, m int) Pick {
+	pk := Pick{Index: i, Reason: reason, MatchRate: rate}
+	if m >= 0 {
+		pk.KVIndex, pk.PredictedCachedTokens = true, m*p.page
+	}
+	return pk
+}
+
+// UseKVIndex makes role's cache_aware policy consult ix, whose blocks are pages of pageSize
+// tokens, for the requests that carry Tokens: each of the role's targets is interned in ix under
+// its Name() ("url" or "url@rank", the name the event subscriber uses), now and as it
+// registers. A nil ix detaches the index (back to the tree alone). It fails when role has no
+// cache_aware policy or pageSize < 1. Several roles may share one index.
+func (r *Router) UseKVIndex(role Role, ix *kvindex.Index, pageSize int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.Policy(role).(*CacheAware)
+	if !ok {
+		return fmt.Errorf("router: a KV event index needs the cache_aware policy for %s workers", role)
+	}
+	if ix != nil && pageSize < 1 {
+		return fmt.Errorf("router: KV event index page size %d for %s workers must be ≥ 1", pageSize, role)
+	}
+	p.kv, p.page = ix, pageSize
+	if ix != nil {
+		for _, t := range r.targets[role] {
+			t.kvID = ix.Target(t.name)
+		}
+	}
+	return nil
+}
+
+func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
+	if p.imbalanced(ts) {
 		return leastLoaded(ts), ReasonImbalance, 0
 	}
 	var matched int
@@ -82,10 +195,7 @@ func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
 // tenants (ties: lowest index), or -1 if none of them is available. Targets are stamped with
 // their index for this Pick, so the cost is O(len(ts) + tenants), not their product.
 func (p *CacheAware) bestTenant(ts []*Target) int {
-	p.epoch++
-	for i, t := range ts {
-		t.pickEpoch, t.pickIndex = p.epoch, i
-	}
+	p.stamp(ts)
 	best := -1
 	var bestLoad int64
 	for _, name := range p.tenants {
@@ -101,8 +211,23 @@ func (p *CacheAware) bestTenant(ts []*Target) int {
 	return best
 }
 
-// AddTarget makes a newly registered target known under its tenant name.
-func (p *CacheAware) AddTarget(t *Target) { p.byName[t.name] = t }
+// stamp marks ts with their index for the Pick in progress (a new epoch), so a tenant name
+// resolves to its position in ts in O(1).
+func (p *CacheAware) stamp(ts []*Target) {
+	p.epoch++
+	for i, t := range ts {
+		t.pickEpoch, t.pickIndex = p.epoch, i
+	}
+}
+
+// AddTarget makes a newly registered target known under its tenant name (and interns it in
+// the KV event index, if any).
+func (p *CacheAware) AddTarget(t *Target) {
+	p.byName[t.name] = t
+	if p.kv != nil {
+		t.kvID = p.kv.Target(t.name)
+	}
+}
 
 // RemoveTarget drops a removed target's tenant from the tree.
 func (p *CacheAware) RemoveTarget(name string) {

@@ -11,7 +11,12 @@ import (
 type Pick struct {
 	Index     int     // into the targets slice passed to Pick
 	Reason    Reason  // why
-	MatchRate float64 // cache_aware: matched chars / text chars; 0 for the other policies
+	MatchRate float64 // cache_aware: matched chars / text chars (with a KV index: see CacheAware.Pick); 0 for the other policies
+	// KVIndex: the chosen target's cache was predicted from the KV event index (cache_aware
+	// with an index and a request with tokens, the target's view not stale).
+	KVIndex bool
+	// PredictedCachedTokens: with KVIndex, the chosen target's matched blocks · page size.
+	PredictedCachedTokens int
 }
 
 // Policy chooses among available targets. Pick is called with at least one target, in target

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
 // Request is the routing view of one request: what the policies look at. It never holds an
@@ -24,8 +26,18 @@ type Request struct {
 	// TextRunes is len(Text) in runes when the caller already knows it (the simulator's
 	// sessions count it as they grow); 0: Route counts it.
 	TextRunes int
+	// Tokens are the prompt's token ids as the worker will see them (after its chat template),
+	// nil when the router has none. With them, a role whose cache_aware policy has a KV event
+	// index ([Router.UseKVIndex]) matches SGLang's block hashes of these tokens. Route hashes
+	// them at most once per page size; a policy's Pick called directly reuses those hashes, so
+	// change Tokens only between Routes.
+	Tokens []uint32
+	// CacheSalt is the request's cache_salt ("" none): it seeds the block-hash chain.
+	CacheSalt string
 
-	runes int // len(Text) in runes, counted at most once per Route for every role's policy
+	runes    int            // len(Text) in runes, counted at most once per Route for every role's policy
+	hashes   []kvindex.Hash // block hashes of Tokens for page size hashPage
+	hashPage int            // 0: hashes not computed in this Route
 }
 
 // textRunes returns the routing text's length in runes, counting it at most once.
@@ -34,6 +46,17 @@ func (q *Request) textRunes() int {
 		q.runes = utf8.RuneCountInString(q.Text)
 	}
 	return q.runes
+}
+
+// blockHashes returns the block-hash chain of the request's tokens for page size page,
+// computing it at most once per Route and page size (the backing array is reused across
+// Routes).
+func (q *Request) blockHashes(page int) []kvindex.Hash {
+	if q.hashPage != page {
+		q.hashes = kvindex.AppendBlockHashes(q.hashes[:0], q.Tokens, page, q.CacheSalt)
+		q.hashPage = page
+	}
+	return q.hashes
 }
 
 // Router is the routing core shared by `serve` and `sim`. It is safe for concurrent use.
@@ -136,6 +159,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 	}
 	d := &Decision{r: r}
 	req.runes = req.TextRunes // 0: counted when a policy needs it (the text may have changed since a previous Route)
+	req.hashPage = 0          // hashed when a policy needs it (the tokens may have changed too)
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
 		p, err := r.policies[role].Pick(now, req, ts)
@@ -146,9 +170,11 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			panic(fmt.Sprintf("router: policy %s picked %d of %d targets", r.policies[role].Name(), p.Index, len(ts)))
 		}
 		t := ts[p.Index]
-		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate}
+		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate,
+			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
+			d.KVIndex, d.PredictedCachedTokens = p.KVIndex, p.PredictedCachedTokens
 		}
 	}
 	for _, role := range roles[:n] {
@@ -392,7 +418,10 @@ type leg struct {
 	workerIndex int
 	reason      Reason
 	matchRate   float64
-	done        atomic.Bool
+	// kvIndex and predictedCached are Pick.KVIndex and Pick.PredictedCachedTokens.
+	kvIndex         bool
+	predictedCached int
+	done            atomic.Bool
 }
 
 // Leg describes one role's part of a [Decision].
@@ -402,6 +431,12 @@ type Leg struct {
 	WorkerIndex int
 	Reason      Reason
 	MatchRate   float64
+	// KVIndex is set when the chosen target's cache was predicted from the KV event index
+	// (cache_aware with an index, a request with tokens, the target's view not stale); then
+	// PredictedCachedTokens is its matched blocks · page size, to set against the cached
+	// tokens the worker reports.
+	KVIndex               bool
+	PredictedCachedTokens int
 }
 
 // Decision is what Route chose. Each leg's load stays incremented until [Decision.Done] is
@@ -414,6 +449,9 @@ type Decision struct {
 	// the prefix-cache hit. Per-leg values are in [Decision.Leg].
 	Reason    Reason
 	MatchRate float64
+	// KVIndex and PredictedCachedTokens are the first leg's too (see [Leg]).
+	KVIndex               bool
+	PredictedCachedTokens int
 
 	r    *Router
 	legs [numRoles]leg
@@ -425,7 +463,8 @@ func (d *Decision) Leg(role Role) (Leg, bool) {
 		return Leg{}, false
 	}
 	l := &d.legs[role]
-	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate}, true
+	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate,
+		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached}, true
 }
 
 // Done reports that role's leg finished with outcome o: it decrements the leg's target load

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
 // Worker is one server process: a base URL with a role, its health and its circuit breaker.
@@ -68,6 +70,9 @@ type Target struct {
 	// role, and each role has one policy instance).
 	pickEpoch uint64
 	pickIndex int
+	// kvID is the target's handle in its policy's KV event index, interned from its name when
+	// the index is attached or the target registered; guarded by the router's mutex.
+	kvID kvindex.TargetID
 }
 
 // Name returns "url" or "url@rank": the tenant name in the cache-aware tree.
