@@ -168,6 +168,9 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		x.id = s.reqIDs.RID(x.route)
 	}
 	rreq := &router.Request{Text: x.body.Text, Model: x.body.Model}
+	if s.kv != nil {
+		rreq.Tokens = s.kv.tokens(x.body)
+	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
 		if err != nil {

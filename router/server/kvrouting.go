@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -329,4 +330,15 @@ func (k *kvRouting) currentPage() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.page
+}
+
+// pageSizeOf reads server_args' page_size from a /get_server_info body (0 when absent).
+func pageSizeOf(body []byte) int {
+	var si struct {
+		PageSize int `json:"page_size"`
+	}
+	if json.Unmarshal(body, &si) != nil {
+		return 0
+	}
+	return si.PageSize
 }

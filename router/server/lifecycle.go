@@ -42,6 +42,9 @@ func (s *Server) workerEvent(ev router.WorkerEvent) {
 	u, role := router.RedactURL(ev.URL), ev.Role.String()
 	switch {
 	case ev.From == router.WorkerAdded || ev.From == router.WorkerDraining && ev.To != router.WorkerGone:
+		if s.kv != nil && ev.From == router.WorkerAdded {
+			s.kv.workerAdded(ev.URL, ev.Role, ev.DPSize)
+		}
 		if ev.From == router.WorkerDraining {
 			s.log.Info("worker registered again while draining: its in-flight requests finish unshown",
 				"worker", u, "role", role, "in_flight", ev.InFlight)
@@ -70,6 +73,9 @@ func (s *Server) workerEvent(ev router.WorkerEvent) {
 
 // workerGone drops what the server keeps per worker once it is gone for good.
 func (s *Server) workerGone(u string) {
+	if s.kv != nil {
+		s.kv.workerGone(u)
+	}
 	// Its series go with it: discovery churn must not grow /metrics without bound.
 	s.metrics.WorkerErrors.DeletePartialMatch(prometheus.Labels{"worker": router.RedactURL(u)})
 	s.logMu.Lock()

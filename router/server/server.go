@@ -71,6 +71,8 @@ type Server struct {
 	amu  sync.Mutex // protects access writes
 	bg   sync.WaitGroup
 
+	kv *kvRouting // cache_aware on the workers' KV events; nil when off
+
 	logMu          sync.Mutex           // protects lastAttemptLog
 	lastAttemptLog map[string]time.Time // per worker: the last failed attempt logged at WARN
 }
@@ -125,6 +127,9 @@ func New(opts Options) (*Server, error) {
 
 		lastAttemptLog: map[string]time.Time{},
 	}
+	if s.kv, err = newKVRouting(s); err != nil {
+		return nil, err
+	}
 	r.OnWorkerEvent(s.workerEvent)
 	// https:// workers: the client's TLS settings.
 	tc, err := workerTLS(cfg.ClientCertPath, cfg.ClientKeyPath, cfg.CACertPaths)
@@ -165,6 +170,9 @@ func (s *Server) Router() *router.Router { return s.r }
 // they start) and runs the health checks and the router's Tick until ctx is done. It returns
 // once every configured worker is registered, or the first registration error.
 func (s *Server) Start(ctx context.Context) error {
+	if s.kv != nil {
+		s.kv.start(ctx)
+	}
 	type spec struct {
 		url  string
 		role router.Role
