@@ -253,7 +253,7 @@ func (k *kvRouting) attach(ctx context.Context, w *kvWorker, url string, role ro
 		}
 		return
 	}
-	log.Info("KV events: subscribed", "ranks", len(added), "page_size", k.currentPage())
+	log.Debug("KV events: worker followed", "ranks", len(added), "page_size", k.currentPage())
 }
 
 // endpoints returns where the worker publishes and its page size (0: not told).
