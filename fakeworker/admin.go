@@ -153,7 +153,7 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"speedup":                         w.cfg.Speedup,
 		"version":                         "pdrouter-fakeworker",
 		"internal_states":                 states,
-		"kv_events_config":                nullIfEmpty(w.cfg.KVEventsConfig),
+		"kv_events_config":                nullIfEmpty(w.kvEventsConfigJSON()),
 		"kv_events":                       w.kvEventsInfo(),
 	}
 	if ls := w.loads(r.Context()); ls != nil {
@@ -318,4 +318,50 @@ func (w *Worker) serveAbort(rw http.ResponseWriter, r *http.Request) {
 		})
 	}
 	rw.WriteHeader(http.StatusOK)
+}
+
+// DropKVEventBatches loses each rank's next n KV-event batches on the way to subscribers:
+// they are sequenced and kept for replay but not sent, as a message dropped at the high-water
+// mark or a network blip would be — the subscriber sees a sequence gap at the next batch.
+// Failure injection for tests; a no-op without events.
+func (w *Worker) DropKVEventBatches(n int) {
+	if w.kv == nil {
+		return
+	}
+	for _, kr := range w.kv.ranks {
+		kr.drop.Store(int64(n))
+	}
+}
+
+// RestartKVEventStream makes every rank's publisher start over before its next batch, as a
+// restarted SGLang scheduler's does: sequence numbers from 0 and an empty replay buffer (the
+// cache itself is kept). Failure injection for tests; a no-op without events.
+func (w *Worker) RestartKVEventStream() {
+	if w.kv == nil {
+		return
+	}
+	for _, kr := range w.kv.ranks {
+		kr.reset.Store(true)
+	}
+}
+
+// kvEventsConfigJSON is --kv-events-config as the worker runs it: a port 0 (the OS picks) is
+// reported as the port bound, as a real server's configuration always names its ports.
+func (w *Worker) kvEventsConfigJSON() string {
+	if w.kv == nil {
+		return w.cfg.KVEventsConfig
+	}
+	c := w.kvCfg
+	host, _, _ := splitTCPEndpoint(c.Endpoint)
+	c.Endpoint = tcpEndpoint(host, w.kv.ranks[0].pubPort)
+	if c.ReplayEndpoint != nil {
+		rh, _, _ := splitTCPEndpoint(*c.ReplayEndpoint)
+		r := tcpEndpoint(rh, w.kv.ranks[0].repPort)
+		c.ReplayEndpoint = &r
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return w.cfg.KVEventsConfig
+	}
+	return string(b)
 }

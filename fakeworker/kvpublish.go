@@ -72,6 +72,10 @@ type kvRank struct {
 	buf   []kvSent   // ring of the last buffer_steps messages
 	next  int        // once full, the ring position of the oldest message
 	seq   uint64     // next sequence number (owned by the rank's goroutine)
+
+	// Failure injection (Worker.DropKVEventBatches, Worker.RestartKVEventStream).
+	drop  atomic.Int64 // batches still to lose: sequenced and kept for replay, not sent
+	reset atomic.Bool  // restart the stream before the next batch: seq from 0, replay buffer empty
 }
 
 // kvSent is a message kept for replay.
@@ -274,12 +278,19 @@ func (kr *kvRank) run(ctx context.Context) {
 
 // send publishes one payload with the next sequence number and keeps it for replay.
 func (kr *kvRank) send(payload []byte) {
+	if kr.reset.Swap(false) {
+		kr.bufMu.Lock()
+		kr.seq, kr.buf, kr.next = 0, nil, 0
+		kr.bufMu.Unlock()
+	}
 	seq := kr.seq
 	kr.seq++
 	var sb [8]byte
 	binary.BigEndian.PutUint64(sb[:], seq)
 	msg := zmq4.NewMsgFrom([]byte(kr.p.cfg.Topic), sb[:], payload)
-	if err := kr.pub.SendMulti(msg); err != nil {
+	if kr.drop.Load() > 0 {
+		kr.drop.Add(-1) // lost on the way: a gap the subscriber sees at the next batch
+	} else if err := kr.pub.SendMulti(msg); err != nil {
 		kr.p.log.Warn("fakeworker: kv events: publish", "rank", kr.rank, "seq", seq, "err", err)
 	} else {
 		kr.p.published.Add(1)
