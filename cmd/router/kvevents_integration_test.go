@@ -313,6 +313,11 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 		return d["reason"] == "cache_hit"
 	})
 	assert.Equal(t, staleBefore, counterSum(t, precise.reg, "pdrouter_kv_events_stale_targets", nil), "no target left stale by the faults")
+	checked := counterSum(t, precise.reg, "pdrouter_kv_events_hash_checks_total", map[string]string{"result": "ok"})
+	assert.Positive(t, checked, "the router recomputed stored blocks' hashes")
+	assert.Zero(t, counterSum(t, precise.reg, "pdrouter_kv_events_hash_checks_total", map[string]string{"result": "mismatch"}),
+		"the router's hash chain is the publisher's")
+	t.Logf("hash self-check: %v blocks recomputed, all equal", checked)
 	t.Logf("gaps %v, replays %v, restarts %v on %s",
 		counterSum(t, precise.reg, "pdrouter_kv_events_seq_gaps_total", map[string]string{"target": target}),
 		counterSum(t, precise.reg, "pdrouter_kv_events_replays_total", map[string]string{"target": target}),

@@ -18,6 +18,7 @@ type metrics struct {
 	decodeErrors *prometheus.CounterVec // target
 	unknown      *prometheus.CounterVec // target
 	reconnects   *prometheus.CounterVec // target
+	hashChecks   *prometheus.CounterVec // target, result
 	stale        prometheus.Gauge
 	connected    prometheus.Gauge
 	lag          prometheus.Histogram
@@ -38,6 +39,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		decodeErrors: counter("decode_errors_total", "Messages that failed to decode, by target.", "target"),
 		unknown:      counter("unknown_events_total", "Events of an unknown type, skipped, by target.", "target"),
 		reconnects:   counter("reconnects_total", "Failed dials and lost subscriptions, by target.", "target"),
+		hashChecks: counter("hash_checks_total", "Stored blocks whose hash the router recomputed from their token ids, by target and result (ok, mismatch): a mismatch means the router hashes differently from the worker, so precise routing misses.",
+			"target", "result"),
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "stale_targets",
 			Help: "Targets whose index view is stale (no batch received yet, or a gap without replay): they match no blocks until rebuilt."}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "connected_targets",
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.events, m.blocks, m.batches, m.gaps, m.replays, m.restarts,
-			m.decodeErrors, m.unknown, m.reconnects, m.stale, m.connected, m.lag} {
+			m.decodeErrors, m.unknown, m.reconnects, m.hashChecks, m.stale, m.connected, m.lag} {
 			reg.MustRegister(c)
 		}
 	}
@@ -59,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) forget(target string) {
 	l := prometheus.Labels{"target": redact(target)}
 	for _, v := range []*prometheus.CounterVec{m.events, m.blocks, m.batches, m.gaps, m.replays, m.restarts,
-		m.decodeErrors, m.unknown, m.reconnects} {
+		m.decodeErrors, m.unknown, m.reconnects, m.hashChecks} {
 		v.DeletePartialMatch(l)
 	}
 }

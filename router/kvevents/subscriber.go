@@ -198,6 +198,8 @@ type stream struct {
 	next        int64 // the sequence number expected next
 	dupFrom     int64 // after a replay: live batches in [dupFrom, next) were replayed; -1 none
 	stale       bool
+	digests     map[kvindex.Hash][32]byte // full digests of stored blocks verified (hash self-check), bounded
+	mismatched  bool                      // a hash mismatch was logged already
 
 	mu sync.Mutex // protects st
 	st Status
@@ -419,11 +421,16 @@ func (st *stream) apply(msg Message) {
 		case kvindex.BlockStored:
 			m.events.WithLabelValues(st.label, "stored").Inc()
 			m.blocks.WithLabelValues(st.label, "stored").Add(float64(len(ev.Hashes)))
+			st.selfCheck(ev)
 		case kvindex.BlockRemoved:
 			m.events.WithLabelValues(st.label, "removed").Inc()
 			m.blocks.WithLabelValues(st.label, "removed").Add(float64(len(ev.Hashes)))
+			for _, h := range ev.Hashes {
+				delete(st.digests, h)
+			}
 		case kvindex.AllBlocksCleared:
 			m.events.WithLabelValues(st.label, "cleared").Inc()
+			clear(st.digests)
 			cleared = true
 		}
 	}
@@ -443,6 +450,49 @@ func (st *stream) apply(msg Message) {
 		s.LastSeq, s.LastBatch = b.Seq, now
 		s.Batches++
 	})
+}
+
+// maxDigests bounds the full digests a stream keeps for the hash self-check (32 bytes each).
+const maxDigests = 1 << 16
+
+// selfCheck recomputes a stored event's block hashes from its token ids when the chain can be
+// continued: a chain's first block (no parent: the unsalted seed, or the salt's), or a parent
+// whose full digest an earlier check kept (an event carries only its parent's truncated hash,
+// kvindex.VerifyStored). Results are counted; the first mismatch is logged.
+func (st *stream) selfCheck(ev kvindex.Event) {
+	if len(ev.Tokens) == 0 || ev.BlockSize < 1 || len(ev.Hashes) == 0 {
+		return
+	}
+	var prev *[32]byte
+	switch {
+	case !ev.HasParent && ev.CacheSalt != "":
+		seed := kvindex.SaltSeed(ev.CacheSalt)
+		prev = &seed
+	case ev.HasParent:
+		d, ok := st.digests[ev.Parent]
+		if !ok {
+			return // the parent's full digest is unknown: cannot continue its chain
+		}
+		prev = &d
+	}
+	bad, last := kvindex.VerifyStored(prev, ev)
+	m := st.s.m
+	if ok := len(ev.Hashes) - bad; ok > 0 {
+		m.hashChecks.WithLabelValues(st.label, "ok").Add(float64(ok))
+	}
+	if bad > 0 {
+		m.hashChecks.WithLabelValues(st.label, "mismatch").Add(float64(bad))
+		if !st.mismatched {
+			st.mismatched = true
+			st.log.Warn("kv events: a stored block's hash differs from the router's computation of it: the worker hashes blocks differently (SGLang version, page size, salt or LoRA), so precise routing will not match it",
+				"blocks", len(ev.Hashes), "mismatches", bad, "block_size", ev.BlockSize)
+		}
+		return
+	}
+	if st.digests == nil || len(st.digests) >= maxDigests {
+		st.digests = make(map[kvindex.Hash][32]byte)
+	}
+	st.digests[ev.Hashes[len(ev.Hashes)-1]] = last
 }
 
 // requestReplay asks the publisher's ROUTER for the batches from `from` on. SGLang reads
