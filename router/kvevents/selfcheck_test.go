@@ -18,7 +18,9 @@ func TestHashSelfCheck(t *testing.T) {
 	defer st.cancel()
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	hs := kvindex.AppendBlockHashes(nil, toks, 4, "")
-	count := func(result string) float64 { return testutil.ToFloat64(s.m.hashChecks.WithLabelValues(st.label, result)) }
+	count := func(result string) float64 {
+		return testutil.ToFloat64(s.m.hashChecks.WithLabelValues(st.label, result))
+	}
 
 	st.selfCheck(kvindex.Event{Kind: kvindex.BlockStored, Hashes: hs[:2], Tokens: toks[:8], BlockSize: 4})
 	assert.Equal(t, 2.0, count("ok"))

@@ -36,9 +36,9 @@ type kvRouting struct {
 	roles []router.Role    // the roles whose cache_aware policy consults ix
 
 	mu      sync.Mutex
-	ctx     context.Context               // Start's; nil before Start
-	page    int                           // page size the index hashes at
-	workers map[string]*kvWorker          // by URL
+	ctx     context.Context             // Start's; nil before Start
+	page    int                         // page size the index hashes at
+	workers map[string]*kvWorker        // by URL
 	pending []func(ctx context.Context) // attaches queued before Start
 }
 
