@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"github.com/pdrouter/pdrouter/router/kvindex"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,56 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	return m
+}
+
+// init creates a new target's series at 0, so dashboards and alerts see them (a gap rate of
+// 0, not no data) before the first event.
+func (m *metrics) init(label string) {
+	for _, kind := range []string{"stored", "removed", "cleared"} {
+		m.events.WithLabelValues(label, kind)
+	}
+	for _, op := range []string{"stored", "removed"} {
+		m.blocks.WithLabelValues(label, op)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.replays.WithLabelValues(label, r)
+	}
+	for _, r := range []string{"ok", "mismatch"} {
+		m.hashChecks.WithLabelValues(label, r)
+	}
+	for _, v := range []*prometheus.CounterVec{m.batches, m.gaps, m.restarts, m.decodeErrors, m.unknown, m.reconnects} {
+		v.WithLabelValues(label)
+	}
+}
+
+// indexCollector exports each subscribed target's block count in the index at scrape time.
+type indexCollector struct{ s *Subscriber }
+
+var descIndexBlocks = prometheus.NewDesc("pdrouter_kv_events_index_blocks",
+	"KV blocks the index holds for the target now (from its events).", []string{"target"}, nil)
+
+func (c indexCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descIndexBlocks }
+
+func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
+	ix, ok := c.s.ix.(interface {
+		Stats(kvindex.TargetID) kvindex.Stats
+	})
+	if !ok {
+		return
+	}
+	c.s.mu.Lock()
+	type row struct {
+		label string
+		id    kvindex.TargetID
+	}
+	rows := make([]row, 0, len(c.s.subs))
+	for _, st := range c.s.subs {
+		rows = append(rows, row{st.label, st.id})
+	}
+	c.s.mu.Unlock()
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(descIndexBlocks, prometheus.GaugeValue, float64(ix.Stats(r.id).Blocks), r.label)
+	}
 }
 
 // forget drops a removed target's series.

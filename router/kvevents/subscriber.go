@@ -85,7 +85,11 @@ func New(ix *kvindex.Index, opts Options) *Subscriber { return newSubscriber(ix,
 
 func newSubscriber(ix indexer, opts Options) *Subscriber {
 	opts.fill()
-	return &Subscriber{ix: ix, opts: opts, m: newMetrics(opts.Registerer), subs: make(map[string]*stream)}
+	s := &Subscriber{ix: ix, opts: opts, m: newMetrics(opts.Registerer), subs: make(map[string]*stream)}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(indexCollector{s})
+	}
+	return s
 }
 
 // Add subscribes to ep's publisher for ep.Target. The target is stale until the first batch
@@ -118,6 +122,7 @@ func (s *Subscriber) Add(ep Endpoint) error {
 	// Until its first batch a subscription knows nothing of the target: stale (match 0).
 	s.ix.SetStale(st.id, true)
 	s.m.stale.Inc()
+	s.m.init(st.label)
 	s.subs[ep.Target] = st
 	go st.run()
 	return nil
