@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,9 @@ func decisionLines(t *testing.T, s *syncBuffer) []map[string]any {
 	return out
 }
 
+// routerSeeds numbers the test routers' seeds.
+var routerSeeds atomic.Int64
+
 // kvRouter is one serve instance over the test's cluster.
 type kvRouter struct {
 	url string
@@ -72,7 +76,9 @@ func startKVRouter(t *testing.T, ctx context.Context, prefill, decode []*fakewor
 	t.Helper()
 	rc := server.DefaultConfig()
 	rc.PDDisaggregation, rc.DPAware, rc.KVEvents, rc.TokenizerPath = true, true, kvEvents, tok
-	rc.Seed = new(int64(1))
+	// Every router its own seed: replicas with one seed draw the same bootstrap rooms, and a
+	// prefill worker refuses a room already live (409).
+	rc.Seed = new(routerSeeds.Add(1))
 	for _, w := range prefill {
 		port := w.BootstrapPort()
 		rc.Prefill = append(rc.Prefill, router.PrefillWorker{URL: w.URL(), BootstrapPort: &port})

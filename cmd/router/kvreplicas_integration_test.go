@@ -1,0 +1,133 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/bench"
+	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
+)
+
+// roundRobin is a client-side spread over router replicas, one request each in turn, as a
+// Kubernetes Service spreads new connections.
+func roundRobin(t *testing.T, replicas []*kvRouter) string {
+	t.Helper()
+	var targets []*url.URL
+	for _, r := range replicas {
+		u, err := url.Parse(r.url)
+		require.NoError(t, err)
+		targets = append(targets, u)
+	}
+	var next atomic.Uint64
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(targets[int(next.Add(1)-1)%len(targets)])
+		},
+		FlushInterval: -1, // stream as it comes
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	return front.URL
+}
+
+// replicaRatios sums the replicas' predicted and worker-reported cached-token ratios since
+// before (a snapshot taken by the same function).
+type ratioSnapshot struct{ predSum, predN, workSum, workN float64 }
+
+func snapshot(t *testing.T, replicas []*kvRouter) ratioSnapshot {
+	var s ratioSnapshot
+	for _, r := range replicas {
+		m, n := histogramMean(t, r.reg, "pdrouter_prefix_match_ratio")
+		s.predSum, s.predN = s.predSum+m*float64(n), s.predN+float64(n)
+		m, n = histogramMean(t, r.reg, "pdrouter_worker_cached_token_ratio")
+		s.workSum, s.workN = s.workSum+m*float64(n), s.workN+float64(n)
+	}
+	return s
+}
+
+func (s ratioSnapshot) since(before ratioSnapshot) (pred, work float64) {
+	return (s.predSum - before.predSum) / (s.predN - before.predN), (s.workSum - before.workSum) / (s.workN - before.workN)
+}
+
+// Router replicas on a live fakeworker PD cluster publishing KV events: with events every
+// replica sees every worker's cache, so two replicas behind a round-robin client predict and
+// reach the cached-token ratio one replica does (within 2 points); each approximate replica
+// knows only the half of the traffic it routed, and the loss is measured and printed.
+func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2, Worker: fakeworker.Config{
+		Host: "127.0.0.1", Seed: 1, DPSize: 2, PageSize: 16, Profile: prof, TokenizerPath: tok,
+		KVEventsConfig: `{"publisher":"zmq","endpoint":"tcp://*:0","replay_endpoint":"tcp://*:0","topic":"kv"}`,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
+	var prefill, decode []*fakeworker.Worker
+	for _, w := range cl.Workers() {
+		switch fakeworker.ModeName(w.Mode()) {
+		case "prefill":
+			prefill = append(prefill, w)
+		case "decode":
+			decode = append(decode, w)
+		}
+	}
+
+	dir := t.TempDir()
+	seed := uint64(70)
+	type result struct{ pred, work float64 }
+	run := func(mode string, n int) result {
+		var replicas []*kvRouter
+		for range n {
+			replicas = append(replicas, startKVRouter(t, ctx, prefill, decode, mode, tok))
+		}
+		if mode == "auto" {
+			for _, r := range replicas {
+				waitFor(t, "every replica subscribed", 10*time.Second, func() bool {
+					return counterSum(t, r.reg, "pdrouter_kv_events_connected_targets", nil) >= 8
+				})
+			}
+		}
+		front := replicas[0].url
+		if n > 1 {
+			front = roundRobin(t, replicas)
+		}
+		before := snapshot(t, replicas)
+		p := workloads.DefaultParams()
+		seed++
+		p.Seed = seed
+		p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen, p.RangeRatio = 48, 3, 512, 256, 16, 0.5
+		l := workloads.DefaultLoadParams()
+		l.Concurrency, l.Requests, l.Warmup = []int{6}, 120, 0
+		name := fmt.Sprintf("%s-%d", mode, n)
+		_, err := bench.Run(ctx, bench.Config{URL: front, Workload: p, Load: l, Out: filepath.Join(dir, name), RequestTimeout: time.Minute})
+		require.NoError(t, err)
+		pred, work := snapshot(t, replicas).since(before)
+		return result{pred, work}
+	}
+	precise1, precise2 := run("auto", 1), run("auto", 2)
+	approx1, approx2 := run("off", 1), run("off", 2)
+	t.Logf("%-12s %9s %9s   (cached-token ratio: router's prediction / workers' report)", "", "1 replica", "2 replicas")
+	t.Logf("%-12s %4.3f/%4.3f %4.3f/%4.3f", "precise", precise1.pred, precise1.work, precise2.pred, precise2.work)
+	t.Logf("%-12s %4.3f/%4.3f %4.3f/%4.3f", "approximate", approx1.pred, approx1.work, approx2.pred, approx2.work)
+	t.Logf("2 replicas cost: precise %+.3f, approximate %+.3f of the workers' cached-token ratio", precise2.work-precise1.work, approx2.work-approx1.work)
+	assert.InDelta(t, precise1.work, precise2.work, 0.02, "precise: two replicas reach one replica's cache hits")
+	assert.InDelta(t, precise1.pred, precise2.pred, 0.02, "precise: and predict them")
+	assert.InDelta(t, precise2.work, precise2.pred, 0.02, "precise: two replicas' prediction is the workers' cache")
+}
