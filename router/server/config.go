@@ -87,6 +87,10 @@ type Config struct {
 	TokenizerPath  string `json:"tokenizer_path" yaml:"tokenizer_path" help:"tokenizer.json, or a directory holding it and tokenizer_config.json: text and chat requests are tokenized as the workers do, for KV-event routing (input_ids requests need none)"`
 	ChatTemplate   string `json:"chat_template" yaml:"chat_template" help:"Jinja chat template file replacing the tokenizer's own, as the workers' --chat-template"`
 	BlockSize      int    `json:"block_size" yaml:"block_size" help:"tokens per KV block (the workers' --page-size) until a worker's /server_info or events tell"` // default 16, as SGLang's router
+	// KVEventsWarmupSecs bounds how long /readiness fails while the index catches up: until
+	// every publishing worker's subscription has received a batch (or its replay), at most
+	// this long after start — a new replica then routes on what it has learnt (default 10).
+	KVEventsWarmupSecs int `json:"kv_events_warmup_secs" yaml:"kv_events_warmup_secs" help:"at most this many seconds after start /readiness fails while the KV-event index catches up (every publishing worker heard from); 0: ready at once"`
 
 	// TLS. To workers: https:// URLs verified against CACertPaths (none: the system roots),
 	// with a client certificate when both paths are set. To clients: TLSCertPath/TLSKeyPath.
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		BootstrapPortAnnotation:    "sglang.ai/bootstrap-port",
 		KVEvents:                   "auto",
 		BlockSize:                  16,
+		KVEventsWarmupSecs:         10,
 	}
 }
 
@@ -246,6 +251,8 @@ func (c Config) validateKVEvents() error {
 	switch {
 	case c.KVEvents != "auto" && c.KVEvents != "off":
 		return router.SettingErrorf("kv_events", "--kv-events %q is not auto or off", c.KVEvents)
+	case c.KVEventsWarmupSecs < 0:
+		return router.SettingErrorf("kv_events_warmup_secs", "--kv-events-warmup-secs %d must be ≥ 0", c.KVEventsWarmupSecs)
 	case c.BlockSize < 1:
 		return router.SettingErrorf("block_size", "--block-size %d must be ≥ 1 (the workers' --page-size)", c.BlockSize)
 	case c.KVEventsConfig != "" && !json.Valid([]byte(c.KVEventsConfig)):

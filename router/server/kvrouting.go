@@ -37,6 +37,7 @@ type kvRouting struct {
 
 	mu      sync.Mutex
 	ctx     context.Context             // Start's; nil before Start
+	started time.Time                   // when Start ran: the warm-up window starts there
 	page    int                         // page size the index hashes at
 	workers map[string]*kvWorker        // by URL
 	pending []func(ctx context.Context) // attaches queued before Start
@@ -105,7 +106,7 @@ func newKVRouting(s *Server) (*kvRouting, error) {
 // start runs the attaches queued before Start under ctx.
 func (k *kvRouting) start(ctx context.Context) {
 	k.mu.Lock()
-	k.ctx = ctx
+	k.ctx, k.started = ctx, time.Now()
 	queued := k.pending
 	k.pending = nil
 	k.mu.Unlock()
@@ -341,4 +342,44 @@ func pageSizeOf(body []byte) int {
 		return 0
 	}
 	return si.PageSize
+}
+
+// kvReadiness is /readiness's kv_events block.
+type kvReadiness struct {
+	Subscriptions int  `json:"subscriptions"` // (worker, rank) streams followed
+	Connected     int  `json:"connected"`
+	HeardFrom     int  `json:"heard_from"` // streams that delivered a batch (or a replay) since they started
+	Stale         int  `json:"stale"`      // routed on the approximate tree until rebuilt
+	WarmingUp     bool `json:"warming_up"` // readiness fails: some stream not heard from yet, inside the warm-up window
+	// WarmupLeftSecs is what remains of --kv-events-warmup-secs while warming up.
+	WarmupLeftSecs float64 `json:"warmup_left_secs,omitempty"`
+}
+
+// readiness says whether the index has caught up: every followed stream heard from, or the
+// warm-up window (--kv-events-warmup-secs after Start) over. A replica added beside others
+// fails readiness until then, so a Kubernetes Service sends it nothing while its index only
+// knows blocks stored after it subscribed (events carry changes, not the cache's state: a
+// publisher's replay buffer gives back only its last buffer_steps batches).
+func (k *kvRouting) readiness(now time.Time) kvReadiness {
+	var r kvReadiness
+	for _, st := range k.sub.Status() {
+		r.Subscriptions++
+		if st.Connected {
+			r.Connected++
+		}
+		if st.LastSeq >= 0 {
+			r.HeardFrom++
+		}
+		if st.Stale {
+			r.Stale++
+		}
+	}
+	k.mu.Lock()
+	started := k.started
+	k.mu.Unlock()
+	window := time.Duration(k.s.cfg.KVEventsWarmupSecs) * time.Second
+	if left := window - now.Sub(started); !started.IsZero() && left > 0 && r.HeardFrom < r.Subscriptions {
+		r.WarmingUp, r.WarmupLeftSecs = true, left.Seconds()
+	}
+	return r
 }
