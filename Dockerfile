@@ -1,5 +1,6 @@
 # pdrouter image: the binary `make build` builds, static (CGO_ENABLED=0), on a distroless base,
 # running as a non-root user.
+#   make image        (docker or podman, whichever has a running engine; IMAGE=... to tag), or
 #   docker build --build-arg VERSION=$(git describe --tags --always) -t pdrouter:latest .
 #   docker run --rm pdrouter:latest serve --help
 FROM golang:1.26 AS build

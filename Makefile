@@ -16,12 +16,36 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build demo kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build image kustomize demo kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
 build: ## build bin/router
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/router
+
+# The container image of deploy/k8s (the router binary as entrypoint; Dockerfile), tagged
+# IMAGE, built with docker or podman, whichever has a running engine. Without one it prints the
+# command to run where there is one and fails: this machine's docker is only a client.
+# Then, for kind: kind load docker-image $(IMAGE); elsewhere: docker push $(IMAGE).
+IMAGE ?= pdrouter:latest
+IMAGE_BUILD = build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image:
+	@for e in docker podman; do \
+		if command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1; then \
+			echo "$$e $(IMAGE_BUILD)"; exec $$e $(IMAGE_BUILD); \
+		fi; \
+	done; \
+	echo "make image: no running docker or podman engine here; build the image where one runs:" >&2; \
+	echo "  docker $(IMAGE_BUILD)    (or podman $(IMAGE_BUILD))" >&2; \
+	exit 1
+
+# kustomize, built once from the Go module proxy at a pinned version into KUSTOMIZE (about 30 s):
+# cmd/router's manifest test renders deploy/k8s's base, components and examples with it. The
+# test reads PDROUTER_KUSTOMIZE, this path by default.
+KUSTOMIZE_VERSION ?= v5.7.1
+KUSTOMIZE ?= $(HOME)/.cache/pdrouter/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+kustomize:
+	@test -x $(KUSTOMIZE) || GOBIN=$(dir $(KUSTOMIZE)) GOFLAGS= $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 # The first thing to run: a local PD cluster of fake workers, the router in front of it, a bench
 # run and the simulator's prediction of the same run side by side (router demo --help).
@@ -33,7 +57,7 @@ demo: build
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
 # the simulator against published SGLang measurements.
-test: kvevents-python tokenizer-oracle vet test-imports test-unit test-integration test-browser test-published
+test: kvevents-python tokenizer-oracle kustomize vet test-imports test-unit test-integration test-browser test-published
 
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)

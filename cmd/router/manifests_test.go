@@ -24,6 +24,12 @@ func decodeManifests(t *testing.T, path string) []any {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
+	return decodeYAML(t, path, raw)
+}
+
+// decodeYAML is decodeManifests of raw, the documents of path (a file, or a rendering).
+func decodeYAML(t *testing.T, path string, raw []byte) []any {
+	t.Helper()
 	var out []any
 	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(raw), -1) {
 		if strings.TrimSpace(regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAllString(doc, "")) == "" {
@@ -81,6 +87,17 @@ func TestSimSweepJobManifest(t *testing.T) {
 	assert.Equal(t, []string{"sim", "sweep", "--merge"}, margs[:3])
 	for i := range n {
 		assert.Contains(t, margs, fmt.Sprintf("/results/shard-%d", i))
+	}
+	for _, o := range objs {
+		kind, meta := objectMeta(t, o)
+		for _, l := range k8sLabels {
+			assert.NotEmpty(t, meta.Labels[l], "%s %s has no %s label", kind, meta.Name, l)
+		}
+	}
+	for _, j := range []*batchv1.Job{sweep, merge} {
+		for _, l := range k8sLabels {
+			assert.NotEmpty(t, j.Spec.Template.Labels[l], "%s's pods have no %s label", j.Name, l)
+		}
 	}
 	// Applied in two steps by label: the shards (and their volume), then the merge.
 	assert.Equal(t, "shards", pvc.Labels["pdrouter.io/step"])

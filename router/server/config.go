@@ -49,6 +49,12 @@ type Config struct {
 	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs" help:"seconds a request may wait for a slot (then 408)"`                                               // default 60
 	// ShutdownTimeoutSecs bounds the drain of in-flight requests on SIGTERM (default 30).
 	ShutdownTimeoutSecs int `json:"shutdown_timeout_secs" yaml:"shutdown_timeout_secs" help:"seconds to drain in-flight requests on SIGTERM"`
+	// ShutdownDelaySecs keeps the listener accepting for this long after SIGTERM, with
+	// /readiness answering 503 and keep-alives off, before the drain begins (default 0: drain
+	// at once, as sgl-router): the time a load balancer (a Kubernetes Service's endpoints)
+	// needs to stop sending new connections. The pod's grace period must exceed it plus
+	// shutdown_timeout_secs.
+	ShutdownDelaySecs int `json:"shutdown_delay_secs" yaml:"shutdown_delay_secs" help:"seconds to keep accepting after SIGTERM, /readiness failing, before the drain (for a load balancer to stop sending)"`
 
 	// Request ids, CORS.
 	RequestIDHeaders   []string `json:"request_id_headers" yaml:"request_id_headers" help:"headers whose first present value is the request id (space-separated or repeated)"`
@@ -182,6 +188,8 @@ func (c Config) validateLimits() error {
 		return router.SettingErrorf("queue_timeout_secs", "--queue-timeout-secs %d must be ≥ 1", c.QueueTimeoutSecs)
 	case c.ShutdownTimeoutSecs < 0:
 		return router.SettingErrorf("shutdown_timeout_secs", "--shutdown-timeout-secs %d must be ≥ 0", c.ShutdownTimeoutSecs)
+	case c.ShutdownDelaySecs < 0:
+		return router.SettingErrorf("shutdown_delay_secs", "--shutdown-delay-secs %d must be ≥ 0", c.ShutdownDelaySecs)
 	}
 	if c.UpstreamIdleTimeoutMs < 0 {
 		return router.SettingErrorf("upstream_idle_timeout_ms", "--upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)

@@ -5,18 +5,30 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
 // Serve serves [Server.Handler] on ln until ctx is done: HTTPS when the configuration names a
 // certificate (--tls-cert-path; HTTP/2 is offered by ALPN), plain HTTP/1.1 otherwise. When ctx
-// is done it stops accepting and drains the requests in flight for up to
-// --shutdown-timeout-secs, then closes what remains. It returns nil after the drain (timed out
-// or not) and otherwise the error that stopped serving. Serve closes ln.
+// is done it first keeps serving for --shutdown-delay-secs with /readiness answering 503 and
+// keep-alives off (so a load balancer takes the router out and clients reconnect elsewhere),
+// then stops accepting and drains the requests in flight for up to --shutdown-timeout-secs,
+// then closes what remains. It returns nil after the drain (timed out or not) and otherwise
+// the error that stopped serving. Serve closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot hold
 	// thousands open; headers must arrive within 30 s; bodies within 60 s (readBody).
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
+	var stopping atomic.Bool
+	h := s.Handler()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readiness" && stopping.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "shutting down"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
 	serve := func() error { return srv.Serve(ln) }
 	if s.servingTLS != nil {
 		srv.TLSConfig = s.servingTLS.Clone()
@@ -28,6 +40,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if d := time.Duration(s.cfg.ShutdownDelaySecs) * time.Second; d > 0 {
+		s.log.Info("shutting down: /readiness fails, still accepting until the delay ends", "delay_secs", s.cfg.ShutdownDelaySecs)
+		stopping.Store(true)
+		srv.SetKeepAlivesEnabled(false) // each answer closes its connection: clients reconnect elsewhere
+		select {
+		case err := <-errc:
+			return err
+		case <-shutdownDelay(d):
+		}
 	}
 	s.log.Info("shutting down: draining in-flight requests", "timeout_secs", s.cfg.ShutdownTimeoutSecs)
 	dctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.ShutdownTimeoutSecs)*time.Second)
@@ -41,6 +63,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return err
 }
+
+// shutdownDelay is time.After, replaced by a test to end the delay when it chooses.
+var shutdownDelay = time.After
 
 // ServeMetrics serves [Server.MetricsHandler] on ln until ctx is done, then closes it at once.
 // It returns nil after ctx is done, otherwise the error that stopped serving. It closes ln.
