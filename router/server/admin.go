@@ -123,7 +123,17 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 	if !s.r.Ready() {
 		status, state = http.StatusServiceUnavailable, "not ready"
 	}
-	writeJSON(w, status, map[string]any{"status": state, "workers": counts})
+	body := map[string]any{"status": state, "workers": counts}
+	if s.kv != nil {
+		kr := s.kv.readiness(time.Now())
+		body["kv_events"] = kr
+		if kr.WarmingUp && status == http.StatusOK {
+			// The index only knows blocks stored since this replica subscribed: let it hear
+			// from every worker first (bounded by --kv-events-warmup-secs).
+			status, body["status"] = http.StatusServiceUnavailable, "warming up"
+		}
+	}
+	writeJSON(w, status, body)
 }
 
 // loadEntry is one element of /get_loads (SPEC §2).

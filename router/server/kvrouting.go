@@ -47,6 +47,7 @@ type kvRouting struct {
 type kvWorker struct {
 	cancel  context.CancelFunc
 	targets []string
+	settled bool // attach finished: subscribed, or found the worker publishes nothing
 }
 
 // newKVRouting returns nil when KV-event routing is off: --kv-events off, or no role routes
@@ -219,6 +220,9 @@ func (k *kvRouting) attach(ctx context.Context, w *kvWorker, url string, role ro
 		}
 		if errors.Is(err, kvevents.ErrDisabled) {
 			log.Info("worker publishes no KV events: cache_aware routes to it on the approximate tree", "reason", err)
+			k.mu.Lock()
+			w.settled = true
+			k.mu.Unlock()
 			return
 		}
 		if attempt == 1 || attempt%10 == 0 {
@@ -245,7 +249,7 @@ func (k *kvRouting) attach(ctx context.Context, w *kvWorker, url string, role ro
 	k.mu.Lock()
 	gone := k.workers[url] != w
 	if !gone {
-		w.targets = added
+		w.targets, w.settled = added, true
 	}
 	k.mu.Unlock()
 	if gone { // removed while we subscribed
@@ -348,9 +352,10 @@ func pageSizeOf(body []byte) int {
 type kvReadiness struct {
 	Subscriptions int  `json:"subscriptions"` // (worker, rank) streams followed
 	Connected     int  `json:"connected"`
-	HeardFrom     int  `json:"heard_from"` // streams that delivered a batch (or a replay) since they started
-	Stale         int  `json:"stale"`      // routed on the approximate tree until rebuilt
-	WarmingUp     bool `json:"warming_up"` // readiness fails: some stream not heard from yet, inside the warm-up window
+	HeardFrom     int  `json:"heard_from"`  // streams that delivered a batch (or a replay) since they started
+	Stale         int  `json:"stale"`       // routed on the approximate tree until rebuilt
+	Discovering   int  `json:"discovering"` // workers whose publishers are still being looked up
+	WarmingUp     bool `json:"warming_up"`  // readiness fails: a worker or stream not heard from yet, inside the warm-up window
 	// WarmupLeftSecs is what remains of --kv-events-warmup-secs while warming up.
 	WarmupLeftSecs float64 `json:"warmup_left_secs,omitempty"`
 }
@@ -376,9 +381,15 @@ func (k *kvRouting) readiness(now time.Time) kvReadiness {
 	}
 	k.mu.Lock()
 	started := k.started
+	for _, w := range k.workers {
+		if !w.settled {
+			r.Discovering++
+		}
+	}
 	k.mu.Unlock()
 	window := time.Duration(k.s.cfg.KVEventsWarmupSecs) * time.Second
-	if left := window - now.Sub(started); !started.IsZero() && left > 0 && r.HeardFrom < r.Subscriptions {
+	behind := r.Discovering > 0 || r.HeardFrom < r.Subscriptions
+	if left := window - now.Sub(started); !started.IsZero() && left > 0 && behind {
 		r.WarmingUp, r.WarmupLeftSecs = true, left.Seconds()
 	}
 	return r
