@@ -43,7 +43,8 @@ type Config struct {
 	// run goes) and results.json (rewritten after every level).
 	Out string
 	// Progress, when non-nil, receives progress per level (stderr): a bar redrawn in place
-	// when ProgressTTY, one line per level (and one for its warm-up) otherwise.
+	// when ProgressTTY; otherwise whole lines: one per level, one for its warm-up, and a
+	// heartbeat every HeartbeatInterval (requests done, errors, P50 TTFT so far).
 	Progress io.Writer
 	// ProgressTTY says Progress is a terminal, where a bar may be redrawn in place.
 	ProgressTTY bool
@@ -70,6 +71,11 @@ type Config struct {
 func (c *Config) validate() (*url.URL, error) {
 	if c.URL == "" {
 		return nil, fmt.Errorf("bench: --url is required")
+	}
+	if !strings.Contains(c.URL, "://") {
+		// "127.0.0.1:30000" would otherwise fail in url.Parse with its own wording ("first
+		// path segment in URL cannot contain colon"); the wording is router.CheckWorkerURL's.
+		return nil, fmt.Errorf("bench: --url %q must start with http:// or https:// (e.g. http://%s)", c.URL, c.URL)
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {

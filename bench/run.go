@@ -179,7 +179,7 @@ func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	if load.Requests > 0 && (total == 0 || load.Requests < total) {
 		total = load.Requests
 	}
-	prog := startProgress(r.cfg.Progress, r.cfg.ProgressTTY, info.Label, total, l.counts)
+	prog := startProgress(r.cfg.Progress, r.cfg.ProgressTTY, info.Label, total, l.counts, l.p50TTFT)
 	switch {
 	case lv.Concurrency > 0:
 		l.closed(lv.Concurrency)
@@ -330,6 +330,26 @@ func (l *levelRun) counts() levelCounts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return levelCounts{warm: l.warmSettled, warmTotal: l.warmup, done: l.settled, errs: l.errs}
+}
+
+// p50TTFT returns the median TTFT of the level's successful requests so far (the heartbeat's).
+func (l *levelRun) p50TTFT() (float64, bool) {
+	l.mu.Lock()
+	v := make([]float64, 0, len(l.records))
+	for i := range l.records {
+		if r := &l.records[i]; r.Error == nil && r.TTFTMs != nil {
+			v = append(v, *r.TTFTMs)
+		}
+	}
+	l.mu.Unlock()
+	if len(v) == 0 {
+		return 0, false
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2, true
+	}
+	return v[len(v)/2], true
 }
 
 func (l *levelRun) fatal(err error) {

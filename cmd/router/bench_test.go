@@ -80,6 +80,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"bench", "--url", "http://127.0.0.1:1", "--header", "nocolon"}, "--header"},
 		{[]string{"bench", "--url", "http://127.0.0.1:1", "--concurrency", "0"}, "--concurrency"},
 		{[]string{"bench", "--url", "ftp://x"}, "--url"},
+		{[]string{"bench", "--url", "127.0.0.1:30000"}, `--url "127.0.0.1:30000" must start with http:// or https:// (e.g. http://127.0.0.1:30000)`},
 	} {
 		_, err := run(t, tc.args...)
 		assert.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
