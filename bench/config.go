@@ -30,6 +30,11 @@ type Config struct {
 	Header http.Header
 	// Workload is the workload and request form (--workload, --api, --model, --seed, …).
 	Workload workloads.Params
+	// DiscoverModel, set when --model was not given, makes Run ask the target's GET /v1/models
+	// and send the first listed model as the "model" of chat and completions requests (and
+	// record it in results.json). Workload.Model stays when the target lists none; Progress
+	// says which model was used.
+	DiscoverModel bool
 	// Load is the levels and their bounds (--concurrency, --rate, --requests, --warmup, …).
 	Load workloads.LoadParams
 	// SLO, when non-nil, adds goodput to every level (--slo).

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,24 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+
+	if cfg.DiscoverModel && cfg.Workload.API != workloads.APIGenerate {
+		m, err := discoverModel(ctx, &http.Client{Transport: base}, strings.TrimRight(u.String(), "/"), cfg.Header)
+		switch {
+		case err == nil:
+			cfg.Workload.Model = m
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "model %s (from the target's /v1/models)\n", m)
+			}
+		case cfg.Progress != nil:
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				// The requests will fail the same way and say why, once.
+				err = errors.New("no answer")
+			}
+			fmt.Fprintf(cfg.Progress, "model %s: %v (pass --model)\n", cfg.Workload.Model, err)
+		}
+	}
 
 	wl, err := reports.NewWorkload(cfg.Workload.Workload, cfg.Workload.Summary())
 	if err != nil {

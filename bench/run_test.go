@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -638,4 +639,37 @@ func TestLevelP50TTFT(t *testing.T) {
 	ms, ok := l.p50TTFT()
 	require.True(t, ok)
 	assert.Equal(t, 35.0, ms)
+}
+
+// Without --model (DiscoverModel) requests carry the model the target's /v1/models lists
+// first, and results.json records it; a target that lists none leaves the default and the
+// progress output says so.
+func TestRunDiscoversModel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, served, want, progress string
+	}{
+		{"listed", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "model meta-llama/Llama-3.1-8B-Instruct (from the target's /v1/models)"},
+		{"not listed", "", "default", "model default: GET /v1/models answered 404 Not Found (pass --model)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSSE{Model: tc.served}
+			srv := startFake(t, f)
+			cfg := smallConfig(srv.URL)
+			cfg.DiscoverModel = true
+			var prog strings.Builder
+			cfg.Progress = &prog
+			res := runOK(t, cfg)
+			assert.Contains(t, prog.String(), tc.progress)
+			assert.JSONEq(t, strconv.Quote(tc.want), string(res.Meta.Workload.Params["model"]))
+			bodies := f.requests()
+			require.NotEmpty(t, bodies)
+			for _, b := range bodies {
+				var body struct{ Model string }
+				require.NoError(t, json.Unmarshal(b, &body))
+				assert.Equal(t, tc.want, body.Model)
+			}
+		})
+	}
 }

@@ -64,7 +64,8 @@ of each on stderr; the table and results are still written.`,
 			}
 			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
 				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate,
-				Label: label, Command: commandLine, ScrapeMetrics: scrape}
+				Label: label, Command: commandLine, ScrapeMetrics: scrape,
+				DiscoverModel: !cmd.Flags().Changed("model")}
 			for _, h := range headers {
 				if err := bench.ParseHeader(cfg.Header, h); err != nil {
 					return err

@@ -62,7 +62,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, a := range seen {
 		assert.Equal(t, "Bearer k", a)
 	}
-	assert.Len(t, seen, 15, "12 requests, the flush between the levels, and the two GETs describing the target")
+	assert.Len(t, seen, 16, "12 requests, the flush between the levels, the two GETs describing the target and /v1/models (no --model)")
 
 	// router report renders what bench wrote.
 	md, err := run(t, "report", dir, "--format", "md")

@@ -25,7 +25,7 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.StringVar(&p.Workload, "workload", p.Workload,
 		"workload: "+strings.Join(workloads.Workloads, ", "))
 	fs.Var((*apiValue)(&p.API), "api", "request form: chat (/v1/chat/completions), completions (/v1/completions) or generate (/generate)")
-	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests`)
+	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests (bench without --model: the first model the target's /v1/models lists)`)
 	if fs.Lookup("seed") == nil {
 		seedFlag(fs, cmdBench, &p.Seed)
 	}
