@@ -30,6 +30,11 @@ type Config struct {
 	Header http.Header
 	// Workload is the workload and request form (--workload, --api, --model, --seed, …).
 	Workload workloads.Params
+	// DiscoverModel, set when --model was not given, makes Run ask the target's GET /v1/models
+	// and send the first listed model as the "model" of chat and completions requests (and
+	// record it in results.json). Workload.Model stays when the target lists none; Progress
+	// says which model was used.
+	DiscoverModel bool
 	// Load is the levels and their bounds (--concurrency, --rate, --requests, --warmup, …).
 	Load workloads.LoadParams
 	// SLO, when non-nil, adds goodput to every level (--slo).
@@ -43,7 +48,8 @@ type Config struct {
 	// run goes) and results.json (rewritten after every level).
 	Out string
 	// Progress, when non-nil, receives progress per level (stderr): a bar redrawn in place
-	// when ProgressTTY, one line per level (and one for its warm-up) otherwise.
+	// when ProgressTTY; otherwise whole lines: one per level, one for its warm-up, and a
+	// heartbeat every HeartbeatInterval (requests done, errors, P50 TTFT so far).
 	Progress io.Writer
 	// ProgressTTY says Progress is a terminal, where a bar may be redrawn in place.
 	ProgressTTY bool
@@ -70,6 +76,11 @@ type Config struct {
 func (c *Config) validate() (*url.URL, error) {
 	if c.URL == "" {
 		return nil, fmt.Errorf("bench: --url is required")
+	}
+	if !strings.Contains(c.URL, "://") {
+		// "127.0.0.1:30000" would otherwise fail in url.Parse with its own wording ("first
+		// path segment in URL cannot contain colon"); the wording is router.CheckWorkerURL's.
+		return nil, fmt.Errorf("bench: --url %q must start with http:// or https:// (e.g. http://%s)", c.URL, c.URL)
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {

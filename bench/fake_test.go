@@ -25,11 +25,12 @@ import (
 // one token " wN", then a usage event and [DONE]. Its fields are set before the server starts.
 type fakeSSE struct {
 	TTFT, ITL  time.Duration
-	Status     int  // non-zero: answer every request with this status and an OpenAI error body
-	CutAfter   int  // > 0: close the connection after this many text events
-	NoDone     bool // end the stream cleanly without [DONE]
-	Hang       bool // never answer
-	NoCached   bool // omit cached_tokens
+	Status     int    // non-zero: answer every request with this status and an OpenAI error body
+	CutAfter   int    // > 0: close the connection after this many text events
+	NoDone     bool   // end the stream cleanly without [DONE]
+	Hang       bool   // never answer
+	NoCached   bool   // omit cached_tokens
+	Model      string // non-empty: GET /v1/models lists this model
 	hits       atomic.Int64
 	flushes    atomic.Int64
 	mu         sync.Mutex // protects bodies and firsts
@@ -75,6 +76,10 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodGet { // the run's description of its target (describe)
 		if req.URL.Path == "/get_server_info" {
 			fmt.Fprint(w, `{"dp_size":2,"model_path":"fake"}`)
+			return
+		}
+		if req.URL.Path == "/v1/models" && f.Model != "" {
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","owned_by":"sglang"}]}`, f.Model)
 			return
 		}
 		http.NotFound(w, req)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,24 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+
+	if cfg.DiscoverModel && cfg.Workload.API != workloads.APIGenerate {
+		m, err := discoverModel(ctx, &http.Client{Transport: base}, strings.TrimRight(u.String(), "/"), cfg.Header)
+		switch {
+		case err == nil:
+			cfg.Workload.Model = m
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "model %s (from the target's /v1/models)\n", m)
+			}
+		case cfg.Progress != nil:
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				// The requests will fail the same way and say why, once.
+				err = errors.New("no answer")
+			}
+			fmt.Fprintf(cfg.Progress, "model %s: %v (pass --model)\n", cfg.Workload.Model, err)
+		}
+	}
 
 	wl, err := reports.NewWorkload(cfg.Workload.Workload, cfg.Workload.Summary())
 	if err != nil {
@@ -179,7 +198,7 @@ func (r *runner) level(i int, lv workloads.Level) (reports.Level, error) {
 	if load.Requests > 0 && (total == 0 || load.Requests < total) {
 		total = load.Requests
 	}
-	prog := startProgress(r.cfg.Progress, r.cfg.ProgressTTY, info.Label, total, l.counts)
+	prog := startProgress(r.cfg.Progress, r.cfg.ProgressTTY, info.Label, total, l.counts, l.p50TTFT)
 	switch {
 	case lv.Concurrency > 0:
 		l.closed(lv.Concurrency)
@@ -330,6 +349,26 @@ func (l *levelRun) counts() levelCounts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return levelCounts{warm: l.warmSettled, warmTotal: l.warmup, done: l.settled, errs: l.errs}
+}
+
+// p50TTFT returns the median TTFT of the level's successful requests so far (the heartbeat's).
+func (l *levelRun) p50TTFT() (float64, bool) {
+	l.mu.Lock()
+	v := make([]float64, 0, len(l.records))
+	for i := range l.records {
+		if r := &l.records[i]; r.Error == nil && r.TTFTMs != nil {
+			v = append(v, *r.TTFTMs)
+		}
+	}
+	l.mu.Unlock()
+	if len(v) == 0 {
+		return 0, false
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2, true
+	}
+	return v[len(v)/2], true
 }
 
 func (l *levelRun) fatal(err error) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,9 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"no url", func(c *Config) { c.URL = "" }, "--url is required"},
 		{"bad scheme", func(c *Config) { c.URL = "ftp://x" }, "want http://host:port"},
+		{"no scheme", func(c *Config) { c.URL = "127.0.0.1:30000" },
+			`bench: --url "127.0.0.1:30000" must start with http:// or https:// (e.g. http://127.0.0.1:30000)`},
+		{"no scheme, host only", func(c *Config) { c.URL = "localhost" }, "must start with http:// or https://"},
 		{"bad workload", func(c *Config) { c.Workload.Turns = 0 }, "--turns"},
 		{"bad load", func(c *Config) { c.Load.Concurrency = []int{0} }, "--concurrency 0"},
 		{"twice", func(c *Config) { c.Load.Concurrency = []int{4, 2, 4} }, "level c4 appears twice"},
@@ -575,4 +579,97 @@ func TestScrapeMetricsAndReplay(t *testing.T) {
 	cfg.Out = ""
 	_, err = Run(context.Background(), cfg)
 	require.ErrorContains(t, err, "--scrape-metrics needs --out")
+}
+
+// Not on a terminal, a level writes a heartbeat line every HeartbeatInterval: requests done
+// (of the expected total), errors and the P50 TTFT so far; the warm-up's count while it lasts.
+// The clock is injected: ticks between heartbeats write nothing.
+func TestProgressHeartbeat(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0
+	c := levelCounts{warmTotal: 2}
+	ttft, have := 0.0, false
+	p := &progress{w: &out, label: "c16", total: 500, start: t0, lastBeat: t0,
+		count: func() levelCounts { return c }, p50TTFT: func() (float64, bool) { return ttft, have },
+		now: func() time.Time { return now }}
+
+	now = t0.Add(9 * time.Second)
+	p.tick()
+	assert.Empty(t, out.String(), "no heartbeat before 10 s")
+	now = t0.Add(10 * time.Second)
+	p.tick()
+	assert.Equal(t, "c16 warm-up: 0/2 requests  10s\n", out.String())
+
+	out.Reset()
+	c = levelCounts{warm: 2, warmTotal: 2, done: 120, errs: 3}
+	ttft, have = 45.25, true
+	now = t0.Add(15 * time.Second)
+	p.tick()
+	assert.Regexp(t, `^c16 warm-up: 2 requests done in `, out.String(), "the warm-up line when it ends")
+	out.Reset()
+	now = t0.Add(20 * time.Second)
+	p.tick()
+	assert.Equal(t, "c16: 120/500 reqs  3 errs  P50 TTFT 45.2 ms  20s\n", out.String())
+	out.Reset()
+	now = t0.Add(29 * time.Second)
+	p.tick()
+	assert.Empty(t, out.String(), "the next heartbeat is 10 s after the last")
+
+	// On a terminal the bar carries the counts: no heartbeat lines.
+	var tty strings.Builder
+	q := &progress{w: &tty, tty: true, label: "c1", start: t0, lastBeat: t0,
+		count: func() levelCounts { return c }, now: func() time.Time { return t0.Add(time.Minute) }}
+	q.tick()
+	assert.NotContains(t, tty.String(), "P50 TTFT")
+}
+
+// The heartbeat's P50 TTFT is the median of the level's successful requests so far.
+func TestLevelP50TTFT(t *testing.T) {
+	t.Parallel()
+	l := &levelRun{}
+	_, ok := l.p50TTFT()
+	assert.False(t, ok)
+	bad := "http_503: x"
+	for _, v := range []float64{40, 10, 30, 1000} {
+		l.records = append(l.records, reports.Record{TTFTMs: new(v)})
+	}
+	l.records = append(l.records, reports.Record{TTFTMs: new(1.0), Error: &bad})
+	ms, ok := l.p50TTFT()
+	require.True(t, ok)
+	assert.Equal(t, 35.0, ms)
+}
+
+// Without --model (DiscoverModel) requests carry the model the target's /v1/models lists
+// first, and results.json records it; a target that lists none leaves the default and the
+// progress output says so.
+func TestRunDiscoversModel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, served, want, progress string
+	}{
+		{"listed", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "model meta-llama/Llama-3.1-8B-Instruct (from the target's /v1/models)"},
+		{"not listed", "", "default", "model default: GET /v1/models answered 404 Not Found (pass --model)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeSSE{Model: tc.served}
+			srv := startFake(t, f)
+			cfg := smallConfig(srv.URL)
+			cfg.DiscoverModel = true
+			var prog strings.Builder
+			cfg.Progress = &prog
+			res := runOK(t, cfg)
+			assert.Contains(t, prog.String(), tc.progress)
+			assert.JSONEq(t, strconv.Quote(tc.want), string(res.Meta.Workload.Params["model"]))
+			bodies := f.requests()
+			require.NotEmpty(t, bodies)
+			for _, b := range bodies {
+				var body struct{ Model string }
+				require.NoError(t, json.Unmarshal(b, &body))
+				assert.Equal(t, tc.want, body.Model)
+			}
+		})
+	}
 }

@@ -13,7 +13,7 @@ func expectedRequests(p workloads.Params) int {
 		return p.GSPNumGroups * p.GSPPromptsPerGroup
 	case workloads.WorkloadLongSystemPrompt:
 		return p.LSPPrompts
-	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
+	case workloads.WorkloadRandom, workloads.WorkloadShareGPT, workloads.WorkloadCustom:
 		return p.NumPrompts
 	}
 	return 0

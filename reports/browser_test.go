@@ -5,6 +5,7 @@ package reports
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image"
 	"image/png"
 	"net/http"
@@ -105,7 +106,7 @@ func TestBrowserHTMLReport(t *testing.T) {
 	url := srv.URL + "/report.html"
 
 	dom := string(chromium(t, "--dump-dom", url))
-	require.Equal(t, 4, strings.Count(dom, "<svg"), "four charts")
+	require.Equal(t, 3, strings.Count(dom, "<svg"), "three charts: two against load, the overlaid CDFs")
 
 	for _, ch := range []struct {
 		id     string
@@ -139,27 +140,31 @@ func TestBrowserHTMLReport(t *testing.T) {
 			assert.InDelta(t, pts[1][0]-pts[0][0], pts[2][0]-pts[1][0], 0.6, "%s: log2 x spacing", ch.id)
 		}
 	}
-	rightmost := make([]float64, 2)
-	for i, run := range []Run{off, on} {
-		paths := figurePaths(t, dom, "ttft-cdf-"+strconv.Itoa(i))
-		var lens []int
-		for _, p := range paths {
-			if len(p) > 2 { // legend samples are two-point lines
-				lens = append(lens, len(p))
-				for _, pt := range p {
-					rightmost[i] = max(rightmost[i], pt[0])
-				}
-			}
+	// Both runs' CDFs on one chart: A's levels first (solid), then B's (dashed), one point
+	// per successful request (+ the origin) each.
+	paths := figurePaths(t, dom, "ttft-cdf")
+	var lens []int
+	var rightmost []float64
+	for _, p := range paths {
+		if len(p) > 2 { // legend samples are two-point lines
+			lens = append(lens, len(p))
+			rightmost = append(rightmost, p[len(p)-1][0])
 		}
-		var want []int
+	}
+	var want []int
+	for _, run := range []Run{off, on} {
 		for _, l := range run.Results.Levels {
 			want = append(want, l.Requests-l.Errors+1)
 		}
-		assert.Equal(t, want, lens, "CDF of %s: one point per successful request (+ the origin)", run.Name)
 	}
-	// The CDFs share their x axis: "off" is 1.5× slower, so its curves end farther right
-	// (on separate axes both would end at the right edge).
-	assert.Greater(t, rightmost[0], rightmost[1]*1.3, "CDF x axes are shared")
+	require.Equal(t, want, lens, "overlaid CDFs: one line per run and level")
+	// One x axis: "off" is 1.5× slower, so each of its curves ends farther right than the
+	// same level of "on".
+	for i := range 3 {
+		assert.Greater(t, rightmost[i], rightmost[3+i]*1.3, "level %d: A's curve ends right of B's", i)
+	}
+	cdf := dom[strings.Index(dom, `<figure id="ttft-cdf">`):]
+	assert.Contains(t, cdf[:strings.Index(cdf, "</figure>")], "stroke-dasharray", "B's curves are dashed")
 
 	// Drawn, not just present: the screenshot shows both runs' line colours.
 	shot := filepath.Join(t.TempDir(), "shot.png")
@@ -195,22 +200,53 @@ func countColor(img image.Image, r, g, b uint8) int {
 }
 
 // overflowProbe, appended to a copy of the page by the test only (the report itself has no
-// script), writes the page's horizontal overflow in CSS pixels into the DOM Chromium dumps.
+// script), writes into the DOM Chromium dumps the page's horizontal overflow in CSS pixels
+// (document.scrollingElement: scrollWidth − clientWidth) and each table box's own ("id=px").
 const overflowProbe = `<script>
-document.body.setAttribute("data-overflow-x",
-  String(document.documentElement.scrollWidth - document.documentElement.clientWidth));
-document.body.setAttribute("data-viewport", String(document.documentElement.clientWidth));
+const se = document.scrollingElement;
+document.body.setAttribute("data-overflow-x", String(se.scrollWidth - se.clientWidth));
+document.body.setAttribute("data-viewport", String(se.clientWidth));
+const boxes = [];
+for (const d of document.querySelectorAll("div.scroll")) boxes.push(d.id + "=" + (d.scrollWidth - d.clientWidth));
+document.body.setAttribute("data-boxes", boxes.join(" "));
 </script>`
 
 var overflowRE = regexp.MustCompile(`data-overflow-x="(-?\d+)"`)
 var viewportRE = regexp.MustCompile(`data-viewport="(\d+)"`)
+var boxesRE = regexp.MustCompile(`data-boxes="([^"]*)"`)
+
+// withRealisticMeta gives a run what real results.json files carry and once pushed the page
+// sideways: the simulator's cluster with durations in nanoseconds, a router whose worker list
+// is a long setting, and a server_info with per-rank state and a load snapshot of hundreds of
+// characters (runtime state, not a setting).
+func withRealisticMeta(run Run, threshold string, workers int) Run {
+	res := *run.Results
+	var urls []string
+	for i := range workers {
+		urls = append(urls, `"http://decode-worker-`+strconv.Itoa(i)+`.sglang.svc.cluster.local:30001"`)
+	}
+	res.Meta.Router = json.RawMessage(`{"policy":"cache_aware","cache_threshold":` + threshold +
+		`,"worker_urls":[` + strings.Join(urls, ",") + `]}`)
+	res.Meta.Cluster = json.RawMessage(`{"prefill":2,"decode":` + strconv.Itoa(workers) +
+		`,"ttft":100000000,"itl":20000000,"net_latency":100000,"profile":"llama3-8b-h100"}`)
+	var load []string
+	for r := range 8 {
+		load = append(load, `{"dp_rank":`+strconv.Itoa(r)+`,"num_reqs":`+strconv.Itoa(r*workers)+
+			`,"num_waiting_reqs":0,"num_tokens":`+strconv.Itoa(4096*r+workers)+`}`)
+	}
+	res.Meta.ServerInfo = json.RawMessage(`{"dp_size":8,"internal_states":[{"last_gen_throughput":` +
+		strconv.Itoa(workers) + `.5}],"load":[` + strings.Join(load, ",") + `]}`)
+	run.Results = &res
+	return run
+}
 
 // TestBrowserReportFits1280 opens a comparison report and the demo's live-vs-sim report in
 // headless Chromium at 1,280 × 800: the page never scrolls sideways (wide tables scroll
 // inside their own box), a screenshot of that window is taken, and the live-vs-sim page
 // says "error", never "impr".
 func TestBrowserReportFits1280(t *testing.T) {
-	off, on := sweepRun(t, "off", 1.5), sweepRun(t, "on", 1)
+	off := withRealisticMeta(sweepRun(t, "off", 1.5), "0.3", 4)
+	on := withRealisticMeta(sweepRun(t, "on", 1), "0.7", 8)
 	// Long names, as real run directories have, widen every column.
 	off.Name, on.Name = "cache-aware-threshold-0.3-run", "cache-aware-threshold-0.7-run"
 	for _, tc := range []struct {
@@ -247,6 +283,21 @@ func TestBrowserReportFits1280(t *testing.T) {
 			require.NotNil(t, vp)
 			assert.Equal(t, "1280", vp[1], "the window is 1,280 px wide")
 			assert.Equal(t, "0", m[1], "the page overflows a 1,280-px window by %s px", m[1])
+			// No table scrolls inside its own box either: the comparison, the settings and
+			// both runs' level tables fit.
+			b := boxesRE.FindStringSubmatch(dom)
+			require.NotNil(t, b)
+			assert.Equal(t, "compare=0 settings=0 levels-0=0 levels-1=0", b[1], "table boxes' horizontal overflow (px)")
+
+			// The settings diff lists settings only, durations as durations.
+			settings := dom[strings.Index(dom, `id="settings"`):]
+			settings = settings[:strings.Index(settings, "</table>")]
+			for _, want := range []string{"router.cache_threshold", "router.worker_urls", "cluster.decode", "decode-worker-7"} {
+				assert.Contains(t, settings, want)
+			}
+			for _, absent := range []string{"server_info.load", "num_waiting_reqs", "internal_states", "cluster.ttft", "100000000"} {
+				assert.NotContains(t, settings, absent, "equal or runtime settings are not listed")
+			}
 
 			shot := filepath.Join(t.TempDir(), "shot.png")
 			chromium(t, "--window-size=1280,800", "--screenshot="+shot, srv.URL+"/report.html")

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,10 +17,13 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// series is one line of a chart.
+// series is one line of a chart. colour and dash index palette and dashes when the chart is
+// styled (chartOpts.styled); otherwise the series' position picks both.
 type series struct {
-	name string
-	xys  plotter.XYs
+	name         string
+	xys          plotter.XYs
+	colour, dash int
+	noLegend     bool // drawn without a legend entry (another series' entry names its colour)
 }
 
 // palette colours the series of a chart in order (Okabe-Ito, readable by colour-blind people).
@@ -112,10 +117,12 @@ func cdfSeries(run Run) []series {
 // chartOpts shapes a chart: a load chart (load) marks every point, puts its legend top left
 // (latency grows with load) and, with log2X, spaces x by powers of two (concurrency 1, 2,
 // 4, …); a CDF keeps its legend bottom right, under the curves' plateau. XMax > 0 fixes the
-// x range to [0, XMax], so the charts of a comparison share their axis.
+// x range to [0, XMax], so the charts of a comparison share their axis. styled takes each
+// series' colour and dash from the series (overlaid runs: a colour per level, a dash per run);
+// legendTopLeft moves a CDF's legend where the curves, which start right of 0, leave room.
 type chartOpts struct {
-	load, log2X bool
-	xMax        float64
+	load, log2X, styled, legendTopLeft bool
+	xMax                               float64
 }
 
 // dashes tell series apart where they coincide (one hides the other otherwise): solid,
@@ -136,7 +143,9 @@ func lineChart(title, xLabel, yLabel string, ss []series, o chartOpts) (string, 
 	p.Y.Label.Text = yLabel
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = load, load
+	p.Y.Tick.Marker = niceTicks{}
+	p.X.Tick.Marker = niceTicks{}
+	p.Legend.Top, p.Legend.Left = load || o.legendTopLeft, load || o.legendTopLeft
 	if load {
 		// Headroom for the top-left legend (about a tenth of the height per entry), so flat
 		// series near the top of their range (TPOT across levels) stay clear of it.
@@ -161,14 +170,18 @@ func lineChart(title, xLabel, yLabel string, ss []series, o chartOpts) (string, 
 		if len(s.xys) == 0 {
 			continue
 		}
-		col := palette[i%len(palette)]
+		ci, di := i, i
+		if o.styled {
+			ci, di = s.colour, s.dash
+		}
+		col := palette[ci%len(palette)]
 		line, err := plotter.NewLine(s.xys)
 		if err != nil {
 			return "", fmt.Errorf("reports: chart %q, series %q: %w", title, s.name, err)
 		}
 		line.Color = col
 		line.Width = vg.Points(1.5)
-		line.Dashes = dashes[i%len(dashes)]
+		line.Dashes = dashes[di%len(dashes)]
 		p.Add(line)
 		if glyphs {
 			pts, err := plotter.NewScatter(s.xys)
@@ -180,7 +193,7 @@ func lineChart(title, xLabel, yLabel string, ss []series, o chartOpts) (string, 
 			pts.Radius = vg.Points(2.5)
 			p.Add(pts)
 			p.Legend.Add(s.name, line, pts)
-		} else {
+		} else if !s.noLegend {
 			p.Legend.Add(s.name, line)
 		}
 	}
@@ -205,6 +218,51 @@ func (pow2Ticks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+// niceTicks labels an axis at round steps (1, 2, 2.5 or 5 × 10^k) so that it carries
+// between 4 and 7 labelled ticks, with minor ticks halfway: gonum's default ticker labels as
+// few as two on a 0-based axis (0 and one round number), which says little about the scale.
+type niceTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	step := niceStep((hi - lo) / 6)
+	prec := max(0, -int(math.Floor(math.Log10(step)))+1) // enough decimals for 2.5 × 10^k
+	var ts []plot.Tick
+	first := math.Ceil(lo/step-1e-9) * step
+	for k := 0; ; k++ {
+		v := first + float64(k)*step
+		if v > hi+step*1e-9 || k > 100 {
+			break
+		}
+		if math.Abs(v) < step*1e-9 {
+			v = 0
+		}
+		label := strconv.FormatFloat(v, 'f', prec, 64)
+		if strings.Contains(label, ".") {
+			label = strings.TrimRight(strings.TrimRight(label, "0"), ".")
+		}
+		ts = append(ts, plot.Tick{Value: v, Label: label})
+		if mid := v + step/2; mid <= hi {
+			ts = append(ts, plot.Tick{Value: mid})
+		}
+	}
+	return ts
+}
+
+// niceStep rounds raw up to the nearest 1, 2, 2.5 or 5 × 10^k.
+func niceStep(raw float64) float64 {
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw*(1-1e-9) {
+			return m * mag
+		}
+	}
+	return 10 * mag
 }
 
 // maxX is the largest x of any series (0 when there is none).

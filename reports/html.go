@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"html/template"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,11 +25,12 @@ const (
 
 // RenderHTML writes runs as one self-contained HTML page that loads nothing from the network
 // (no scripts, styles inline, charts as inline SVG made with gonum/plot): TTFT P95 and TPOT P95
-// against concurrency (or rate, for open-loop-only runs) with one line per run, a TTFT CDF per
-// run that has Records (one line per level, every CDF on the same x axis), and each run's
-// level table. With a CompareMode and two runs it starts with their comparison and the
-// settings that differ. The page fits a 1,280-px window: wide tables scroll inside their own
-// box with the level column pinned.
+// against concurrency (or rate, for open-loop-only runs) with one line per run, the TTFT CDFs
+// of the runs that have Records (one line per level, every CDF on the same x axis), and each
+// run's level table. With a CompareMode and two runs it starts with their comparison and the
+// settings that differ, and draws both runs' CDFs on one chart (a level's colour, solid for A,
+// dashed for B). The page fits a 1,280-px window without scrolling sideways: tables wrap
+// their headers and long values instead of growing wider.
 func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	page := htmlPage{Title: "pdrouter report"}
 	names := make([]string, len(runs))
@@ -38,7 +40,8 @@ func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	if len(runs) > 0 {
 		page.Title += ": " + strings.Join(names, " vs ")
 	}
-	if mode != NoCompare && len(runs) == 2 {
+	comparing := mode != NoCompare && len(runs) == 2
+	if comparing {
 		page.Compare, page.Settings = compareTables(Compare(runs[0], runs[1]), mode)
 	}
 	if xLabel, x, ok := chartAxis(runs); ok {
@@ -64,20 +67,32 @@ func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 		cdfs[i] = cdfSeries(run)
 	}
 	shared := maxX(cdfs...) // one x axis for every CDF, so two runs' curves compare by eye
-	for i, run := range runs {
-		if len(cdfs[i]) == 0 {
-			continue
-		}
-		svg, err := lineChart("TTFT CDF: "+run.Name, "TTFT (ms)", "fraction of requests", cdfs[i], chartOpts{xMax: shared})
+	if comparing && len(cdfs[0]) > 0 && len(cdfs[1]) > 0 {
+		ss, na, nb := overlaidCDFs(runs, cdfs)
+		svg, err := lineChart("TTFT CDF: "+na+" vs "+nb, "TTFT (ms)", "fraction of requests", ss,
+			chartOpts{xMax: shared, styled: true, legendTopLeft: true})
 		if err != nil {
 			return err
 		}
-		page.Charts = append(page.Charts, htmlChart{ID: "ttft-cdf-" + itoa(i),
-			Caption: "TTFT CDF of " + run.Name + ", one line per level", SVG: template.HTML(svg)})
+		page.Charts = append(page.Charts, htmlChart{ID: "ttft-cdf",
+			Caption: "TTFT CDF, one colour per level: A = " + runs[0].Name + " solid, B = " + runs[1].Name + " dashed",
+			SVG:     template.HTML(svg)})
+	} else {
+		for i, run := range runs {
+			if len(cdfs[i]) == 0 {
+				continue
+			}
+			svg, err := lineChart("TTFT CDF: "+run.Name, "TTFT (ms)", "fraction of requests", cdfs[i], chartOpts{xMax: shared})
+			if err != nil {
+				return err
+			}
+			page.Charts = append(page.Charts, htmlChart{ID: "ttft-cdf-" + itoa(i),
+				Caption: "TTFT CDF of " + run.Name + ", one line per level", SVG: template.HTML(svg)})
+		}
 	}
-	for _, run := range runs {
-		cols, rows := levelTable(run.Results)
-		hr := htmlRun{Name: run.Name, Title: titleLine(run.Results), Table: htmlTable{Cols: cols, Rows: rows}}
+	for i, run := range runs {
+		hr := htmlRun{Name: run.Name, Title: titleLine(run.Results), Table: htmlLevelTable(run.Results)}
+		hr.Table.ID = "levels-" + itoa(i)
 		for i := range run.Results.Levels {
 			l := &run.Results.Levels[i]
 			if l.Errors > 0 {
@@ -94,29 +109,102 @@ func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	return err
 }
 
-// compareTables builds the comparison table (its third column per metric "impr" or "error",
-// per mode, with the rule in the caption) and the table of settings that differ (nil when
-// none do).
+// overlaidCDFs merges two runs' CDF series into one chart's: a level keeps its colour in both
+// runs (the colour of its position in A's levels, then B's own levels), A solid, B dashed.
+// The legend names each level once, in its colour; the caption says which dash is which run.
+func overlaidCDFs(runs []Run, cdfs [][]series) (ss []series, na, nb string) {
+	na, nb = "A", "B"
+	if runs[0].Name != "" && runs[0].Name != runs[1].Name {
+		na, nb = runs[0].Name, runs[1].Name
+	}
+	colour := map[string]int{}
+	for _, set := range cdfs[:2] {
+		for _, s := range set {
+			if _, ok := colour[s.name]; !ok {
+				colour[s.name] = len(colour)
+			}
+		}
+	}
+	named := map[string]bool{}
+	for r := range 2 {
+		for _, s := range cdfs[r] {
+			ss = append(ss, series{name: s.name, xys: s.xys, colour: colour[s.name], dash: r, noLegend: named[s.name]})
+			named[s.name] = true
+		}
+	}
+	return ss, na, nb
+}
+
+// compareTables builds the comparison table and the table of settings that differ (nil when
+// none do). The comparison is long rather than wide, one row per level and metric (level,
+// metric, A, B, and "impr" or "error" per mode, with the rule in the caption), so it fits a
+// 1,280-px window whatever the runs' names and however many metrics.
 func compareTables(c Comparison, mode CompareMode) (cmp, settings *htmlTable) {
 	rule, col := ImprovementRule, "impr"
 	if mode == CompareError {
 		rule, col = ErrorRule, "error"
 	}
-	_, rows := c.rows(mdCompareKeys, mode == CompareError)
+	_, wide := c.rows(mdCompareKeys, mode == CompareError)
 	na, nb := c.names()
-	cmp = &htmlTable{Caption: "compare " + c.title() + " (" + rule + ")",
-		Groups: []htmlGroup{{Span: 1}}, Cols: []string{"level"}, Rows: rows}
-	for _, k := range mdCompareKeys {
-		cmp.Groups = append(cmp.Groups, htmlGroup{Name: metricByKey(k).Name, Span: 3})
-		cmp.Cols = append(cmp.Cols, na, nb, col)
+	cmp = &htmlTable{ID: "compare", Class: "long", Caption: "compare " + c.title() + " (" + rule + ")",
+		Head: [][]htmlHead{{{Name: "level"}, {Name: "metric"}, {Name: na}, {Name: nb}, {Name: col}}}}
+	for _, row := range wide {
+		for j, k := range mdCompareKeys {
+			level := ""
+			if j == 0 {
+				level = row[0]
+			}
+			cmp.Rows = append(cmp.Rows, htmlRow{First: j == 0,
+				Cells: []string{level, metricByKey(k).Name, row[1+3*j], row[2+3*j], row[3+3*j]}})
+		}
 	}
 	if d := c.Settings(); len(d) > 0 {
-		settings = &htmlTable{Caption: "settings that differ", Cols: []string{"setting", na, nb}}
+		settings = &htmlTable{ID: "settings", Class: "fit", Caption: "settings that differ",
+			Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}}
 		for _, x := range d {
-			settings.Rows = append(settings.Rows, []string{x.Key, x.A, x.B})
+			settings.Rows = append(settings.Rows, htmlRow{Cells: []string{x.Key, x.A, x.B}})
 		}
 	}
 	return cmp, settings
+}
+
+// htmlLevelTable is a run's level table for the page: the columns of the Markdown table plus
+// the means, under two header rows (metric, then statistic), so every header is a word or two
+// and the table fits a 1,280-px window.
+func htmlLevelTable(r *Results) htmlTable {
+	withGoodput := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Goodput != nil })
+	withSGLang := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.SGLangCacheHitRate != nil })
+	single := func(name string) htmlHead { return htmlHead{Name: name, Rowspan: 2} }
+	top := []htmlHead{single("level"), single("reqs"), single("errs"),
+		{Name: "TTFT ms", Colspan: 4}, {Name: "TPOT ms", Colspan: 3}, {Name: "ITL ms", Colspan: 2},
+		{Name: "E2E ms", Colspan: 3}, {Name: "throughput", Colspan: 2}, single("cache hit")}
+	sub := []htmlHead{{Name: "p50"}, {Name: "p95"}, {Name: "p99"}, {Name: "mean"},
+		{Name: "p50"}, {Name: "p95"}, {Name: "mean"}, {Name: "p95"}, {Name: "mean"},
+		{Name: "p50"}, {Name: "p95"}, {Name: "mean"}, {Name: "req/s"}, {Name: "out tok/s"}}
+	if withSGLang {
+		top = append(top, single("sglang hit"))
+	}
+	if withGoodput {
+		top = append(top, single("goodput"))
+	}
+	t := htmlTable{Class: "levels", Head: [][]htmlHead{top, sub}}
+	for i := range r.Levels {
+		l := &r.Levels[i]
+		row := []string{l.Label, strconv.Itoa(l.Requests), strconv.Itoa(l.Errors),
+			num(l.TTFTMs.P50), num(l.TTFTMs.P95), num(l.TTFTMs.P99), num(l.TTFTMs.Mean),
+			num(l.TPOTMs.P50), num(l.TPOTMs.P95), num(l.TPOTMs.Mean),
+			num(l.ITLMs.P95), num(l.ITLMs.Mean),
+			num(l.E2EMs.P50), num(l.E2EMs.P95), num(l.E2EMs.Mean),
+			num(l.Throughput.ReqS), num(l.Throughput.OutputTokS), pct(l.CacheHitRate)}
+		if withSGLang {
+			row = append(row, pct(l.SGLangCacheHitRate))
+		}
+		if withGoodput {
+			row = append(row, pct(l.Goodput))
+		}
+		t.Rows = append(t.Rows, htmlRow{Cells: row})
+	}
+	return t
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -134,16 +222,23 @@ type htmlChart struct {
 	SVG         template.HTML
 }
 
+// htmlTable is one table of the page: ID names its box (the browser test measures it), Class
+// picks its layout (fit: fixed columns that wrap long values; long: the comparison; levels).
 type htmlTable struct {
-	Caption string
-	Groups  []htmlGroup // optional header row above Cols
-	Cols    []string
-	Rows    [][]string
+	ID, Class string
+	Caption   string
+	Head      [][]htmlHead // header rows
+	Rows      []htmlRow
 }
 
-type htmlGroup struct {
-	Name string
-	Span int
+type htmlHead struct {
+	Name             string
+	Colspan, Rowspan int // 0 means 1
+}
+
+type htmlRow struct {
+	First bool // starts a group of rows (the comparison's levels)
+	Cells []string
 }
 
 type htmlRun struct {
@@ -164,12 +259,17 @@ body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; overflow
 h1 { font-size: 1.4rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
 .scroll { max-width: 100%; overflow-x: auto; margin: 0.5rem 0 1rem; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; position: sticky; left: 0; }
-th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child { text-align: left; position: sticky; left: 0; background: #fff; }
-th { background: #f3f3f3; } th:first-child { background: #f3f3f3; }
+caption { text-align: left; font-weight: 600; padding-bottom: 0.3rem; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.45rem; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; white-space: normal; text-align: center; }
+th:first-child, td:first-child { text-align: left; }
+table.fit { width: 100%; table-layout: fixed; }
+table.fit col.key { width: 30%; }
+table.fit td { white-space: normal; text-align: left; overflow-wrap: anywhere; }
+table.long td:nth-child(2) { text-align: left; }
+table.long tr.first td { border-top: 2px solid #999; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
-figure { margin: 0; } figcaption { font-size: 0.9rem; color: #555; }
+figure { margin: 0; } figcaption { font-size: 0.9rem; color: #555; max-width: 36rem; }
 svg { max-width: 100%; height: auto; }
 </style>
 </head>
@@ -189,11 +289,12 @@ svg { max-width: 100%; height: auto; }
 {{range .Errors}}<p>errors {{.}}</p>
 {{end}}{{end}}</body>
 </html>
-{{define "table"}}<div class="scroll"><table>
+{{define "table"}}<div class="scroll"{{with .ID}} id="{{.}}"{{end}}><table{{with .Class}} class="{{.}}"{{end}}>
 {{with .Caption}}<caption>{{.}}</caption>
-{{end}}<thead>{{with .Groups}}<tr>{{range .}}<th colspan="{{.Span}}">{{.Name}}</th>{{end}}</tr>{{end}}<tr>{{range .Cols}}<th>{{.}}</th>{{end}}</tr></thead>
+{{end}}{{if eq .Class "fit"}}<colgroup><col class="key"><col><col></colgroup>
+{{end}}<thead>{{range .Head}}<tr>{{range .}}<th{{with .Colspan}} colspan="{{.}}"{{end}}{{with .Rowspan}} rowspan="{{.}}"{{end}}>{{.Name}}</th>{{end}}</tr>{{end}}</thead>
 <tbody>
-{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{range .Rows}}<tr{{if .First}} class="first"{{end}}>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody>
 </table></div>
 {{end}}`))

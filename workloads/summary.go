@@ -20,8 +20,11 @@ func (p Params) Summary() map[string]any {
 		m["lsp_question_len"], m["lsp_output_len"] = p.LSPQuestionLen, p.LSPOutputLen
 	case WorkloadRandom:
 		m["num_prompts"], m["input_len"], m["output_len"], m["range_ratio"] = p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio
-	case WorkloadShareGPT:
+	case WorkloadShareGPT, WorkloadCustom:
 		m["num_prompts"] = p.NumPrompts
+		if p.DatasetPath != "" {
+			m["dataset_path"], m["output_len"] = p.DatasetPath, p.OutputLen
+		}
 	case WorkloadMooncake, WorkloadAzure:
 		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
 	}

@@ -40,10 +40,14 @@ cache hit rate and goodput per level, measured as sglang bench_serving measures 
 Levels: --concurrency 1,2,4 runs closed loop (N clients, each running one conversation at a
 time, turns in order with the actual reply appended); --rate R|inf runs open loop (each
 arrival of --arrival starts a conversation; client-side queueing is reported as queue_ms).
---requests and --duration bound each level; --warmup requests precede each level unrecorded;
---flush-cache POSTs /flush_cache to the target between levels.
+--requests and --duration bound each level (a generated workload that holds fewer than
+--warmup + --requests draws more conversations of the same shape, and says so on stderr);
+--warmup requests precede each level unrecorded; --flush-cache POSTs /flush_cache to the
+target between levels. Without --model, requests name the first model of the target's
+/v1/models.
 
-Progress goes to stderr (a bar on a terminal, one line per level and warm-up otherwise), the
+Progress goes to stderr (a bar on a terminal; otherwise one line per level and warm-up and a
+heartbeat every 10 s: requests done, errors, P50 TTFT so far), the
 table to stdout, and with --out DIR results.json and requests.jsonl (render them again with
 router report). results.json records what the run ran against: --label, the command line,
 the target's /get_server_info and, from a router serve, its settings (/get_router_config), so
@@ -52,19 +56,27 @@ and load, so router sim calibrate can replay the run. requests.jsonl holds every
 prompt, cached and output tokens, send time, TTFT, ITLs and E2E. --scrape-metrics samples the
 workers' SGLang gauges during the run into metrics.jsonl.
 
+Datasets: ` + workloads.DatasetSchema + `
+
 Exit status: 1 when a level's failed requests exceed --max-error-rate (default 0: any failed
 request), after every level ran, with each failing level's error kinds and the first message
 of each on stderr; the table and results are still written.`,
 		Example: `  router bench --url http://127.0.0.1:30000 --workload multiturn --concurrency 1,4,16,64 --out runs/on
+  router bench --url http://127.0.0.1:30000 --workload sharegpt --dataset-path ShareGPT_V3_unfiltered_cleaned_split.json --num-prompts 1000 --rate 8
+  router bench --url http://127.0.0.1:30000 --workload custom --dataset-path prompts.jsonl --concurrency 16
   router bench --url http://127.0.0.1:30000 --workload gsp --rate 2,4,8 --duration 2m --slo ttft=500,tpot=50`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateWorkloadFlags(p, l); err != nil {
 				return err
 			}
+			if note := fitRequests(&p, l); note != "" && !quiet {
+				fmt.Fprintln(cmd.ErrOrStderr(), "bench: "+note)
+			}
 			cfg := bench.Config{URL: url, Header: http.Header{}, Workload: p, Load: l,
 				RequestTimeout: timeout, Out: out, Version: version, MaxErrorRate: maxErrorRate,
-				Label: label, Command: commandLine, ScrapeMetrics: scrape}
+				Label: label, Command: commandLine, ScrapeMetrics: scrape,
+				DiscoverModel: !cmd.Flags().Changed("model")}
 			for _, h := range headers {
 				if err := bench.ParseHeader(cfg.Header, h); err != nil {
 					return err

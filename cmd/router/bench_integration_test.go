@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
 )
@@ -184,4 +186,42 @@ func runCmd(t *testing.T, args ...string) (string, error) {
 		err = fmt.Errorf("%w (stderr: %s)", err, errOut.String())
 	}
 	return out.String(), err
+}
+
+// Against a live fakeworker, `router bench` without --model names the model the worker's
+// /v1/models lists (recorded in results.json), and --workload sharegpt --dataset-path sends
+// the file's conversations: one request per usable record, the reply's length as max_tokens.
+func TestIntegrationBenchModelAndDatasetFakeworker(t *testing.T) {
+	t.Parallel()
+	prof, err := fakeworker.ResolveProfile("constant", 5*time.Millisecond, time.Millisecond)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := fakeworker.Start(ctx, fakeworker.Config{Mode: engine.RoleUnified, Profile: prof,
+		ModelPath: "meta-llama/Llama-3.1-8B-Instruct"})
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); _ = w.Wait() })
+
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sharegpt.json")
+	require.NoError(t, os.WriteFile(data, []byte(`[
+ {"id": "1", "conversations": [{"from": "human", "value": "What does a router in front of SGLang do?"},
+   {"from": "gpt", "value": "It spreads requests over workers and keeps prefixes where their cache is."}]},
+ {"id": "2", "conversations": [{"from": "human", "value": "Name a prime number."}, {"from": "gpt", "value": "Seven is prime."}]},
+ {"id": "3", "conversations": [{"from": "human", "value": "only one turn"}]}
+]`), 0o644))
+	out := filepath.Join(dir, "run")
+	stdout, stderr, err := runWithStderr(t, "bench", "--url", w.URL(), "--workload", "sharegpt", "--dataset-path", data,
+		"--concurrency", "2", "--out", out)
+	require.NoError(t, err, stderr)
+	assert.Contains(t, stderr, "model meta-llama/Llama-3.1-8B-Instruct (from the target's /v1/models)")
+	assert.Regexp(t, `(?m)^c2\s+2\s+0\s`, stdout, "two usable records, no errors")
+	res, recs, err := reports.ReadDir(out)
+	require.NoError(t, err)
+	assert.JSONEq(t, `"meta-llama/Llama-3.1-8B-Instruct"`, string(res.Meta.Workload.Params["model"]))
+	var outs []int
+	for _, r := range recs {
+		outs = append(outs, r.OutputTokens)
+	}
+	assert.ElementsMatch(t, []int{workloads.Count("It spreads requests over workers and keeps prefixes where their cache is."),
+		workloads.Count("Seven is prime.")}, outs, "ignore_eos: each reply as long as the dataset's")
 }

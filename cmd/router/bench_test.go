@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +64,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, a := range seen {
 		assert.Equal(t, "Bearer k", a)
 	}
-	assert.Len(t, seen, 15, "12 requests, the flush between the levels, and the two GETs describing the target")
+	assert.Len(t, seen, 16, "12 requests, the flush between the levels, the two GETs describing the target and /v1/models (no --model)")
 
 	// router report renders what bench wrote.
 	md, err := run(t, "report", dir, "--format", "md")
@@ -80,6 +82,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"bench", "--url", "http://127.0.0.1:1", "--header", "nocolon"}, "--header"},
 		{[]string{"bench", "--url", "http://127.0.0.1:1", "--concurrency", "0"}, "--concurrency"},
 		{[]string{"bench", "--url", "ftp://x"}, "--url"},
+		{[]string{"bench", "--url", "127.0.0.1:30000"}, `--url "127.0.0.1:30000" must start with http:// or https:// (e.g. http://127.0.0.1:30000)`},
 	} {
 		_, err := run(t, tc.args...)
 		assert.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
@@ -117,4 +120,28 @@ func TestBenchCommandFailedRequestsExitNonZero(t *testing.T) {
 		stderr.Reset()
 		assert.Equal(t, 0, execute(append(args, "--max-error-rate", "1"), &stdout, &stderr), stderr.String())
 	}
+}
+
+// bench --requests beyond the workload draws more conversations (and says so); a custom
+// --dataset-path sends its prompts with their output lengths.
+func TestBenchCommandRequestsAndDataset(t *testing.T) {
+	srv, _ := sseServer(t)
+	out, stderr, err := runWithStderr(t, "bench", "--url", srv.URL, "--workload", "multiturn", "--conversations", "2",
+		"--turns", "2", "--system-prompt-len", "8", "--question-len", "4", "--output-len", "3", "--requests", "7", "--concurrency", "2")
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^c2\s+7\s+0\s`, out, "--requests 7 recorded, not the 4 two conversations hold")
+	assert.Contains(t, stderr, "bench: --requests 7 (+ --warmup 0): the multiturn workload holds 2 conversations × 2 turns; drawing 4 conversations")
+	assert.NotContains(t, stderr, "ran out")
+
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"prompt": "Say hello to the router.", "output_len": 5}
+{"prompt": "Count to three.", "output_len": 7}
+`), 0o644))
+	dir := filepath.Join(t.TempDir(), "ds")
+	out, err = run(t, "bench", "--url", srv.URL, "--workload", "custom", "--dataset-path", path, "--out", dir, "--quiet")
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^c1\s+2\s+0\s`, out)
+	res, _, err := reports.ReadDir(dir)
+	require.NoError(t, err)
+	assert.JSONEq(t, strconv.Quote(path), string(res.Meta.Workload.Params["dataset_path"]))
 }

@@ -34,9 +34,12 @@ With --compare A B it pairs the levels of the two runs by label (c16 with c16, r
 and prints A and B side by side with B's improvement over A in percent (positive = B better:
 lower latency, higher throughput), e.g. TTFT P95 with DP-aware routing off / on / improvement.
 
---format html writes one self-contained page (no network access) with SVG charts: TTFT P95
-and TPOT P95 against concurrency, one line per run, and each run's TTFT CDF when its
-requests.jsonl lies beside results.json.`,
+--format html writes one self-contained page (no network access) that fits a 1,280-px
+window: with --compare the comparison (one row per level and metric) and the settings that
+differ (settings only, not the servers' runtime state; durations as durations), then SVG
+charts: TTFT P95 and TPOT P95 against concurrency, one line per run, and the TTFT CDFs when
+requests.jsonl lies beside results.json (with --compare both runs on one chart: a colour per
+level, A solid, B dashed), then each run's level table with means beside the percentiles.`,
 		Example: `  router report runs/on
   router report --compare runs/off runs/on
   router report --compare runs/off runs/on --format html --out compare.html`,

@@ -70,7 +70,8 @@ func TestReportCommand(t *testing.T) {
 	assert.Empty(t, out)
 	b, err := os.ReadFile(page)
 	require.NoError(t, err)
-	assert.Equal(t, 4, strings.Count(string(b), "<svg"), "TTFT P95, TPOT P95 and two CDFs")
+	assert.Equal(t, 3, strings.Count(string(b), "<svg"), "TTFT P95, TPOT P95 and both runs' CDFs on one chart")
+	assert.Contains(t, string(b), `<figure id="ttft-cdf">`)
 }
 
 func TestReportCommandErrors(t *testing.T) {

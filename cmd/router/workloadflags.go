@@ -25,7 +25,7 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.StringVar(&p.Workload, "workload", p.Workload,
 		"workload: "+strings.Join(workloads.Workloads, ", "))
 	fs.Var((*apiValue)(&p.API), "api", "request form: chat (/v1/chat/completions), completions (/v1/completions) or generate (/generate)")
-	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests`)
+	fs.StringVar(&p.Model, "model", p.Model, `the "model" field of chat and completions requests (bench without --model: the first model the target's /v1/models lists)`)
 	if fs.Lookup("seed") == nil {
 		seedFlag(fs, cmdBench, &p.Seed)
 	}
@@ -34,6 +34,9 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	// traces
 	fs.StringVar(&p.TraceFile, "trace-file", p.TraceFile, "trace to replay: Mooncake JSONL (--workload mooncake) or Azure CSV (--workload azure)")
 	fs.Float64Var(&p.TimeScale, "time-scale", p.TimeScale, "multiply trace timestamps by this factor (0.5 = replay twice as fast)")
+
+	// datasets
+	fs.StringVar(&p.DatasetPath, "dataset-path", p.DatasetPath, "prompts from a file, one single-turn request per record: --workload sharegpt reads ShareGPT JSON ([{\"conversations\": [{\"from\": \"human\", \"value\": PROMPT}, {\"from\": \"gpt\", \"value\": REPLY}]}, …]; the reply's length is the output length); --workload custom reads JSON Lines of {\"prompt\": PROMPT, \"output_len\": N} (N defaults to --output-len); either file may use either form")
 
 	// multiturn
 	fs.IntVar(&p.Conversations, "conversations", p.Conversations, "multiturn: number of conversations")
@@ -47,7 +50,7 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 
 	// random
 	fs.IntVar(&p.InputLen, "input-len", p.InputLen, "random: prompt tokens")
-	fs.IntVar(&p.NumPrompts, "num-prompts", p.NumPrompts, "random: number of requests")
+	fs.IntVar(&p.NumPrompts, "num-prompts", p.NumPrompts, "random, sharegpt, custom: number of requests (of a --dataset-path: at most)")
 
 	// gsp
 	fs.IntVar(&p.GSPNumGroups, "gsp-num-groups", p.GSPNumGroups, "gsp: number of groups, each with its own system prompt")
@@ -146,6 +149,52 @@ func printLevelWarnings(w io.Writer, res *reports.Results, p workloads.Params, l
 	}
 }
 
+// fitRequests grows a generated workload so that each level holds the --warmup + --requests
+// requests asked for: more conversations (multiturn), groups (gsp) or prompts (random,
+// sharegpt, long-system-prompt) of the same shape, drawn from the same seed (the first ones
+// are the ones a smaller run sends). It returns a note for stderr saying what it drew, or ""
+// when the workload already holds enough or cannot grow (traces and --dataset-path files hold
+// what they hold; printLevelWarnings then says the level ran short).
+func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
+	if l.Requests == 0 {
+		return ""
+	}
+	need := l.Warmup + l.Requests
+	held := p.ConversationCount()
+	ceil := func(a, b int) int { return (a + b - 1) / b }
+	switch p.Workload {
+	case workloads.WorkloadMultiTurn:
+		if p.Conversations*p.Turns >= need {
+			return ""
+		}
+		p.Conversations = ceil(need, p.Turns)
+		return fmt.Sprintf("--requests %d (+ --warmup %d): the multiturn workload holds %d conversations × %d turns; drawing %d conversations",
+			l.Requests, l.Warmup, held, p.Turns, p.Conversations)
+	case workloads.WorkloadGSP:
+		if held >= need {
+			return ""
+		}
+		p.GSPNumGroups = ceil(need, p.GSPPromptsPerGroup)
+		return fmt.Sprintf("--requests %d (+ --warmup %d): the gsp workload holds %d requests; drawing %d groups of %d",
+			l.Requests, l.Warmup, held, p.GSPNumGroups, p.GSPPromptsPerGroup)
+	case workloads.WorkloadLongSystemPrompt:
+		if held >= need {
+			return ""
+		}
+		p.LSPPrompts = need
+		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d long-system-prompt requests instead of %d",
+			l.Requests, l.Warmup, need, held)
+	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
+		if held >= need || p.DatasetPath != "" {
+			return ""
+		}
+		p.NumPrompts = need
+		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d %s prompts instead of --num-prompts %d",
+			l.Requests, l.Warmup, need, p.Workload, held)
+	}
+	return ""
+}
+
 // moreRequestsHint names the flags that give a workload more requests.
 func moreRequestsHint(p workloads.Params) string {
 	switch p.Workload {
@@ -155,7 +204,10 @@ func moreRequestsHint(p workloads.Params) string {
 		return "raise --gsp-num-groups or --gsp-prompts-per-group"
 	case workloads.WorkloadLongSystemPrompt:
 		return "raise --lsp-prompts"
-	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
+	case workloads.WorkloadRandom, workloads.WorkloadShareGPT, workloads.WorkloadCustom:
+		if p.DatasetPath != "" {
+			return "--dataset-path holds what it holds; raise --num-prompts up to its size"
+		}
 		return "raise --num-prompts"
 	}
 	return "a trace holds what it holds"

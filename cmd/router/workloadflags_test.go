@@ -2,6 +2,9 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -105,4 +109,80 @@ func TestWorkloadFlagsBesideRouterSeed(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--seed", "9", "--turns", "2"}))
 	assert.Equal(t, uint64(9), routerSeed)
 	assert.Equal(t, 2, p.Turns)
+}
+
+// --requests beyond what a generated workload holds draws more of it (same shape, same seed);
+// a workload that already holds enough, --requests 0, a trace or a dataset file is left alone.
+func TestFitRequests(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		grown     func(workloads.Params) int
+		want      int
+		noteparts []string
+	}{
+		{"multiturn", []string{"--requests", "500", "--warmup", "10"}, func(p workloads.Params) int { return p.Conversations },
+			128, []string{"--requests 500 (+ --warmup 10)", "64 conversations × 4 turns", "drawing 128 conversations"}},
+		{"multiturn enough", []string{"--requests", "256"}, func(p workloads.Params) int { return p.Conversations }, 64, nil},
+		{"no bound", nil, func(p workloads.Params) int { return p.Conversations }, 64, nil},
+		{"gsp", []string{"--workload", "gsp", "--gsp-num-groups", "2", "--gsp-prompts-per-group", "4", "--requests", "9"},
+			func(p workloads.Params) int { return p.GSPNumGroups }, 3, []string{"drawing 3 groups of 4"}},
+		{"lsp", []string{"--workload", "long-system-prompt", "--lsp-prompts", "5", "--requests", "7"},
+			func(p workloads.Params) int { return p.LSPPrompts }, 7, []string{"7 long-system-prompt requests instead of 5"}},
+		{"random", []string{"--workload", "random", "--num-prompts", "5", "--requests", "7", "--warmup", "1"},
+			func(p workloads.Params) int { return p.NumPrompts }, 8, []string{"drawing 8 random prompts instead of --num-prompts 5"}},
+		{"sharegpt", []string{"--workload", "sharegpt", "--num-prompts", "5", "--requests", "6"},
+			func(p workloads.Params) int { return p.NumPrompts }, 6, []string{"6 sharegpt prompts"}},
+		{"dataset", []string{"--workload", "custom", "--dataset-path", "x.jsonl", "--num-prompts", "5", "--requests", "6"},
+			func(p workloads.Params) int { return p.NumPrompts }, 5, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, l, _, err := parseWorkloadFlags(tc.args...)
+			require.NoError(t, err)
+			note := fitRequests(&p, l)
+			assert.Equal(t, tc.want, tc.grown(p))
+			if tc.noteparts == nil {
+				assert.Empty(t, note)
+			}
+			for _, part := range tc.noteparts {
+				assert.Contains(t, note, part)
+			}
+			require.NoError(t, p.Validate())
+			if tc.noteparts != nil {
+				held := p.ConversationCount()
+				if p.Workload == workloads.WorkloadMultiTurn {
+					held *= p.Turns
+				}
+				assert.GreaterOrEqual(t, held, l.Requests+l.Warmup, "the grown workload holds the requests")
+			}
+		})
+	}
+}
+
+// router sim reads --dataset-path through the shared workload flags, like bench: every
+// usable record becomes one request of the level.
+func TestSimDatasetPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"prompt": "Explain prefix caching in two sentences.", "output_len": 16}
+{"prompt": "List the planets of the solar system.", "output_len": 24}
+{"prompt": "x"}
+`), 0o644))
+	dir := filepath.Join(t.TempDir(), "out")
+	_, err := run(t, "sim", "--workload", "custom", "--dataset-path", path, "--concurrency", "2", "--out", dir)
+	require.NoError(t, err)
+	res, recs, err := reports.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, res.Levels, 1)
+	assert.Equal(t, 2, res.Levels[0].Requests, "the 1-token prompt is skipped")
+	var outs []int
+	for _, r := range recs {
+		outs = append(outs, r.OutputTokens)
+	}
+	assert.ElementsMatch(t, []int{16, 24}, outs)
+	assert.JSONEq(t, strconv.Quote(path), string(res.Meta.Workload.Params["dataset_path"]))
+
+	_, err = run(t, "sim", "--workload", "custom", "--concurrency", "2")
+	assert.ErrorContains(t, err, "--workload custom needs --dataset-path")
 }

@@ -1,0 +1,50 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// discoverModel asks the target's GET /v1/models (OpenAI's list; SGLang workers and router
+// serve answer it) for the model it serves and returns the first entry's id. Like sglang
+// bench_serving without --model, the first listed model is the one benchmarked.
+func discoverModel(ctx context.Context, client *http.Client, base string, header http.Header) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	for k, vs := range header {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDescribeBody))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/models answered %s", resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return "", fmt.Errorf("GET /v1/models: %w", err)
+	}
+	for _, m := range list.Data {
+		if m.ID != "" {
+			return m.ID, nil
+		}
+	}
+	return "", fmt.Errorf("GET /v1/models lists no model")
+}
