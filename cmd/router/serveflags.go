@@ -63,7 +63,7 @@ func (f scaledFlag) String() string {
 	}
 	return ""
 }
-func (f scaledFlag) Type() string   { return "int" }
+func (f scaledFlag) Type() string { return "int" }
 func (f scaledFlag) Set(v string) error {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
