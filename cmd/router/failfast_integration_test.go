@@ -27,8 +27,8 @@ import (
 type crashClock struct{ at chan time.Time }
 
 func (c crashClock) Enabled(context.Context, slog.Level) bool { return true }
-func (c crashClock) WithAttrs([]slog.Attr) slog.Handler        { return c }
-func (c crashClock) WithGroup(string) slog.Handler             { return c }
+func (c crashClock) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c crashClock) WithGroup(string) slog.Handler            { return c }
 func (c crashClock) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "fakeworker crashed" {
 		select {
