@@ -81,11 +81,11 @@ var noEffectSGLangFlags = map[string]string{
 
 // Reasons pdrouter does not implement an sgl-router flag (README's table gives the same).
 const (
-	whyGateway     = "a gateway feature outside PD routing"
+	whyGateway     = "a gateway feature outside PD routing: "
 	whyStorage     = "the Responses/conversation history storage"
 	whyAuth        = "control-plane authentication (pdrouter has one --api-key)"
 	whyMesh        = "multi-router mesh state sharing"
-	whyPolicy      = "a routing policy pdrouter does not have (cache_aware, round_robin, random, power_of_two)"
+	whyPolicy      = "a routing policy pdrouter does not have: "
 	whyOverload    = "load monitoring from the workers' own metrics (pdrouter routes on its in-flight counts)"
 	whyEPD         = "encode/prefill/decode (EPD) disaggregation"
 	whyTokenizer   = "tokenizer caches and parsers of the gRPC path (pdrouter proxies HTTP)"
@@ -125,10 +125,10 @@ var ignoredSGLangFlags = map[string]struct {
 	"zmq-engine-count":               {1, whyWorkerMgmt + "ZMQ-launched engines"},
 	"stream-request-bodies-over":     {1, whyUpstreamOpt + "streaming request bodies (bodies are read whole, within --max-payload-size)"},
 	"stream-body-stall-timeout-secs": {1, whyUpstreamOpt + "streaming request bodies"},
-	"multimodal-tensor-transport":    {1, whyGateway + " (multimodal tensor transport)"},
-	"multimodal-shm-min-bytes":       {1, whyGateway + " (multimodal tensor transport)"},
-	"model-alias":                    {1, whyGateway + " (model aliases; requests pass the model through)"},
-	"model-id-from":                  {1, whyGateway + " (model ids of discovered workers)"},
+	"multimodal-tensor-transport":    {1, whyGateway + "multimodal tensor transport"},
+	"multimodal-shm-min-bytes":       {1, whyGateway + "multimodal tensor transport"},
+	"model-alias":                    {1, whyGateway + "model aliases; requests pass the model through"},
+	"model-id-from":                  {1, whyGateway + "model ids of discovered workers"},
 	"router-selector":                {-1, whyMesh},
 	"storage-context-headers":        {-1, whyStorage},
 
@@ -137,25 +137,25 @@ var ignoredSGLangFlags = map[string]struct {
 	"epd-disaggregation":                {0, whyEPD},
 	"encode":                            {-1, whyEPD},
 	"encode-selector":                   {-1, whyEPD},
-	"prefix-token-count":                {1, whyPolicy + " (prefix_hash)"},
-	"prefix-hash-load-factor":           {1, whyPolicy + " (prefix_hash)"},
-	"prefix-hash-balance-abs-threshold": {1, whyPolicy + " (prefix_hash)"},
-	"least-load-kv-pressure-weight":     {1, whyPolicy + " (least_load)"},
-	"least-load-default-throughput":     {1, whyPolicy + " (least_load)"},
-	"least-load-mean-prefill-tokens":    {1, whyPolicy + " (least_load)"},
-	"least-load-max-waiting-requests":   {1, whyPolicy + " (least_load)"},
-	"bucket-adjust-interval-secs":       {1, whyPolicy + " (bucket)"},
-	"assignment-mode":                   {1, whyPolicy + " (manual: routing keys)"},
-	"max-idle-secs":                     {1, whyPolicy + " (manual: idle routing keys expire)"},
-	"sticky-key-idle-secs":              {1, whyPolicy + " (manual: idle routing keys expire)"},
-	"sticky-sessions":                   {0, whyPolicy + " (routing keys)"},
-	"routing-key-override":              {0, whyPolicy + " (routing keys)"},
-	"routing-key-headers":               {-1, whyPolicy + " (routing keys)"},
-	"overlap-decay":                     {1, whyPolicy + " (smg's cache_aware scoring variants)"},
-	"selection-temperature":             {1, whyPolicy + " (smg's cache_aware scoring variants)"},
-	"cache-index":                       {1, whyPolicy + " (smg's cache index variants)"},
-	"cache-ttl-secs":                    {1, whyPolicy + " (smg's cache index variants)"},
-	"cache-boundaries":                  {1, whyPolicy + " (smg's cache index variants)"},
+	"prefix-token-count":                {1, whyPolicy + "prefix_hash"},
+	"prefix-hash-load-factor":           {1, whyPolicy + "prefix_hash"},
+	"prefix-hash-balance-abs-threshold": {1, whyPolicy + "prefix_hash"},
+	"least-load-kv-pressure-weight":     {1, whyPolicy + "least_load"},
+	"least-load-default-throughput":     {1, whyPolicy + "least_load"},
+	"least-load-mean-prefill-tokens":    {1, whyPolicy + "least_load"},
+	"least-load-max-waiting-requests":   {1, whyPolicy + "least_load"},
+	"bucket-adjust-interval-secs":       {1, whyPolicy + "bucket"},
+	"assignment-mode":                   {1, whyPolicy + "manual's routing keys"},
+	"max-idle-secs":                     {1, whyPolicy + "manual's idle routing keys"},
+	"sticky-key-idle-secs":              {1, whyPolicy + "manual's idle routing keys"},
+	"sticky-sessions":                   {0, whyPolicy + "routing keys"},
+	"routing-key-override":              {0, whyPolicy + "routing keys"},
+	"routing-key-headers":               {-1, whyPolicy + "routing keys"},
+	"overlap-decay":                     {1, whyPolicy + "smg's cache_aware scoring variants"},
+	"selection-temperature":             {1, whyPolicy + "smg's cache_aware scoring variants"},
+	"cache-index":                       {1, whyPolicy + "smg's cache index variants"},
+	"cache-ttl-secs":                    {1, whyPolicy + "smg's cache index variants"},
+	"cache-boundaries":                  {1, whyPolicy + "smg's cache index variants"},
 	"dp-minimum-tokens-scheduler":       {0, whyOverload},
 	"balance-token-usage-threshold":     {1, whyOverload},
 	"overload-token-usage-threshold":    {1, whyOverload},
@@ -172,7 +172,7 @@ var ignoredSGLangFlags = map[string]struct {
 	"tokenizer-cache-l1-max-memory":  {1, whyTokenizer},
 
 	// Gateway features: storage, WASM, auth, mesh.
-	"enable-wasm":                 {0, whyGateway + " (WASM plugins)"},
+	"enable-wasm":                 {0, whyGateway + "WASM plugins"},
 	"storage-hook-wasm-path":      {1, whyStorage},
 	"oracle-wallet-path":          {1, whyStorage},
 	"oracle-tns-alias":            {1, whyStorage},
