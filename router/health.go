@@ -1,6 +1,9 @@
 package router
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // HealthConfig holds the health-check settings (SPEC §1.6, [Config.Health]): how the prober
 // asks each worker, and the thresholds of its [Health] machine.
@@ -67,4 +70,40 @@ func (h *Health) Observe(ok bool) (flipped bool) {
 		return true
 	}
 	return false
+}
+
+// Down marks the worker unhealthy at once, whatever FailureThreshold says, and reports whether
+// the verdict flipped: for a probe that failed right after a request could not reach the
+// worker (refused or reset connection), when two independent signals agree it is gone. It
+// comes back as after any unhealthy verdict: SuccessThreshold passed probes in a row.
+func (h *Health) Down() (flipped bool) {
+	h.successes = 0
+	h.failures = max(h.failures+1, h.cfg.FailureThreshold)
+	if h.starting || !h.healthy {
+		return false
+	}
+	h.healthy = false
+	return true
+}
+
+// ObserveFailureProbe feeds the result of a probe sent because a request to the worker with
+// url failed to connect or was reset: a failed one takes the worker out of rotation at once
+// ([Health.Down]) rather than after --health-failure-threshold scheduled probes or
+// --cb-failure-threshold failed requests; a passed one changes nothing (the failure was the
+// connection's, not the worker's). It reports whether the verdict flipped.
+func (r *Router) ObserveFailureProbe(url string, ok bool, now time.Time, cause string) (flipped bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	role, i, found := r.findLocked(url)
+	if !found {
+		return false, fmt.Errorf("router: health of %s: not registered", url)
+	}
+	if ok {
+		return false, nil
+	}
+	w := r.workers[role][i]
+	before := workerState(w, now)
+	flipped = w.health.Down()
+	r.noteLocked(w, before, now, "a request failed to reach it and a health probe then failed: "+cause)
+	return flipped, nil
 }

@@ -461,7 +461,7 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &dash))
 	names := map[string]bool{}
-	re := regexp.MustCompile(`\bpdrouter_[a-z_]+`)
+	re := regexp.MustCompile(`\b(pdrouter|sgl_router)_[a-z_]+`)
 	for _, p := range dash.Panels {
 		require.NotEmpty(t, p.Targets, p.Title)
 		for _, tg := range p.Targets {
@@ -475,8 +475,8 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(names), 10)
 
-	// A PD router in-process; one failed attempt (retried), one streamed request (TTFT) and one
-	// bad request (errors) go through it, so the labelled series exist.
+	// A PD router in-process; one failed attempt (retried), one streamed request (TTFT, ITL, TPOT:
+	// three text events) and one bad request (errors) go through it, so the labelled series exist.
 	var calls atomic.Int32 // the decode worker's: its first answer is a 503
 	worker := func(failFirst bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -487,7 +487,7 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 			}
 			if strings.Contains(string(b), `"stream":true`) {
 				w.Header().Set("Content-Type", "text/event-stream")
-				_, _ = io.WriteString(w, "data: {\"text\":\"o\",\"meta_info\":{}}\n\ndata: [DONE]\n\n")
+				_, _ = io.WriteString(w, "data: {\"text\":\"o\",\"meta_info\":{}}\n\ndata: {\"text\":\"ok\"}\n\ndata: {\"text\":\"ok!\"}\n\ndata: [DONE]\n\n")
 				return
 			}
 			_, _ = w.Write([]byte(`{"text":"ok","meta_info":{"prompt_tokens":4,"cached_tokens":0}}`))

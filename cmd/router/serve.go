@@ -29,8 +29,12 @@ failure of either leg is answered at once and cancels the other.
 
 Settings come from the defaults, then --config FILE (YAML or JSON, the same keys as the flags
 with underscores — the file 'router sim sweep --write-config' writes), then the flags. Worker
-lists from flags are added to the file's. sgl-router flags pdrouter does not implement are
-accepted with one warning.`
+lists from flags are added to the file's.
+
+Every flag of today's sgl-router (the SGLang Model Gateway, smg) works here with its meaning,
+under its old spellings too, except those the README lists as unsupported, with why: serve
+refuses them (exit 1, naming each and what it would have done) unless --allow-ignored-flags
+is given, which runs without them after one warning.`
 
 const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router takes it
   router serve --pd-disaggregation --dp-aware \
@@ -44,7 +48,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
   router serve --config tuned.yaml --worker-urls http://a:30000 http://b:30000 --print-config`
 
 func newServeCmd() *cobra.Command {
-	flagCfg := server.DefaultConfig()
+	flagCfg := serveDefaults()
 	var configPath, apiKeyFile string
 	var printConfig, flushEachEvent, allowIgnored bool
 	cmd := &cobra.Command{

@@ -11,19 +11,91 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// serveFlagAliases are other spellings sgl-router versions used for the same setting.
+// serveFlagAliases are other spellings sgl-router versions used for the same setting: older
+// sgl-router releases, the SGLang Model Gateway, and today's smg
+// (testdata/sglrouter_flags.tsv lists its flags with their other spellings).
 var serveFlagAliases = map[string]string{
-	"json-log":            "log-json",
-	"eviction-interval":   "eviction-interval-secs",
-	"policy-prefill":      "prefill-policy",
-	"policy-decode":       "decode-policy",
-	"prometheus-hostname": "prometheus-host",
-	"ca-cert-path":        "ca-cert-paths", // the SGLang Model Gateway's spelling, repeatable
+	"json-log":              "log-json",
+	"eviction-interval":     "eviction-interval-secs",
+	"policy-prefill":        "prefill-policy",
+	"policy-decode":         "decode-policy",
+	"prometheus-hostname":   "prometheus-host",
+	"ca-cert-path":          "ca-cert-paths", // the SGLang Model Gateway's spelling, repeatable
+	"server-cert-path":      "tls-cert-path", // the SGLang Model Gateway's names of the serving certificate
+	"server-key-path":       "tls-key-path",
+	"cache-match-threshold": "cache-threshold", // smg's other spellings
+	"spill-abs-threshold":   "balance-abs-threshold",
+	"spill-rel-threshold":   "balance-rel-threshold",
+	"model":                 "model-path",
+	// smg drains in-flight requests for --shutdown-grace-period-secs on SIGTERM: our
+	// --shutdown-timeout-secs. Its default stays 30 s, not smg's 180 s: Kubernetes kills a pod
+	// 30 s after SIGTERM unless its terminationGracePeriodSeconds says otherwise, so a longer
+	// default drain would be cut short anyway.
+	"shutdown-grace-period-secs": "shutdown-timeout-secs",
 }
 
-// ignoredSGLangFlags are sgl-router flags we accept so existing command lines keep working,
-// with what each would have done; the value says whether the flag takes values (0: a switch,
-// 1: one value, -1: any number of values).
+// scaledServeFlags are sgl-router flags whose setting we hold in another unit: serve takes
+// them as flags of their own that set flag to the value times factor.
+var scaledServeFlags = []struct {
+	name, flag string
+	factor     int
+	help       string
+}{
+	{"upstream-pool-idle-timeout-secs", "upstream-idle-timeout-ms", 1000,
+		"smg's spelling of --upstream-idle-timeout-ms, in seconds (its default 3 is ours)"},
+}
+
+// scaledFlag is one of scaledServeFlags on a flag set: Set sets its target flag.
+type scaledFlag struct {
+	fs           *pflag.FlagSet
+	name, target string
+	factor       int
+}
+
+func (f scaledFlag) String() string {
+	if f.fs == nil {
+		return ""
+	}
+	if t := f.fs.Lookup(f.target); t != nil {
+		if n, err := strconv.Atoi(t.Value.String()); err == nil {
+			return strconv.Itoa(n / f.factor)
+		}
+	}
+	return ""
+}
+func (f scaledFlag) Type() string { return "int" }
+func (f scaledFlag) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a non-negative integer", v)
+	}
+	return f.fs.Set(f.target, strconv.Itoa(n*f.factor))
+}
+
+// noEffectSGLangFlags are sgl-router switches that turn off something pdrouter never does:
+// accepted, and they change nothing (README lists them).
+var noEffectSGLangFlags = map[string]string{
+	"disable-tokenizer-autoload": "pdrouter loads a tokenizer only from --model-path or --tokenizer-path, never from the workers",
+	"disable-load-monitoring":    "pdrouter never polls the workers' loads: it counts its own in-flight requests",
+}
+
+// Reasons pdrouter does not implement an sgl-router flag (README's table gives the same).
+const (
+	whyGateway     = "a gateway feature outside PD routing: "
+	whyStorage     = "the Responses/conversation history storage"
+	whyAuth        = "control-plane authentication (pdrouter has one --api-key)"
+	whyMesh        = "multi-router mesh state sharing"
+	whyPolicy      = "a routing policy pdrouter does not have: "
+	whyOverload    = "load monitoring from the workers' own metrics (pdrouter routes on its in-flight counts)"
+	whyEPD         = "encode/prefill/decode (EPD) disaggregation"
+	whyTokenizer   = "tokenizer caches and parsers of the gRPC path (pdrouter proxies HTTP)"
+	whyWorkerMgmt  = "worker management pdrouter does differently: "
+	whyUpstreamOpt = "an upstream transport option pdrouter does not have: "
+)
+
+// ignoredSGLangFlags are sgl-router flags pdrouter does not implement, with why; serve refuses
+// them unless --allow-ignored-flags, then drops them with one warning. arity says how many
+// values follow the flag (0: a switch, 1: one value, -1: any number), as its argparse nargs.
 var ignoredSGLangFlags = map[string]struct {
 	arity int
 	what  string
@@ -40,6 +112,95 @@ var ignoredSGLangFlags = map[string]struct {
 	"otlp-traces-endpoint":         {1, "OpenTelemetry tracing"},
 	"rate-limit-tokens-per-second": {1, "token-bucket refill (our admission holds a permit per request)"},
 	"prometheus-duration-buckets":  {-1, "custom histogram buckets"},
+
+	// Workers and transport.
+	"upstream-http2":                 {0, whyUpstreamOpt + "HTTP/2 to workers (SGLang serves HTTP/1.1)"},
+	"health-check-port":              {1, "a separate probe listener (/health and /readiness are served on --port)"},
+	"disable-health-check":           {0, whyWorkerMgmt + "health checks always run (make them rare with --health-check-interval-secs); without them a dead worker takes traffic until its breaker opens"},
+	"worker-auto-recovery":           {0, whyWorkerMgmt + "an unhealthy worker leaves rotation and comes back when it passes its probes; removal is DELETE /workers or service discovery"},
+	"remove-unhealthy-workers":       {0, whyWorkerMgmt + "an unhealthy worker leaves rotation and comes back when it passes its probes; removal is DELETE /workers or service discovery"},
+	"worker-startup-delay":           {1, whyWorkerMgmt + "a starting worker is probed every second and takes traffic once it passes"},
+	"job-queue-capacity":             {1, whyWorkerMgmt + "workers are registered directly, without a job queue"},
+	"job-queue-concurrency":          {1, whyWorkerMgmt + "workers are registered directly, without a job queue"},
+	"zmq-engine-count":               {1, whyWorkerMgmt + "ZMQ-launched engines"},
+	"stream-request-bodies-over":     {1, whyUpstreamOpt + "streaming request bodies (bodies are read whole, within --max-payload-size)"},
+	"stream-body-stall-timeout-secs": {1, whyUpstreamOpt + "streaming request bodies"},
+	"multimodal-tensor-transport":    {1, whyGateway + "multimodal tensor transport"},
+	"multimodal-shm-min-bytes":       {1, whyGateway + "multimodal tensor transport"},
+	"model-alias":                    {1, whyGateway + "model aliases; requests pass the model through"},
+	"model-id-from":                  {1, whyGateway + "model ids of discovered workers"},
+	"router-selector":                {-1, whyMesh},
+	"storage-context-headers":        {-1, whyStorage},
+
+	// Policies and their knobs.
+	"encode-policy":                     {1, whyEPD},
+	"epd-disaggregation":                {0, whyEPD},
+	"encode":                            {-1, whyEPD},
+	"encode-selector":                   {-1, whyEPD},
+	"prefix-token-count":                {1, whyPolicy + "prefix_hash"},
+	"prefix-hash-load-factor":           {1, whyPolicy + "prefix_hash"},
+	"prefix-hash-balance-abs-threshold": {1, whyPolicy + "prefix_hash"},
+	"least-load-kv-pressure-weight":     {1, whyPolicy + "least_load"},
+	"least-load-default-throughput":     {1, whyPolicy + "least_load"},
+	"least-load-mean-prefill-tokens":    {1, whyPolicy + "least_load"},
+	"least-load-max-waiting-requests":   {1, whyPolicy + "least_load"},
+	"bucket-adjust-interval-secs":       {1, whyPolicy + "bucket"},
+	"assignment-mode":                   {1, whyPolicy + "manual's routing keys"},
+	"max-idle-secs":                     {1, whyPolicy + "manual's idle routing keys"},
+	"sticky-key-idle-secs":              {1, whyPolicy + "manual's idle routing keys"},
+	"sticky-sessions":                   {0, whyPolicy + "routing keys"},
+	"routing-key-override":              {0, whyPolicy + "routing keys"},
+	"routing-key-headers":               {-1, whyPolicy + "routing keys"},
+	"overlap-decay":                     {1, whyPolicy + "smg's cache_aware scoring variants"},
+	"selection-temperature":             {1, whyPolicy + "smg's cache_aware scoring variants"},
+	"cache-index":                       {1, whyPolicy + "smg's cache index variants"},
+	"cache-ttl-secs":                    {1, whyPolicy + "smg's cache index variants"},
+	"cache-boundaries":                  {1, whyPolicy + "smg's cache index variants"},
+	"dp-minimum-tokens-scheduler":       {0, whyOverload},
+	"balance-token-usage-threshold":     {1, whyOverload},
+	"overload-token-usage-threshold":    {1, whyOverload},
+	"worker-overload-waiting-requests":  {1, whyOverload},
+	"worker-overload-token-usage":       {1, whyOverload},
+	"worker-overload-protection":        {0, whyOverload},
+	"load-monitor-interval":             {1, whyOverload},
+	"worker-load-check-interval":        {1, whyOverload}, // the SGLang Model Gateway's name
+
+	// Tokenizer caches (the gRPC path).
+	"tokenizer-cache-enable-l0":      {0, whyTokenizer},
+	"tokenizer-cache-l0-max-entries": {1, whyTokenizer},
+	"tokenizer-cache-enable-l1":      {0, whyTokenizer},
+	"tokenizer-cache-l1-max-memory":  {1, whyTokenizer},
+
+	// Gateway features: storage, WASM, auth, mesh.
+	"enable-wasm":                 {0, whyGateway + "WASM plugins"},
+	"storage-hook-wasm-path":      {1, whyStorage},
+	"oracle-wallet-path":          {1, whyStorage},
+	"oracle-tns-alias":            {1, whyStorage},
+	"oracle-connect-descriptor":   {1, whyStorage},
+	"oracle-username":             {1, whyStorage},
+	"oracle-password":             {1, whyStorage},
+	"oracle-external-auth":        {0, whyStorage},
+	"oracle-pool-min":             {1, whyStorage},
+	"oracle-pool-max":             {1, whyStorage},
+	"oracle-pool-timeout-secs":    {1, whyStorage},
+	"postgres-db-url":             {1, whyStorage},
+	"postgres-pool-max":           {1, whyStorage},
+	"redis-url":                   {1, whyStorage},
+	"redis-pool-max":              {1, whyStorage},
+	"redis-retention-days":        {1, whyStorage},
+	"schema-config":               {1, whyStorage},
+	"control-plane-api-keys":      {-1, whyAuth},
+	"control-plane-audit-enabled": {0, whyAuth},
+	"jwt-issuer":                  {1, whyAuth},
+	"jwt-audience":                {1, whyAuth},
+	"jwt-jwks-uri":                {1, whyAuth},
+	"jwt-role-mapping":            {-1, whyAuth},
+	"enable-mesh":                 {0, whyMesh},
+	"mesh-server-name":            {1, whyMesh},
+	"mesh-host":                   {1, whyMesh},
+	"mesh-advertise-host":         {1, whyMesh},
+	"mesh-port":                   {1, whyMesh},
+	"mesh-peer-urls":              {-1, whyMesh},
 }
 
 // multiValueServeFlags take several space-separated values after the flag (argparse nargs).
@@ -68,6 +229,9 @@ func normalizeServeArgs(args []string) (out, ignored []string) {
 		if alias, ok := serveFlagAliases[name]; ok {
 			a = "--" + alias + strings.TrimPrefix(a, "--"+name)
 			name = alias
+		}
+		if _, ok := noEffectSGLangFlags[name]; ok && !hasValue {
+			continue // a switch off of something pdrouter never does
 		}
 		if ig, ok := ignoredSGLangFlags[name]; ok {
 			ignored = append(ignored, "--"+name)
@@ -118,7 +282,22 @@ func flagName(jsonKey string) string { return strings.ReplaceAll(jsonKey, "_", "
 
 // serveFlags binds one flag per server.Config setting (named after its json key) to cfg, which
 // should hold the defaults: they show in --help.
-func serveFlags(fs *pflag.FlagSet, cfg *server.Config) { configFlags(fs, cfg, cmdServe, nil) }
+func serveFlags(fs *pflag.FlagSet, cfg *server.Config) {
+	configFlags(fs, cfg, cmdServe, nil)
+	for _, sf := range scaledServeFlags {
+		fs.Var(scaledFlag{fs: fs, name: sf.name, target: sf.flag, factor: sf.factor}, sf.name, sf.help)
+	}
+}
+
+// serveDefaults are serve's defaults: server.DefaultConfig with today's sgl-router (smg) default
+// where we adopt it. --worker-startup-timeout-secs is 1800 s, as smg's: a large model takes
+// more than our former 600 s to load. --worker-startup-check-interval stays 10 s (smg: 30 s):
+// a starting worker is found up to 20 s sooner, for one GET every 10 s while it starts.
+func serveDefaults() server.Config {
+	cfg := server.DefaultConfig()
+	cfg.WorkerStartupTimeoutSecs = 1800
+	return cfg
+}
 
 // notSimFlags are the router.Config keys `router sim` has no flag for: the worker lists (the
 // simulator names its own workers) and the health checks' interval, timeout and endpoint (a
@@ -256,7 +435,7 @@ func (s *prefillList) Set(v string) error {
 // both) over the defaults. Unknown keys and wrong types are errors naming the file, line and
 // key, so a typo never silently falls back to a default.
 func loadConfigFile(path string) (server.Config, settingsFile, error) {
-	cfg := server.DefaultConfig()
+	cfg := serveDefaults()
 	doc, file, err := readSettingsFile("--config", path)
 	if err != nil || doc == nil {
 		return cfg, file, err

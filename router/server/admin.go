@@ -448,7 +448,7 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 			defer cancel()
 		}
 	}
-	dp, err := s.dpSize(ctx, u)
+	dp, err := s.dpSize(ctx, u, role)
 	if err != nil {
 		return 0, &registerError{http.StatusBadGateway, err}
 	}

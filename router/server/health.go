@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -25,6 +27,71 @@ type healthChecker struct {
 	Now      func() time.Time
 	// OnFlip, if set, is called when a worker's verdict changes (for logs).
 	OnFlip func(url string, healthy bool)
+
+	once     sync.Once
+	suspects chan string     // workers a request could not reach, for Run to probe at once
+	mu       sync.Mutex      // protects probing
+	probing  map[string]bool // workers with a suspect probe queued or running
+}
+
+// init makes the suspect queue (the struct is built as a literal).
+func (h *healthChecker) init() {
+	h.once.Do(func() {
+		h.suspects = make(chan string, 64)
+		h.probing = map[string]bool{}
+	})
+}
+
+// suspect asks Run to probe url now: a request to it was refused or reset. A failed probe takes
+// the worker out of rotation at once (router.ObserveFailureProbe), so a dead worker stops
+// taking requests within one probe of the first failure instead of after the breaker's
+// --cb-failure-threshold failures or the next scheduled probe. One probe per worker at a time:
+// a burst of failures costs one GET. Never blocks.
+func (h *healthChecker) suspect(url string) {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.probing[url] {
+		return
+	}
+	select {
+	case h.suspects <- url:
+		h.probing[url] = true
+	default: // the queue is full: those probes come first, this one with the next failure
+	}
+}
+
+// probeSuspect probes a suspected worker and feeds the result to the router.
+func (h *healthChecker) probeSuspect(ctx context.Context, url string) {
+	defer func() {
+		h.mu.Lock()
+		delete(h.probing, url)
+		h.mu.Unlock()
+	}()
+	err := h.check(ctx, url)
+	if ctx.Err() != nil {
+		return
+	}
+	cause := ""
+	if err != nil {
+		cause = err.Error()
+	}
+	flipped, rerr := h.Router.ObserveFailureProbe(url, err == nil, h.Now(), cause)
+	if rerr == nil && flipped && h.OnFlip != nil {
+		h.OnFlip(url, false)
+	}
+}
+
+// connFailure reports whether err, a request's transport error, says the worker's end of the
+// connection is gone: refused, reset, or closed mid-response. Timeouts and our own
+// cancellations say nothing about the worker.
+func connFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // checkAll probes every registered worker once, concurrently, and returns when all probes
@@ -112,17 +179,23 @@ func (h *healthChecker) checkStarting(ctx context.Context) map[string]error {
 	return failed
 }
 
-// Run probes every worker every Interval, and starting workers every second, until ctx is
-// done.
+// Run probes every worker every Interval, starting workers every second, and suspected ones
+// (suspect) at once, until ctx is done.
 func (h *healthChecker) Run(ctx context.Context) {
+	h.init()
 	t := time.NewTicker(h.Interval)
 	defer t.Stop()
 	fast := time.NewTicker(startingProbeInterval)
 	defer fast.Stop()
+	var probes sync.WaitGroup
+	defer probes.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case url := <-h.suspects:
+			probes.Add(1)
+			go func() { defer probes.Done(); h.probeSuspect(ctx, url) }()
 		case <-t.C:
 			h.checkAll(ctx)
 		case <-fast.C:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,9 @@ type attemptResult struct {
 	committed bool
 	// status is the status answered, when the attempt answered.
 	status int
+	// streamErr is set when a relayed stream broke or ended in an error event after its head
+	// went out: answered (an error event), but an error in every metric.
+	streamErr *upstreamError
 }
 
 // legOutcome classifies an upstream error for the breaker: a 4xx is the client's fault and
@@ -190,10 +194,18 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		case res.gone:
 			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 			return 499
+		case res.failed == nil && res.streamErr != nil:
+			return s.streamFailed(x, res.streamErr)
 		case res.failed == nil:
 			return res.status
 		}
 		ue := res.failed
+		if ue.Status == 0 && connFailure(ue.Err) {
+			s.hc.suspect(ue.Worker) // refused or reset: is the worker gone?
+		}
+		if s.r.PD() {
+			s.metrics.sgl.legFailed(ue)
+		}
 		rreq.Avoid = append(rreq.Avoid, ue.Worker) // the retry moves to another target if it can
 		s.metrics.Errors.WithLabelValues(errorKind(ue)).Inc()
 		s.attemptFailed(x.id, attempt, ue)
@@ -208,7 +220,7 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		if !retry || ctx.Err() != nil {
 			return s.reply(x, ue.clientError())
 		}
-		s.metrics.Retries.WithLabelValues(x.route.String()).Inc()
+		s.metrics.retried(x.route.String())
 		if !sleep(ctx, wait) {
 			return s.ended(ctx, x)
 		}
@@ -311,6 +323,13 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 		if sw.usage != nil {
 			s.observeCached(sw.usage)
 		}
+		if d, ok := sw.tpot(); ok {
+			s.metrics.TPOT.WithLabelValues(r.role).Observe(d.Seconds())
+		}
+		if len(sw.errEvent) > 0 { // relayed as it came; an error all the same
+			return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(sw.errEvent),
+				Body: bytes.Clone(sw.errEvent[:min(len(sw.errEvent), 512)]), Err: errStreamErrorEvent}
+		}
 		return nil
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -321,6 +340,9 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 	}
 	if ctx.Err() != nil {
 		return errClientGone
+	}
+	if connFailure(err) {
+		s.hc.suspect(r.worker) // the stream was cut: is the worker gone?
 	}
 	msg := fmt.Sprintf("%s worker %s: stream failed: %v", r.role, r.worker, err)
 	_, _ = sw.w.Write(wire.StreamError(http.StatusBadGateway, msg))
@@ -334,13 +356,48 @@ func (s *Server) streamEnd(err error, status int) (attemptResult, router.Outcome
 	switch {
 	case errors.Is(err, errClientGone):
 		return attemptResult{gone: true, committed: true}, router.Cancelled
-	case errors.Is(err, errRequestTimeout):
-		s.metrics.Errors.WithLabelValues("timeout").Inc()
-		return attemptResult{status: status}, router.Cancelled
+	case errors.Is(err, errRequestTimeout): // counted as "timeout" by streamFailed
+		return attemptResult{status: status, streamErr: &upstreamError{Status: http.StatusGatewayTimeout, Err: err}}, router.Cancelled
 	case err != nil:
-		return attemptResult{status: status}, router.Failure
+		ue, ok := err.(*upstreamError)
+		if !ok {
+			ue = &upstreamError{Role: "unknown", Err: err}
+		}
+		outcome := router.Failure
+		if ue.Status != 0 {
+			outcome = legOutcome(ue) // the worker's own error event: a 4xx is the request's fault
+		}
+		return attemptResult{status: status, streamErr: ue}, outcome
 	}
 	return attemptResult{status: status}, router.Success
+}
+
+// errStreamErrorEvent is the cause of a stream that ended in the worker's error event.
+var errStreamErrorEvent = errors.New("worker ended the stream with an error event")
+
+// streamFailed counts a stream that broke or ended in an error event after its head went out
+// as the error it is, in every metric: errors_total{kind="<role>_stream"}, the worker's
+// errors, sgl-router's stream errors, and requests_total under the error's status (502 for a
+// broken stream, the event's own code for an error event) rather than the 200 its head said.
+// It returns that status.
+func (s *Server) streamFailed(x *exchange, ue *upstreamError) int {
+	code := http.StatusBadGateway
+	if ue.Status != 0 {
+		code = ue.Status
+	}
+	if ue.Worker == "" { // our --request-timeout-secs cut it
+		s.metrics.Errors.WithLabelValues("timeout").Inc()
+	} else {
+		s.metrics.Errors.WithLabelValues(ue.Role + "_stream").Inc()
+		s.metrics.WorkerErrors.WithLabelValues(router.RedactURL(ue.Worker), ue.Role, "stream").Inc()
+	}
+	if ue.Role == "decode" {
+		s.metrics.sgl.pdStreamErrors.inc(ue.Worker)
+	}
+	if sw, ok := x.w.(*statusWriter); ok {
+		sw.status = code // requests_total and sgl-router's errors count it under this status
+	}
+	return code
 }
 
 // abort asks workers to drop rids (best effort, in the background, SPEC §1.4 step 8).

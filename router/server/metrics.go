@@ -10,6 +10,10 @@ import (
 // durationBuckets spans 1 ms … 240 s like sgl-router's duration histograms.
 var durationBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 240}
 
+// tokenBuckets span 1 ms … 2.5 s for the gaps between tokens (ITL, TPOT): a decode step takes
+// 5-100 ms, a stall behind a long prefill batch seconds.
+var tokenBuckets = []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .04, .05, .075, .1, .15, .2, .3, .5, 1, 2.5}
+
 // ratioBuckets cover [0,1] in tenths.
 var ratioBuckets = []float64{0, .1, .2, .3, .4, .5, .6, .7, .8, .9, 1}
 
@@ -29,6 +33,13 @@ type Metrics struct {
 	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
 	DiscoveryEvents   *prometheus.CounterVec   // discovery_events_total{role,event}: Kubernetes pods added, removed, skipped
 	WorkerErrors      *prometheus.CounterVec   // worker_errors_total{worker,role,kind}: failed attempts per worker
+	// The router's own measure of the token stream of every streamed response, by the role of
+	// the worker that streamed it (regular, or decode in PD mode): every token passes through it.
+	RoleTTFT *prometheus.HistogramVec // stream_ttft_seconds{role}: request arrival to the first event with text
+	ITL      *prometheus.HistogramVec // inter_token_latency_seconds{role}: between consecutive events with text
+	TPOT     *prometheus.HistogramVec // tpot_seconds{role}: per request, (last − first text event) / (events − 1)
+
+	sgl *incumbentMetrics // sgl-router's names, beside ours
 
 	policy     [3]string // policy name per router.Role, fixed when the router is built
 	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
@@ -71,6 +82,16 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		WorkerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_worker_errors_total", Help: "Failed attempts by worker, role and kind (upstream_status, upstream_transport, timeout, …); retried or not."},
 			[]string{"worker", "role", "kind"}),
+		RoleTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pdrouter_stream_ttft_seconds", Help: "Router-measured time from a streamed request's arrival to its first event with text, by the role of the worker streaming it (regular, decode).",
+			Buckets: durationBuckets}, []string{"role"}),
+		ITL: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pdrouter_inter_token_latency_seconds", Help: "Router-measured gap between consecutive stream events with text (one per token at SGLang's default --stream-interval 1), by worker role.",
+			Buckets: tokenBuckets}, []string{"role"}),
+		TPOT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pdrouter_tpot_seconds", Help: "Router-measured time per output token of each streamed response: (last - first event with text) / (events with text - 1), by worker role.",
+			Buckets: tokenBuckets}, []string{"role"}),
+		sgl: newIncumbentMetrics(r.PD()),
 	}
 	// Every (role, event) series exists from the start, at 0, so dashboards and alerts see
 	// the series before the first pod comes or goes.
@@ -89,15 +110,28 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		}
 	}
 	m.predicting = m.policy[first] == router.PolicyCacheAware
-	m.state = &stateCollector{r: r}
+	m.state = &stateCollector{r: r, sgl: m.sgl}
+	streaming := router.Regular
+	if r.PD() {
+		streaming = router.Decode
+	}
+	// The token-stream series of the streaming role exist from the start, for dashboards.
+	m.RoleTTFT.WithLabelValues(streaming.String())
+	m.ITL.WithLabelValues(streaming.String())
+	m.TPOT.WithLabelValues(streaming.String())
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
-		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state)
+		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state,
+		m.RoleTTFT, m.ITL, m.TPOT)
+	reg.MustRegister(m.sgl.collectors()...)
 	return m
 }
 
 // stateCollector exports the router's current state at scrape time, from the lists every
 // view reads (router.Workers, router.Targets: draining workers included).
-type stateCollector struct{ r *router.Router }
+type stateCollector struct {
+	r   *router.Router
+	sgl *incumbentMetrics
+}
 
 var (
 	descTargetLoad = prometheus.NewDesc("pdrouter_target_load", "Requests routed to the target and not finished (the router's own count).",
@@ -116,6 +150,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descWorkerState, descTreeChars, descTreeNodes} {
 		ch <- d
 	}
+	c.sgl.describe(ch)
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -137,6 +172,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(nodes), role.String())
 		}
 	}
+	c.sgl.collectState(c.r, ch)
 }
 
 // observeDecision counts one routing decision per leg and records the predicted match rate.
@@ -149,12 +185,27 @@ func (m *Metrics) observeDecision(d *router.Decision) {
 	if m.predicting {
 		m.PrefixMatchRatio.Observe(d.MatchRate)
 	}
+	m.sgl.observeDecision(d)
 }
 
 // observeRequest records an inference request's duration (requests_total counts every
 // response, in the handler: countResponse).
 func (m *Metrics) observeRequest(route string, _ int, seconds float64) {
 	m.RequestDuration.WithLabelValues(route).Observe(seconds)
+	m.sgl.duration.WithLabelValues(route).Observe(seconds)
+	if route == "/generate" {
+		m.sgl.generate.Observe(seconds)
+	}
+	if m.sgl.pd {
+		m.sgl.pdRequests.WithLabelValues(route).Inc()
+		m.sgl.pdDuration.WithLabelValues(route).Observe(seconds)
+	}
+}
+
+// retried counts one retried attempt of route.
+func (m *Metrics) retried(route string) {
+	m.Retries.WithLabelValues(route).Inc()
+	m.sgl.retries.WithLabelValues(route).Inc()
 }
 
 // countResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
@@ -162,4 +213,8 @@ func (m *Metrics) observeRequest(route string, _ int, seconds float64) {
 // scanner cannot grow the label set).
 func (m *Metrics) countResponse(route string, code int) {
 	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.sgl.requests.WithLabelValues(route).Inc()
+	if code >= 400 {
+		m.sgl.errors.WithLabelValues(route, errorType(code)).Inc()
+	}
 }

@@ -108,7 +108,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		decode = router.Success
 		return attemptResult{status: resp.StatusCode}
 	}
-	err := s.relayStream(ctx, s.newStreamWriter(x, pre), &heldBody{held: held, end: end, body: resp.Body}, &a.decode)
+	err := s.relayStream(ctx, s.newStreamWriter(x, pre, router.Decode), &heldBody{held: held, end: end, body: resp.Body}, &a.decode)
 	if res, decode = s.streamEnd(err, resp.StatusCode); decode == router.Failure {
 		s.metrics.DecodeFailures.Inc()
 	}
@@ -157,6 +157,9 @@ func (a *pdAttempt) runPrefill() {
 		// We cancelled it: that says nothing of the worker, and decode has ended already.
 	default:
 		outcome, failed = legOutcome(res.err), true
+		if res.err.Status == 0 && connFailure(res.err.Err) {
+			a.s.hc.suspect(a.prefill.worker)
+		}
 	}
 }
 

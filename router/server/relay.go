@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -97,30 +99,86 @@ type streamWriter struct {
 	parser  wire.Parser
 	out     []byte
 	started time.Time
-	// firstText is called once, when the first event carrying text is written (TTFT).
-	firstText func(time.Duration)
-	sawText   bool
-	sawDone   bool // the upstream sent [DONE]: anything after it is not an error
+	// onFirstText is called once, when the first event carrying text is written (TTFT).
+	onFirstText func(time.Duration)
+	sawText     bool
+	sawDone     bool // the upstream sent [DONE]: anything after it is not an error
 	// eachEvent flushes after every event (Options.FlushEachEvent): the slower policy,
 	// kept to measure it against.
 	eachEvent bool
 	// usage keeps the last data event that reported cached_tokens (SGLang repeats meta_info
 	// in every /generate event; OpenAI streams send one usage chunk): read at the end.
 	usage []byte
+
+	// The token stream's timing (router-measured ITL and TPOT): itl, if set, is called with
+	// the gap before each event with text after the first.
+	itl        func(time.Duration)
+	firstText  time.Time // when the first event with text was written
+	lastText   time.Time // when the latest one was
+	textEvents int
+	// errEvent holds the last data event when it was an error object ({"error": …}): a stream
+	// that ends so failed, whatever its HTTP status said (SGLang reports a failure after the
+	// head as such an event, then [DONE]).
+	errEvent []byte
 }
 
 func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, firstText func(time.Duration)) *streamWriter {
 	f, _ := w.(http.Flusher)
-	return &streamWriter{w: w, flusher: f, pre: pre, started: started, firstText: firstText, out: make([]byte, 0, 2<<10)}
+	return &streamWriter{w: w, flusher: f, pre: pre, started: started, onFirstText: firstText, out: make([]byte, 0, 2<<10)}
 }
 
-// newStreamWriter returns the stream writer of x's relayed response, observing its TTFT and
-// flushing as Options.FlushEachEvent says; pre is as in streamWriter.
-func (s *Server) newStreamWriter(x *exchange, pre []byte) *streamWriter {
-	path := x.route.String()
-	sw := newStreamWriter(x.w, pre, x.start, func(ttft time.Duration) { s.metrics.TTFT.WithLabelValues(path).Observe(ttft.Seconds()) })
+// newStreamWriter returns the stream writer of x's relayed response from a worker of role,
+// observing its TTFT (by route, and by role) and inter-token gaps and flushing as
+// Options.FlushEachEvent says; pre is as in streamWriter.
+func (s *Server) newStreamWriter(x *exchange, pre []byte, role router.Role) *streamWriter {
+	ttft := s.metrics.TTFT.WithLabelValues(x.route.String())
+	roleTTFT := s.metrics.RoleTTFT.WithLabelValues(role.String())
+	itl := s.metrics.ITL.WithLabelValues(role.String())
+	sw := newStreamWriter(x.w, pre, x.start, func(d time.Duration) { ttft.Observe(d.Seconds()); roleTTFT.Observe(d.Seconds()) })
+	sw.itl = func(d time.Duration) { itl.Observe(d.Seconds()) }
 	sw.eachEvent = s.flushEach
 	return sw
+}
+
+// tpot is the stream's time per output token: the time from its first event with text to its
+// last over the gaps between them (one token each at SGLang's default --stream-interval 1);
+// ok is false below two such events.
+func (s *streamWriter) tpot() (time.Duration, bool) {
+	if s.textEvents < 2 {
+		return 0, false
+	}
+	return s.lastText.Sub(s.firstText) / time.Duration(s.textEvents-1), true
+}
+
+// errorEvent reports whether an event's data is an error object: {"error": …} at its top.
+func errorEvent(data []byte) bool {
+	d := bytes.TrimSpace(data)
+	if !bytes.HasPrefix(d, []byte("{")) {
+		return false
+	}
+	d = bytes.TrimSpace(d[1:])
+	return bytes.HasPrefix(d, []byte(`"error"`))
+}
+
+// errorEventStatus reads the HTTP status an error event reports (error.code, or a top-level
+// code), 500 when it gives none.
+func errorEventStatus(data []byte) int {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+		Code  int             `json:"code"`
+	}
+	if json.Unmarshal(data, &e) == nil {
+		var inner struct {
+			Code int `json:"code"`
+		}
+		if json.Unmarshal(e.Error, &inner) == nil && inner.Code >= 400 && inner.Code < 600 {
+			return inner.Code
+		}
+		if e.Code >= 400 && e.Code < 600 {
+			return e.Code
+		}
+	}
+	return http.StatusInternalServerError
 }
 
 // maxSSEEvent bounds one relayed SSE event (the bytes a worker may send without ending an
@@ -155,13 +213,27 @@ func (s *streamWriter) drain() error {
 	for ev, ok := s.parser.Next(); ok; ev, ok = s.parser.Next() {
 		if ev.IsDone() {
 			s.sawDone = true
-		} else if ev.HasData() && bytes.Contains(ev.Data, []byte(`"cached_tokens"`)) {
-			s.usage = append(s.usage[:0], ev.Data...)
-		}
-		if !s.sawText && ev.HasData() && !ev.IsDone() && hasText(ev.Data) {
-			s.sawText = true
-			if s.firstText != nil {
-				s.firstText(time.Since(s.started))
+		} else if ev.HasData() {
+			if bytes.Contains(ev.Data, []byte(`"cached_tokens"`)) {
+				s.usage = append(s.usage[:0], ev.Data...)
+			}
+			if errorEvent(ev.Data) {
+				s.errEvent = append(s.errEvent[:0], ev.Data...)
+			} else {
+				s.errEvent = s.errEvent[:0]
+			}
+			if hasText(ev.Data) {
+				now := time.Now()
+				if !s.sawText {
+					s.sawText, s.firstText = true, now
+					if s.onFirstText != nil {
+						s.onFirstText(now.Sub(s.started))
+					}
+				} else if s.itl != nil {
+					s.itl(now.Sub(s.lastText))
+				}
+				s.lastText = now
+				s.textEvents++
 			}
 		}
 		s.out = wire.AppendMergedEvent(s.out, s.pre, &ev) // pre == nil: ev.Raw untouched

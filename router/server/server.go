@@ -196,7 +196,7 @@ func (s *Server) Start(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sizes[i], errs[i] = s.dpSize(ctx, sp.url)
+			sizes[i], errs[i] = s.dpSize(ctx, sp.url, sp.role)
 		}()
 	}
 	wg.Wait()
