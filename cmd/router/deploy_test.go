@@ -17,7 +17,10 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/kvevents"
+	"github.com/pdrouter/pdrouter/router/kvindex"
 	"github.com/pdrouter/pdrouter/router/server"
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -514,6 +517,15 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	rec := httptest.NewRecorder()
 	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	exposed := rec.Body.String()
+	// The KV-event metrics are the subscriber's, registered beside these once a worker publishes;
+	// here a subscriber with one target (its series start at 0) stands for that.
+	kreg := prom.NewRegistry()
+	sub := kvevents.New(kvindex.New(kvindex.Config{}), kvevents.Options{Registerer: kreg})
+	defer sub.Close()
+	require.NoError(t, sub.Add(kvevents.Endpoint{Target: p.URL + "@0", Pub: "tcp://127.0.0.1:1"}))
+	rec = httptest.NewRecorder()
+	promhttp.HandlerFor(kreg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	exposed += rec.Body.String()
 	var missing []string
 	for n := range names {
 		if !strings.Contains(exposed, "\n# TYPE "+n+" ") {
