@@ -343,23 +343,27 @@ func validPolicy(name string) bool {
 // CheckWorkerURL accepts absolute http or https URLs with a host and no query or fragment
 // (SPEC §1.7).
 func CheckWorkerURL(raw string) error {
+	shown := RedactURL(raw) // errors name the URL without its credentials
 	if !strings.Contains(raw, "://") {
 		// "10.0.0.1:30001" would otherwise fail in url.Parse with its own wording ("first
 		// path segment in URL cannot contain colon"), which does not say what to write.
-		return fmt.Errorf("worker URL %q must start with http:// or https:// (e.g. http://%s)", raw, raw)
+		if at := strings.LastIndex(raw, "@"); at >= 0 {
+			shown = Redacted + raw[at:]
+		}
+		return fmt.Errorf("worker URL %q must start with http:// or https:// (e.g. http://%s)", shown, shown)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("worker URL %q: %w", raw, err)
+		return fmt.Errorf("worker URL %q: %s", shown, RedactIn(err.Error(), raw))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("worker URL %q must start with http:// or https://", raw)
+		return fmt.Errorf("worker URL %q must start with http:// or https://", shown)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return fmt.Errorf("worker URL %q has no host", raw)
+		return fmt.Errorf("worker URL %q has no host", shown)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("worker URL %q must not have a query or fragment", raw)
+		return fmt.Errorf("worker URL %q must not have a query or fragment", shown)
 	}
 	return nil
 }

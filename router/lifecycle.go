@@ -48,10 +48,10 @@ func (r *Router) AddWorker(s WorkerSpec) error {
 		if r.cfg.PDDisaggregation {
 			mode = "PD"
 		}
-		return fmt.Errorf("router: add worker %s: role %s is not served in %s mode", s.URL, s.Role, mode)
+		return fmt.Errorf("router: add worker %s: role %s is not served in %s mode", RedactURL(s.URL), s.Role, mode)
 	}
 	if s.BootstrapPort != nil && s.Role != Prefill {
-		return fmt.Errorf("router: add worker %s: bootstrap port is only for prefill workers", s.URL)
+		return fmt.Errorf("router: add worker %s: bootstrap port is only for prefill workers", RedactURL(s.URL))
 	}
 	health := NewHealth(r.cfg.Health())
 	if s.Starting {
@@ -64,7 +64,7 @@ func (r *Router) AddWorker(s WorkerSpec) error {
 	}
 	if r.cfg.DPAware {
 		if s.DPSize < 1 {
-			return fmt.Errorf("router: add worker %s: --dp-aware needs its dp_size (got %d)", s.URL, s.DPSize)
+			return fmt.Errorf("router: add worker %s: --dp-aware needs its dp_size (got %d)", RedactURL(s.URL), s.DPSize)
 		}
 		w.dpSize = s.DPSize
 		for rank := range s.DPSize {
@@ -77,7 +77,7 @@ func (r *Router) AddWorker(s WorkerSpec) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, _, ok := r.findLocked(s.URL); ok {
-		return fmt.Errorf("router: add worker %s: already registered", s.URL)
+		return fmt.Errorf("router: add worker %s: already registered", RedactURL(s.URL))
 	}
 	ev := WorkerEvent{URL: s.URL, Role: s.Role, From: WorkerAdded, Reason: "registered", Source: s.Source, DPSize: w.dpSize}
 	if old := r.drainingLocked(s.URL); old != nil {
@@ -110,7 +110,7 @@ func (r *Router) RemoveWorker(url string, by Removal) (WorkerInfo, error) {
 		if w := r.drainingLocked(url); w != nil {
 			return infoLocked(w, now), nil
 		}
-		return WorkerInfo{}, fmt.Errorf("router: remove worker %s: not registered", url)
+		return WorkerInfo{}, fmt.Errorf("router: remove worker %s: not registered", RedactURL(url))
 	}
 	w := r.workers[role][i]
 	before := workerState(w, now)

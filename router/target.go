@@ -246,10 +246,16 @@ func (e *NoTargetError) Error() string {
 	return fmt.Sprintf("no available %s workers (%d registered, all starting, unhealthy or circuit open)", e.Role, e.Registered)
 }
 
+// Redacted is what stands for a URL's credentials (user name and password alike) wherever a
+// URL is shown: http://user:pw@host → http://***@host.
+const Redacted = "***"
+
 // RedactURL hides the credentials of a worker URL or target name (http://user:pw@host →
-// http://***@host, http://user:pw@host@3 → http://***@host@3)
-// wherever a URL is shown — logs, /workers, /get_loads, metric labels, error messages — so no
-// secret leaves the router (SPEC §1.7). The router keeps the URL as given to reach the worker.
+// http://***@host, http://user:pw@host@3 → http://***@host@3), user name included,
+// wherever a URL is shown — logs, /workers, /get_loads, /get_router_config, the decision and
+// access logs, metric labels, error messages — so no secret leaves the router (SPEC §1.7).
+// The router keeps the URL as given to reach the worker (Go's client sends its user info as
+// Basic auth).
 func RedactURL(u string) string {
 	// A target name is url@rank: keep the rank, redact the URL.
 	if i := strings.LastIndex(u, "@"); i >= 0 && i+1 < len(u) && strings.Trim(u[i+1:], "0123456789") == "" && strings.Contains(u[:i], "://") {
@@ -268,8 +274,66 @@ func redactURL(u string) string {
 		host = rest[:i]
 	}
 	at := strings.LastIndex(host, "@")
-	if at < 0 {
+	if at < 0 || host[:at] == Redacted {
 		return u
 	}
-	return scheme + "://***@" + rest[at+1:]
+	return scheme + "://" + Redacted + "@" + rest[at+1:]
+}
+
+// RedactIn hides the credentials of workerURL, and of any other URL, inside free text such as
+// a transport error. Go's errors quote the URL they dialled with the password replaced but
+// the user name kept (net/http's stripPassword: "http://user:***@host"); a dialler may quote
+// the host with its user info. Both lose the user info here.
+func RedactIn(text, workerURL string) string {
+	if _, rest, ok := strings.Cut(workerURL, "://"); ok {
+		host := rest
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			host = rest[:i]
+		}
+		if at := strings.LastIndex(host, "@"); at > 0 {
+			info := host[:at]
+			text = strings.ReplaceAll(text, info+"@", Redacted+"@")
+			if user, _, hasPw := strings.Cut(info, ":"); hasPw {
+				text = strings.ReplaceAll(text, user+":***@", Redacted+"@")
+			}
+		}
+	}
+	return RedactText(text)
+}
+
+// RedactText replaces the user info of every scheme://user:pw@host in text with ***. An
+// "@digits" after a host is a DP rank (url@rank), not user info.
+func RedactText(text string) string {
+	if !strings.Contains(text, "@") || !strings.Contains(text, "://") {
+		return text
+	}
+	var b strings.Builder
+	rest := text
+	for {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			break
+		}
+		i += len("://")
+		b.WriteString(rest[:i])
+		rest = rest[i:]
+		// User info may hold sub-delimiters (,;()' …): only what cannot be in an
+		// authority, or quotes it, ends it.
+		end := strings.IndexAny(rest, "/?# \t\r\n\"<>`\\")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		at := strings.LastIndex(auth, "@")
+		if at >= 0 && strings.Trim(auth[at+1:], "0123456789") == "" {
+			// url@rank: the user info, if any, ends at the '@' before.
+			at = strings.LastIndex(auth[:at], "@")
+		}
+		if at > 0 && auth[:at] != Redacted {
+			b.WriteString(Redacted)
+			rest = rest[at:]
+		}
+	}
+	b.WriteString(rest)
+	return b.String()
 }
