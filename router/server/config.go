@@ -145,10 +145,31 @@ func (c Config) seed() int64 {
 	return rand.Int64()
 }
 
-// Redacted returns a copy safe to print or log: the API key is masked.
+// Redacted returns a copy safe to print or log (serve --print-config, /get_router_config,
+// which `router bench` records): the API key is masked and the worker URLs (worker_urls,
+// prefill, decode) lose their credentials, user name included ([router.RedactURL]). The
+// copy shares nothing with c.
 func (c Config) Redacted() Config {
 	if c.APIKey != "" {
 		c.APIKey = "<redacted>"
+	}
+	redact := func(urls []string) []string {
+		if urls == nil {
+			return nil
+		}
+		out := make([]string, len(urls))
+		for i, u := range urls {
+			out[i] = router.RedactURL(u)
+		}
+		return out
+	}
+	c.WorkerURLs, c.Decode = redact(c.WorkerURLs), redact(c.Decode)
+	if c.Prefill != nil {
+		p := make([]router.PrefillWorker, len(c.Prefill))
+		for i, w := range c.Prefill {
+			p[i] = router.PrefillWorker{URL: router.RedactURL(w.URL), BootstrapPort: w.BootstrapPort}
+		}
+		c.Prefill = p
 	}
 	return c
 }

@@ -187,6 +187,7 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
 		var line string
+		path := redactPath(r.URL.Path) // DELETE /workers/{url} names a worker URL
 		ms := float64(time.Since(start).Microseconds()) / 1000
 		if s.cfg.LogJSON { // --log-json: one JSON object per request, as every other line
 			b, _ := json.Marshal(struct {
@@ -197,10 +198,10 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 				Status     int     `json:"status"`
 				DurationMs float64 `json:"duration_ms"`
 				ID         string  `json:"id"`
-			}{start.UTC().Format(time.RFC3339Nano), "access", r.Method, r.URL.Path, sw.status, ms, w.Header().Get("X-Request-Id")})
+			}{start.UTC().Format(time.RFC3339Nano), "access", r.Method, path, sw.status, ms, w.Header().Get("X-Request-Id")})
 			line = string(b) + "\n"
 		} else {
-			line = fmt.Sprintf("%s %s %s %d %.3fms id=%s\n", start.UTC().Format(time.RFC3339Nano), r.Method, r.URL.Path,
+			line = fmt.Sprintf("%s %s %s %d %.3fms id=%s\n", start.UTC().Format(time.RFC3339Nano), r.Method, path,
 				sw.status, ms, strings.ReplaceAll(w.Header().Get("X-Request-Id"), " ", "_"))
 		}
 		s.amu.Lock()

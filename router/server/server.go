@@ -120,7 +120,7 @@ func New(opts Options) (*Server, error) {
 		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
 		metrics:   newMetrics(reg, r),
 		reg:       reg,
-		log:       logger,
+		log:       newRedactLogger(logger), // no URL credentials in any log line
 		dlog:      opts.DecisionLog,
 		access:    opts.AccessLog,
 		flushEach: opts.FlushEachEvent,
@@ -202,7 +202,7 @@ func (s *Server) Start(ctx context.Context) error {
 	wg.Wait()
 	for i, sp := range specs {
 		if errs[i] != nil {
-			return errs[i]
+			return redactErr(errs[i], sp.url)
 		}
 		// Starting until its first health probe passes (right below, then every second).
 		if err := s.r.AddWorker(router.WorkerSpec{URL: sp.url, Role: sp.role, BootstrapPort: sp.port, DPSize: sizes[i], Starting: true, Source: "config"}); err != nil {
@@ -280,7 +280,7 @@ func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 		dst  **wire.DecisionTarget
 	}{{router.Regular, &line.Regular}, {router.Prefill, &line.Prefill}, {router.Decode, &line.Decode}} {
 		if l, ok := d.Leg(leg.role); ok {
-			*leg.dst = &wire.DecisionTarget{Worker: l.Target.URL(), Index: l.WorkerIndex, Rank: l.Target.RankPtr()}
+			*leg.dst = &wire.DecisionTarget{Worker: router.RedactURL(l.Target.URL()), Index: l.WorkerIndex, Rank: l.Target.RankPtr()}
 		}
 	}
 	s.dmu.Lock()

@@ -159,15 +159,5 @@ func copyResponseHeaders(dst, src http.Header) {
 // redactIn replaces the worker URL inside a transport error's text (Go's errors quote the URL
 // they dialled) with its redacted form.
 func redactIn(text, workerURL string) string {
-	r := router.RedactURL(workerURL)
-	if r == workerURL {
-		return text
-	}
-	text = strings.ReplaceAll(text, workerURL, r)
-	// The dialler quotes the host it looked up, userinfo included.
-	_, rest, _ := strings.Cut(workerURL, "://")
-	if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
-		text = strings.ReplaceAll(text, rest[:at+1], "***@")
-	}
-	return text
+	return router.RedactIn(text, workerURL)
 }
