@@ -109,14 +109,17 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 			c = map[string]int{"healthy": 0, "total": 0, "draining": 0}
 			counts[wi.Role.String()] = c
 		}
+		// Under --dp-aware every view counts DP ranks, as /workers and /get_loads list them
+		// (and as the Model Gateway registers them): each rank has its worker's verdict.
+		n := max(wi.DPSize, 1)
 		switch {
 		case wi.State == router.WorkerDraining: // removed: not in the total
-			c["draining"]++
+			c["draining"] += n
 		case wi.Healthy:
-			c["healthy"]++
-			c["total"]++
+			c["healthy"] += n
+			c["total"] += n
 		default:
-			c["total"]++
+			c["total"] += n
 		}
 	}
 	status, state := http.StatusOK, "ready"
@@ -233,11 +236,19 @@ func (s *Server) healthGenerate(w http.ResponseWriter, req *http.Request) {
 		}
 		urls = append(urls, u)
 	}
+	shown := make([]string, len(urls))
+	for i, u := range urls {
+		shown[i] = router.RedactURL(u)
+	}
 	if failed := s.fanOut(req.Context(), http.MethodGet, "/health_generate", urls); len(failed) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unhealthy", "failed": failed})
+		out := make(map[string]string, len(failed))
+		for u, why := range failed {
+			out[router.RedactURL(u)] = redactIn(why, u)
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unhealthy", "failed": out})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "workers": urls})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "workers": shown})
 }
 
 // workerJSON is a worker as /workers lists it, and what POST /workers accepts.
@@ -247,16 +258,56 @@ type workerJSON struct {
 	WorkerType    string `json:"worker_type"`
 	BootstrapPort *int   `json:"bootstrap_port"`
 	DPSize        int    `json:"dp_size,omitempty"`
-	Healthy       bool   `json:"healthy"`
-	IsHealthy     bool   `json:"is_healthy"` // sgl-router's name for healthy
-	State         string `json:"state"`      // starting, healthy, unhealthy, breaker_open or draining: the one verdict every view shows
-	Load          int64  `json:"load"`
-	Breaker       string `json:"circuit_breaker"`
+	// DPRank is set on the per-rank entries /workers lists under --dp-aware (URL "url@rank").
+	DPRank    *int   `json:"dp_rank,omitempty"`
+	Healthy   bool   `json:"healthy"`
+	IsHealthy bool   `json:"is_healthy"` // sgl-router's name for healthy
+	State     string `json:"state"`      // starting, healthy, unhealthy, breaker_open or draining: the one verdict every view shows
+	Load      int64  `json:"load"`
+	Breaker   string `json:"circuit_breaker"`
 }
 
 func toWorkerJSON(wi router.WorkerInfo) workerJSON {
 	return workerJSON{ID: workerID(wi.URL), URL: router.RedactURL(wi.URL), WorkerType: wi.Role.String(), BootstrapPort: wi.BootstrapPort, DPSize: wi.DPSize,
 		Healthy: wi.Healthy, IsHealthy: wi.Healthy, State: string(wi.State), Load: wi.Load, Breaker: wi.Breaker.String()}
+}
+
+// toRankJSON is DP rank rank of the worker wi as /workers lists it under --dp-aware: one entry
+// per rank, named "url@rank" with its own id, as the SGLang Model Gateway registers a DP-aware
+// worker (sgl-router src/core/worker.rs, DPAwareWorkerBuilder: url() is "base@rank"; the
+// registry and GET /workers hold one worker per rank; its e2e test
+// py_test/e2e/test_regular_router.py test_dp_aware_worker_expansion_and_api_key expects
+// /list_workers to give {url@0, url@1}). Each rank shares its worker's verdict and breaker;
+// load is the rank's own.
+func toRankJSON(wi router.WorkerInfo, rank int, load int64) workerJSON {
+	e := toWorkerJSON(wi)
+	name := router.TargetName(wi.URL, rank)
+	e.ID, e.URL, e.DPRank, e.Load = workerID(name), router.RedactURL(name), &rank, load
+	return e
+}
+
+// workerEntries lists the workers as /workers shows them: one entry per worker, or per DP
+// rank of a DP-aware worker (so its total matches /readiness and /get_loads).
+func (s *Server) workerEntries() []workerJSON {
+	workers := s.r.Workers()
+	var loads map[string]int64
+	out := make([]workerJSON, 0, len(workers))
+	for _, wi := range workers {
+		if wi.DPSize == 0 {
+			out = append(out, toWorkerJSON(wi))
+			continue
+		}
+		if loads == nil {
+			loads = map[string]int64{}
+			for _, t := range s.r.Targets() {
+				loads[t.Name] = t.Load
+			}
+		}
+		for rank := range wi.DPSize {
+			out = append(out, toRankJSON(wi, rank, loads[router.TargetName(wi.URL, rank)]))
+		}
+	}
+	return out
 }
 
 // workerID is a worker's id in the worker API: a UUID-shaped name derived from its URL
@@ -271,31 +322,45 @@ func workerID(u string) string {
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, _ *http.Request) {
-	out := []workerJSON{}
+	out := s.workerEntries()
 	stats := map[string]int{"prefill_count": 0, "decode_count": 0, "regular_count": 0}
-	for _, wi := range s.r.Workers() {
-		out = append(out, toWorkerJSON(wi))
-		stats[wi.Role.String()+"_count"]++
+	for _, e := range out {
+		stats[e.WorkerType+"_count"]++
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"workers": out, "total": len(out), "stats": stats})
 }
 
-// workerByPath finds the worker /workers/{url-or-id} names.
-func (s *Server) workerByPath(req *http.Request) (router.WorkerInfo, string, bool) {
+// workerByPath finds the worker /workers/{url-or-id} names: by its URL or id, or, under
+// --dp-aware, by one of its ranks' names ("url@rank") or ids, which name the rank (rank ≥ 0;
+// -1 for the worker itself). name is the worker URL or rank name the path addressed.
+func (s *Server) workerByPath(req *http.Request) (wi router.WorkerInfo, rank int, name string, ok bool) {
 	u := workerPathURL(req)
 	for _, wi := range s.r.Workers() {
 		if wi.URL == u || workerID(wi.URL) == u {
-			return wi, u, true
+			return wi, -1, wi.URL, true
+		}
+		for r := range wi.DPSize {
+			if n := router.TargetName(wi.URL, r); n == u || workerID(n) == u {
+				return wi, r, n, true
+			}
 		}
 	}
-	return router.WorkerInfo{}, u, false
+	return router.WorkerInfo{}, -1, u, false
 }
 
 func (s *Server) getWorker(w http.ResponseWriter, req *http.Request) {
-	wi, u, ok := s.workerByPath(req)
+	wi, rank, name, ok := s.workerByPath(req)
 	if !ok {
-		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not registered", router.RedactURL(u)))
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("worker %s is not registered", router.RedactURL(name)))
 		return
+	}
+	if rank >= 0 {
+		for _, e := range s.workerEntries() {
+			if e.ID == workerID(name) {
+				writeJSON(w, http.StatusOK, e)
+				return
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, toWorkerJSON(wi))
 }
@@ -315,25 +380,35 @@ func workerPathURL(req *http.Request) string {
 	return strings.TrimSuffix(u, "/")
 }
 
+// deleteWorker handles DELETE /workers/{url-or-id}: 202 {"status": "accepted", "worker_id"},
+// as the SGLang Model Gateway answers (smg model_gateway/src/core/worker_service.rs,
+// DeleteWorkerResult, where the removal is queued as a job). Here the worker is out of
+// routing by the time of the answer, draining while requests to it are in flight. A DP rank
+// ("url@rank" or its id) removes its whole worker: ranks are not removed one by one.
 func (s *Server) deleteWorker(w http.ResponseWriter, req *http.Request) {
-	if wi, _, ok := s.workerByPath(req); ok {
-		s.removeWorker(w, wi.URL)
-		return
+	wi, _, name, ok := s.workerByPath(req)
+	u := name
+	if ok {
+		u = wi.URL
 	}
-	s.removeWorker(w, workerPathURL(req))
+	s.removeWorker(w, u, workerID(name), http.StatusAccepted)
 }
 
-func (s *Server) removeWorker(w http.ResponseWriter, u string) {
+// removeWorker removes the worker with URL u and answers okStatus: 202 for DELETE /workers,
+// 200 for the legacy POST /remove_worker. id is the worker_id answered: the id of what the
+// client named.
+func (s *Server) removeWorker(w http.ResponseWriter, u, id string, okStatus int) {
 	wi, err := s.remove(u, "api")
 	if err != nil {
 		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, err.Error())
 		return
 	}
-	out := map[string]any{"removed": u}
+	out := map[string]any{"status": "accepted", "worker_id": id, "url": router.RedactURL(u), "message": "worker removed"}
 	if wi.State == router.WorkerDraining { // requests in flight: it goes when they finish
 		out["state"], out["load"] = string(router.WorkerDraining), wi.Load
+		out["message"] = fmt.Sprintf("worker draining: removed once its %d in-flight requests finish", wi.Load)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, okStatus, out)
 }
 
 // addWorkerJSON handles POST /workers {"url", "worker_type", "bootstrap_port"}.
@@ -363,13 +438,18 @@ func (s *Server) addWorkerLegacy(w http.ResponseWriter, req *http.Request) {
 }
 
 func (s *Server) removeWorkerLegacy(w http.ResponseWriter, req *http.Request) {
-	s.removeWorker(w, req.URL.Query().Get("url"))
+	u := strings.TrimSuffix(req.URL.Query().Get("url"), "/")
+	s.removeWorker(w, u, workerID(u), http.StatusOK)
 }
 
+// listWorkersLegacy answers GET /list_workers {"urls"}: one per worker, or per DP rank
+// ("url@rank") under --dp-aware, as sgl-router lists them.
 func (s *Server) listWorkersLegacy(w http.ResponseWriter, _ *http.Request) {
-	urls := s.workerURLs()
-	for i := range urls {
-		urls[i] = router.RedactURL(urls[i])
+	urls := []string{}
+	for _, e := range s.workerEntries() {
+		if e.State != string(router.WorkerDraining) {
+			urls = append(urls, e.URL)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"urls": urls})
 }
@@ -440,7 +520,7 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 		// An operator adding a worker by hand learns at once when it does not answer, rather
 		// than after a 600 s dp_size wait or from a "ready" router sending it traffic.
 		if err := s.hc.check(ctx, u); err != nil {
-			return 0, &registerError{http.StatusBadGateway, fmt.Errorf("worker %s does not answer: %w", router.RedactURL(u), err)}
+			return 0, &registerError{http.StatusBadGateway, fmt.Errorf("worker %s does not answer: %w", router.RedactURL(u), redactErr(err, u))}
 		}
 		if s.cfg.DPAware {
 			var cancel context.CancelFunc
@@ -450,7 +530,7 @@ func (s *Server) AddWorker(ctx context.Context, u string, role router.Role, port
 	}
 	dp, err := s.dpSize(ctx, u, role)
 	if err != nil {
-		return 0, &registerError{http.StatusBadGateway, err}
+		return 0, &registerError{http.StatusBadGateway, redactErr(err, u)}
 	}
 	// The core registers atomically (a worker with the URL of a draining one replaces it) and
 	// emits the registration, which workerEvent logs.

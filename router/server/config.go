@@ -167,7 +167,8 @@ func (c Config) Redacted() Config {
 	if c.Prefill != nil {
 		p := make([]router.PrefillWorker, len(c.Prefill))
 		for i, w := range c.Prefill {
-			p[i] = router.PrefillWorker{URL: router.RedactURL(w.URL), BootstrapPort: w.BootstrapPort}
+			w.URL = router.RedactURL(w.URL)
+			p[i] = w
 		}
 		c.Prefill = p
 	}

@@ -77,8 +77,9 @@ func TestRemovedWorkerDrains(t *testing.T) {
 	}
 
 	status, body := tr.del(t, "/workers/"+slow.URL())
-	require.Equal(t, http.StatusOK, status, body)
-	assert.JSONEq(t, fmt.Sprintf(`{"removed":%q,"state":"draining","load":1}`, slow.URL()), body)
+	require.Equal(t, http.StatusAccepted, status, body)
+	assert.JSONEq(t, fmt.Sprintf(`{"status":"accepted","worker_id":%q,"url":%q,"state":"draining","load":1,
+		"message":"worker draining: removed once its 1 in-flight requests finish"}`, workerID(slow.URL()), slow.URL()), body)
 	assert.Contains(t, logs.String(), `level=INFO msg="worker draining: no new requests; removed once its in-flight requests finish" worker=`+slow.URL()+
 		` role=regular from=healthy to=draining reason="removed through the API" in_flight=1`)
 
@@ -137,8 +138,8 @@ func TestRemovedWorkerIdleOrReAdded(t *testing.T) {
 	tr := startRouterLogging(t, regularConfig(w, idle), slog.New(slog.NewTextHandler(logs, nil)))
 
 	status, body := tr.del(t, "/workers/"+idle.URL())
-	require.Equal(t, http.StatusOK, status, body)
-	assert.JSONEq(t, fmt.Sprintf(`{"removed":%q}`, idle.URL()), body)
+	require.Equal(t, http.StatusAccepted, status, body)
+	assert.JSONEq(t, fmt.Sprintf(`{"status":"accepted","worker_id":%q,"url":%q,"message":"worker removed"}`, workerID(idle.URL()), idle.URL()), body)
 	assert.Nil(t, tr.workerEntry(t, idle.URL()))
 	assert.Contains(t, logs.String(), `msg="worker removed" worker=`+idle.URL()+` role=regular from=healthy reason="removed through the API" source=api`)
 

@@ -135,7 +135,7 @@ func TestIncumbentAddAndRemoveWorker(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "the Model Gateway's DELETE answer")
 	for range 6 {
 		status, _, _ := tr.post(t, "/v1/completions", completion, nil)
 		require.Equal(t, http.StatusOK, status)

@@ -194,12 +194,12 @@ func TestWorkerManagementAPI(t *testing.T) {
 	require.NoError(t, err)
 	raw, _ = io.ReadAll(r.Body)
 	r.Body.Close()
-	assert.JSONEq(t, fmt.Sprintf(`{"urls":[%q,%q]}`, p.URL(), d.URL()), string(raw))
+	assert.JSONEq(t, fmt.Sprintf(`{"urls":[%q,%q,%q]}`, p.URL()+"@0", p.URL()+"@1", d.URL()+"@0"), string(raw), "one per DP rank, as sgl-router")
 	req, _ := http.NewRequest(http.MethodDelete, tr.srv.URL+"/workers/"+url.PathEscape(d.URL()), nil)
 	r, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	r.Body.Close()
-	assert.Equal(t, http.StatusOK, r.StatusCode)
+	assert.Equal(t, http.StatusAccepted, r.StatusCode)
 	r, err = http.Get(tr.srv.URL + "/readiness")
 	require.NoError(t, err)
 	r.Body.Close()
@@ -275,8 +275,8 @@ func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
 	assert.Equal(t, http.StatusMethodNotAllowed, do(http.MethodPut, "/workers/"+url.PathEscape(a.URL())).StatusCode)
 
 	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/workers/"+a.URL()).StatusCode, "raw URL")
-	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "raw URL, no 307")
-	assert.Equal(t, http.StatusOK, do(http.MethodDelete, "/workers/"+url.PathEscape(b.URL())).StatusCode, "percent-encoded")
+	assert.Equal(t, http.StatusAccepted, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "raw URL, no 307")
+	assert.Equal(t, http.StatusAccepted, do(http.MethodDelete, "/workers/"+url.PathEscape(b.URL())).StatusCode, "percent-encoded")
 	assert.Equal(t, http.StatusNotFound, do(http.MethodDelete, "/workers/"+a.URL()).StatusCode, "already removed")
 }
 
@@ -391,7 +391,7 @@ func TestWorkerErrorsPerWorker(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	assert.NotContains(t, scrape(), "pdrouter_worker_errors_total{", "the removed worker's series are gone")
 }
 
@@ -422,7 +422,7 @@ func TestWorkerAPIIDsTotalAndStats(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
 	getJSON(t, tr.srv.URL+"/workers", &list)
 	assert.Equal(t, 1, list.Total)
 }
