@@ -112,7 +112,7 @@ func TestRemovedWorkerDrains(t *testing.T) {
 	assert.Equal(t, 1, slow.callCount(), "the draining worker takes no new request")
 	assert.Equal(t, before+4, fast.callCount())
 	status, body = tr.del(t, "/workers/"+slow.URL())
-	assert.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, http.StatusAccepted, status, body)
 
 	// Its request finishes: it is gone, from every view.
 	close(release)
@@ -150,7 +150,7 @@ func TestRemovedWorkerIdleOrReAdded(t *testing.T) {
 	}()
 	<-arrived
 	status, body = tr.del(t, "/workers/"+w.URL())
-	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, http.StatusAccepted, status, body)
 	require.Equal(t, "draining", tr.workerEntry(t, w.URL())["state"])
 	status, _, body = tr.post(t, "/workers", fmt.Sprintf(`{"url":%q}`, w.URL()), nil)
 	require.Equal(t, http.StatusAccepted, status, body)
