@@ -382,12 +382,13 @@ func TestDiscoveryRegularDPAwareDoesNotBlock(t *testing.T) {
 	r.create(podSpec{name: "stuck", ip: "127.0.0.99", labels: labels, ready: true})
 	r.create(podSpec{name: "w1", ip: ips[0], labels: labels, ready: true})
 	u := "http://" + net.JoinHostPort(ips[0], strconv.Itoa(port))
-	got := r.waitWorkers("the answering pod is added while the other still retries", u)
-	assert.EqualValues(t, 2, got[u]["dp_size"])
+	// Under --dp-aware /workers lists one entry per rank, as the Model Gateway does.
+	got := r.waitWorkers("the answering pod is added while the other still retries", u+"@0", u+"@1")
+	assert.EqualValues(t, 2, got[u+"@0"]["dp_size"])
 	assert.Len(t, r.srv.Router().Targets(), 2, "one target per DP rank")
 	r.delete("stuck")
 	r.create(podSpec{name: "w2", ip: ips[0], labels: map[string]string{"app": "sglang"}, ready: true})
-	r.waitWorkers("a pod missing one selector label is not a worker", u)
+	r.waitWorkers("a pod missing one selector label is not a worker", u+"@0", u+"@1")
 	assert.Equal(t, "1", r.counter("regular", "added"))
 	assert.Equal(t, "0", r.counter("regular", "skipped"), "the stuck pod was deleted before its registration gave up")
 }
