@@ -62,8 +62,10 @@ type KVStats struct {
 	Delivered uint64 // batch deliveries applied (one per replica that received it)
 	Lost      uint64 // batch deliveries lost (Routing.KVEventsLoss)
 	Gaps      uint64 // sequence gaps seen by the replicas (each makes a target stale)
-	// StaleTargets counts (replica, target) pairs whose index view was stale at the end.
-	StaleTargets int
+	// StaleTargets counts (replica, rank stream) pairs whose index view was stale at the end
+	// after a gap; Silent those that never received a batch (a decode server without
+	// --decode-radix-cache publishes nothing: its targets route on the tree throughout).
+	StaleTargets, Silent int
 }
 
 // kvFeed is the simulator's side of the KV events: streams, the hashers and the clear event.
@@ -295,4 +297,20 @@ func (x *sim) setupKV(roles []router.Role) error {
 		}
 	}
 	return nil
+}
+
+// count fills the end-of-run view counts of st.
+func (f *kvFeed) count(st *KVStats, reps []*replica) {
+	for _, ts := range f.streams {
+		for _, s := range ts {
+			for r, sub := range s.subs {
+				switch {
+				case !sub.established:
+					st.Silent++
+				case reps[r].ix.Stale(sub.id):
+					st.StaleTargets++
+				}
+			}
+		}
+	}
 }

@@ -170,3 +170,26 @@ func TestParseDelay(t *testing.T) {
 	}
 	assert.InDelta(t, float64(10*time.Millisecond), float64(sum)/10000, float64(time.Millisecond), "exp's mean")
 }
+
+func TestSweepVariesTheRoutingLayer(t *testing.T) {
+	t.Parallel()
+	vars := []Vary{{Key: "kv-events", Values: []string{"approximate", "precise"}},
+		{Key: "router_replicas", Values: []string{"1", "4"}},
+		{Key: "kv_events_delay", Values: []string{"0", "10ms", "exp:100ms"}},
+		{Key: "cache_threshold", Values: []string{"0.5"}}}
+	pts, err := Grid(regularConfig(), vars)
+	require.NoError(t, err)
+	require.Len(t, pts, 12)
+	last := pts[11].Config
+	assert.True(t, last.Routing.PreciseOn())
+	assert.Equal(t, 4, last.Routing.Replicas)
+	assert.Equal(t, Delay{Kind: "exp", Mean: 100 * time.Millisecond}, last.Routing.KVEventsDelay)
+	assert.InDelta(t, 0.5, last.Router.CacheThreshold, 1e-12)
+	assert.Equal(t, Delay{Fixed: 10 * time.Millisecond}, pts[1].Config.Routing.KVEventsDelay)
+	assert.False(t, pts[0].Config.Routing.PreciseOn())
+
+	_, err = Grid(regularConfig(), []Vary{{Key: "replica_affinity", Values: []string{"session", "sticky"}}})
+	require.NoError(t, err, "values are checked when the point runs")
+	_, err = Run(func() Config { c := regularConfig(); c.Routing.ReplicaAffinity = "sticky"; return c }())
+	require.ErrorContains(t, err, "--replica-affinity")
+}

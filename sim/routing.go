@@ -23,7 +23,7 @@ type Routing struct {
 	// publishes its radix cache's events as SGLang does with --kv-events-config, and each router
 	// replica's index follows them, as `router serve --kv-events auto`). Roles without
 	// cache_aware ignore it, as serve does.
-	KVEvents string `json:"kv_events,omitempty" yaml:"kv_events,omitempty"`
+	KVEvents string `json:"kv_events" yaml:"kv_events"`
 	// KVEventsDelay is the time from an engine's publish to a router replica applying the batch
 	// (network, the subscriber's decode, its lock): a fixed duration or a distribution
 	// (ParseDelay). Each replica draws its own; batches of one rank still arrive in order.
@@ -40,7 +40,7 @@ type Routing struct {
 	// ReplicaAffinity says how clients reach the replicas: "round-robin" (default: each request
 	// to the next replica, as a Kubernetes Service spreads new connections) or "session"
 	// (sticky: every turn of a conversation to the replica its session id hashes to).
-	ReplicaAffinity string `json:"replica_affinity,omitempty" yaml:"replica_affinity,omitempty"`
+	ReplicaAffinity string `json:"replica_affinity" yaml:"replica_affinity"`
 }
 
 // Replica affinities (Routing.ReplicaAffinity).

@@ -306,15 +306,9 @@ func (x *sim) run() error {
 	x.stats.Virtual = time.Duration(x.clock.now)
 	for _, rep := range x.reps {
 		x.stats.Targets = append(x.stats.Targets, rep.rt.Targets()...)
-		if rep.ix != nil {
-			for _, ts := range x.kv.streams {
-				for _, st := range ts {
-					if st != nil && rep.ix.Stale(rep.ix.Target(st.name)) {
-						x.stats.KV.StaleTargets++
-					}
-				}
-			}
-		}
+	}
+	if x.kv != nil {
+		x.kv.count(&x.stats.KV, x.reps)
 	}
 	return x.err
 }
