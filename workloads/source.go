@@ -38,6 +38,8 @@ func NewSource(p Params) (Source, error) {
 		return newRandom(p), nil
 	case WorkloadShareGPT:
 		return newShareGPT(p), nil
+	case WorkloadCachePressure:
+		return newCachePressure(p), nil
 	case WorkloadMooncake:
 		r, err := OpenMooncake(p.TraceFile, p.Seed)
 		if err != nil {

@@ -22,6 +22,10 @@ func (p Params) Summary() map[string]any {
 		m["num_prompts"], m["input_len"], m["output_len"], m["range_ratio"] = p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio
 	case WorkloadShareGPT:
 		m["num_prompts"] = p.NumPrompts
+	case WorkloadCachePressure:
+		m["cp_groups"], m["cp_prompts_per_group"] = p.CPGroups, p.CPPromptsPerGroup
+		m["cp_prefix_len"], m["cp_question_len"] = p.CPPrefixLen, p.CPQuestionLen
+		m["cp_output_len"], m["cp_requests"] = p.CPOutputLen, p.CPRequests
 	case WorkloadMooncake, WorkloadAzure:
 		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
 	}
