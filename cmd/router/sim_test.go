@@ -48,6 +48,32 @@ func TestSimHelpDescribesTheDefaults(t *testing.T) {
 	}
 }
 
+// Precise routing over router replicas with delayed events: the KV-event line on stderr, the
+// routing layer in meta.router, and byte-identical output for the same flags and seed.
+func TestSimKVEventsAndReplicas(t *testing.T) {
+	args := append([]string{"sim", "--format", "json", "--kv-events", "on", "--router-replicas", "3",
+		"--replica-affinity", "session", "--kv-events-delay", "uniform:0-20ms", "--kv-events-loss", "0.01"}, simSmall...)
+	a, stderr, err := runWithStderr(t, args...)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: KV events:")
+	res, err := reports.DecodeResults(strings.NewReader(a))
+	require.NoError(t, err)
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	assert.Equal(t, "on", meta["kv_events"])
+	assert.Equal(t, "uniform:0s-20ms", meta["kv_events_delay"])
+	assert.EqualValues(t, 3, meta["router_replicas"])
+	assert.Equal(t, "session", meta["replica_affinity"])
+	b, err := run(t, args...)
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
+	out, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, want := range []string{"--kv-events-delay", "exp:MEAN", "--router-replicas", "cache-pressure", "--cp-groups"} {
+		assert.Contains(t, out, want)
+	}
+}
+
 func TestSimJSONDeterministic(t *testing.T) {
 	args := append([]string{"sim", "--format", "json"}, simSmall...)
 	a, err := run(t, args...)
@@ -103,6 +129,12 @@ func TestSimFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"sim", "--slo", "ttft"}, "--slo"},
 		{[]string{"sim", "sweep"}, "--vary"},
 		{[]string{"sim", "sweep", "--vary", "nope=1"}, "nope"},
+		{[]string{"sim", "--kv-events", "maybe"}, "--kv-events"},
+		{[]string{"sim", "--kv-events-delay", "gauss:1ms"}, "--kv-events-delay"},
+		{[]string{"sim", "--kv-events-loss", "1.5"}, "--kv-events-loss"},
+		{[]string{"sim", "--router-replicas", "-1"}, "--router-replicas"},
+		{[]string{"sim", "--replica-affinity", "sticky"}, "--replica-affinity"},
+		{[]string{"sim", "--workload", "cache-pressure", "--cp-groups", "0"}, "--cp-groups"},
 	} {
 		_, err := run(t, tc.args...)
 		require.Error(t, err, tc.args)
