@@ -291,6 +291,9 @@ func newSimCmd() *cobra.Command {
 			defer bw.Flush()
 			cfg.DecisionLog = bw
 		}
+		if note := fitRequests(&cfg.Workload, cfg.Load); note != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "sim: "+note)
+		}
 		prog := newSimProgress(cmd.ErrOrStderr())
 		cfg.Progress = func(level string, done int, virtual time.Duration) {
 			prog.update(fmt.Sprintf("sim: level %s, %d requests done, %.1f s virtual", level, done, virtual.Seconds()))

@@ -192,6 +192,13 @@ func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
 		p.LSPPrompts = need
 		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d long-system-prompt requests instead of %d",
 			l.Requests, l.Warmup, need, held)
+	case workloads.WorkloadCachePressure:
+		if held >= need {
+			return ""
+		}
+		p.CPRequests = need
+		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d cache-pressure requests instead of --cp-requests %d",
+			l.Requests, l.Warmup, need, held)
 	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
 		if held >= need || p.DatasetPath != "" {
 			return ""
