@@ -336,12 +336,20 @@ func TestSimWarnsOutsideTheFittedRange(t *testing.T) {
 	assert.NotContains(t, stderr, "warning: profile fitted")
 }
 
-// --requests more than the workload holds: the run records what there is and says why.
+// --requests more than a generated workload holds: sim draws more of it, as bench does; a file
+// holds what it holds, and the run records what there is and says why.
 func TestSimWarnsWhenTheWorkloadRunsOut(t *testing.T) {
 	_, stderr, err := runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500")
 	require.NoError(t, err)
-	assert.Contains(t, stderr, "warning: level c4: recorded 256 requests of the --requests 500: the multiturn workload ran out (64 conversations × 4 turns; raise --conversations or --turns)")
-	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500", "--conversations", "200")
-	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: --requests 500 (+ --warmup 0): the multiturn workload holds 64 conversations × 4 turns; drawing 125 conversations")
 	assert.NotContains(t, stderr, "ran out")
+
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"prompt":"a first prompt of some length","output_len":8}
+{"prompt":"a second prompt of some other length","output_len":8}
+{"prompt":"and a third one, the last","output_len":8}
+`), 0o644))
+	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "2", "--requests", "10", "--workload", "custom", "--dataset-path", path)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "warning: level c2: recorded 3 requests of the --requests 10: the custom workload ran out")
 }
