@@ -60,8 +60,28 @@ type Body struct {
 	RIDs   []string
 	HasRID bool
 
-	members []member
+	members  []member
+	maxBatch int // Limits.MaxBatch while parsing; 0: no cap
 }
+
+// Limits bound what one request body may stand for: [ParseLimited] refuses a body beyond them
+// with a 400 before anything is built per element, so a small body cannot make the router (or,
+// in PD mode, both workers) do work or hold memory in proportion to a huge element count.
+type Limits struct {
+	// MaxBatch caps Batch: the elements of a generate "text" list or "input_ids" list of
+	// lists, a completions "prompt" list, a batch of input_embeds, and chat "n". Counting
+	// stops at the first element over the cap. 0 means no cap (n stays within MaxN).
+	MaxBatch int
+}
+
+// batchError is the 400 of a batch over Limits.MaxBatch.
+func batchError(field string, limit int) *Error {
+	return badRequest(field, field+" is a batch of more than "+strconv.Itoa(limit)+
+		" elements, over the router's limit --max-batch-size "+strconv.Itoa(limit)+": split it into smaller requests")
+}
+
+// overBatch reports whether a batch of count elements is over the cap.
+func (b *Body) overBatch(count int) bool { return b.maxBatch > 0 && count > b.maxBatch }
 
 // Size returns the number of generation requests the body stands for: Batch, or 1.
 func (b *Body) Size() int {
@@ -100,10 +120,16 @@ func (b *Body) Member(i int) (key, value []byte) {
 // of the batch size. Unknown fields are never an error. Parse never panics; it keeps no
 // reference to anything but raw.
 func Parse(route Route, raw []byte) (*Body, error) {
+	return ParseLimited(route, raw, Limits{})
+}
+
+// ParseLimited is [Parse] within l: a batch over l.MaxBatch is a 400 naming the field and the
+// limit.
+func ParseLimited(route Route, raw []byte, l Limits) (*Body, error) {
 	if route < Generate || route > Completions {
 		return nil, badRequest("", "unsupported route")
 	}
-	b := &Body{Route: route, Raw: raw, N: 1}
+	b := &Body{Route: route, Raw: raw, N: 1, maxBatch: max(l.MaxBatch, 0)}
 	if err := b.split(); err != nil {
 		return nil, err
 	}
@@ -275,6 +301,9 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if b.N > 1 {
 		b.Batch = b.N
 	}
+	if b.overBatch(b.Batch) {
+		return batchError("n", b.maxBatch)
+	}
 	if logprobs != nil {
 		if kindOf(logprobs) != kindBool {
 			return wrongType("logprobs", "a boolean", logprobs, "logprobs")
@@ -377,7 +406,8 @@ func addPiece(text, s []byte) []byte {
 // tokenForm classifies a prompt given as token ids: a flat list of numbers (one prompt,
 // batch 0) or a non-empty list of lists of numbers (a batch). For the routing text it appends
 // the ids of the first prompt joined by single spaces.
-func tokenForm(v []byte, field string, text []byte) (batch int, out []byte, err *Error) {
+// A list of lists longer than limit (when limit > 0) is refused at its first element over it.
+func tokenForm(v []byte, field string, text []byte, limit int) (batch int, out []byte, err *Error) {
 	first := true
 	nested := false
 	count := 0
@@ -390,6 +420,10 @@ func tokenForm(v []byte, field string, text []byte) (batch int, out []byte, err 
 		case !nested && k == kindNumber:
 			text = appendNumber(text, e)
 		case nested && k == kindArray:
+			if limit > 0 && count >= limit {
+				err = batchError(field, limit)
+				return false
+			}
 			ok := true
 			eachElem(e, func(id []byte) bool {
 				if kindOf(id) != kindNumber {
@@ -432,9 +466,14 @@ func appendNumber(text, n []byte) []byte {
 	return append(text, n...)
 }
 
-// stringList handles a list of strings: its length and the first element as routing text.
-func stringList(v []byte, field string) (batch int, text []byte, err *Error) {
+// stringList handles a list of strings: its length and the first element as routing text. A
+// list longer than limit (when limit > 0) is refused at its first element over it.
+func stringList(v []byte, field string, limit int) (batch int, text []byte, err *Error) {
 	eachElem(v, func(e []byte) bool {
+		if limit > 0 && batch >= limit {
+			err = batchError(field, limit)
+			return false
+		}
 		if kindOf(e) != kindString {
 			err = badRequest(field, field+"["+strconv.Itoa(batch)+"] must be a string, got "+kindOf(e).String())
 			return false
@@ -477,11 +516,11 @@ func (b *Body) viewCompletions(prompt, n, logprobs []byte) *Error {
 		var text []byte
 		var err *Error
 		if kindOf(first) == kindString {
-			b.Batch, text, err = stringList(prompt, "prompt")
+			b.Batch, text, err = stringList(prompt, "prompt", b.maxBatch)
 		} else if first == nil {
 			err = badRequest("prompt", "prompt must not be empty")
 		} else {
-			b.Batch, text, err = tokenForm(prompt, "prompt", nil)
+			b.Batch, text, err = tokenForm(prompt, "prompt", nil, b.maxBatch)
 		}
 		if err != nil {
 			return err
@@ -519,7 +558,7 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	case kindString:
 		b.Text = string(appendUnquote(nil, text))
 	case kindArray:
-		n, t, err := stringList(text, "text")
+		n, t, err := stringList(text, "text", b.maxBatch)
 		if err != nil {
 			return err
 		}
@@ -530,7 +569,7 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	switch kindOf(inputIDs) {
 	case kindInvalid, kindNull:
 	case kindArray:
-		n, t, err := tokenForm(inputIDs, "input_ids", nil)
+		n, t, err := tokenForm(inputIDs, "input_ids", nil, b.maxBatch)
 		if err != nil {
 			return err
 		}
@@ -555,9 +594,12 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 				eachElem(e, func(row []byte) bool { batch = kindOf(row) == kindArray; return false })
 			}
 			n++
-			return true
+			return !batch || !b.overBatch(n) // stop counting once over the cap
 		})
 		if batch {
+			if b.overBatch(n) {
+				return batchError("input_embeds", b.maxBatch)
+			}
 			b.Batch = n
 		}
 	}
@@ -581,7 +623,7 @@ func (b *Body) viewRID(rid []byte) *Error {
 		rids := make([]string, 0, b.Batch)
 		ok := true
 		eachElem(rid, func(e []byte) bool {
-			if kindOf(e) != kindString {
+			if kindOf(e) != kindString || len(rids) == b.Batch { // not a string, or one too many
 				ok = false
 				return false
 			}
