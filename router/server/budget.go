@@ -65,8 +65,11 @@ type charge struct {
 	n int64
 }
 
-// add takes n more bytes, or reports false (taking nothing) when they do not fit.
+// add takes n more bytes (none for n ≤ 0), or reports false (taking nothing) when they do not fit.
 func (c *charge) add(n int64) bool {
+	if n <= 0 {
+		return true
+	}
 	if !c.b.reserve(n) {
 		return false
 	}
