@@ -3,6 +3,8 @@ package wire
 import (
 	"slices"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Error is a request-body error: the client's fault, answered with Status (400) and an
@@ -274,6 +276,56 @@ func (b *Body) view() *Error {
 	return b.viewRID(rid)
 }
 
+// MaxRoutingText caps the routing text in bytes (cut at a UTF-8 character boundary): the
+// prefix the cache-aware policy matches on and its tree keeps a copy of. Real prompts are far
+// shorter (a million tokens is a few MiB of text), so only an outsized body is routed on a
+// prefix of its text rather than the whole of it — which would cost a copy of the body in the
+// router per request, and in the tree until its next eviction.
+const MaxRoutingText = 16 << 20
+
+// routingText appends to dst the decoded JSON string s, cut so dst stays within MaxRoutingText.
+func routingText(dst, s []byte) []byte {
+	room := MaxRoutingText - len(dst)
+	if room <= 0 {
+		return dst
+	}
+	return appendUnquote(dst, clipQuoted(s, room))
+}
+
+// clipQuoted returns the raw JSON string s cut to at most limit bytes of content (quotes
+// added back), never inside an escape sequence (a \u surrogate pair counts as one) or a UTF-8
+// sequence: the decoded prefix is then at most limit bytes and a prefix of the decoded whole.
+func clipQuoted(s []byte, limit int) []byte {
+	if len(s) < 2 || len(s)-2 <= limit {
+		return s
+	}
+	end := 1 + limit // content is s[1:end]
+	for i := 1; i < end; {
+		if s[i] != '\\' {
+			i++
+			continue
+		}
+		w := 2
+		if i+1 < len(s) && s[i+1] == 'u' {
+			w = 6
+			if i+12 <= len(s) && utf16.IsSurrogate(hex4(s, i+2)) && s[i+6] == '\\' && s[i+7] == 'u' {
+				w = 12
+			}
+		}
+		if i+w > end {
+			end = i
+			break
+		}
+		i += w
+	}
+	for end > 1 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	out := make([]byte, 0, end+1)
+	out = append(out, s[:end]...)
+	return append(out, '"')
+}
+
 // MaxN caps "n", the one field that multiplies a request without growing its body: a PD
 // request is expanded into n rids and rooms, so an uncapped n let a 94-byte request cost the
 // router gigabytes. 128 is OpenAI's own limit for n.
@@ -316,8 +368,9 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if kindOf(messages) != kindArray {
 		return wrongType("messages", "an array", messages, "messages")
 	}
-	// The decoded text is never longer than the raw messages: one allocation up front.
-	text := make([]byte, 0, len(messages))
+	// The decoded text is never longer than the raw messages, nor than MaxRoutingText: one
+	// allocation up front.
+	text := make([]byte, 0, min(len(messages), MaxRoutingText))
 	var err *Error
 	idx := 0
 	eachElem(messages, func(msg []byte) bool {
@@ -392,15 +445,16 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 
 // addPiece appends the decoded JSON string s to text, separated by one space; empty strings
 // add nothing (so the separator is always exactly one space).
+// Text beyond MaxRoutingText is dropped.
 func addPiece(text, s []byte) []byte {
-	if len(s) <= 2 {
+	if len(s) <= 2 || len(text)+1 >= MaxRoutingText {
 		return text
 	}
-	text = slices.Grow(text, len(s)+1) // decoding never grows valid UTF-8
+	text = slices.Grow(text, min(len(s)+1, MaxRoutingText-len(text))) // decoding never grows valid UTF-8
 	if len(text) > 0 {
 		text = append(text, ' ')
 	}
-	return appendUnquote(text, s)
+	return routingText(text, s)
 }
 
 // tokenForm classifies a prompt given as token ids: a flat list of numbers (one prompt,
@@ -460,6 +514,9 @@ func tokenForm(v []byte, field string, text []byte, limit int) (batch int, out [
 }
 
 func appendNumber(text, n []byte) []byte {
+	if len(text)+1+len(n) > MaxRoutingText {
+		return text
+	}
 	if len(text) > 0 {
 		text = append(text, ' ')
 	}
@@ -479,7 +536,7 @@ func stringList(v []byte, field string, limit int) (batch int, text []byte, err 
 			return false
 		}
 		if batch == 0 {
-			text = appendUnquote(nil, e)
+			text = routingText(nil, e)
 		}
 		batch++
 		return true
@@ -509,7 +566,7 @@ func (b *Body) viewCompletions(prompt, n, logprobs []byte) *Error {
 	case kindInvalid, kindNull:
 		return badRequest("prompt", "prompt is required")
 	case kindString:
-		b.Text = string(appendUnquote(nil, prompt))
+		b.Text = string(routingText(nil, prompt))
 	case kindArray:
 		var first []byte
 		eachElem(prompt, func(e []byte) bool { first = e; return false })
@@ -556,7 +613,7 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	switch kindOf(text) {
 	case kindInvalid, kindNull:
 	case kindString:
-		b.Text = string(appendUnquote(nil, text))
+		b.Text = string(routingText(nil, text))
 	case kindArray:
 		n, t, err := stringList(text, "text", b.maxBatch)
 		if err != nil {

@@ -108,3 +108,53 @@ func TestPDBatchAllocationsIndependentOfSize(t *testing.T) {
 	}
 	assert.Equal(t, allocsFor(8), allocsFor(1024))
 }
+
+// A clipped JSON string decodes to a prefix of the whole string's decoding, within the limit
+// and close to it, wherever the cut falls: inside an escape, a surrogate pair or a multi-byte
+// character.
+func TestClipQuotedDecodesToPrefix(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`"ab\n\"é😀\ud83d\ude00\u00e9x\\y` + strings.Repeat(`z\t`, 5) + `"`)
+	whole := string(appendUnquote(nil, raw))
+	prev := ""
+	for limit := range len(raw) {
+		clipped := clipQuoted(raw, limit)
+		got := string(appendUnquote(nil, clipped))
+		assert.True(t, strings.HasPrefix(whole, got), "limit %d: %q is not a prefix of %q", limit, got, whole)
+		assert.LessOrEqual(t, len(got), limit, "limit %d", limit)
+		// The cut backs off at most one escape (12 raw bytes for a surrogate pair).
+		assert.GreaterOrEqual(t, len(clipped)-2, min(limit, len(raw)-2)-11, "limit %d: %q cut too short", limit, clipped)
+		assert.True(t, strings.HasPrefix(got, prev), "limit %d: shorter than at a smaller limit", limit)
+		prev = got
+	}
+	assert.Equal(t, whole, prev)
+}
+
+// The routing text of an outsized body is its first MaxRoutingText bytes, in every form.
+func TestRoutingTextCapped(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", MaxRoutingText/2+10) // two bytes each: over the cap
+	for _, tc := range []struct {
+		name  string
+		route Route
+		body  string
+	}{
+		{"generate text", Generate, `{"text":"` + long + `"}`},
+		{"generate text list", Generate, `{"text":["` + long + `","x"]}`},
+		{"completions prompt", Completions, `{"prompt":"` + long + `"}`},
+		{"chat", Chat, `{"messages":[{"role":"user","content":"` + long + `"},{"role":"user","content":"more"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := Parse(tc.route, []byte(tc.body))
+			require.NoError(t, err)
+			assert.Equal(t, MaxRoutingText, len(b.Text))
+			assert.True(t, strings.HasPrefix(long, b.Text))
+		})
+	}
+	ids := strings.TrimSuffix(strings.Repeat("123456,", MaxRoutingText/7+10), ",")
+	b, err := Parse(Generate, []byte(`{"input_ids":[`+ids+`]}`))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(b.Text), MaxRoutingText)
+	assert.Greater(t, len(b.Text), MaxRoutingText-8)
+}
