@@ -289,15 +289,19 @@ func routingText(dst, s []byte) []byte {
 	if room <= 0 {
 		return dst
 	}
-	return appendUnquote(dst, clipQuoted(s, room))
+	if len(s) < 2 {
+		return dst
+	}
+	return appendUnquoted(dst, clipQuoted(s, room))
 }
 
-// clipQuoted returns the raw JSON string s cut to at most limit bytes of content (quotes
-// added back), never inside an escape sequence (a \u surrogate pair counts as one) or a UTF-8
+// clipQuoted returns the content of the raw JSON string s (without its quotes) cut to at most
+// limit bytes, never inside an escape sequence (a \u surrogate pair counts as one) or a UTF-8
 // sequence: the decoded prefix is then at most limit bytes and a prefix of the decoded whole.
+// It aliases s.
 func clipQuoted(s []byte, limit int) []byte {
-	if len(s) < 2 || len(s)-2 <= limit {
-		return s
+	if len(s)-2 <= limit {
+		return s[1 : len(s)-1]
 	}
 	end := 1 + limit // content is s[1:end]
 	for i := 1; i < end; {
@@ -321,9 +325,7 @@ func clipQuoted(s []byte, limit int) []byte {
 	for end > 1 && !utf8.RuneStart(s[end]) {
 		end--
 	}
-	out := make([]byte, 0, end+1)
-	out = append(out, s[:end]...)
-	return append(out, '"')
+	return s[1:end]
 }
 
 // MaxN caps "n", the one field that multiplies a request without growing its body: a PD

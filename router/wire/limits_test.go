@@ -119,11 +119,11 @@ func TestClipQuotedDecodesToPrefix(t *testing.T) {
 	prev := ""
 	for limit := range len(raw) {
 		clipped := clipQuoted(raw, limit)
-		got := string(appendUnquote(nil, clipped))
+		got := string(appendUnquoted(nil, clipped))
 		assert.True(t, strings.HasPrefix(whole, got), "limit %d: %q is not a prefix of %q", limit, got, whole)
 		assert.LessOrEqual(t, len(got), limit, "limit %d", limit)
 		// The cut backs off at most one escape (12 raw bytes for a surrogate pair).
-		assert.GreaterOrEqual(t, len(clipped)-2, min(limit, len(raw)-2)-11, "limit %d: %q cut too short", limit, clipped)
+		assert.GreaterOrEqual(t, len(clipped), min(limit, len(raw)-2)-11, "limit %d: %q cut too short", limit, clipped)
 		assert.True(t, strings.HasPrefix(got, prev), "limit %d: shorter than at a smaller limit", limit)
 		prev = got
 	}
