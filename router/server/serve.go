@@ -22,6 +22,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// thousands open; headers must arrive within 30 s; bodies within --body-read-timeout-secs
 	// after that (readBody); at most --max-connections are open at once (capListener).
 	ln = s.capConns(ln)
+	s.setMemoryLimit()
 	var stopping atomic.Bool
 	h := s.Handler()
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
