@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ func legOutcome(ue *upstreamError) router.Outcome {
 	if ue == nil {
 		return router.Failure
 	}
+	if errors.Is(ue.Err, errOverBudget) { // the router's memory, not the worker's fault
+		return router.Cancelled
+	}
 	return router.LegOutcome(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
 }
 
@@ -106,18 +110,14 @@ func (s *Server) clientRequestID(req *http.Request) string {
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
-		raw, err := s.readBody(w, req)
+		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
+		defer ch.release()
+		raw, err := s.readBody(w, req, ch)
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
-					Message: fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize)}, "payload_too_large")
-				return
-			}
-			s.fail(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: "cannot read request body: " + err.Error()}, "bad_request")
+			s.bodyFailed(x, err)
 			return
 		}
-		if x.body, err = wire.Parse(route, raw); err != nil {
+		if x.body, err = wire.ParseLimited(route, raw, wire.Limits{MaxBatch: s.cfg.MaxBatchSize}); err != nil {
 			var we *wire.Error
 			if !errors.As(err, &we) {
 				we = &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: err.Error()}
@@ -138,7 +138,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		ctx, cancel := context.WithTimeout(withBudget(req.Context(), s.budget), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -200,6 +200,12 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			return res.status
 		}
 		ue := res.failed
+		if errors.Is(ue.Err, errOverBudget) { // a held reply went over the budget: never retried
+			s.metrics.Errors.WithLabelValues("over_budget").Inc()
+			x.w.Header().Set("Retry-After", "1")
+			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable,
+				Message: fmt.Sprintf("%s worker %s: reply held over the router's memory budget (--body-memory-budget): retry later", ue.Role, router.RedactURL(ue.Worker))})
+		}
 		if ue.Status == 0 && connFailure(ue.Err) {
 			s.hc.suspect(ue.Worker) // refused or reset: is the worker gone?
 		}
@@ -420,23 +426,42 @@ func (s *Server) abort(urls []string, rids []string) {
 	}
 }
 
-// bodyReadTimeout bounds the reading of one request body: a client trickling a byte every few
-// seconds is cut off instead of holding a connection and a goroutine for minutes.
-const bodyReadTimeout = 60 * time.Second
+// errBodyOverBudget is a body larger than the whole of --body-memory-budget: it can never be
+// admitted, so it is answered 413 rather than 503.
+var errBodyOverBudget = errors.New("request body exceeds --body-memory-budget")
 
-// readBody reads a request body within --max-payload-size. A Content-Length above the limit
-// is refused before a byte is read; a chunked body is counted as it is read and cut at the
-// limit. Either way the error is an *http.MaxBytesError (answer 413, and the connection
-// closes). A declared length is read into one buffer of that size, so a body costs its size
+// readBody reads a request body within --max-payload-size, --body-read-timeout-secs and the
+// memory budget (ch takes its bytes as they are allocated; the caller releases them when the
+// response is over). A Content-Length above the limit is refused before a byte is read; a
+// chunked body is counted as it is read and cut at the limit: either way the error is an
+// *http.MaxBytesError. A Content-Length the budget cannot hold now is refused before a byte is
+// read, a chunked body as soon as its next block would not fit: errOverBudget (or
+// errBodyOverBudget when the whole budget could never hold it). A body not read whole within
+// the timeout ends with os.ErrDeadlineExceeded. After any error the connection closes with
+// the answer, and its read deadline stays, so net/http never waits for the rest of a stalled
+// body. A declared length is read into one buffer of that size, so a body costs its size
 // once, not the doublings of a growing buffer.
-func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) (raw []byte, err error) {
 	limit := s.cfg.MaxPayloadSize
+	defer func() {
+		if err != nil {
+			w.Header().Set("Connection", "close")
+		}
+	}()
 	if req.ContentLength > limit {
-		w.Header().Set("Connection", "close")
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }()
+	if req.ContentLength > s.budget.limit {
+		return nil, errBodyOverBudget
+	}
+	if !ch.add(req.ContentLength) {
+		return nil, errOverBudget
+	}
+	// The deadline is per request and only readBody moves it: set here, when the headers have
+	// arrived (ReadHeaderTimeout bounded those), and cleared only once the body is in — an
+	// error leaves it, so a stalled connection is cut, not waited for.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyReadTimeoutSecs) * time.Second))
 	body := http.MaxBytesReader(w, req.Body, limit)
 	if req.ContentLength >= 0 {
 		buf := make([]byte, req.ContentLength)
@@ -447,18 +472,54 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, err
 		if err != nil && err != io.EOF {
 			return nil, err
 		}
-		return buf[:n], nil
+		raw = buf[:n]
+	} else if raw, err = readChunked(body, ch, s.budget.limit); err != nil {
+		return nil, err
 	}
-	return readChunked(body)
+	// The body is in: clear the deadline, or net/http's background read of the connection
+	// would cancel the request's context when it passes in the middle of a long response.
+	_ = rc.SetReadDeadline(time.Time{})
+	return raw, nil
+}
+
+// bodyFailed answers a request whose body could not be read (readBody's error).
+func (s *Server) bodyFailed(x *exchange, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
+			Message: fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize)}, "payload_too_large")
+	case errors.Is(err, errBodyOverBudget):
+		s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
+			Message: fmt.Sprintf("request body exceeds the router's whole --body-memory-budget %d bytes", s.budget.limit)}, "payload_too_large")
+	case errors.Is(err, errOverBudget):
+		x.w.Header().Set("Retry-After", "1")
+		s.fail(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable,
+			Message: errOverBudget.Error() + ": retry later"}, "over_budget")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.fail(x, &wire.Error{Status: http.StatusRequestTimeout, Type: typeTimeout,
+			Message: fmt.Sprintf("request body not received within --body-read-timeout-secs %d", s.cfg.BodyReadTimeoutSecs)}, "body_timeout")
+	default:
+		s.fail(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: "cannot read request body: " + err.Error()}, "bad_request")
+	}
 }
 
 // readChunked reads a body of unknown length in blocks that double up to 4 MiB, then joins
 // them once: a body of n bytes peaks at about 2n, and one cut at the limit at about the limit
-// (io.ReadAll's growing buffer peaked at 3-4x: 126 MB for a 32 MiB limit).
-func readChunked(r io.Reader) ([]byte, error) {
+// (io.ReadAll's growing buffer peaked at 3-4x: 126 MB for a 32 MiB limit). Each block is
+// charged to ch before it is allocated: errOverBudget when it does not fit, errBodyOverBudget
+// when the body could never fit in a budget of budgetLimit bytes. The join is not charged: it
+// lives only until the blocks are dropped, within the cost multiple README states.
+func readChunked(r io.Reader, ch *charge, budgetLimit int64) ([]byte, error) {
 	var blocks [][]byte
 	total, size := 0, 32<<10
 	for {
+		if !ch.add(int64(size)) {
+			if int64(total+size) > budgetLimit {
+				return nil, errBodyOverBudget
+			}
+			return nil, errOverBudget
+		}
 		b := make([]byte, size)
 		n, err := io.ReadFull(r, b)
 		if n > 0 {

@@ -73,6 +73,10 @@ type Server struct {
 
 	kv *kvRouting // cache_aware on the workers' KV events; nil when off
 
+	budget   *budget        // --body-memory-budget: bodies in flight across requests
+	limits   *limitsMetrics // open connections, rejections, budget gauges
+	maxConns int            // --max-connections after the open-file limit; ≤ 0: no cap
+
 	logMu          sync.Mutex           // protects lastAttemptLog
 	lastAttemptLog map[string]time.Time // per worker: the last failed attempt logged at WARN
 }
@@ -127,6 +131,7 @@ func New(opts Options) (*Server, error) {
 
 		lastAttemptLog: map[string]time.Time{},
 	}
+	s.initLimits()
 	if s.kv, err = newKVRouting(s); err != nil {
 		return nil, err
 	}

@@ -198,7 +198,13 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 		}
 		return nil, reused, err
 	}
-	_, werr := c.nc.Write(*head)
+	var werr error
+	if len(r.Body) > inlineBody {
+		bufs := net.Buffers{*head, r.Body}
+		_, werr = bufs.WriteTo(c.nc)
+	} else {
+		_, werr = c.nc.Write(*head)
+	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
 	resp, err := c.readHead(r.Method)
@@ -275,7 +281,8 @@ func validate(r *Request, tg *target) error {
 	return nil
 }
 
-// serialize validates r and writes its head and body into a pooled buffer.
+// serialize validates r and writes its head, and its body unless it is over inlineBody, into a
+// pooled buffer.
 func serialize(r *Request, tg *target) (*[]byte, error) {
 	if err := validate(r, tg); err != nil {
 		return nil, err
@@ -317,9 +324,16 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 		w = append(w, "\r\n"...)
 	}
 	w = append(w, "\r\n"...)
-	*bp = append(w, r.Body...)
+	if len(r.Body) <= inlineBody {
+		w = append(w, r.Body...)
+	}
+	*bp = w
 	return bp, nil
 }
+
+// inlineBody is the largest body serialize copies behind the head (one write); a larger one is
+// written from the caller's slice after it (one writev), so a request costs no copy of it.
+const inlineBody = 64 << 10
 
 // body is a response body on a pooled connection. Close may be called while another
 // goroutine reads (it unblocks the read).
