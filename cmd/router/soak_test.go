@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -176,7 +178,8 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 			partMu.Unlock()
 		}
 	}()
-	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(),
+	out := t.TempDir()
+	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: out,
 		RequestTimeout: 30 * time.Second, MaxErrorRate: -1})
 	require.NoError(t, err)
 	lv := res.Levels[0]
@@ -202,7 +205,17 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	// hangs) never had their breaker open. (The one that never finishes a KV transfer and the
 	// partitioned one fail on their own account.)
 	opened := breakers.opened()
-	t.Logf("breakers opened (worker: times): %v", opened)
+	names := map[string]string{part.url: "prefill partitioned"}
+	for i, p := range prefills {
+		names[p.URL()] = fmt.Sprintf("prefill %d %+v", i, p.Config().Failures)
+	}
+	for i, d := range decodes {
+		names[d.URL()] = fmt.Sprintf("decode %d %+v", i, d.Config().Failures)
+	}
+	for u, n := range opened {
+		t.Logf("breaker opened %d times: %s", n, names[u])
+	}
+	logErrorCauses(t, out)
 	assert.Positive(t, opened[hungDecode.URL()], "the hanging decode worker's breaker opened")
 	for _, p := range prefills[:2] {
 		assert.Zero(t, opened[p.URL()], "prefill %s's breaker opened", p.URL())
@@ -243,6 +256,26 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	t.Logf("error kinds: %v; goroutines before %d, after %d", kinds, baseGoroutines, runtime.NumGoroutine())
 	cancel()
 	wg.Wait()
+}
+
+// logErrorCauses logs the failed requests' errors, grouped with their numbers blanked.
+func logErrorCauses(t *testing.T, dir string) {
+	_, recs, err := reports.ReadDir(dir)
+	if err != nil {
+		t.Logf("reading the records: %v", err)
+		return
+	}
+	digits := regexp.MustCompile(`[0-9]+`)
+	causes := map[string]int{}
+	for _, r := range recs {
+		if r.Error != nil {
+			msg := digits.ReplaceAllString(*r.Error, "N")
+			causes[msg[:min(len(msg), 200)]]++
+		}
+	}
+	for c, n := range causes {
+		t.Logf("%5d × %s", n, c)
+	}
 }
 
 // breakerLog is the router's log handler: it counts the transitions to breaker_open per worker

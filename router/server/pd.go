@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -76,6 +77,14 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	stream := isEventStream(resp, x.body)
 	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
 	hs := holdState{stream: stream, logprobs: x.body.Logprobs, sawEvent: end == nil, ended: end != nil, readFailed: end != nil && end != io.EOF}
+	if ue := firstEventError(&a.decode, held, hs); ue != nil {
+		// Decode failed before its first token: nothing reached the client, so the attempt
+		// fails (retryable) as if decode had answered the error status, and is charged as
+		// router.PDBlame says (a decode whose KV never came from a silent prefill is the
+		// prefill's failure).
+		res, decode = a.failed(ctx, ue)
+		return res
+	}
 	if !hs.readFailed {
 		a.settleDecode()
 	}
@@ -190,6 +199,27 @@ func attemptOf(ue *upstreamError) router.Attempt {
 		return router.Attempt{Transport: true}
 	}
 	return router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body}
+}
+
+// firstEventError returns decode's failure when the first event of its stream is an error
+// event (SGLang and fakeworker answer a room that failed before its first token so, with 200
+// and the event), nil otherwise.
+func firstEventError(r *upstreamRequest, held []byte, hs holdState) *upstreamError {
+	if !hs.stream || hs.readFailed {
+		return nil
+	}
+	var p wire.Parser
+	p.Feed(held)
+	for ev, ok := p.Next(); ok; ev, ok = p.Next() {
+		if !ev.HasData() {
+			continue
+		}
+		if !errorEvent(ev.Data) {
+			return nil
+		}
+		return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(ev.Data), Body: bytes.Clone(ev.Data)}
+	}
+	return nil
 }
 
 // settleDecode notes that decode answered its first event or body: from now on a prefill

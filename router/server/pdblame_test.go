@@ -197,3 +197,19 @@ func TestPDBlameInTheAnswer(t *testing.T) {
 		assert.Equal(t, router.WorkerHealthy, w.State, "one failure opens nothing: %s", w.URL)
 	}
 }
+
+// A decode stream whose first event is an error (fakeworker and SGLang answer a room that failed
+// before its first token with 200 and an error event) fails the attempt before anything reaches
+// the client: it is retried, and a KV wait on a silent prefill is charged to the prefill.
+func TestPDStreamFirstEventErrorIsRetriedAndBlamed(t *testing.T) {
+	t.Parallel()
+	hung := newWorker(t, hangReply(nil))
+	dw := newWorker(t, sseReply([]string{`data: {"error":{"message":"fakeworker: decode room 1 failed: bootstrap timeout: KV from the prefill server did not arrive within 3s","code":500}}`}, nil))
+	tr := startRouter(t, noRetries(pdConfig([]*testWorker{hung}, []*testWorker{dw}, nil)))
+	status, hdr, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
+	require.Equal(t, http.StatusBadGateway, status, body)
+	assert.Contains(t, hdr.Get("Content-Type"), "application/json", "answered as an error, not a committed stream")
+	assert.Contains(t, body, "prefill worker "+hung.URL()+": never delivered the KV: decode worker "+dw.URL()+" answered 500")
+	waitFor(t, func() bool { return hung.cancelledCount() == 1 })
+	tr.requireLoadsZero(t)
+}
