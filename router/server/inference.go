@@ -76,27 +76,33 @@ func legOutcome(ue *upstreamError) router.Outcome {
 	return router.LegOutcome(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
 }
 
-// forwardHeaders picks the client headers forwarded to workers.
+// forwardHeaders picks the client headers forwarded to workers; nil when the client sent none
+// of them. Keys are canonical (forwardedHeaders, s.ridKeys), so they index the header map
+// directly instead of being canonicalised again per request.
 func (s *Server) forwardHeaders(req *http.Request) http.Header {
-	h := http.Header{}
-	for _, k := range forwardedHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
+	var h http.Header
+	add := func(k string) {
+		if v := req.Header[k]; len(v) > 0 {
+			if h == nil {
+				h = make(http.Header, 4)
+			}
+			h[k] = v
 		}
 	}
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
-		}
+	for _, k := range forwardedHeaders {
+		add(k)
+	}
+	for _, k := range s.ridKeys {
+		add(k)
 	}
 	return h
 }
 
 // clientRequestID returns the first configured request-id header present, or "".
 func (s *Server) clientRequestID(req *http.Request) string {
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Get(k); v != "" {
-			return v
+	for _, k := range s.ridKeys {
+		if v := req.Header[k]; len(v) > 0 && v[0] != "" {
+			return v[0]
 		}
 	}
 	return ""
@@ -285,12 +291,14 @@ func commitHeaders(x *exchange, resp *http.Response, stream bool) {
 }
 
 // relayStream copies an SSE body to the client event by event on the calling goroutine until
-// it ends or the client goes away, flushing when the upstream has nothing more buffered. It
+// it ends or the client goes away, flushing when the upstream has nothing more buffered, and
+// releases sw (it must not be used after). It
 // returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
 // error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
 // end.
 func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
+	defer sw.release()
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -323,8 +331,8 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 		if sw.usage != nil {
 			s.observeCached(sw.usage)
 		}
-		if d, ok := sw.tpot(); ok {
-			s.metrics.TPOT.WithLabelValues(r.role).Observe(d.Seconds())
+		if d, ok := sw.tpot(); ok && sw.tpotObs != nil {
+			sw.tpotObs.Observe(d.Seconds())
 		}
 		if len(sw.errEvent) > 0 { // relayed as it came; an error all the same
 			return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(sw.errEvent),
