@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -144,7 +145,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		ctx, cancel := s.requestContext(req.Context())
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -233,16 +234,33 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 }
 
-// sleep waits d, or until ctx ends (then it reports false).
+// requestContext returns the context of one routed request: parent, ending at
+// --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
+// without a timer (h1.WithDeadline): the upstream connection's deadline ends the attempt
+// instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
+// each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
+func (s *Server) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
+	if s.r.PD() {
+		return context.WithDeadline(parent, dl)
+	}
+	return h1.WithDeadline(parent, dl), func() {}
+}
+
+// sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
+	}
+	cut := false // the deadline comes first
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d, cut = max(time.Until(dl), 0), true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return !cut
 	case <-ctx.Done():
 		return false
 	}
