@@ -339,14 +339,16 @@ http {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		// The master's workers too: killed, it cannot stop them.
-		for _, pid := range (proc{pid: cmd.Process.Pid}).pids()[1:] {
+		// The master first (killed, it respawns no worker), then its workers: it cannot stop
+		// them itself.
+		workers := (proc{pid: cmd.Process.Pid}).pids()[1:]
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		for _, pid := range workers {
 			if p, err := os.FindProcess(pid); err == nil {
 				_ = p.Kill()
 			}
 		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)
