@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -163,6 +165,20 @@ func (c Config) seed() int64 {
 		return *c.Seed
 	}
 	return rand.Int64()
+}
+
+// requestIDKeys returns RequestIDHeaders in canonical form (net/http's header map keys), once,
+// for New: looking a lowercase name up with Header.Get canonicalises it again on every request
+// (an allocation each).
+func (c Config) requestIDKeys() []string {
+	keys := make([]string, 0, len(c.RequestIDHeaders))
+	for _, h := range c.RequestIDHeaders {
+		k := http.CanonicalHeaderKey(strings.TrimSpace(h))
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // Redacted returns a copy safe to print or log: the API key is masked.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -80,27 +81,33 @@ func legOutcome(ue *upstreamError) router.Outcome {
 	return router.LegOutcome(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
 }
 
-// forwardHeaders picks the client headers forwarded to workers.
+// forwardHeaders picks the client headers forwarded to workers; nil when the client sent none
+// of them. Keys are canonical (forwardedHeaders, s.ridKeys), so they index the header map
+// directly instead of being canonicalised again per request.
 func (s *Server) forwardHeaders(req *http.Request) http.Header {
-	h := http.Header{}
-	for _, k := range forwardedHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
+	var h http.Header
+	add := func(k string) {
+		if v := req.Header[k]; len(v) > 0 {
+			if h == nil {
+				h = make(http.Header, 4)
+			}
+			h[k] = v
 		}
 	}
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
-		}
+	for _, k := range forwardedHeaders {
+		add(k)
+	}
+	for _, k := range s.ridKeys {
+		add(k)
 	}
 	return h
 }
 
 // clientRequestID returns the first configured request-id header present, or "".
 func (s *Server) clientRequestID(req *http.Request) string {
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Get(k); v != "" {
-			return v
+	for _, k := range s.ridKeys {
+		if v := req.Header[k]; len(v) > 0 && v[0] != "" {
+			return v[0]
 		}
 	}
 	return ""
@@ -138,7 +145,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := context.WithTimeout(withBudget(req.Context(), s.budget), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		ctx, cancel := s.requestContext(withBudget(req.Context(), s.budget))
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -233,16 +240,33 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 }
 
-// sleep waits d, or until ctx ends (then it reports false).
+// requestContext returns the context of one routed request: parent, ending at
+// --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
+// without a timer (h1.WithDeadline): the upstream connection's deadline ends the attempt
+// instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
+// each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
+func (s *Server) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
+	if s.r.PD() {
+		return context.WithDeadline(parent, dl)
+	}
+	return h1.WithDeadline(parent, dl), func() {}
+}
+
+// sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
+	}
+	cut := false // the deadline comes first
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d, cut = max(time.Until(dl), 0), true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return !cut
 	case <-ctx.Done():
 		return false
 	}
@@ -291,12 +315,14 @@ func commitHeaders(x *exchange, resp *http.Response, stream bool) {
 }
 
 // relayStream copies an SSE body to the client event by event on the calling goroutine until
-// it ends or the client goes away, flushing when the upstream has nothing more buffered. It
+// it ends or the client goes away, flushing when the upstream has nothing more buffered, and
+// releases sw (it must not be used after). It
 // returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
 // error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
 // end.
 func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
+	defer sw.release()
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -329,8 +355,8 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 		if sw.usage != nil {
 			s.observeCached(sw.usage)
 		}
-		if d, ok := sw.tpot(); ok {
-			s.metrics.TPOT.WithLabelValues(r.role).Observe(d.Seconds())
+		if d, ok := sw.tpot(); ok && sw.tpotObs != nil {
+			sw.tpotObs.Observe(d.Seconds())
 		}
 		if len(sw.errEvent) > 0 { // relayed as it came; an error all the same
 			return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(sw.errEvent),
