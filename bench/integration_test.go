@@ -31,7 +31,8 @@ func accuracyConfig(url string, out int) Config {
 // what the server actually did: at 64 streams its timers, sharing two cores with the bench and
 // whatever else loads the machine, fire late (server-side TTFT P50 103 ms on a busy machine),
 // which is the server's delay, faithfully measured, not the bench's error. The server's own
-// figures must not be early (timers never fire before their time).
+// TTFT must not be early (a timer never fires before its time; a late first token makes the
+// server's own TPOT a little short of 20 ms, so only its TTFT is checked that way).
 func TestIntegrationAccuracyConstantServer(t *testing.T) {
 	f := &fakeSSE{TTFT: 100 * time.Millisecond, ITL: 20 * time.Millisecond}
 	srv := startFake(t, f)
@@ -56,7 +57,6 @@ func TestIntegrationAccuracyConstantServer(t *testing.T) {
 		assert.InDelta(t, served, l.TTFTMs.P50, 3, "c%d TTFT P50 against the server's own", tc.clients)
 		assert.GreaterOrEqual(t, served, 100.0, "c%d: the server's own TTFT P50 is not early", tc.clients)
 		assert.InDelta(t, servedTPOT, l.TPOTMs.P50, 1, "c%d TPOT P50 against the server's own", tc.clients)
-		assert.GreaterOrEqual(t, servedTPOT, 20.0, "c%d: the server's own TPOT P50 is not early", tc.clients)
 	}
 }
 

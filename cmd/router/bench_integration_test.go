@@ -68,7 +68,6 @@ func TestIntegrationBenchAccuracyFakeworker(t *testing.T) {
 		assert.InDelta(t, ref, l.TTFTMs.P50, 3, "c%d TTFT P50 against the reference client's", tc.clients)
 		assert.GreaterOrEqual(t, ref, 99.0, "c%d: the worker answered before its TTFT", tc.clients)
 		assert.InDelta(t, refTPOT, l.TPOTMs.P50, 1, "c%d TPOT P50 against the reference client's", tc.clients)
-		assert.GreaterOrEqual(t, refTPOT, 19.9, "c%d: the worker's tokens came no faster than its ITL", tc.clients)
 	}
 }
 
