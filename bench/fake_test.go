@@ -36,6 +36,7 @@ type fakeSSE struct {
 	mu         sync.Mutex // protects bodies and firsts
 	bodies     [][]byte
 	firsts     []time.Duration // per streamed request: arrival → its first text event flushed
+	tpots      []time.Duration // per streamed request of 2+ tokens: (last flush − first flush)/(n−1)
 	hangCancel chan struct{}
 }
 
@@ -57,6 +58,17 @@ func (f *fakeSSE) takeFirsts() []time.Duration {
 	defer f.mu.Unlock()
 	out := f.firsts
 	f.firsts = nil
+	slices.Sort(out)
+	return out
+}
+
+// takeTPOTs returns the server-side time per output token of the streams recorded so far,
+// sorted, and forgets them.
+func (f *fakeSSE) takeTPOTs() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.tpots
+	f.tpots = nil
 	slices.Sort(out)
 	return out
 }
@@ -118,6 +130,7 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	generate := req.URL.Path == "/generate"
 	completions := req.URL.Path == "/v1/completions"
 	var text strings.Builder
+	var firstFlush time.Time
 	for i := range n {
 		time.Sleep(time.Until(arrived.Add(f.TTFT + time.Duration(i)*f.ITL)))
 		tok := fmt.Sprintf(" w%d", i)
@@ -132,8 +145,13 @@ func (f *fakeSSE) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		fl.Flush()
 		if i == 0 {
+			firstFlush = time.Now()
 			f.mu.Lock()
-			f.firsts = append(f.firsts, time.Since(arrived))
+			f.firsts = append(f.firsts, firstFlush.Sub(arrived))
+			f.mu.Unlock()
+		} else if i == n-1 {
+			f.mu.Lock()
+			f.tpots = append(f.tpots, time.Since(firstFlush)/time.Duration(n-1))
 			f.mu.Unlock()
 		}
 		if f.CutAfter > 0 && i+1 == f.CutAfter {

@@ -27,11 +27,12 @@ func accuracyConfig(url string, out int) Config {
 }
 
 // Against a server with constant TTFT 100 ms and ITL 20 ms, the reported TTFT P50 is within
-// ±3 ms and TPOT P50 within ±1 ms at concurrency 1, 16 and 64 (issue 7). The TTFT is compared
-// with what the server actually did: at 64 streams its timers, sharing two cores with the
-// bench, fire a few ms late on a busy machine (server-side P50 up to 103 ms), which is the
-// server's delay, faithfully measured, not the bench's error; the server's own P50 must stay
-// within 100 ms +5/-0.
+// ±3 ms and TPOT P50 within ±1 ms at concurrency 1, 16 and 64 (issue 7), both compared with
+// what the server actually did: at 64 streams its timers, sharing two cores with the bench and
+// whatever else loads the machine, fire late (server-side TTFT P50 103 ms on a busy machine),
+// which is the server's delay, faithfully measured, not the bench's error. The server's own
+// TTFT must not be early (a timer never fires before its time; a late first token makes the
+// server's own TPOT a little short of 20 ms, so only its TTFT is checked that way).
 func TestIntegrationAccuracyConstantServer(t *testing.T) {
 	f := &fakeSSE{TTFT: 100 * time.Millisecond, ITL: 20 * time.Millisecond}
 	srv := startFake(t, f)
@@ -42,6 +43,7 @@ func TestIntegrationAccuracyConstantServer(t *testing.T) {
 		cfg.Load.Concurrency = []int{tc.clients}
 		cfg.Load.Requests = tc.requests
 		f.takeFirsts()
+		f.takeTPOTs()
 		res := runOK(t, cfg)
 		l := res.Levels[0]
 		require.Zero(t, l.Errors, l.ErrorsByKind)
@@ -49,10 +51,12 @@ func TestIntegrationAccuracyConstantServer(t *testing.T) {
 		firsts := f.takeFirsts()
 		require.Len(t, firsts, tc.requests+cfg.Load.Warmup)
 		served := reports.Summarize(durationsMs(firsts)).P50
-		t.Logf("c%d: TTFT p50 %.2f ms (server-side %.2f), TPOT p50 %.3f ms, E2E p50 %.1f ms", tc.clients, l.TTFTMs.P50, served, l.TPOTMs.P50, l.E2EMs.P50)
+		servedTPOT := reports.Summarize(durationsMs(f.takeTPOTs())).P50
+		t.Logf("c%d: TTFT p50 %.2f ms (server-side %.2f), TPOT p50 %.3f ms (server-side %.3f), E2E p50 %.1f ms",
+			tc.clients, l.TTFTMs.P50, served, l.TPOTMs.P50, servedTPOT, l.E2EMs.P50)
 		assert.InDelta(t, served, l.TTFTMs.P50, 3, "c%d TTFT P50 against the server's own", tc.clients)
-		assert.InDelta(t, 102.5, served, 2.5, "c%d: the server's own TTFT P50", tc.clients)
-		assert.InDelta(t, 20, l.TPOTMs.P50, 1, "c%d TPOT P50", tc.clients)
+		assert.GreaterOrEqual(t, served, 100.0, "c%d: the server's own TTFT P50 is not early", tc.clients)
+		assert.InDelta(t, servedTPOT, l.TPOTMs.P50, 1, "c%d TPOT P50 against the server's own", tc.clients)
 	}
 }
 

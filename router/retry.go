@@ -139,3 +139,73 @@ func (rt *Retrier) Next(a Attempt) (wait time.Duration, retry bool) {
 
 // Attempts returns how many attempts have been recorded as failed.
 func (rt *Retrier) Attempts() int { return rt.attempts }
+
+// peerWaitPhrases are what a PD leg's error says when its worker gave up waiting for the other
+// worker of the pair, by the role that says it (matched case-insensitively). Such a failure is
+// the symptom, on this leg, of the other side's fault: the worker that reports it was fine.
+var peerWaitPhrases = [numRoles][]string{
+	// A prefill worker whose decode side never registered the room on its bootstrap server
+	// (hung, dead, or never sent its KV indices). SGLang's prefill bootstrap queue fails such a
+	// room with "Prefill bootstrap failed for request …" (disaggregation/prefill.py,
+	// PrefillBootstrapQueue.pop_bootstrapped, on KVPoll.Failed), whose cause is the sender's
+	// bootstrap timeout "… timed out after …s in KVPoll.Bootstrapping"
+	// (disaggregation/common/conn.py, CommonKVSender._check_bootstrap_timeout) or the decode's
+	// ABORT of the room (mooncake/conn.py, the bootstrap thread). fakeworker's engine says "no
+	// decode handshake" (sim/engine loop.go, the prefill's bootstrap timer).
+	Prefill: {"kvpoll.bootstrapping", "prefill bootstrap failed", "no decode handshake"},
+	// A decode worker whose prefill never delivered the KV: SGLang's receiver "… timed out
+	// after …s in KVPoll.WaitingForInput" (mooncake/conn.py, _check_waiting_timeout) and "Could
+	// not fetch prefill parallel info from bootstrap_addr" (the prefill's bootstrap server
+	// unreachable: MooncakeKVReceiver.send_metadata); fakeworker's "KV from the prefill server
+	// did not arrive" (sim/engine loop.go, the decode's bootstrap timer).
+	Decode: {"kvpoll.waitingforinput", "could not fetch prefill parallel info", "kv from the prefill server did not arrive"},
+}
+
+// WaitedForPeer reports whether a failed PD leg of role says, in its error body, that its
+// worker gave up waiting for the pair's other worker (peerWaitPhrases).
+func WaitedForPeer(role Role, body []byte) bool {
+	if role >= numRoles || len(body) == 0 {
+		return false
+	}
+	b := bytes.ToLower(body)
+	for _, p := range peerWaitPhrases[role] {
+		if bytes.Contains(b, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// PDFailure is what the router saw when one leg of a PD attempt failed first (the other had
+// not failed yet): the basis of [PDBlame].
+type PDFailure struct {
+	// Role is the leg that failed: Prefill or Decode.
+	Role Role
+	// Attempt is how it failed (status, transport error, error body).
+	Attempt Attempt
+	// PeerOpen is true when the other leg had neither answered nor failed: its worker was
+	// still silent on this request.
+	PeerOpen bool
+}
+
+// PDBlame is the one rule, for serve and sim alike, of which breaker a PD leg's failure is
+// charged to. The two workers of a pair depend on each other during the bootstrap and the KV
+// transfer, so the worker that reports a failure is not always the one at fault:
+//   - a leg that gave up waiting for its peer (WaitedForPeer: a prefill's bootstrap timeout, a
+//     decode's KV wait) while the peer was still silent is the peer's failure: the peer is
+//     charged, the reporter not (a hung decode worker must not open every prefill breaker);
+//   - the same while the peer had already answered cannot be told (the hand-off between two
+//     workers that each did their part failed): neither is charged;
+//   - any other failure is the reporting leg's own (LegOutcome), and the peer, cancelled
+//     because of it, is not charged.
+//
+// It returns the outcomes for the failed leg's breaker and for the peer's.
+func PDBlame(f PDFailure) (failed, peer Outcome) {
+	if !f.Attempt.Transport && WaitedForPeer(f.Role, f.Attempt.Body) {
+		if f.PeerOpen {
+			return Cancelled, Failure
+		}
+		return Cancelled, Cancelled
+	}
+	return LegOutcome(f.Attempt), Cancelled
+}

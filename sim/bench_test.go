@@ -63,31 +63,40 @@ func scaleConfig(n int) Config {
 }
 
 // BenchmarkRunScale runs scaleConfig at 10k and 100k requests (1M with -short=false and
-// SIM_BENCH_1M=1): wall time per run, events/s and requests/s.
+// SIM_BENCH_1M=1), with KV events off (the approximate tree) and on (cache_aware on the
+// engines' events, every prompt hashed and every cache change applied): wall time per run,
+// events/s and requests/s. The target: on costs at most 1.3× off.
 func BenchmarkRunScale(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if os.Getenv("SIM_BENCH_1M") != "" {
 		sizes = append(sizes, 1_000_000)
 	}
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
-			if n > 10_000 && testing.Short() {
-				b.Skip("large run")
-			}
-			b.ReportAllocs()
-			cfg := scaleConfig(n)
-			var events, reqs uint64
-			for b.Loop() {
-				res, err := Run(cfg)
-				require.NoError(b, err)
-				events += res.Stats.Events
-				reqs += uint64(res.Stats.Requests)
-			}
-			s := b.Elapsed().Seconds()
-			b.ReportMetric(float64(events)/s, "events/s")
-			b.ReportMetric(float64(reqs)/s, "requests/s")
-		})
+		for _, kv := range []string{"off", "on"} {
+			b.Run(fmt.Sprintf("requests=%d/kv-events=%s", n, kv), func(b *testing.B) {
+				if n > 10_000 && testing.Short() {
+					b.Skip("large run")
+				}
+				benchScale(b, n, kv)
+			})
+		}
 	}
+}
+
+func benchScale(b *testing.B, n int, kv string) {
+	b.ReportAllocs()
+	cfg := scaleConfig(n)
+	cfg.Routing.KVEvents = kv
+	var events, reqs uint64
+	for b.Loop() {
+		res, err := Run(cfg)
+		require.NoError(b, err)
+		events += res.Stats.Events
+		reqs += uint64(res.Stats.Requests)
+	}
+	s := b.Elapsed().Seconds()
+	b.ReportMetric(float64(events)/s, "events/s")
+	b.ReportMetric(float64(reqs)/s, "requests/s")
 }
 
 // BenchmarkSweep runs a 16-point grid (cache_threshold × balance_abs_threshold), one run per

@@ -334,7 +334,9 @@ func (x *sim) flush() {
 	for _, sv := range x.servers {
 		sv.eng.FlushCache()
 	}
-	x.rt.ResetTrees()
+	for _, rep := range x.reps {
+		rep.rt.ResetTrees()
+	}
 }
 
 func (x *sim) levelInfo(l workloads.Level) reports.LevelInfo {

@@ -390,6 +390,9 @@ type Config struct {
 	// Router is the routing configuration (worker lists are ignored: the simulated workers
 	// are added by the simulator). Its Seed (nil → 1) seeds the router and the rid/room source.
 	Router router.Config
+	// Routing is the routing layer around it: router replicas and KV-event routing; the zero
+	// value is one router on its approximate tree.
+	Routing Routing
 	// Workload and Load are the bench's workload and load options.
 	Workload workloads.Params
 	Load     workloads.LoadParams

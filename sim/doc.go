@@ -42,6 +42,21 @@
 // ends its conversation (there is no reply to append). It only moves work to another core; the
 // results do not depend on it.
 //
+// # KV events and router replicas
+//
+// Config.Routing shapes the routing layer. With KVEvents on, every server whose role routes
+// with cache_aware publishes its radix cache's changes at SGLang's cadence (engine.Config.KVEvents);
+// the simulator hashes each batch once into SGLang's block-hash chain and delivers it to each
+// router replica through the event queue after that replica's draw of KVEventsDelay (a rank's
+// batches stay in order), or loses it with probability KVEventsLoss; each replica applies what
+// it receives to its own kvindex.Index as serve's subscriber does (first batch: clear and
+// fresh; a sequence gap without replay: stale until an AllBlocksCleared), and requests carry
+// their prompt ids so cache_aware matches on the index (router.Router.UseKVIndex). With
+// Replicas > 1 each replica is a router.Router of its own (tree, pending overlay, in-flight
+// counts, index); a request reaches one by ReplicaAffinity and stays on it for its retries.
+// Replica 0 draws from the run's seed, the others and the delay and loss draws from seeds
+// derived from it, so replicas and delays keep runs byte-identical.
+//
 // # Sweeps
 //
 // Sweep runs a grid of router (and cluster) settings, one independent, deterministic run per

@@ -17,6 +17,7 @@ const (
 	evTick                        // Router.Tick, every second of virtual time
 	evProbe                       // health probes of every worker
 	evKill                        // server srv dies
+	evKVBatch                     // KV-event batch kv reaches router replica srv
 )
 
 // event is what happens at one instant of the event queue (heapq.Heap[event]: the time is
@@ -25,8 +26,9 @@ type event struct {
 	kind evKind
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
-	srv  int32 // evWake, evKill: server index
+	srv  int32 // evWake, evKill: server index; evKVBatch: replica index
 	conv *conv
+	kv   *kvBatch
 	req  *request
 	att  *attempt
 }

@@ -22,6 +22,7 @@ type request struct {
 	sendAt   int64    // client send time
 	replyIDs []uint32 // regular mode: the reply's token ids (the server caches them)
 	retrier  *router.Retrier
+	rep      int            // the router replica handling it (all its attempts)
 	rreq     router.Request // the routing view, reused by retries (Avoid grows)
 	att      *attempt       // current (last) attempt
 	attempts int
@@ -120,8 +121,13 @@ func arrivalJitter(id string) int64 {
 func (x *sim) route(r *request) {
 	if r.rreq.Text == "" {
 		r.rreq.Text, r.rreq.Model, r.rreq.TextRunes = r.turn.RouteText, r.turn.Model, r.turn.RouteRunes
+		if x.kv != nil {
+			// Serve's precise mode gives the router the prompt ids the worker will see (input_ids,
+			// or its tokenizer and chat template): the very ids the engine caches.
+			r.rreq.Tokens = r.turn.PromptIDs
+		}
 	}
-	d, err := x.rt.Route(&r.rreq)
+	d, err := x.reps[r.rep].rt.Route(&r.rreq)
 	if err != nil {
 		var nt *router.NoTargetError
 		if !errors.As(err, &nt) {

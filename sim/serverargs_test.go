@@ -44,7 +44,7 @@ func TestClusterModelOnGPUPerPool(t *testing.T) {
 	assert.Greater(t, dec.cfg.MaxTotalTokens, pre.cfg.MaxTotalTokens, "TP2 ranks hold more KV than TP1 ranks")
 
 	var ranks [3]int
-	for _, ti := range x.rt.Targets() {
+	for _, ti := range x.reps[0].rt.Targets() {
 		ranks[ti.Role]++
 	}
 	assert.Equal(t, 2, ranks[router.Prefill])

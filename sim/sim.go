@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/kvindex"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/sim/internal/heapq"
@@ -68,6 +71,8 @@ type Stats struct {
 	Targets []router.TargetInfo
 	// LiveRooms counts requests still live in any engine at the end: must be zero.
 	LiveRooms int
+	// KV counts the KV-event traffic (Routing.KVEvents on).
+	KV KVStats
 }
 
 // sim is one run. Everything runs on the caller's goroutine.
@@ -81,7 +86,9 @@ type sim struct {
 	lastSend, lastArrival int64
 	clock                 vclock
 	q                     heapq.Heap[event] // the event queue, by (time, push order)
-	rt                    *router.Router
+	reps                  []*replica        // the router replicas (Routing.Replicas)
+	nextRep               int               // round-robin affinity: the next request's replica
+	kv                    *kvFeed           // nil without KV events
 	ids                   *wire.IDGen
 	servers               []*server
 	byURL                 map[string]*server  // lookups only
@@ -142,11 +149,28 @@ func newSim(cfg Config) (*sim, error) {
 	if cl.NetLatency > 0 {
 		x.lat = int64(cl.NetLatency)
 	}
-	rt, err := router.New(rc, &x.clock, router.NewRand(seed))
-	if err != nil {
+	if err := cfg.Routing.Validate(); err != nil {
 		return nil, err
 	}
-	x.rt = rt
+	for i := range cfg.Routing.replicas() {
+		// Replica 0 draws from the run's seed, so one replica is exactly the simulator without
+		// replicas; the others from seeds of their own.
+		rs := seed + int64(i)*replicaSeedStride
+		rt, err := router.New(rc, &x.clock, router.NewRand(rs))
+		if err != nil {
+			return nil, err
+		}
+		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
+	}
+	rt := x.reps[0].rt
+	kvRoles := x.kvRoles(cfg)
+	if len(kvRoles) > 0 {
+		x.kv = &kvFeed{hashers: map[int]*kvHasher{}, page: map[int32]int{},
+			clear: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
+		for _, rep := range x.reps {
+			rep.ix = kvindex.New(kvindex.Config{PendingTTL: kvPendingTTL})
+		}
+	}
 	x.ids = wire.NewIDGen(wire.NewRand(seed), "sim")
 
 	x.cl.Resolved = map[string]ResolvedServer{}
@@ -169,13 +193,19 @@ func newSim(cfg Config) (*sim, error) {
 				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
 				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap,
 				DecodeRadixCache: cl.DecodeRadixCache && g.role == engine.RoleDecode}
+			var sv *server
+			if x.kv != nil && slices.Contains(kvRoles, role) {
+				ec.KVEvents = func(at time.Time, rank int, evs []engine.KVEvent) { x.publish(sv, at, rank, evs) }
+			}
 			eng, err := engine.New(args.Apply(ec))
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s server %d: %w", role, i, err)
 			}
-			sv := &server{eng: eng, url: WorkerURL(role, i), role: role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
-			if err := rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: role, DPSize: dp}); err != nil {
-				return nil, err
+			sv = &server{eng: eng, url: WorkerURL(role, i), role: role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
+			for _, rep := range x.reps {
+				if err := rep.rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: role, DPSize: dp}); err != nil {
+					return nil, err
+				}
 			}
 			x.servers = append(x.servers, sv)
 			x.byURL[sv.url] = sv
@@ -187,6 +217,11 @@ func newSim(cfg Config) (*sim, error) {
 	for _, t := range rt.Targets() {
 		x.slot[t.Name] = x.nslots[t.Role]
 		x.nslots[t.Role]++
+	}
+	if x.kv != nil {
+		if err := x.setupKV(kvRoles); err != nil {
+			return nil, err
+		}
 	}
 	for _, k := range cfg.Kills {
 		if _, ok := x.byURL[k.Worker]; !ok {
@@ -269,7 +304,12 @@ func (x *sim) run() error {
 		x.stats.LiveRooms += sv.eng.Live()
 	}
 	x.stats.Virtual = time.Duration(x.clock.now)
-	x.stats.Targets = x.rt.Targets()
+	for _, rep := range x.reps {
+		x.stats.Targets = append(x.stats.Targets, rep.rt.Targets()...)
+	}
+	if x.kv != nil {
+		x.kv.count(&x.stats.KV, x.reps)
+	}
 	return x.err
 }
 
@@ -293,7 +333,8 @@ func (x *sim) dispatch(ev *event) {
 	case evSend:
 		x.send(ev.conv)
 	case evArrive:
-		ev.req.retrier = x.rt.NewRetrier()
+		ev.req.rep = x.pickReplica(ev.req.turn.Session)
+		ev.req.retrier = x.reps[ev.req.rep].rt.NewRetrier()
 		x.route(ev.req)
 	case evRetry:
 		x.route(ev.req)
@@ -316,12 +357,16 @@ func (x *sim) dispatch(ev *event) {
 	case evArrival:
 		x.arrival()
 	case evTick:
-		x.rt.Tick(x.t())
+		for _, rep := range x.reps {
+			rep.rt.Tick(x.t())
+		}
 		x.push(x.clock.now+int64(time.Second), event{kind: evTick})
 	case evProbe:
-		for _, sv := range x.servers {
-			if _, err := x.rt.ObserveHealth(sv.url, !sv.killed, x.t()); err != nil {
-				x.err = err
+		for _, rep := range x.reps {
+			for _, sv := range x.servers {
+				if _, err := rep.rt.ObserveHealth(sv.url, !sv.killed, x.t()); err != nil {
+					x.err = err
+				}
 			}
 		}
 		x.push(x.clock.now+x.probeInterval(), event{kind: evProbe})
@@ -330,6 +375,8 @@ func (x *sim) dispatch(ev *event) {
 		sv.eng.Kill(x.t())
 		sv.killed = true
 		x.touch(sv)
+	case evKVBatch:
+		x.deliverKV(ev.kv, int(ev.srv))
 	}
 }
 
@@ -342,7 +389,7 @@ func (x *sim) result() (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: cluster: %w", err)
 	}
-	routerJSON, err := json.Marshal(x.cfg.Router)
+	routerJSON, err := x.routerMeta()
 	if err != nil {
 		return nil, fmt.Errorf("sim: router config: %w", err)
 	}

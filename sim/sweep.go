@@ -21,8 +21,9 @@ import (
 // decode, regular, profile, model_path, gpu, link_gbps, net_latency, …) or an SGLang engine
 // argument (chunked_prefill_size, max_running_requests, max_total_tokens, page_size,
 // cuda_graph_max_bs, mem_fraction_static, schedule_conservativeness; prefixed prefill_ or
-// decode_ for one pool). Values are JSON scalars (numbers, true/false) or bare strings;
-// durations take Go syntax ("100us").
+// decode_ for one pool) or a routing-layer key (Routing: kv_events — off/on, or approximate/
+// precise —, kv_events_delay, kv_events_loss, router_replicas, replica_affinity). Values are
+// JSON scalars (numbers, true/false) or bare strings; durations take Go syntax ("100us").
 type Vary struct {
 	Key    string
 	Values []string
@@ -179,6 +180,17 @@ func apply(c Config, key, val string) (Config, error) {
 			return true, fmt.Errorf("sim: --vary %s=%s: %w", key, val, err)
 		}
 		return true, nil
+	}
+	if key == "kv_events_delay" { // a distribution's text ("exp:10ms") or a duration
+		if d, err := ParseDelay(val); err == nil {
+			c.Routing.KVEventsDelay = d
+			return c, nil
+		}
+	}
+	rt := c.Routing
+	if ok, err := set(&rt); ok || err != nil {
+		c.Routing = rt
+		return c, err
 	}
 	rc := c.Router
 	rc.Prefill, rc.Decode, rc.WorkerURLs = nil, nil, nil

@@ -13,12 +13,13 @@ const (
 	WorkloadRandom           = "random"
 	WorkloadMooncake         = "mooncake"
 	WorkloadAzure            = "azure"
-	WorkloadShareGPT         = "sharegpt" // ShareGPT-like lengths (sharegpt.go), --num-prompts requests
+	WorkloadShareGPT         = "sharegpt"       // ShareGPT-like lengths (sharegpt.go), --num-prompts requests
+	WorkloadCachePressure    = "cache-pressure" // groups sharing long prefixes under KV pressure (pressure.go)
 )
 
 // Workloads lists every workload name, generators first.
 var Workloads = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom,
-	WorkloadShareGPT, WorkloadMooncake, WorkloadAzure, WorkloadCustom}
+	WorkloadShareGPT, WorkloadCachePressure, WorkloadMooncake, WorkloadAzure, WorkloadCustom}
 
 // Params are the workload options of SPEC §7 (and the request form of §4/§5): everything a
 // Source needs. Lengths are content tokens of the shared tokenizer. Build with DefaultParams and
@@ -64,6 +65,14 @@ type Params struct {
 	LSPSystemPromptLen int // --lsp-system-prompt-len: the one shared system prompt; default 16384
 	LSPQuestionLen     int // --lsp-question-len: default 32
 	LSPOutputLen       int // --lsp-output-len: default 128
+
+	// cache-pressure (pressure.go)
+	CPGroups          int // --cp-groups: groups, each with its own prefix; default 150
+	CPPromptsPerGroup int // --cp-prompts-per-group: distinct questions per group; default 5
+	CPPrefixLen       int // --cp-prefix-len: the group's shared prefix; default 6000
+	CPQuestionLen     int // --cp-question-len: default 1200
+	CPOutputLen       int // --cp-output-len: default 1000
+	CPRequests        int // --cp-requests: requests drawn from the groups' prompts; default 3000
 }
 
 // DefaultParams returns the documented defaults (multiturn over chat, seed 1).
@@ -77,6 +86,8 @@ func DefaultParams() Params {
 		GSPNumGroups: 64, GSPPromptsPerGroup: 16, GSPSystemPromptLen: 2048, GSPQuestionLen: 128,
 		GSPOutputLen: 256,
 		LSPPrompts:   1024, LSPSystemPromptLen: 16384, LSPQuestionLen: 32, LSPOutputLen: 128,
+		CPGroups: DefaultCPGroups, CPPromptsPerGroup: DefaultCPPromptsPerGroup, CPPrefixLen: DefaultCPPrefixLen,
+		CPQuestionLen: DefaultCPQuestionLen, CPOutputLen: DefaultCPOutputLen, CPRequests: DefaultCPRequests,
 	}
 }
 
@@ -135,6 +146,9 @@ func (p Params) Validate() error {
 		{"gsp-output-len", p.GSPOutputLen, 1},
 		{"lsp-prompts", p.LSPPrompts, 1}, {"lsp-system-prompt-len", p.LSPSystemPromptLen, 1},
 		{"lsp-question-len", p.LSPQuestionLen, 1}, {"lsp-output-len", p.LSPOutputLen, 1},
+		{"cp-groups", p.CPGroups, 1}, {"cp-prompts-per-group", p.CPPromptsPerGroup, 1},
+		{"cp-prefix-len", p.CPPrefixLen, 1}, {"cp-question-len", p.CPQuestionLen, 1},
+		{"cp-output-len", p.CPOutputLen, 1}, {"cp-requests", p.CPRequests, 1},
 	} {
 		if err := atLeast(c.flag, c.v, c.min); err != nil {
 			return err
@@ -160,6 +174,8 @@ func (p Params) ConversationCount() int {
 		return p.LSPPrompts
 	case WorkloadRandom, WorkloadShareGPT, WorkloadCustom:
 		return p.NumPrompts
+	case WorkloadCachePressure:
+		return p.CPRequests
 	}
 	return 0
 }

@@ -41,6 +41,8 @@ func NewSource(p Params) (Source, error) {
 			return newDataset(p)
 		}
 		return newShareGPT(p), nil
+	case WorkloadCachePressure:
+		return newCachePressure(p), nil
 	case WorkloadMooncake:
 		r, err := OpenMooncake(p.TraceFile, p.Seed)
 		if err != nil {

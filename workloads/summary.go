@@ -25,6 +25,10 @@ func (p Params) Summary() map[string]any {
 		if p.DatasetPath != "" {
 			m["dataset_path"], m["output_len"] = p.DatasetPath, p.OutputLen
 		}
+	case WorkloadCachePressure:
+		m["cp_groups"], m["cp_prompts_per_group"] = p.CPGroups, p.CPPromptsPerGroup
+		m["cp_prefix_len"], m["cp_question_len"] = p.CPPrefixLen, p.CPQuestionLen
+		m["cp_output_len"], m["cp_requests"] = p.CPOutputLen, p.CPRequests
 	case WorkloadMooncake, WorkloadAzure:
 		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
 	}

@@ -135,6 +135,9 @@ const (
 	domShuffle
 	domLevel // a level's seed (LevelSeed)
 	domShareGPT
+	domCPPrefix
+	domCPQuestion
+	domCPPick
 )
 
 // genText returns n generated tokens of text keyed by (seed, dom, a, b).

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -92,7 +93,7 @@ func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
 	dir := t.TempDir()
 	seed := uint64(70)
 	type result struct{ pred, work float64 }
-	run := func(mode string, n int) result {
+	live := func(mode string, n int) result {
 		var replicas []*kvRouter
 		for range n {
 			replicas = append(replicas, startKVRouter(t, ctx, prefill, decode, mode, tok))
@@ -121,8 +122,37 @@ func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
 		pred, work := snapshot(t, replicas).since(before)
 		return result{pred, work}
 	}
-	precise1, precise2 := run("auto", 1), run("auto", 2)
-	approx1, approx2 := run("off", 1), run("off", 2)
+	precise1, precise2 := live("auto", 1), live("auto", 2)
+	approx1, approx2 := live("off", 1), live("off", 2)
+
+	// The simulator's prediction of the same four runs: the same cluster, workload shape,
+	// concurrency and seeds, its replicas spread round-robin as the test's client does. Its
+	// requests are tokenized by the workloads' approximate tokenizer, not Qwen3's: the ratios,
+	// not the token counts, are compared.
+	simSeed := uint64(70)
+	predict := func(kv string, n int) float64 {
+		simSeed++
+		out, err := run(t, "sim", "--prefill", "2", "--decode", "2", "--dp-size", "2", "--dp-aware", "--profile", "llama3-8b-h100",
+			"--page-size", "16", "--kv-events", kv, "--router-replicas", fmt.Sprint(n), "--workload", "multiturn",
+			"--conversations", "48", "--turns", "3", "--system-prompt-len", "512", "--question-len", "256", "--output-len", "16",
+			"--range-ratio", "0.5", "--concurrency", "6", "--requests", "120", "--warmup", "0", "--seed", fmt.Sprint(simSeed), "--format", "json")
+		require.NoError(t, err, out)
+		var res struct {
+			Levels []struct {
+				CacheHitRate *float64 `json:"cache_hit_rate"`
+			} `json:"levels"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		require.Len(t, res.Levels, 1)
+		require.NotNil(t, res.Levels[0].CacheHitRate)
+		return *res.Levels[0].CacheHitRate
+	}
+	sims := map[string]float64{"precise 1": predict("on", 1), "precise 2": predict("on", 2), "approximate 1": predict("off", 1), "approximate 2": predict("off", 2)}
+	lives := map[string]float64{"precise 1": precise1.work, "precise 2": precise2.work, "approximate 1": approx1.work, "approximate 2": approx2.work}
+	for _, k := range []string{"precise 1", "precise 2", "approximate 1", "approximate 2"} {
+		t.Logf("%-14s live %.3f, simulated %.3f (%+.3f)", k, lives[k], sims[k], sims[k]-lives[k])
+		assert.InDelta(t, lives[k], sims[k], 0.05, "%s: the simulator predicts the live cached-token ratio within 5 points", k)
+	}
 	t.Logf("%-12s %9s %9s   (cached-token ratio: router's prediction / workers' report)", "", "1 replica", "2 replicas")
 	t.Logf("%-12s %4.3f/%4.3f %4.3f/%4.3f", "precise", precise1.pred, precise1.work, precise2.pred, precise2.work)
 	t.Logf("%-12s %4.3f/%4.3f %4.3f/%4.3f", "approximate", approx1.pred, approx1.work, approx2.pred, approx2.work)

@@ -63,6 +63,21 @@ requests, are named in a warning. At the end, stderr gets the events/s and reque
 run. Memory: ITLs are counted per level (requests.jsonl keeps them only with --out), and the
 heap is held near 900 MiB (set GOMEMLIMIT to change it).
 
+Precise routing and router replicas: --kv-events on makes every server whose role routes with
+cache_aware publish its radix cache's KV events as SGLang does with --kv-events-config (per page,
+after each prefill batch, every 40 decode steps, when idle; a PD prefill server after its
+transfers), and cache_aware route on an index of them, as 'router serve' does: requests carry
+their prompt token ids, the very ids the engines cache. --kv-events-delay sets how late a batch
+reaches a router (a duration, exp:MEAN or uniform:LO-HI, drawn per batch and router; a rank's
+batches stay in order) and --kv-events-loss how often one is lost: like serve's subscriber
+without a replay endpoint, the target then routes on the approximate tree until its cache is
+flushed. --router-replicas N runs N routers, each with its own tree, in-flight counts and event
+index; --replica-affinity round-robin spreads requests over them as a Kubernetes Service does,
+session keeps a conversation on one. The workers' load stream is not modelled: each replica
+balances on its own in-flight counts, as serve does. With --vary kv_events=off,on
+--vary router_replicas=1,2,4 --vary kv_events_delay=0,100ms, 'router sim sweep' answers what
+precise routing wins and what replicas cost on a workload (try --workload cache-pressure).
+
 Same flags and seed give byte-identical results. Results: the metrics table of 'router bench'
 plus the engine-side cache hit rate beside the router's predicted match rate, the per-target
 load spread and the engine-side queueing delay; --out DIR writes results.json and
@@ -81,6 +96,7 @@ type simFlags struct {
 	out         string
 	writeConfig string
 	decisionLog string // --decision-log: a file of the sim's own, not a routing setting
+	routing     sim.Routing
 	label       string
 	slo         string
 	kills       []string
@@ -97,6 +113,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	f.load.Concurrency = []int{16}
 	routingFlags(fs, &f.cfg)
 	fs.StringVar(&f.decisionLog, "decision-log", "", flagHelp(cmdSim, "decision_log", ""))
+	routingLayerFlags(fs, &f.routing)
 	addWorkloadFlags(fs, &f.params, &f.load)
 	fs.StringVar(&f.configFile, "config", "", "router settings file (YAML or JSON, serve's format); flags override it")
 	c := &f.cluster
@@ -227,7 +244,10 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 	if err := cl.Validate(rc.PDDisaggregation); err != nil {
 		return sim.Config{}, err
 	}
-	cfg := sim.Config{Cluster: cl, Router: rc, Workload: f.params, Load: f.load, Version: version, KeepITL: f.out != ""}
+	if err := f.routing.Validate(); err != nil {
+		return sim.Config{}, err
+	}
+	cfg := sim.Config{Cluster: cl, Router: rc, Routing: f.routing, Workload: f.params, Load: f.load, Version: version, KeepITL: f.out != ""}
 	for _, k := range f.kills {
 		kill, err := sim.ParseKill(k)
 		if err != nil {
@@ -271,6 +291,9 @@ func newSimCmd() *cobra.Command {
 			defer bw.Flush()
 			cfg.DecisionLog = bw
 		}
+		if note := fitRequests(&cfg.Workload, cfg.Load); note != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "sim: "+note)
+		}
 		prog := newSimProgress(cmd.ErrOrStderr())
 		cfg.Progress = func(level string, done int, virtual time.Duration) {
 			prog.update(fmt.Sprintf("sim: level %s, %d requests done, %.1f s virtual", level, done, virtual.Seconds()))
@@ -289,6 +312,7 @@ func newSimCmd() *cobra.Command {
 		if err := writeSimOutput(cmd.OutOrStdout(), f.format, res.Results); err != nil {
 			return err
 		}
+		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
@@ -313,7 +337,8 @@ func newSimSweepCmd() *cobra.Command {
 product; KEY is a router setting under its config-file name, e.g. cache_threshold,
 balance_abs_threshold, balance_rel_threshold, policy, dp_aware, a cluster key such as dp_size,
 tp_size or gpu, or an SGLang engine argument such as chunked_prefill_size or max_running_requests,
-prefixed prefill_ or decode_ for one pool),
+prefixed prefill_ or decode_ for one pool, or a routing-layer key: kv_events (off/on, or
+approximate/precise), kv_events_delay, kv_events_loss, router_replicas, replica_affinity),
 in parallel on all cores, each run deterministic, and prints the configurations ranked by
 --objective over all levels, each point scored by its worst level:
 
@@ -335,6 +360,7 @@ FILE]' reads every shard and ranks the union exactly as one sweep would
 is sim's.`,
 		Example: `  router sim sweep --vary cache_threshold=0.1,0.3,0.5 --vary balance_abs_threshold=8,32,64 --write-config best.yaml
   router sim sweep --objective goodput --slo ttft=500,tpot=50 --rate 4,8 --vary policy=cache_aware,round_robin
+  router sim sweep --workload cache-pressure --regular 8 --rate 6 --vary kv_events=approximate,precise --vary router_replicas=1,2,4 --vary kv_events_delay=0,10ms,100ms,1s
   router sim sweep --model-path llama3-8b --gpu h100-sxm --vary chunked_prefill_size=2048,4096,8192 --vary decode_max_running_requests=64,256
   router sim sweep --shard 0/3 --out runs/shard-0 --vary cache_threshold=0.1,0.3,0.5
   router sim sweep --merge runs/shard-0 runs/shard-1 runs/shard-2 --write-config best.yaml`,
@@ -713,4 +739,24 @@ func printExtrapolationWarnings(w io.Writer, cfg sim.Config, res *sim.Result) {
 			fmt.Fprintln(w, "warning: "+msg)
 		}
 	}
+}
+
+// routingLayerFlags registers the routing layer's flags (sim.Routing): KV-event routing and
+// router replicas.
+func routingLayerFlags(fs *pflag.FlagSet, r *sim.Routing) {
+	r.KVEvents, r.Replicas, r.ReplicaAffinity = "off", 1, sim.AffinityRoundRobin
+	fs.StringVar(&r.KVEvents, "kv-events", r.KVEvents, "on: cache_aware routes on the workers' KV events (serve's precise mode; the servers publish as SGLang with --kv-events-config); off: on its approximate tree")
+	fs.Var(&r.KVEventsDelay, "kv-events-delay", "time from a worker's publish to a router applying the batch: a duration (10ms), exp:MEAN (exponential, e.g. exp:10ms) or uniform:LO-HI (e.g. uniform:0-20ms), drawn per batch and router (default 0)")
+	fs.Float64Var(&r.KVEventsLoss, "kv-events-loss", 0, "probability a router misses a KV-event batch; the sequence gap makes that target stale (routed on the tree) until its cache is flushed, as serve's subscriber without a replay endpoint")
+	fs.IntVar(&r.Replicas, "router-replicas", r.Replicas, "router replicas, each with its own tree, in-flight counts and KV-event index")
+	fs.StringVar(&r.ReplicaAffinity, "replica-affinity", r.ReplicaAffinity, "how requests reach the replicas: round-robin (each request to the next, as a Kubernetes Service) or session (a conversation sticks to one)")
+}
+
+// printKVStats writes the run's KV-event traffic on w (stderr) when events were on.
+func printKVStats(w io.Writer, r sim.Routing, kv sim.KVStats) {
+	if !r.PreciseOn() {
+		return
+	}
+	fmt.Fprintf(w, "sim: KV events: %d batches (%d events) published, %d deliveries applied, %d lost, %d sequence gaps; at the end %d rank views stale after a gap, %d never fed (routed on the tree)\n",
+		kv.Batches, kv.Events, kv.Delivered, kv.Lost, kv.Gaps, kv.StaleTargets, kv.Silent)
 }

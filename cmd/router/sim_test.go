@@ -48,6 +48,32 @@ func TestSimHelpDescribesTheDefaults(t *testing.T) {
 	}
 }
 
+// Precise routing over router replicas with delayed events: the KV-event line on stderr, the
+// routing layer in meta.router, and byte-identical output for the same flags and seed.
+func TestSimKVEventsAndReplicas(t *testing.T) {
+	args := append([]string{"sim", "--format", "json", "--kv-events", "on", "--router-replicas", "3",
+		"--replica-affinity", "session", "--kv-events-delay", "uniform:0-20ms", "--kv-events-loss", "0.01"}, simSmall...)
+	a, stderr, err := runWithStderr(t, args...)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: KV events:")
+	res, err := reports.DecodeResults(strings.NewReader(a))
+	require.NoError(t, err)
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	assert.Equal(t, "on", meta["kv_events"])
+	assert.Equal(t, "uniform:0s-20ms", meta["kv_events_delay"])
+	assert.EqualValues(t, 3, meta["router_replicas"])
+	assert.Equal(t, "session", meta["replica_affinity"])
+	b, err := run(t, args...)
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
+	out, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, want := range []string{"--kv-events-delay", "exp:MEAN", "--router-replicas", "cache-pressure", "--cp-groups"} {
+		assert.Contains(t, out, want)
+	}
+}
+
 func TestSimJSONDeterministic(t *testing.T) {
 	args := append([]string{"sim", "--format", "json"}, simSmall...)
 	a, err := run(t, args...)
@@ -103,6 +129,12 @@ func TestSimFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"sim", "--slo", "ttft"}, "--slo"},
 		{[]string{"sim", "sweep"}, "--vary"},
 		{[]string{"sim", "sweep", "--vary", "nope=1"}, "nope"},
+		{[]string{"sim", "--kv-events", "maybe"}, "--kv-events"},
+		{[]string{"sim", "--kv-events-delay", "gauss:1ms"}, "--kv-events-delay"},
+		{[]string{"sim", "--kv-events-loss", "1.5"}, "--kv-events-loss"},
+		{[]string{"sim", "--router-replicas", "-1"}, "--router-replicas"},
+		{[]string{"sim", "--replica-affinity", "sticky"}, "--replica-affinity"},
+		{[]string{"sim", "--workload", "cache-pressure", "--cp-groups", "0"}, "--cp-groups"},
 	} {
 		_, err := run(t, tc.args...)
 		require.Error(t, err, tc.args)
@@ -304,12 +336,20 @@ func TestSimWarnsOutsideTheFittedRange(t *testing.T) {
 	assert.NotContains(t, stderr, "warning: profile fitted")
 }
 
-// --requests more than the workload holds: the run records what there is and says why.
+// --requests more than a generated workload holds: sim draws more of it, as bench does; a file
+// holds what it holds, and the run records what there is and says why.
 func TestSimWarnsWhenTheWorkloadRunsOut(t *testing.T) {
 	_, stderr, err := runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500")
 	require.NoError(t, err)
-	assert.Contains(t, stderr, "warning: level c4: recorded 256 requests of the --requests 500: the multiturn workload ran out (64 conversations × 4 turns; raise --conversations or --turns)")
-	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "4", "--requests", "500", "--conversations", "200")
-	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: --requests 500 (+ --warmup 0): the multiturn workload holds 64 conversations × 4 turns; drawing 125 conversations")
 	assert.NotContains(t, stderr, "ran out")
+
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"prompt":"a first prompt of some length","output_len":8}
+{"prompt":"a second prompt of some other length","output_len":8}
+{"prompt":"and a third one, the last","output_len":8}
+`), 0o644))
+	_, stderr, err = runWithStderr(t, "sim", "--concurrency", "2", "--requests", "10", "--workload", "custom", "--dataset-path", path)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "warning: level c2: recorded 3 requests of the --requests 10: the custom workload ran out")
 }

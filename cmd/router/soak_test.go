@@ -4,7 +4,9 @@ package main
 
 // The fault soak (make test-soak, about a minute and a half): a PD cluster of fakeworkers with
 // injected faults — 500s and 503s, hung requests, a prefill that never finishes its KV
-// transfer, cut streams, a decode worker that crashes and is restarted on its port, and a
+// transfer, a decode worker that hangs on every request (its prefill legs end in bootstrap
+// timeouts, which must be charged to it: no prefill breaker may open for them), cut streams, a
+// decode worker that crashes and is restarted on its port, and a
 // prefill worker in a network namespace of the test's own whose link goes down for 20 s, so
 // its packets are dropped rather than refused — behind
 // the real router (in-process), under open-loop Poisson load from router bench. Every request
@@ -15,12 +17,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -36,6 +41,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -64,7 +70,11 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		start(engine.RoleDecode, 4, fakeworker.Failures{ErrorRate: 0.05, ErrorStatus: 503}, 0),
 		start(engine.RoleDecode, 5, fakeworker.Failures{CrashAfter: 150}, 0),
 		start(engine.RoleDecode, 6, fakeworker.Failures{CutStreamAfter: 20}, 0),
+		// Accepts every request and never answers nor registers the room with its prefill: each
+		// prefill leg paired with it times out in its bootstrap queue.
+		start(engine.RoleDecode, 7, fakeworker.Failures{HangRate: 1}, 0),
 	}
+	hungDecode := decodes[3]
 	// A prefill worker partitioned by dropped packets: its own process in a network namespace
 	// the test makes (veth pair, 10.213.N.0/30), whose link the test takes down and up.
 	part := startPartitionable(t, ctx)
@@ -114,7 +124,8 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		rc.Decode = append(rc.Decode, d.URL())
 	}
 	rc.Seed = new(int64(1))
-	srv, err := server.New(server.Options{Config: rc})
+	breakers := &breakerLog{}
+	srv, err := server.New(server.Options{Config: rc, Logger: slog.New(breakers)})
 	require.NoError(t, err)
 	sctx, stopRouter := context.WithCancel(ctx)
 	require.NoError(t, srv.Start(sctx))
@@ -167,7 +178,8 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 			partMu.Unlock()
 		}
 	}()
-	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(),
+	out := t.TempDir()
+	res, err := bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: out,
 		RequestTimeout: 30 * time.Second, MaxErrorRate: -1})
 	require.NoError(t, err)
 	lv := res.Levels[0]
@@ -186,6 +198,27 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 		assert.Equal(t, router.WorkerHealthy, seen[0], "before the cut")
 		assert.NotEqual(t, router.WorkerHealthy, seen[1], "20 s without packets: out of rotation")
 		assert.Equal(t, router.WorkerHealthy, seen[2], "back in rotation after the repair")
+	}
+
+	// The hanging decode worker's bootstrap timeouts were charged to it, never to the prefill
+	// workers paired with it: the prefill workers whose own faults are rare (5 % errors, 2 %
+	// hangs) never had their breaker open. (The one that never finishes a KV transfer and the
+	// partitioned one fail on their own account.)
+	opened := breakers.opened()
+	names := map[string]string{part.url: "prefill partitioned"}
+	for i, p := range prefills {
+		names[p.URL()] = fmt.Sprintf("prefill %d %+v", i, p.Config().Failures)
+	}
+	for i, d := range decodes {
+		names[d.URL()] = fmt.Sprintf("decode %d %+v", i, d.Config().Failures)
+	}
+	for u, n := range opened {
+		t.Logf("breaker opened %d times: %s", n, names[u])
+	}
+	logErrorCauses(t, out)
+	assert.Positive(t, opened[hungDecode.URL()], "the hanging decode worker's breaker opened")
+	for _, p := range prefills[:2] {
+		assert.Zero(t, opened[p.URL()], "prefill %s's breaker opened", p.URL())
 	}
 
 	// Every load back to zero, and the goroutines to their level before the load.
@@ -223,6 +256,65 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	t.Logf("error kinds: %v; goroutines before %d, after %d", kinds, baseGoroutines, runtime.NumGoroutine())
 	cancel()
 	wg.Wait()
+}
+
+// logErrorCauses logs the failed requests' errors, grouped with their numbers blanked.
+func logErrorCauses(t *testing.T, dir string) {
+	_, recs, err := reports.ReadDir(dir)
+	if err != nil {
+		t.Logf("reading the records: %v", err)
+		return
+	}
+	digits := regexp.MustCompile(`[0-9]+`)
+	causes := map[string]int{}
+	for _, r := range recs {
+		if r.Error != nil {
+			msg := digits.ReplaceAllString(*r.Error, "N")
+			causes[msg[:min(len(msg), 200)]]++
+		}
+	}
+	for c, n := range causes {
+		t.Logf("%5d × %s", n, c)
+	}
+}
+
+// breakerLog is the router's log handler: it counts the transitions to breaker_open per worker
+// (the server logs each state change with "worker" and "to").
+type breakerLog struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func (b *breakerLog) Enabled(context.Context, slog.Level) bool { return true }
+func (b *breakerLog) WithAttrs([]slog.Attr) slog.Handler       { return b }
+func (b *breakerLog) WithGroup(string) slog.Handler            { return b }
+
+func (b *breakerLog) Handle(_ context.Context, r slog.Record) error {
+	var worker, to string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "worker":
+			worker = a.Value.String()
+		case "to":
+			to = a.Value.String()
+		}
+		return true
+	})
+	if to == string(router.WorkerBreakerOpen) {
+		b.mu.Lock()
+		if b.count == nil {
+			b.count = map[string]int{}
+		}
+		b.count[worker]++
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func (b *breakerLog) opened() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.count)
 }
 
 func portOf(t *testing.T, raw string) int {

@@ -66,6 +66,14 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.IntVar(&p.LSPQuestionLen, "lsp-question-len", p.LSPQuestionLen, "long-system-prompt: question tokens")
 	fs.IntVar(&p.LSPOutputLen, "lsp-output-len", p.LSPOutputLen, "long-system-prompt: output tokens per request")
 
+	// cache-pressure
+	fs.IntVar(&p.CPGroups, "cp-groups", p.CPGroups, "cache-pressure: groups, each with its own long prefix (many groups sharing long prefixes whose working set, groups × (prefix + prompts per group × question) tokens, is ~70 % of the KV of 8 servers of 320K tokens: llm-d's precise prefix-cache benchmark's shape)")
+	fs.IntVar(&p.CPPromptsPerGroup, "cp-prompts-per-group", p.CPPromptsPerGroup, "cache-pressure: distinct questions per group; each request draws one of the groups' prompts at random, so prompts recur")
+	fs.IntVar(&p.CPPrefixLen, "cp-prefix-len", p.CPPrefixLen, "cache-pressure: tokens of each group's shared prefix (a system message in chat)")
+	fs.IntVar(&p.CPQuestionLen, "cp-question-len", p.CPQuestionLen, "cache-pressure: question tokens")
+	fs.IntVar(&p.CPOutputLen, "cp-output-len", p.CPOutputLen, "cache-pressure: output tokens per request")
+	fs.IntVar(&p.CPRequests, "cp-requests", p.CPRequests, "cache-pressure: number of requests")
+
 	// load
 	fs.IntSliceVar(&l.Concurrency, "concurrency", l.Concurrency, "closed-loop levels: comma-separated client counts, e.g. 1,2,4,8 (with neither --concurrency nor --rate: 1 client; traces replay their timestamps)")
 	fs.Var((*rateList)(&l.Rates), "rate", "open-loop levels: comma-separated requests/s, or inf (every request at t=0)")
@@ -184,6 +192,13 @@ func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
 		p.LSPPrompts = need
 		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d long-system-prompt requests instead of %d",
 			l.Requests, l.Warmup, need, held)
+	case workloads.WorkloadCachePressure:
+		if held >= need {
+			return ""
+		}
+		p.CPRequests = need
+		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d cache-pressure requests instead of --cp-requests %d",
+			l.Requests, l.Warmup, need, held)
 	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
 		if held >= need || p.DatasetPath != "" {
 			return ""
@@ -209,6 +224,8 @@ func moreRequestsHint(p workloads.Params) string {
 			return "--dataset-path holds what it holds; raise --num-prompts up to its size"
 		}
 		return "raise --num-prompts"
+	case workloads.WorkloadCachePressure:
+		return "raise --cp-requests"
 	}
 	return "a trace holds what it holds"
 }

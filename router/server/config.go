@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -39,6 +41,23 @@ type Config struct {
 	APIKey             string `json:"api_key" yaml:"api_key" help:"require Authorization: Bearer KEY on inference and admin routes (never logged)"`    // never printed
 	RequestTimeoutSecs int    `json:"request_timeout_secs" yaml:"request_timeout_secs" help:"upper bound on one request, stream included, in seconds"` // default 1800
 	MaxPayloadSize     int64  `json:"max_payload_size" yaml:"max_payload_size" help:"largest accepted request body in bytes (larger: 413)"`            // bytes, default 512 MiB
+	// BodyReadTimeoutSecs bounds the reading of one request body once its headers arrived
+	// (--body-read-timeout-secs, default 60): a client trickling or stalling is answered 408
+	// and its connection closed, instead of holding a connection and a goroutine.
+	BodyReadTimeoutSecs int `json:"body_read_timeout_secs" yaml:"body_read_timeout_secs" help:"seconds a client has to send a request body once its headers arrived (then 408 and the connection closes)"`
+	// MaxBatchSize caps the elements of one batch request (--max-batch-size, default 1024):
+	// a generate text or input_ids list, a completions prompt list, chat n. Each element
+	// becomes its own rid and bootstrap room on both PD legs, so a small body of a million
+	// empty prompts would otherwise cost the router and both workers in proportion.
+	MaxBatchSize int `json:"max_batch_size" yaml:"max_batch_size" help:"largest batch in one request: elements of a generate text or input_ids list, a completions prompt list, chat n (larger: 400)"`
+	// BodyMemoryBudget bounds the bytes of request bodies and held worker replies in flight
+	// across all requests (--body-memory-budget); a request that would go over it is answered
+	// 503 with Retry-After. 0 (the default) means a quarter of the container's memory limit
+	// (cgroup), or 2 GiB when there is none.
+	BodyMemoryBudget int64 `json:"body_memory_budget" yaml:"body_memory_budget" help:"bytes of request bodies and held replies in flight across all requests (over it: 503 with Retry-After); 0: a quarter of the container's memory limit, or 2 GiB without one"`
+	// MaxConnections caps the client connections open at once (--max-connections, default
+	// 10000); a connection over it is closed as soon as it is accepted. 0 means no cap.
+	MaxConnections int `json:"max_connections" yaml:"max_connections" help:"client connections open at once; one over the cap is closed on accept (0: no cap)"`
 	// UpstreamIdleTimeoutMs recycles idle upstream connections before SGLang's keep-alive
 	// (5 s) closes them (--upstream-idle-timeout-ms, default 3000).
 	UpstreamIdleTimeoutMs int `json:"upstream_idle_timeout_ms" yaml:"upstream_idle_timeout_ms" help:"close idle upstream connections after this many ms (keep it below the workers' keep-alive)"`
@@ -119,6 +138,9 @@ func DefaultConfig() Config {
 		WorkerStartupCheckInterval: 10,
 		RequestTimeoutSecs:         1800,
 		MaxPayloadSize:             512 << 20,
+		BodyReadTimeoutSecs:        60,
+		MaxBatchSize:               1024,
+		MaxConnections:             10000,
 		UpstreamIdleTimeoutMs:      3000,
 		MaxConcurrentRequests:      -1,
 		QueueSize:                  100,
@@ -143,6 +165,20 @@ func (c Config) seed() int64 {
 		return *c.Seed
 	}
 	return rand.Int64()
+}
+
+// requestIDKeys returns RequestIDHeaders in canonical form (net/http's header map keys), once,
+// for New: looking a lowercase name up with Header.Get canonicalises it again on every request
+// (an allocation each).
+func (c Config) requestIDKeys() []string {
+	keys := make([]string, 0, len(c.RequestIDHeaders))
+	for _, h := range c.RequestIDHeaders {
+		k := http.CanonicalHeaderKey(strings.TrimSpace(h))
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // Redacted returns a copy safe to print or log (serve --print-config, /get_router_config,
@@ -212,6 +248,16 @@ func (c Config) validateLimits() error {
 		return router.SettingErrorf("shutdown_timeout_secs", "--shutdown-timeout-secs %d must be ≥ 0", c.ShutdownTimeoutSecs)
 	case c.ShutdownDelaySecs < 0:
 		return router.SettingErrorf("shutdown_delay_secs", "--shutdown-delay-secs %d must be ≥ 0", c.ShutdownDelaySecs)
+	}
+	switch {
+	case c.BodyReadTimeoutSecs < 1:
+		return router.SettingErrorf("body_read_timeout_secs", "--body-read-timeout-secs %d must be ≥ 1", c.BodyReadTimeoutSecs)
+	case c.MaxBatchSize < 1:
+		return router.SettingErrorf("max_batch_size", "--max-batch-size %d must be ≥ 1", c.MaxBatchSize)
+	case c.BodyMemoryBudget < 0:
+		return router.SettingErrorf("body_memory_budget", "--body-memory-budget %d must be ≥ 0 (0: from the container's memory limit)", c.BodyMemoryBudget)
+	case c.MaxConnections < 0:
+		return router.SettingErrorf("max_connections", "--max-connections %d must be ≥ 0 (0: no cap)", c.MaxConnections)
 	}
 	if c.UpstreamIdleTimeoutMs < 0 {
 		return router.SettingErrorf("upstream_idle_timeout_ms", "--upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)

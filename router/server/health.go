@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,17 +29,36 @@ type healthChecker struct {
 	// OnFlip, if set, is called when a worker's verdict changes (for logs).
 	OnFlip func(url string, healthy bool)
 
-	once     sync.Once
-	suspects chan string     // workers a request could not reach, for Run to probe at once
-	mu       sync.Mutex      // protects probing
-	probing  map[string]bool // workers with a suspect probe queued or running
+	once        sync.Once
+	suspects    chan string     // workers a request could not reach, for Run to probe at once
+	mu          sync.Mutex      // protects probing and recovering
+	probing     map[string]bool // workers with a suspect probe queued or running
+	recovering  map[string]*recovery
+	recoverBusy atomic.Bool // a checkFailed round is running (Run starts at most one at a time)
 }
+
+// recovery is the probe schedule of a worker out of rotation (unhealthy or breaker open).
+type recovery struct {
+	next  time.Time     // when to probe it next
+	delay time.Duration // the wait after the next probe that fails
+	down  bool          // a probe failed since it left rotation: a pass now means it came back
+}
+
+// Probes of a worker out of rotation back off from recoveryFirstProbe to recoveryMaxProbe
+// (never past --health-check-interval-secs): a worker restarted after any outage is seen within
+// recoveryMaxProbe plus one probe per --health-success-threshold, not a whole interval
+// (60 s by default) later, for one GET every few seconds per failed worker.
+const (
+	recoveryFirstProbe = time.Second
+	recoveryMaxProbe   = 4 * time.Second
+)
 
 // init makes the suspect queue (the struct is built as a literal).
 func (h *healthChecker) init() {
 	h.once.Do(func() {
 		h.suspects = make(chan string, 64)
 		h.probing = map[string]bool{}
+		h.recovering = map[string]*recovery{}
 	})
 }
 
@@ -179,8 +199,86 @@ func (h *healthChecker) checkStarting(ctx context.Context) map[string]error {
 	return failed
 }
 
-// Run probes every worker every Interval, starting workers every second, and suspected ones
-// (suspect) at once, until ctx is done.
+// checkFailed probes, once each and concurrently, the workers out of rotation (unhealthy or
+// breaker open) whose turn has come at h.Now(), and returns when the probes are done. The
+// schedule backs off per worker from recoveryFirstProbe, doubling after each failed probe up
+// to recoveryMaxProbe (or Interval, if shorter); a passing probe brings the next one back to
+// recoveryFirstProbe, so the --health-success-threshold passes a recovery needs come a second
+// apart. Results go to the health machine as scheduled probes' do (ObserveHealth, whose pass
+// also half-opens an open breaker) — except a pass of a worker whose breaker is open but which
+// never failed a probe since: its requests failed while its health endpoint answered (a hang, a
+// broken model), so the pass says nothing new and the breaker keeps its timeout.
+func (h *healthChecker) checkFailed(ctx context.Context) {
+	h.init()
+	now := h.Now()
+	maxDelay := min(recoveryMaxProbe, h.Interval)
+	type due struct {
+		url       string
+		unhealthy bool
+		rec       *recovery
+	}
+	var todo []due
+	h.mu.Lock()
+	out := map[string]bool{}
+	for _, w := range h.Router.Workers() {
+		if w.State != router.WorkerUnhealthy && w.State != router.WorkerBreakerOpen {
+			continue
+		}
+		out[w.URL] = true
+		rec := h.recovering[w.URL]
+		if rec == nil { // it just left rotation: first probe a second from now
+			rec = &recovery{next: now.Add(recoveryFirstProbe), delay: recoveryFirstProbe}
+			h.recovering[w.URL] = rec
+		}
+		if !now.Before(rec.next) {
+			todo = append(todo, due{w.URL, w.State == router.WorkerUnhealthy, rec})
+		}
+	}
+	for url := range h.recovering {
+		if !out[url] {
+			delete(h.recovering, url) // back in rotation (or gone): its schedule starts over next time
+		}
+	}
+	h.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, d := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := h.check(ctx, d.url)
+			if ctx.Err() != nil {
+				return
+			}
+			at := h.Now()
+			h.mu.Lock()
+			report := err != nil || d.unhealthy || d.rec.down
+			if err != nil {
+				d.rec.down = true
+				d.rec.delay = min(2*d.rec.delay, maxDelay)
+				d.rec.next = at.Add(d.rec.delay)
+			} else if report {
+				d.rec.delay = recoveryFirstProbe
+				d.rec.next = at.Add(recoveryFirstProbe)
+			} else {
+				d.rec.delay = min(2*d.rec.delay, maxDelay)
+				d.rec.next = at.Add(d.rec.delay)
+			}
+			h.mu.Unlock()
+			if !report {
+				return
+			}
+			flipped, rerr := h.Router.ObserveHealth(d.url, err == nil, at)
+			if rerr == nil && flipped && h.OnFlip != nil {
+				h.OnFlip(d.url, err == nil)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Run probes every worker every Interval, starting workers every second, workers out of
+// rotation on checkFailed's schedule, and suspected ones (suspect) at once, until ctx is done.
 func (h *healthChecker) Run(ctx context.Context) {
 	h.init()
 	t := time.NewTicker(h.Interval)
@@ -199,6 +297,14 @@ func (h *healthChecker) Run(ctx context.Context) {
 		case <-t.C:
 			h.checkAll(ctx)
 		case <-fast.C:
+			if h.recoverBusy.CompareAndSwap(false, true) { // a probe may take Timeout: never two rounds at once
+				probes.Add(1)
+				go func() {
+					defer probes.Done()
+					defer h.recoverBusy.Store(false)
+					h.checkFailed(ctx)
+				}()
+			}
 			h.checkStarting(ctx)
 		}
 	}

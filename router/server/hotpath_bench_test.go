@@ -12,9 +12,11 @@ import (
 
 // BenchmarkHotPath measures the router's per-request cost in-process (router, instant worker
 // and client in one process; the client's and worker's costs are included): closed loop, 16
-// concurrent small streamed chat requests. Profile it with -cpuprofile to find hot spots.
+// concurrent small streamed chat requests. mode=direct sends the same requests to the worker
+// without the router: the router's own allocations per request are regular's (or pd's) minus
+// direct's. Profile it with -cpuprofile to find hot spots.
 func BenchmarkHotPath(b *testing.B) {
-	for _, mode := range []string{"regular", "pd"} {
+	for _, mode := range []string{"direct", "regular", "pd"} {
 		b.Run("mode="+mode, func(b *testing.B) {
 			_, wurl := newInstantWorker(b, false)
 			_, purl := newInstantWorker(b, true)
@@ -28,17 +30,21 @@ func BenchmarkHotPath(b *testing.B) {
 				cfg.WorkerURLs = []string{wurl}
 			}
 			cfg.Seed = new(int64(1))
-			s, err := New(Options{Config: cfg})
-			if err != nil {
-				b.Fatal(err)
+			url := wurl
+			if mode != "direct" {
+				s, err := New(Options{Config: cfg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if err := s.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				front := httptest.NewServer(s.Handler())
+				defer front.Close()
+				url = front.URL
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if err := s.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			front := httptest.NewServer(s.Handler())
-			defer front.Close()
 			lc := newLoadClient()
 			work := make(chan struct{})
 			var wg sync.WaitGroup
@@ -48,7 +54,7 @@ func BenchmarkHotPath(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for range work {
-						if _, err := lc.one(front.URL); err != nil {
+						if _, err := lc.one(url); err != nil {
 							errs.Store(err.Error(), true)
 						}
 					}

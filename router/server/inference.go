@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -73,30 +75,39 @@ func legOutcome(ue *upstreamError) router.Outcome {
 	if ue == nil {
 		return router.Failure
 	}
+	if errors.Is(ue.Err, errOverBudget) { // the router's memory, not the worker's fault
+		return router.Cancelled
+	}
 	return router.LegOutcome(router.Attempt{Status: ue.Status, Transport: ue.Status == 0})
 }
 
-// forwardHeaders picks the client headers forwarded to workers.
+// forwardHeaders picks the client headers forwarded to workers; nil when the client sent none
+// of them. Keys are canonical (forwardedHeaders, s.ridKeys), so they index the header map
+// directly instead of being canonicalised again per request.
 func (s *Server) forwardHeaders(req *http.Request) http.Header {
-	h := http.Header{}
-	for _, k := range forwardedHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
+	var h http.Header
+	add := func(k string) {
+		if v := req.Header[k]; len(v) > 0 {
+			if h == nil {
+				h = make(http.Header, 4)
+			}
+			h[k] = v
 		}
 	}
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Values(k); len(v) > 0 {
-			h[http.CanonicalHeaderKey(k)] = v
-		}
+	for _, k := range forwardedHeaders {
+		add(k)
+	}
+	for _, k := range s.ridKeys {
+		add(k)
 	}
 	return h
 }
 
 // clientRequestID returns the first configured request-id header present, or "".
 func (s *Server) clientRequestID(req *http.Request) string {
-	for _, k := range s.cfg.RequestIDHeaders {
-		if v := req.Header.Get(k); v != "" {
-			return v
+	for _, k := range s.ridKeys {
+		if v := req.Header[k]; len(v) > 0 && v[0] != "" {
+			return v[0]
 		}
 	}
 	return ""
@@ -106,18 +117,14 @@ func (s *Server) clientRequestID(req *http.Request) string {
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
-		raw, err := s.readBody(w, req)
+		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
+		defer ch.release()
+		raw, err := s.readBody(w, req, ch)
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
-					Message: fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize)}, "payload_too_large")
-				return
-			}
-			s.fail(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: "cannot read request body: " + err.Error()}, "bad_request")
+			s.bodyFailed(x, err)
 			return
 		}
-		if x.body, err = wire.Parse(route, raw); err != nil {
+		if x.body, err = wire.ParseLimited(route, raw, wire.Limits{MaxBatch: s.cfg.MaxBatchSize}); err != nil {
 			var we *wire.Error
 			if !errors.As(err, &we) {
 				we = &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: err.Error()}
@@ -138,7 +145,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		ctx, cancel := s.requestContext(withBudget(req.Context(), s.budget))
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -200,6 +207,12 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			return res.status
 		}
 		ue := res.failed
+		if errors.Is(ue.Err, errOverBudget) { // a held reply went over the budget: never retried
+			s.metrics.Errors.WithLabelValues("over_budget").Inc()
+			x.w.Header().Set("Retry-After", "1")
+			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable,
+				Message: fmt.Sprintf("%s worker %s: reply held over the router's memory budget (--body-memory-budget): retry later", ue.Role, router.RedactURL(ue.Worker))})
+		}
 		if ue.Status == 0 && connFailure(ue.Err) {
 			s.hc.suspect(ue.Worker) // refused or reset: is the worker gone?
 		}
@@ -227,16 +240,33 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 }
 
-// sleep waits d, or until ctx ends (then it reports false).
+// requestContext returns the context of one routed request: parent, ending at
+// --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
+// without a timer (h1.WithDeadline): the upstream connection's deadline ends the attempt
+// instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
+// each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
+func (s *Server) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
+	if s.r.PD() {
+		return context.WithDeadline(parent, dl)
+	}
+	return h1.WithDeadline(parent, dl), func() {}
+}
+
+// sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
+	}
+	cut := false // the deadline comes first
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d, cut = max(time.Until(dl), 0), true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return !cut
 	case <-ctx.Done():
 		return false
 	}
@@ -285,12 +315,14 @@ func commitHeaders(x *exchange, resp *http.Response, stream bool) {
 }
 
 // relayStream copies an SSE body to the client event by event on the calling goroutine until
-// it ends or the client goes away, flushing when the upstream has nothing more buffered. It
+// it ends or the client goes away, flushing when the upstream has nothing more buffered, and
+// releases sw (it must not be used after). It
 // returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
 // error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
 // end.
 func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
+	defer sw.release()
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -323,8 +355,8 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 		if sw.usage != nil {
 			s.observeCached(sw.usage)
 		}
-		if d, ok := sw.tpot(); ok {
-			s.metrics.TPOT.WithLabelValues(r.role).Observe(d.Seconds())
+		if d, ok := sw.tpot(); ok && sw.tpotObs != nil {
+			sw.tpotObs.Observe(d.Seconds())
 		}
 		if len(sw.errEvent) > 0 { // relayed as it came; an error all the same
 			return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(sw.errEvent),
@@ -420,23 +452,42 @@ func (s *Server) abort(urls []string, rids []string) {
 	}
 }
 
-// bodyReadTimeout bounds the reading of one request body: a client trickling a byte every few
-// seconds is cut off instead of holding a connection and a goroutine for minutes.
-const bodyReadTimeout = 60 * time.Second
+// errBodyOverBudget is a body larger than the whole of --body-memory-budget: it can never be
+// admitted, so it is answered 413 rather than 503.
+var errBodyOverBudget = errors.New("request body exceeds --body-memory-budget")
 
-// readBody reads a request body within --max-payload-size. A Content-Length above the limit
-// is refused before a byte is read; a chunked body is counted as it is read and cut at the
-// limit. Either way the error is an *http.MaxBytesError (answer 413, and the connection
-// closes). A declared length is read into one buffer of that size, so a body costs its size
+// readBody reads a request body within --max-payload-size, --body-read-timeout-secs and the
+// memory budget (ch takes its bytes as they are allocated; the caller releases them when the
+// response is over). A Content-Length above the limit is refused before a byte is read; a
+// chunked body is counted as it is read and cut at the limit: either way the error is an
+// *http.MaxBytesError. A Content-Length the budget cannot hold now is refused before a byte is
+// read, a chunked body as soon as its next block would not fit: errOverBudget (or
+// errBodyOverBudget when the whole budget could never hold it). A body not read whole within
+// the timeout ends with os.ErrDeadlineExceeded. After any error the connection closes with
+// the answer, and its read deadline stays, so net/http never waits for the rest of a stalled
+// body. A declared length is read into one buffer of that size, so a body costs its size
 // once, not the doublings of a growing buffer.
-func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) (raw []byte, err error) {
 	limit := s.cfg.MaxPayloadSize
+	defer func() {
+		if err != nil {
+			w.Header().Set("Connection", "close")
+		}
+	}()
 	if req.ContentLength > limit {
-		w.Header().Set("Connection", "close")
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }()
+	if req.ContentLength > s.budget.limit {
+		return nil, errBodyOverBudget
+	}
+	if !ch.add(req.ContentLength) {
+		return nil, errOverBudget
+	}
+	// The deadline is per request and only readBody moves it: set here, when the headers have
+	// arrived (ReadHeaderTimeout bounded those), and cleared only once the body is in — an
+	// error leaves it, so a stalled connection is cut, not waited for.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyReadTimeoutSecs) * time.Second))
 	body := http.MaxBytesReader(w, req.Body, limit)
 	if req.ContentLength >= 0 {
 		buf := make([]byte, req.ContentLength)
@@ -447,18 +498,54 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request) ([]byte, err
 		if err != nil && err != io.EOF {
 			return nil, err
 		}
-		return buf[:n], nil
+		raw = buf[:n]
+	} else if raw, err = readChunked(body, ch, s.budget.limit); err != nil {
+		return nil, err
 	}
-	return readChunked(body)
+	// The body is in: clear the deadline, or net/http's background read of the connection
+	// would cancel the request's context when it passes in the middle of a long response.
+	_ = rc.SetReadDeadline(time.Time{})
+	return raw, nil
+}
+
+// bodyFailed answers a request whose body could not be read (readBody's error).
+func (s *Server) bodyFailed(x *exchange, err error) {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
+			Message: fmt.Sprintf("request body exceeds --max-payload-size %d bytes", s.cfg.MaxPayloadSize)}, "payload_too_large")
+	case errors.Is(err, errBodyOverBudget):
+		s.fail(x, &wire.Error{Status: http.StatusRequestEntityTooLarge, Type: typeTooLarge,
+			Message: fmt.Sprintf("request body exceeds the router's whole --body-memory-budget %d bytes", s.budget.limit)}, "payload_too_large")
+	case errors.Is(err, errOverBudget):
+		x.w.Header().Set("Retry-After", "1")
+		s.fail(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable,
+			Message: errOverBudget.Error() + ": retry later"}, "over_budget")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.fail(x, &wire.Error{Status: http.StatusRequestTimeout, Type: typeTimeout,
+			Message: fmt.Sprintf("request body not received within --body-read-timeout-secs %d", s.cfg.BodyReadTimeoutSecs)}, "body_timeout")
+	default:
+		s.fail(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: "cannot read request body: " + err.Error()}, "bad_request")
+	}
 }
 
 // readChunked reads a body of unknown length in blocks that double up to 4 MiB, then joins
 // them once: a body of n bytes peaks at about 2n, and one cut at the limit at about the limit
-// (io.ReadAll's growing buffer peaked at 3-4x: 126 MB for a 32 MiB limit).
-func readChunked(r io.Reader) ([]byte, error) {
+// (io.ReadAll's growing buffer peaked at 3-4x: 126 MB for a 32 MiB limit). Each block is
+// charged to ch before it is allocated: errOverBudget when it does not fit, errBodyOverBudget
+// when the body could never fit in a budget of budgetLimit bytes. The join is not charged: it
+// lives only until the blocks are dropped, within the cost multiple README states.
+func readChunked(r io.Reader, ch *charge, budgetLimit int64) ([]byte, error) {
 	var blocks [][]byte
 	total, size := 0, 32<<10
 	for {
+		if !ch.add(int64(size)) {
+			if int64(total+size) > budgetLimit {
+				return nil, errBodyOverBudget
+			}
+			return nil, errOverBudget
+		}
 		b := make([]byte, size)
 		n, err := io.ReadFull(r, b)
 		if n > 0 {

@@ -123,6 +123,10 @@ func (k *kvRouting) tokens(b *wire.Body) []uint32 {
 	if b.Batch > 0 {
 		return nil
 	}
+	if k.tok == nil && !tokenIDsGiven(b) {
+		// Nothing to route on, and decoding the body to learn that cost twice its size.
+		return nil
+	}
 	api := tokenize.Generate
 	switch b.Route {
 	case wire.Chat:
@@ -138,6 +142,20 @@ func (k *kvRouting) tokens(b *wire.Body) []uint32 {
 		return nil
 	}
 	return ids
+}
+
+// tokenIDsGiven reports whether a body carries its prompt as token ids (generate input_ids, a
+// completions prompt list): the only prompts the index can route on without a tokenizer.
+func tokenIDsGiven(b *wire.Body) bool {
+	field := "input_ids"
+	switch b.Route {
+	case wire.Chat:
+		return false
+	case wire.Completions:
+		field = "prompt"
+	}
+	v, ok := b.Field(field)
+	return ok && len(v) > 0 && v[0] == '['
 }
 
 // workerAdded subscribes to a new worker's events, in the background (the router calls

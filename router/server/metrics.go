@@ -2,6 +2,8 @@ package server
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,105 @@ type Metrics struct {
 	policy     [3]string // policy name per router.Role, fixed when the router is built
 	predicting bool      // the first leg's policy (prefill, or regular) is cache_aware
 	state      *stateCollector
+
+	// The children of the hot path's vectors, each looked up once (WithLabelValues hashes its
+	// labels and takes a lock on every call; strconv.Itoa of a status code allocates).
+	routes    seriesCache[string, *routeSeries]
+	ttft      seriesCache[string, prometheus.Observer]   // by route, made at the first stream's text
+	retries   seriesCache[string, [2]prometheus.Counter] // by route: ours, sgl-router's
+	responses seriesCache[response, *responseSeries]
+	decisions [3]seriesCache[router.Reason, prometheus.Counter] // by role, then reason
+	roles     [3]seriesCache[struct{}, *roleSeries]             // one entry per role, made on first use
+}
+
+// routeSeries are the children observeRequest adds to for one inference route.
+type routeSeries struct {
+	duration, sglDuration, pdDuration prometheus.Observer // pdDuration and pdRequests: PD mode only
+	pdRequests                        prometheus.Counter
+	generate                          bool // sgl_router_generate_duration_seconds too
+}
+
+// response is the label set of requests_total.
+type response struct {
+	route string
+	code  int
+}
+
+// responseSeries are the children countResponse adds to.
+type responseSeries struct {
+	requests, sglRequests, sglErrors prometheus.Counter // sglErrors nil below 400
+}
+
+// roleSeries are the token-stream children of one worker role.
+type roleSeries struct{ ttft, itl, tpot prometheus.Observer }
+
+// maxCachedSeries bounds each seriesCache; past it, lookups go to the vector every time.
+// The hot path's label sets are a few dozen.
+const maxCachedSeries = 1024
+
+// seriesCache maps label values to a vector's child, read without a lock: a copy-on-write map,
+// copied on the rare insertion. The zero value is ready to use.
+type seriesCache[K comparable, V any] struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[K]V]
+}
+
+// get returns k's child, made by mk the first time.
+func (c *seriesCache[K, V]) get(k K, mk func(K) V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	v := mk(k)
+	if len(old) >= maxCachedSeries {
+		return v
+	}
+	m := make(map[K]V, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[k] = v
+	c.m.Store(&m)
+	return v
+}
+
+// route returns route's children.
+func (m *Metrics) route(route string) *routeSeries {
+	return m.routes.get(route, func(route string) *routeSeries {
+		rs := &routeSeries{
+			duration:    m.RequestDuration.WithLabelValues(route),
+			sglDuration: m.sgl.duration.WithLabelValues(route),
+			generate:    route == "/generate",
+		}
+		if m.sgl.pd {
+			rs.pdDuration = m.sgl.pdDuration.WithLabelValues(route)
+			rs.pdRequests = m.sgl.pdRequests.WithLabelValues(route)
+		}
+		return rs
+	})
+}
+
+// routeTTFT returns ttft_seconds{route}.
+func (m *Metrics) routeTTFT(route string) prometheus.Observer {
+	return m.ttft.get(route, func(route string) prometheus.Observer { return m.TTFT.WithLabelValues(route) })
+}
+
+// role returns the token-stream children of role.
+func (m *Metrics) role(role router.Role) *roleSeries {
+	return m.roles[role].get(struct{}{}, func(struct{}) *roleSeries {
+		r := role.String()
+		return &roleSeries{ttft: m.RoleTTFT.WithLabelValues(r), itl: m.ITL.WithLabelValues(r), tpot: m.TPOT.WithLabelValues(r)}
+	})
 }
 
 // newMetrics registers the metrics on reg, reading state gauges from r at scrape time.
@@ -179,7 +280,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) observeDecision(d *router.Decision) {
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
 		if l, ok := d.Leg(role); ok {
-			m.PolicyDecisions.WithLabelValues(m.policy[role], role.String(), string(l.Reason)).Inc()
+			m.decisions[role].get(l.Reason, func(reason router.Reason) prometheus.Counter {
+				return m.PolicyDecisions.WithLabelValues(m.policy[role], role.String(), string(reason))
+			}).Inc()
 		}
 	}
 	if m.predicting {
@@ -191,30 +294,44 @@ func (m *Metrics) observeDecision(d *router.Decision) {
 // observeRequest records an inference request's duration (requests_total counts every
 // response, in the handler: countResponse).
 func (m *Metrics) observeRequest(route string, _ int, seconds float64) {
-	m.RequestDuration.WithLabelValues(route).Observe(seconds)
-	m.sgl.duration.WithLabelValues(route).Observe(seconds)
-	if route == "/generate" {
+	rs := m.route(route)
+	rs.duration.Observe(seconds)
+	rs.sglDuration.Observe(seconds)
+	if rs.generate {
 		m.sgl.generate.Observe(seconds)
 	}
 	if m.sgl.pd {
-		m.sgl.pdRequests.WithLabelValues(route).Inc()
-		m.sgl.pdDuration.WithLabelValues(route).Observe(seconds)
+		rs.pdRequests.Inc()
+		rs.pdDuration.Observe(seconds)
 	}
 }
 
 // retried counts one retried attempt of route.
 func (m *Metrics) retried(route string) {
-	m.Retries.WithLabelValues(route).Inc()
-	m.sgl.retries.WithLabelValues(route).Inc()
+	c := m.retries.get(route, func(route string) [2]prometheus.Counter {
+		return [2]prometheus.Counter{m.Retries.WithLabelValues(route), m.sgl.retries.WithLabelValues(route)}
+	})
+	c[0].Inc()
+	c[1].Inc()
 }
 
 // countResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
 // in requests_total{route,code}; route is the matched path ("other" for unknown ones, so a
 // scanner cannot grow the label set).
 func (m *Metrics) countResponse(route string, code int) {
-	m.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-	m.sgl.requests.WithLabelValues(route).Inc()
-	if code >= 400 {
-		m.sgl.errors.WithLabelValues(route, errorType(code)).Inc()
+	rs := m.responses.get(response{route, code}, func(k response) *responseSeries {
+		r := &responseSeries{
+			requests:    m.Requests.WithLabelValues(k.route, strconv.Itoa(k.code)),
+			sglRequests: m.sgl.requests.WithLabelValues(k.route),
+		}
+		if k.code >= 400 {
+			r.sglErrors = m.sgl.errors.WithLabelValues(k.route, errorType(k.code))
+		}
+		return r
+	})
+	rs.requests.Inc()
+	rs.sglRequests.Inc()
+	if rs.sglErrors != nil {
+		rs.sglErrors.Inc()
 	}
 }

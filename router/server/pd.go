@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -43,8 +44,14 @@ type pdAttempt struct {
 	pctx, dctx       context.Context
 	pcancel, dcancel context.CancelCauseFunc
 
-	mu        sync.Mutex // protects committed against runPrefill's cancel of decode
-	committed bool       // decode's head went to the client: prefill's failure no longer matters
+	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
+	// so the one that fails first is the one that decides who is charged (router.PDBlame).
+	mu             sync.Mutex
+	committed      bool // decode's head went to the client: prefill's failure no longer matters
+	decodeSettled  bool // decode answered its first event or body, or failed
+	prefillSettled bool // prefill answered or failed
+	chargeDecode   bool // prefill's failure was decode's doing: decode's leg reports Failure
+	chargePrefill  bool // decode's failure was prefill's doing: prefill's leg reports Failure
 }
 
 // attemptPD runs one PD attempt (SPEC §1.4 steps 4–8). The decode leg runs here on the
@@ -70,6 +77,17 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	stream := isEventStream(resp, x.body)
 	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
 	hs := holdState{stream: stream, logprobs: x.body.Logprobs, sawEvent: end == nil, ended: end != nil, readFailed: end != nil && end != io.EOF}
+	if ue := firstEventError(&a.decode, held, hs); ue != nil {
+		// Decode failed before its first token: nothing reached the client, so the attempt
+		// fails (retryable) as if decode had answered the error status, and is charged as
+		// router.PDBlame says (a decode whose KV never came from a silent prefill is the
+		// prefill's failure).
+		res, decode = a.failed(ctx, ue)
+		return res
+	}
+	if !hs.readFailed {
+		a.settleDecode()
+	}
 	if hs.readFailed { // before its first event: nothing reached the client, so retry
 		res, decode = a.failed(ctx, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})
 		return res
@@ -137,7 +155,9 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 }
 
 // runPrefill runs the prefill leg on its own goroutine: it sends it, reads its answer, reports
-// its Done, cancels decode when it failed (before the commit), and sends its result.
+// its Done, cancels decode when it failed (before the commit), and sends its result. A failure
+// is charged as router.PDBlame says: a bootstrap timeout while decode was still silent is
+// decode's (its Done reports Failure in failed), not this worker's.
 func (a *pdAttempt) runPrefill() {
 	var res legResult
 	outcome, failed := router.Cancelled, false
@@ -150,17 +170,64 @@ func (a *pdAttempt) runPrefill() {
 		a.result <- res
 	}()
 	res.body, res.err = a.sendPrefill()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.prefillSettled = true
 	switch {
 	case res.err == nil:
 		outcome = router.Success
 	case res.err.Status == 0 && a.pctx.Err() != nil:
-		// We cancelled it: that says nothing of the worker, and decode has ended already.
+		// We cancelled it: that says nothing of the worker, and decode has ended already —
+		// unless decode's failure was this worker's doing (it never delivered the KV).
+		if a.chargePrefill {
+			outcome = router.Failure
+		}
 	default:
-		outcome, failed = legOutcome(res.err), true
+		var peer router.Outcome
+		outcome, peer = router.PDBlame(router.PDFailure{Role: router.Prefill, Attempt: attemptOf(res.err), PeerOpen: !a.decodeSettled})
+		a.chargeDecode = peer == router.Failure
+		failed = true
 		if res.err.Status == 0 && connFailure(res.err.Err) {
 			a.s.hc.suspect(a.prefill.worker)
 		}
 	}
+}
+
+// attemptOf describes a failed leg for the router's rules (nil: a failure without an answer).
+func attemptOf(ue *upstreamError) router.Attempt {
+	if ue == nil {
+		return router.Attempt{Transport: true}
+	}
+	return router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body}
+}
+
+// firstEventError returns decode's failure when the first event of its stream is an error
+// event (SGLang and fakeworker answer a room that failed before its first token so, with 200
+// and the event), nil otherwise.
+func firstEventError(r *upstreamRequest, held []byte, hs holdState) *upstreamError {
+	if !hs.stream || hs.readFailed {
+		return nil
+	}
+	var p wire.Parser
+	p.Feed(held)
+	for ev, ok := p.Next(); ok; ev, ok = p.Next() {
+		if !ev.HasData() {
+			continue
+		}
+		if !errorEvent(ev.Data) {
+			return nil
+		}
+		return &upstreamError{Worker: r.worker, Role: r.role, Status: errorEventStatus(ev.Data), Body: bytes.Clone(ev.Data)}
+	}
+	return nil
+}
+
+// settleDecode notes that decode answered its first event or body: from now on a prefill
+// failure is not decode's silence.
+func (a *pdAttempt) settleDecode() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.decodeSettled = true
 }
 
 // sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody.
@@ -199,20 +266,40 @@ func (a *pdAttempt) commit() bool {
 }
 
 // failed ends an attempt before the commit, when decode failed (ue) or was cancelled (ue nil):
-// gone when the request ended; prefill's error when prefill's failure cancelled decode (the
-// cause); otherwise decode's error, and the prefill leg is cancelled. It returns decode's
-// outcome.
+// gone when the request ended. When prefill's failure cancelled decode (the cause), the attempt
+// fails with prefill's error — or, when that failure was decode's doing (runPrefill set
+// chargeDecode), with an error naming decode, which is charged. Otherwise decode failed first:
+// the prefill leg is cancelled and router.PDBlame charges decode, or prefill when decode gave
+// up waiting for a prefill still silent. It returns decode's outcome.
 func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResult, router.Outcome) {
 	if ctx.Err() != nil {
 		return attemptResult{gone: true}, router.Cancelled
 	}
 	if pe, ok := context.Cause(a.dctx).(*upstreamError); ok {
+		a.mu.Lock()
+		charge := a.chargeDecode
+		a.mu.Unlock()
+		if charge {
+			a.s.metrics.DecodeFailures.Inc()
+			return attemptResult{failed: &upstreamError{Worker: a.decode.worker, Role: "decode",
+				Err: fmt.Errorf("never completed the bootstrap with its prefill: %w", pe)}}, router.Failure
+		}
 		a.s.metrics.PrefillFailures.Inc()
 		return attemptResult{failed: pe}, router.Cancelled
 	}
+	a.mu.Lock()
+	a.decodeSettled = true
+	mine, peer := router.PDBlame(router.PDFailure{Role: router.Decode, Attempt: attemptOf(ue), PeerOpen: !a.prefillSettled})
+	a.chargePrefill = peer == router.Failure
+	a.mu.Unlock()
 	a.pcancel(ue)
+	if peer == router.Failure {
+		a.s.metrics.PrefillFailures.Inc()
+		return attemptResult{failed: &upstreamError{Worker: a.prefill.worker, Role: "prefill",
+			Err: fmt.Errorf("never delivered the KV: %w", ue)}}, mine
+	}
 	a.s.metrics.DecodeFailures.Inc()
-	return attemptResult{failed: ue}, legOutcome(ue)
+	return attemptResult{failed: ue}, mine
 }
 
 // end lets the prefill leg go once the attempt is over. When the request ended (client gone or

@@ -6,7 +6,8 @@ package server
 // -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
 // missing nginx fails the benchmark. $PDROUTER_BENCH_BIN replaces the router binary built from
 // this tree; $PDROUTER_BENCH_BIN_B adds a second one (targets router-b and router-pd-b) for A/B
-// comparisons.
+// comparisons. perf (linux-perf), when it can count raw_syscalls, adds syscalls and context
+// switches per request.
 
 import (
 	"bufio"
@@ -89,36 +90,124 @@ func newInstantWorker(tb testing.TB, prefill bool) (*instantWorker, string) {
 
 // proc is a proxy under test running as its own process.
 type proc struct {
-	url string
-	pid int
+	url     string
+	pid     int
+	metrics string // the router's /metrics URL; "" for nginx
 }
 
-// cpu returns the process's user+system CPU time so far (from /proc, in clock ticks of 10 ms).
-func (p proc) cpu(tb testing.TB) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// syscalls returns the read and write system calls the process made so far (/proc/PID/io).
-func (p proc) syscalls(tb testing.TB) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(string(raw), "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
-			x, _ := strconv.ParseInt(v, 10, 64)
-			n += x
+// pids returns the process and its children (nginx's workers under its master).
+func (p proc) pids() []int {
+	pids := []int{p.pid}
+	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.pid, p.pid))
+	for _, f := range strings.Fields(string(raw)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, c)
 		}
 	}
-	return n
+	return pids
+}
+
+// cpu returns the user+system CPU time so far of the process and its children (from /proc, in
+// clock ticks of 10 ms).
+func (p proc) cpu(tb testing.TB) time.Duration {
+	var ticks int64
+	for _, pid := range p.pids() {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// goAllocs returns the router's heap allocations so far, objects and bytes, from its /metrics
+// (go_memstats_mallocs_total, go_memstats_alloc_bytes_total); ok is false for nginx.
+func (p proc) goAllocs(tb testing.TB) (objects, bytes float64, ok bool) {
+	if p.metrics == "" {
+		return 0, 0, false
+	}
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, _ := strings.Cut(sc.Text(), " ")
+		switch name {
+		case "go_memstats_mallocs_total":
+			objects, _ = strconv.ParseFloat(v, 64)
+		case "go_memstats_alloc_bytes_total":
+			bytes, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return objects, bytes, true
+}
+
+// perfCounter counts a process's system calls and context switches over a load phase with
+// `perf stat -e raw_syscalls:sys_enter,context-switches -p PID`, the same way for nginx and the
+// router, all threads included. (The /proc/PID/io counts used before see read and write calls
+// only, so nginx's recvfrom and sendfile went uncounted.)
+type perfCounter struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+// perfUsable reports whether perf can count syscalls here (perf installed, tracepoints and
+// perf_event_paranoid allowing it); checked once.
+var perfUsable = sync.OnceValue(func() bool {
+	out, err := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "--", "true").CombinedOutput()
+	return err == nil && bytes.Contains(out, []byte("raw_syscalls:sys_enter")) && !bytes.Contains(out, []byte("<not"))
+})
+
+// startPerf starts counting p's syscalls and context switches (its children's too); nil when
+// perf is not usable.
+func startPerf(tb testing.TB, p proc) *perfCounter {
+	if !perfUsable() {
+		return nil
+	}
+	var out bytes.Buffer
+	var pids []string
+	for _, pid := range p.pids() {
+		pids = append(pids, strconv.Itoa(pid))
+	}
+	cmd := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strings.Join(pids, ","))
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	// perf attaches to every thread before counting: give it that long (an idle proxy makes
+	// next to no system calls meanwhile).
+	time.Sleep(150 * time.Millisecond)
+	return &perfCounter{cmd: cmd, out: &out}
+}
+
+// stop ends the count and returns it.
+func (pc *perfCounter) stop(tb testing.TB) (syscalls, ctxsw float64) {
+	_ = pc.cmd.Process.Signal(os.Interrupt)
+	_ = pc.cmd.Wait()
+	for _, line := range strings.Split(pc.out.String(), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 3 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		switch f[2] {
+		case "raw_syscalls:sys_enter":
+			syscalls = v
+		case "context-switches":
+			ctxsw = v
+		}
+	}
+	return syscalls, ctxsw
 }
 
 // rss returns the process's resident set in bytes.
@@ -162,7 +251,7 @@ func buildRouter(tb testing.TB) string {
 	return routerBin
 }
 
-var listenLine = regexp.MustCompile(`router listening on (http://\S+)`)
+var listenLine = regexp.MustCompile(`router listening on (http://\S+) \(metrics on (http://\S+)\)`)
 
 func startRouterProc(tb testing.TB, args ...string) proc {
 	tb.Helper()
@@ -171,8 +260,15 @@ func startRouterProc(tb testing.TB, args ...string) proc {
 
 func startRouterProcBin(tb testing.TB, bin string, args ...string) proc {
 	tb.Helper()
+	return startRouterProcEnv(tb, bin, nil, args...)
+}
+
+// startRouterProcEnv starts bin serve with env added to the environment (GOMAXPROCS=…).
+func startRouterProcEnv(tb testing.TB, bin string, env []string, args ...string) proc {
+	tb.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1",
 		"--prometheus-port", "0", "--log-level", "error", "--seed", "1"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -185,7 +281,7 @@ func startRouterProcBin(tb testing.TB, bin string, args ...string) proc {
 	for sc.Scan() {
 		if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
 			go func() { _, _ = io.Copy(io.Discard, stderr) }()
-			return proc{url: m[1], pid: cmd.Process.Pid}
+			return proc{url: m[1], pid: cmd.Process.Pid, metrics: m[2]}
 		}
 	}
 	tb.Fatal("router did not start")
@@ -201,8 +297,9 @@ func freePort(tb testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startNginx runs nginx in the foreground, one process, proxying to upstream.
-func startNginx(tb testing.TB, upstream string) proc {
+// startNginx runs nginx in the foreground with workers worker processes (master_process off
+// with one: a single process), proxying to upstream.
+func startNginx(tb testing.TB, upstream string, workers int) proc {
 	tb.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -213,7 +310,11 @@ func startNginx(tb testing.TB, upstream string) proc {
 	}
 	dir := tb.TempDir()
 	port := freePort(tb)
-	conf := fmt.Sprintf(`daemon off; master_process off; worker_processes 1; pid %[1]s/nginx.pid; error_log stderr error;
+	master := "off"
+	if workers > 1 {
+		master = "on" // nginx runs several workers only under a master
+	}
+	conf := fmt.Sprintf(`daemon off; master_process %[4]s; worker_processes %[5]d; pid %[1]s/nginx.pid; error_log stderr error;
 events { worker_connections 8192; }
 http {
   access_log off;
@@ -227,7 +328,7 @@ http {
       proxy_buffering off; proxy_request_buffering off;
     }
   }
-}`, dir, strings.TrimPrefix(upstream, "http://"), port)
+}`, dir, strings.TrimPrefix(upstream, "http://"), port, master, workers)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)
@@ -237,7 +338,18 @@ http {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	tb.Cleanup(func() {
+		// The master first (killed, it respawns no worker), then its workers: it cannot stop
+		// them itself.
+		workers := (proc{pid: cmd.Process.Pid}).pids()[1:]
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		for _, pid := range workers {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -366,30 +478,47 @@ func (l *loadClient) open(url string, rate float64, dur time.Duration) result {
 }
 
 type target struct {
-	name string
-	url  string
-	proc *proc // nil for the direct baseline
+	name  string
+	procs int // the proxy's worker processes (nginx) or GOMAXPROCS (router); 0 for direct
+	url   string
+	proc  *proc // nil for the direct baseline
 }
 
 // BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular), router (PD)
 // and router flushing after every event, each at closed loop 1 and 64 streams and open loop
 // 1,000 req/s, and reports TTFT P50/P99, TTFT added versus direct, proxy CPU per request,
-// throughput and memory per held stream.
+// system calls and context switches per request (perf stat, the same way for every proxy;
+// left out where perf cannot count), the router's heap allocations per request (its
+// go_memstats), throughput and memory per held stream.
+//
+// Like is compared with like: each proxy runs at procs=1 (nginx: one worker process; the
+// router: GOMAXPROCS=1) and procs=2 (two workers; GOMAXPROCS=2). Select a subset with the
+// -bench pattern, e.g. 'BenchmarkProxy/load=closed64/procs=1/target=(nginx|router)$'.
 func BenchmarkProxy(b *testing.B) {
 	wk, wurl := newInstantWorker(b, false)
 	_, purl := newInstantWorker(b, true)
-	rp := startRouterProc(b, "--worker-urls", wurl, "--policy", "round_robin")
-	pd := startRouterProc(b, "--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin")
-	// The known trap (SPEC §1.4): flushing after every event instead of when the upstream runs dry.
-	fe := startRouterProc(b, "--worker-urls", wurl, "--policy", "round_robin", "--flush-each-event")
-	ng := startNginx(b, wurl)
-	targets := []target{{"direct", wurl, nil}, {"nginx", ng.url, &ng}, {"router", rp.url, &rp}, {"router-pd", pd.url, &pd},
-		{"router-flush-each-event", fe.url, &fe}}
-	if bin := os.Getenv("PDROUTER_BENCH_BIN_B"); bin != "" {
-		// A/B: a second router binary (another commit) side by side with the first.
-		rb := startRouterProcBin(b, bin, "--worker-urls", wurl, "--policy", "round_robin")
-		pb := startRouterProcBin(b, bin, "--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin")
-		targets = append(targets, target{"router-b", rb.url, &rb}, target{"router-pd-b", pb.url, &pb})
+	bin := buildRouter(b)
+	regular := []string{"--worker-urls", wurl, "--policy", "round_robin"}
+	pdArgs := []string{"--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin"}
+	targets := []target{{"direct", 0, wurl, nil}}
+	for _, procs := range []int{1, 2} {
+		env := []string{fmt.Sprintf("GOMAXPROCS=%d", procs)}
+		ng := startNginx(b, wurl, procs)
+		rp := startRouterProcEnv(b, bin, env, regular...)
+		pd := startRouterProcEnv(b, bin, env, pdArgs...)
+		targets = append(targets, target{"nginx", procs, ng.url, &ng}, target{"router", procs, rp.url, &rp}, target{"router-pd", procs, pd.url, &pd})
+		if procs == 2 {
+			// The known trap (SPEC §1.4): flushing after every event instead of when the
+			// upstream runs dry.
+			fe := startRouterProcEnv(b, bin, env, append(regular, "--flush-each-event")...)
+			targets = append(targets, target{"router-flush-each-event", procs, fe.url, &fe})
+		}
+		if binB := os.Getenv("PDROUTER_BENCH_BIN_B"); binB != "" {
+			// A/B: a second router binary (another commit) side by side with the first.
+			rb := startRouterProcEnv(b, binB, env, regular...)
+			pb := startRouterProcEnv(b, binB, env, pdArgs...)
+			targets = append(targets, target{"router-b", procs, rb.url, &rb}, target{"router-pd-b", procs, pb.url, &pb})
+		}
 	}
 	lc := newLoadClient()
 	for _, t := range targets { // warm connections and caches
@@ -407,11 +536,18 @@ func BenchmarkProxy(b *testing.B) {
 	base := map[string]result{}
 	for _, ph := range phases {
 		for _, t := range targets {
-			b.Run(fmt.Sprintf("load=%s/target=%s", ph.name, t.name), func(b *testing.B) {
+			name := fmt.Sprintf("load=%s/procs=%d/target=%s", ph.name, t.procs, t.name)
+			if t.procs == 0 {
+				name = fmt.Sprintf("load=%s/target=%s", ph.name, t.name)
+			}
+			b.Run(name, func(b *testing.B) {
 				var cpu0 time.Duration
-				var sys0 int64
+				var allocs0, bytes0 float64
+				var perf *perfCounter
 				if t.proc != nil {
-					cpu0, sys0 = t.proc.cpu(b), t.proc.syscalls(b)
+					perf = startPerf(b, *t.proc)
+					cpu0 = t.proc.cpu(b)
+					allocs0, bytes0, _ = t.proc.goAllocs(b)
 				}
 				r := ph.run(t.url)
 				if t.name == "direct" {
@@ -427,15 +563,26 @@ func BenchmarkProxy(b *testing.B) {
 				b.ReportMetric(float64(r.requests)/r.elapsed.Seconds(), "req/s")
 				b.ReportMetric(float64(r.errors), "errors")
 				if t.proc != nil && r.requests > 0 {
-					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/float64(r.requests), "cpu-µs/req")
-					b.ReportMetric(float64(t.proc.syscalls(b)-sys0)/float64(r.requests), "rw-syscalls/req")
+					n := float64(r.requests)
+					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/n, "cpu-µs/req")
+					if allocs, bytes, ok := t.proc.goAllocs(b); ok {
+						b.ReportMetric((allocs-allocs0)/n, "allocs/req")
+						b.ReportMetric((bytes-bytes0)/n, "B/req")
+					}
+					if perf != nil {
+						sys, cs := perf.stop(b)
+						b.ReportMetric(sys/n, "syscalls/req")
+						b.ReportMetric(cs/n, "ctxsw/req")
+					}
+				} else if perf != nil {
+					perf.stop(b)
 				}
 			})
 		}
 	}
 	// Memory per in-flight stream: hold 500 streams open after their first chunk.
-	for _, t := range targets[1:3] {
-		b.Run(fmt.Sprintf("load=held500/target=%s", t.name), func(b *testing.B) {
+	for _, t := range targets[1:3] { // nginx and router at procs=1
+		b.Run(fmt.Sprintf("load=held500/procs=%d/target=%s", t.procs, t.name), func(b *testing.B) {
 			wk.hold.Store(true)
 			wk.release = make(chan struct{})
 			before := t.proc.rss(b)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // relayBufSize is the read buffer of one relayed stream. One read returns everything the
@@ -92,50 +93,84 @@ type pendingBody interface{ Pending() bool }
 
 // streamWriter writes complete SSE events to the client and flushes only when the upstream has
 // nothing more buffered (flushing per event doubles CPU under load, SPEC §1.4).
+//
+// Events are passed through as they came: the parser finds their boundaries in the read
+// buffer itself (wire.Parser.FeedView), and the bytes of every complete event of a read go to
+// the client in one write, straight from that buffer; only an event split across reads is
+// copied. Every event is looked at, none is re-encoded, except with prefill logprobs to merge
+// (pre): each data event is then rewritten (wire.AppendMergedEvent). What is looked at, per
+// data event: [DONE] (the stream's clean end); an {"error": …} object at its top (a failed
+// stream); generated text (two substring searches: TTFT, ITL, TPOT); "cached_tokens" (one
+// search: the worker's cache hit, parsed once, from the last event carrying it, when the stream
+// ends; that event is copied once per read, not once per event).
 type streamWriter struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
 	pre     []byte // prefill logprobs to prepend; nil: events are relayed byte for byte
 	parser  wire.Parser
-	out     []byte
+	out     []byte // merged events (pre != nil)
 	started time.Time
-	// onFirstText is called once, when the first event carrying text is written (TTFT).
-	onFirstText func(time.Duration)
-	sawText     bool
-	sawDone     bool // the upstream sent [DONE]: anything after it is not an error
+	sawText bool
+	sawDone bool // the upstream sent [DONE]: anything after it is not an error
 	// eachEvent flushes after every event (Options.FlushEachEvent): the slower policy,
 	// kept to measure it against.
 	eachEvent bool
 	// usage keeps the last data event that reported cached_tokens (SGLang repeats meta_info
 	// in every /generate event; OpenAI streams send one usage chunk): read at the end.
-	usage []byte
+	// usageView is the latest such event of the current read, copied to usage when the read is
+	// written (it aliases the read buffer).
+	usage, usageView []byte
 
-	// The token stream's timing (router-measured ITL and TPOT): itl, if set, is called with
-	// the gap before each event with text after the first.
-	itl        func(time.Duration)
-	firstText  time.Time // when the first event with text was written
-	lastText   time.Time // when the latest one was
-	textEvents int
+	// The token stream's timing (router-measured TTFT, ITL and TPOT): the observers are nil
+	// when not measured.
+	ttft, roleTTFT prometheus.Observer // the first event with text, since started
+	itl            prometheus.Observer // the gap before each event with text after the first
+	tpotObs        prometheus.Observer // the stream's TPOT, at its end (relayStream)
+	firstText      time.Time           // when the first event with text was written
+	lastText       time.Time           // when the latest one was
+	textEvents     int
 	// errEvent holds the last data event when it was an error object ({"error": …}): a stream
 	// that ends so failed, whatever its HTTP status said (SGLang reports a failure after the
 	// head as such an event, then [DONE]).
 	errEvent []byte
 }
 
-func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time, firstText func(time.Duration)) *streamWriter {
-	f, _ := w.(http.Flusher)
-	return &streamWriter{w: w, flusher: f, pre: pre, started: started, onFirstText: firstText, out: make([]byte, 0, 2<<10)}
+// streamWriters recycles stream writers and their buffers (a read's split event, merged
+// events, the usage event) from one stream to the next.
+var streamWriters = sync.Pool{New: func() any { return new(streamWriter) }}
+
+// maxPooledBuffer bounds the buffers a pooled streamWriter keeps (larger ones are dropped).
+const maxPooledBuffer = 64 << 10
+
+// newStreamWriter returns a pooled stream writer to w; pre is as in streamWriter. Release it
+// with release once the stream is over.
+func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time) *streamWriter {
+	sw := streamWriters.Get().(*streamWriter)
+	sw.w, sw.pre, sw.started = w, pre, started
+	sw.flusher, _ = w.(http.Flusher)
+	return sw
+}
+
+// release returns s to the pool; s must not be used after.
+func (s *streamWriter) release() {
+	s.parser.Reset(maxPooledBuffer)
+	keep := func(b []byte) []byte {
+		if cap(b) > maxPooledBuffer {
+			return nil
+		}
+		return b[:0]
+	}
+	*s = streamWriter{parser: s.parser, out: keep(s.out), usage: keep(s.usage), errEvent: keep(s.errEvent)}
+	streamWriters.Put(s)
 }
 
 // newStreamWriter returns the stream writer of x's relayed response from a worker of role,
 // observing its TTFT (by route, and by role) and inter-token gaps and flushing as
 // Options.FlushEachEvent says; pre is as in streamWriter.
 func (s *Server) newStreamWriter(x *exchange, pre []byte, role router.Role) *streamWriter {
-	ttft := s.metrics.TTFT.WithLabelValues(x.route.String())
-	roleTTFT := s.metrics.RoleTTFT.WithLabelValues(role.String())
-	itl := s.metrics.ITL.WithLabelValues(role.String())
-	sw := newStreamWriter(x.w, pre, x.start, func(d time.Duration) { ttft.Observe(d.Seconds()); roleTTFT.Observe(d.Seconds()) })
-	sw.itl = func(d time.Duration) { itl.Observe(d.Seconds()) }
+	sw := newStreamWriter(x.w, pre, x.start)
+	rs := s.metrics.role(role)
+	sw.ttft, sw.roleTTFT, sw.itl, sw.tpotObs = s.metrics.routeTTFT(x.route.String()), rs.ttft, rs.itl, rs.tpot
 	sw.eachEvent = s.flushEach
 	return sw
 }
@@ -190,10 +225,14 @@ const maxSSEEvent = 16 << 20
 // errSSEEventTooLarge ends a relayed stream whose event exceeds maxSSEEvent.
 var errSSEEventTooLarge = fmt.Errorf("worker stream event exceeds %d bytes without ending", maxSSEEvent)
 
-// write feeds one upstream chunk; it writes every complete event.
+// write feeds one upstream chunk; it writes every complete event. chunk is parsed in place, and
+// what is left of it (an event not complete yet) is copied before write returns: the caller
+// may reuse chunk.
 func (s *streamWriter) write(chunk []byte) error {
-	s.parser.Feed(chunk)
-	if err := s.drain(); err != nil {
+	s.parser.FeedView(chunk)
+	err := s.drain()
+	s.parser.Retain()
+	if err != nil {
 		return err
 	}
 	if s.parser.Buffered() > maxSSEEvent {
@@ -208,48 +247,88 @@ func (s *streamWriter) close() error {
 	return s.drain()
 }
 
+// drain writes the complete events parsed so far: as they came, in one write (or one per event
+// under eachEvent), or merged with pre.
 func (s *streamWriter) drain() error {
 	s.out = s.out[:0]
 	for ev, ok := s.parser.Next(); ok; ev, ok = s.parser.Next() {
-		if ev.IsDone() {
-			s.sawDone = true
-		} else if ev.HasData() {
-			if bytes.Contains(ev.Data, []byte(`"cached_tokens"`)) {
-				s.usage = append(s.usage[:0], ev.Data...)
+		s.observe(&ev)
+		switch {
+		case s.pre != nil:
+			s.out = wire.AppendMergedEvent(s.out, s.pre, &ev)
+			if !s.eachEvent {
+				continue
 			}
-			if errorEvent(ev.Data) {
-				s.errEvent = append(s.errEvent[:0], ev.Data...)
-			} else {
-				s.errEvent = s.errEvent[:0]
-			}
-			if hasText(ev.Data) {
-				now := time.Now()
-				if !s.sawText {
-					s.sawText, s.firstText = true, now
-					if s.onFirstText != nil {
-						s.onFirstText(now.Sub(s.started))
-					}
-				} else if s.itl != nil {
-					s.itl(now.Sub(s.lastText))
-				}
-				s.lastText = now
-				s.textEvents++
-			}
-		}
-		s.out = wire.AppendMergedEvent(s.out, s.pre, &ev) // pre == nil: ev.Raw untouched
-		if s.eachEvent {
-			if _, err := s.w.Write(s.out); err != nil {
+			_, err := s.w.Write(s.out)
+			s.out = s.out[:0]
+			if err != nil {
 				return err
 			}
-			s.out = s.out[:0]
-			s.flush()
+		case s.eachEvent:
+			if _, err := s.w.Write(ev.Raw); err != nil {
+				return err
+			}
+		default:
+			continue
+		}
+		s.flush()
+	}
+	if s.usageView != nil { // before the write: the caller may reuse the buffer after it
+		s.usage = append(s.usage[:0], s.usageView...)
+		s.usageView = nil
+	}
+	out := s.out
+	if s.pre == nil {
+		out = s.parser.Emitted() // every event of this read, as it came (empty under eachEvent)
+		if s.eachEvent {
+			out = nil
 		}
 	}
-	if len(s.out) == 0 {
+	if len(out) == 0 {
 		return nil
 	}
-	_, err := s.w.Write(s.out)
+	_, err := s.w.Write(out)
 	return err
+}
+
+// observe notes what the stream's end and metrics need from one event (see streamWriter).
+func (s *streamWriter) observe(ev *wire.Event) {
+	if !ev.HasData() {
+		return
+	}
+	if ev.IsDone() {
+		s.sawDone = true
+		return
+	}
+	if bytes.Contains(ev.Data, []byte(`"cached_tokens"`)) {
+		if ev.Joined() {
+			// Its data lines were joined in the parser's scratch buffer, which the next such
+			// event overwrites: copy it now.
+			s.usage, s.usageView = append(s.usage[:0], ev.Data...), nil
+		} else {
+			s.usageView = ev.Data
+		}
+	}
+	if errorEvent(ev.Data) {
+		s.errEvent = append(s.errEvent[:0], ev.Data...)
+	} else {
+		s.errEvent = s.errEvent[:0]
+	}
+	if hasText(ev.Data) {
+		now := time.Now()
+		if !s.sawText {
+			s.sawText, s.firstText = true, now
+			if s.ttft != nil {
+				d := now.Sub(s.started).Seconds()
+				s.ttft.Observe(d)
+				s.roleTTFT.Observe(d)
+			}
+		} else if s.itl != nil {
+			s.itl.Observe(now.Sub(s.lastText).Seconds())
+		}
+		s.lastText = now
+		s.textEvents++
+	}
 }
 
 func (s *streamWriter) flush() {
@@ -259,12 +338,19 @@ func (s *streamWriter) flush() {
 }
 
 // hasText reports whether an event's JSON carries non-empty generated text: a chat delta's
-// content or reasoning_content, a completion's text, or /generate's text. It looks for the
-// keys cheaply; a false positive only moves the TTFT metric by one event.
+// content or reasoning_content (one search finds both), a completion's text, or /generate's
+// text. It looks for the keys cheaply; a false positive only moves the TTFT metric by one event.
 func hasText(data []byte) bool {
-	for _, key := range [][]byte{[]byte(`"content":"`), []byte(`"reasoning_content":"`), []byte(`"text":"`)} {
-		if i := bytes.Index(data, key); i >= 0 && i+len(key) < len(data) && data[i+len(key)] != '"' {
-			return true
+	for _, key := range [][]byte{[]byte(`content":"`), []byte(`"text":"`)} {
+		for d := data; ; {
+			i := bytes.Index(d, key)
+			if i < 0 || i+len(key) >= len(d) {
+				break
+			}
+			if d[i+len(key)] != '"' {
+				return true
+			}
+			d = d[i+len(key):]
 		}
 	}
 	return false

@@ -15,10 +15,14 @@ import (
 // keep-alives off (so a load balancer takes the router out and clients reconnect elsewhere),
 // then stops accepting and drains the requests in flight for up to --shutdown-timeout-secs,
 // then closes what remains. It returns nil after the drain (timed out or not) and otherwise
-// the error that stopped serving. Serve closes ln.
+// the error that stopped serving. Serve closes ln. Connections beyond --max-connections are
+// closed as they are accepted; pdrouter_open_connections counts the others.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot hold
-	// thousands open; headers must arrive within 30 s; bodies within 60 s (readBody).
+	// thousands open; headers must arrive within 30 s; bodies within --body-read-timeout-secs
+	// after that (readBody); at most --max-connections are open at once (capListener).
+	ln = s.capConns(ln)
+	s.setMemoryLimit()
 	var stopping atomic.Bool
 	h := s.Handler()
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,7 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
+	ridKeys   []string     // cfg.RequestIDHeaders in canonical form (Config.requestIDKeys)
 	clients   [3]legClient // per role: regular, prefill, decode
 	admin     *http.Client // probes, aborts, flush, proxied GETs
 	adm       *admission
@@ -72,6 +73,10 @@ type Server struct {
 	bg   sync.WaitGroup
 
 	kv *kvRouting // cache_aware on the workers' KV events; nil when off
+
+	budget   *budget        // --body-memory-budget: bodies in flight across requests
+	limits   *limitsMetrics // open connections, rejections, budget gauges
+	maxConns int            // --max-connections after the open-file limit; ≤ 0: no cap
 
 	logMu          sync.Mutex           // protects lastAttemptLog
 	lastAttemptLog map[string]time.Time // per worker: the last failed attempt logged at WARN
@@ -116,6 +121,7 @@ func New(opts Options) (*Server, error) {
 		ids:       wire.NewIDGen(wire.NewRand(seed), host),
 		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
 		style:     style,
+		ridKeys:   cfg.requestIDKeys(),
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
 		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
 		metrics:   newMetrics(reg, r),
@@ -127,6 +133,7 @@ func New(opts Options) (*Server, error) {
 
 		lastAttemptLog: map[string]time.Time{},
 	}
+	s.initLimits()
 	if s.kv, err = newKVRouting(s); err != nil {
 		return nil, err
 	}

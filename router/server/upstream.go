@@ -144,7 +144,32 @@ func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *ups
 		resp.Body.Close()
 		return nil, ue
 	}
+	if b := budgetFrom(ctx); b != nil && heldWhole(r.role, resp) {
+		resp.Body = &budgetedBody{ReadCloser: resp.Body, c: charge{b: b}}
+	}
 	return resp, nil
+}
+
+// heldWhole reports whether the router holds a worker's reply whole before relaying it, so it
+// counts against the memory budget: a prefill leg's answer, and a decode leg's reply that is
+// not an event stream. A regular reply is relayed as it arrives, and a stream event by event.
+func heldWhole(role string, resp *http.Response) bool {
+	return (role == "prefill" || role == "decode") && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+}
+
+// budgetKey carries the memory budget in a request's context to send, which charges the
+// replies held whole to it.
+type budgetKey struct{}
+
+// withBudget returns ctx carrying b.
+func withBudget(ctx context.Context, b *budget) context.Context {
+	return context.WithValue(ctx, budgetKey{}, b)
+}
+
+// budgetFrom returns the budget ctx carries, or nil.
+func budgetFrom(ctx context.Context) *budget {
+	b, _ := ctx.Value(budgetKey{}).(*budget)
+	return b
 }
 
 // copyResponseHeaders copies a worker's response headers to the client, minus hop-by-hop ones.

@@ -3,6 +3,8 @@ package wire
 import (
 	"slices"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Error is a request-body error: the client's fault, answered with Status (400) and an
@@ -60,8 +62,28 @@ type Body struct {
 	RIDs   []string
 	HasRID bool
 
-	members []member
+	members  []member
+	maxBatch int // Limits.MaxBatch while parsing; 0: no cap
 }
+
+// Limits bound what one request body may stand for: [ParseLimited] refuses a body beyond them
+// with a 400 before anything is built per element, so a small body cannot make the router (or,
+// in PD mode, both workers) do work or hold memory in proportion to a huge element count.
+type Limits struct {
+	// MaxBatch caps Batch: the elements of a generate "text" list or "input_ids" list of
+	// lists, a completions "prompt" list, a batch of input_embeds, and chat "n". Counting
+	// stops at the first element over the cap. 0 means no cap (n stays within MaxN).
+	MaxBatch int
+}
+
+// batchError is the 400 of a batch over Limits.MaxBatch.
+func batchError(field string, limit int) *Error {
+	return badRequest(field, field+" is a batch of more than "+strconv.Itoa(limit)+
+		" elements, over the router's limit --max-batch-size "+strconv.Itoa(limit)+": split it into smaller requests")
+}
+
+// overBatch reports whether a batch of count elements is over the cap.
+func (b *Body) overBatch(count int) bool { return b.maxBatch > 0 && count > b.maxBatch }
 
 // Size returns the number of generation requests the body stands for: Batch, or 1.
 func (b *Body) Size() int {
@@ -100,10 +122,16 @@ func (b *Body) Member(i int) (key, value []byte) {
 // of the batch size. Unknown fields are never an error. Parse never panics; it keeps no
 // reference to anything but raw.
 func Parse(route Route, raw []byte) (*Body, error) {
+	return ParseLimited(route, raw, Limits{})
+}
+
+// ParseLimited is [Parse] within l: a batch over l.MaxBatch is a 400 naming the field and the
+// limit.
+func ParseLimited(route Route, raw []byte, l Limits) (*Body, error) {
 	if route < Generate || route > Completions {
 		return nil, badRequest("", "unsupported route")
 	}
-	b := &Body{Route: route, Raw: raw, N: 1}
+	b := &Body{Route: route, Raw: raw, N: 1, maxBatch: max(l.MaxBatch, 0)}
 	if err := b.split(); err != nil {
 		return nil, err
 	}
@@ -248,6 +276,58 @@ func (b *Body) view() *Error {
 	return b.viewRID(rid)
 }
 
+// MaxRoutingText caps the routing text in bytes (cut at a UTF-8 character boundary): the
+// prefix the cache-aware policy matches on and its tree keeps a copy of. Real prompts are far
+// shorter (a million tokens is a few MiB of text), so only an outsized body is routed on a
+// prefix of its text rather than the whole of it — which would cost a copy of the body in the
+// router per request, and in the tree until its next eviction.
+const MaxRoutingText = 16 << 20
+
+// routingText appends to dst the decoded JSON string s, cut so dst stays within MaxRoutingText.
+func routingText(dst, s []byte) []byte {
+	room := MaxRoutingText - len(dst)
+	if room <= 0 {
+		return dst
+	}
+	if len(s) < 2 {
+		return dst
+	}
+	return appendUnquoted(dst, clipQuoted(s, room))
+}
+
+// clipQuoted returns the content of the raw JSON string s (without its quotes) cut to at most
+// limit bytes, never inside an escape sequence (a \u surrogate pair counts as one) or a UTF-8
+// sequence: the decoded prefix is then at most limit bytes and a prefix of the decoded whole.
+// It aliases s.
+func clipQuoted(s []byte, limit int) []byte {
+	if len(s)-2 <= limit {
+		return s[1 : len(s)-1]
+	}
+	end := 1 + limit // content is s[1:end]
+	for i := 1; i < end; {
+		if s[i] != '\\' {
+			i++
+			continue
+		}
+		w := 2
+		if i+1 < len(s) && s[i+1] == 'u' {
+			w = 6
+			if i+12 <= len(s) && utf16.IsSurrogate(hex4(s, i+2)) && s[i+6] == '\\' && s[i+7] == 'u' {
+				w = 12
+			}
+		}
+		if i+w > end {
+			end = i
+			break
+		}
+		i += w
+	}
+	for end > 1 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[1:end]
+}
+
 // MaxN caps "n", the one field that multiplies a request without growing its body: a PD
 // request is expanded into n rids and rooms, so an uncapped n let a 94-byte request cost the
 // router gigabytes. 128 is OpenAI's own limit for n.
@@ -275,6 +355,9 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if b.N > 1 {
 		b.Batch = b.N
 	}
+	if b.overBatch(b.Batch) {
+		return batchError("n", b.maxBatch)
+	}
 	if logprobs != nil {
 		if kindOf(logprobs) != kindBool {
 			return wrongType("logprobs", "a boolean", logprobs, "logprobs")
@@ -287,8 +370,9 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if kindOf(messages) != kindArray {
 		return wrongType("messages", "an array", messages, "messages")
 	}
-	// The decoded text is never longer than the raw messages: one allocation up front.
-	text := make([]byte, 0, len(messages))
+	// The decoded text is never longer than the raw messages, nor than MaxRoutingText: one
+	// allocation up front.
+	text := make([]byte, 0, min(len(messages), MaxRoutingText))
 	var err *Error
 	idx := 0
 	eachElem(messages, func(msg []byte) bool {
@@ -363,21 +447,23 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 
 // addPiece appends the decoded JSON string s to text, separated by one space; empty strings
 // add nothing (so the separator is always exactly one space).
+// Text beyond MaxRoutingText is dropped.
 func addPiece(text, s []byte) []byte {
-	if len(s) <= 2 {
+	if len(s) <= 2 || len(text)+1 >= MaxRoutingText {
 		return text
 	}
-	text = slices.Grow(text, len(s)+1) // decoding never grows valid UTF-8
+	text = slices.Grow(text, min(len(s)+1, MaxRoutingText-len(text))) // decoding never grows valid UTF-8
 	if len(text) > 0 {
 		text = append(text, ' ')
 	}
-	return appendUnquote(text, s)
+	return routingText(text, s)
 }
 
 // tokenForm classifies a prompt given as token ids: a flat list of numbers (one prompt,
 // batch 0) or a non-empty list of lists of numbers (a batch). For the routing text it appends
 // the ids of the first prompt joined by single spaces.
-func tokenForm(v []byte, field string, text []byte) (batch int, out []byte, err *Error) {
+// A list of lists longer than limit (when limit > 0) is refused at its first element over it.
+func tokenForm(v []byte, field string, text []byte, limit int) (batch int, out []byte, err *Error) {
 	first := true
 	nested := false
 	count := 0
@@ -390,6 +476,10 @@ func tokenForm(v []byte, field string, text []byte) (batch int, out []byte, err 
 		case !nested && k == kindNumber:
 			text = appendNumber(text, e)
 		case nested && k == kindArray:
+			if limit > 0 && count >= limit {
+				err = batchError(field, limit)
+				return false
+			}
 			ok := true
 			eachElem(e, func(id []byte) bool {
 				if kindOf(id) != kindNumber {
@@ -426,21 +516,29 @@ func tokenForm(v []byte, field string, text []byte) (batch int, out []byte, err 
 }
 
 func appendNumber(text, n []byte) []byte {
+	if len(text)+1+len(n) > MaxRoutingText {
+		return text
+	}
 	if len(text) > 0 {
 		text = append(text, ' ')
 	}
 	return append(text, n...)
 }
 
-// stringList handles a list of strings: its length and the first element as routing text.
-func stringList(v []byte, field string) (batch int, text []byte, err *Error) {
+// stringList handles a list of strings: its length and the first element as routing text. A
+// list longer than limit (when limit > 0) is refused at its first element over it.
+func stringList(v []byte, field string, limit int) (batch int, text []byte, err *Error) {
 	eachElem(v, func(e []byte) bool {
+		if limit > 0 && batch >= limit {
+			err = batchError(field, limit)
+			return false
+		}
 		if kindOf(e) != kindString {
 			err = badRequest(field, field+"["+strconv.Itoa(batch)+"] must be a string, got "+kindOf(e).String())
 			return false
 		}
 		if batch == 0 {
-			text = appendUnquote(nil, e)
+			text = routingText(nil, e)
 		}
 		batch++
 		return true
@@ -470,18 +568,18 @@ func (b *Body) viewCompletions(prompt, n, logprobs []byte) *Error {
 	case kindInvalid, kindNull:
 		return badRequest("prompt", "prompt is required")
 	case kindString:
-		b.Text = string(appendUnquote(nil, prompt))
+		b.Text = string(routingText(nil, prompt))
 	case kindArray:
 		var first []byte
 		eachElem(prompt, func(e []byte) bool { first = e; return false })
 		var text []byte
 		var err *Error
 		if kindOf(first) == kindString {
-			b.Batch, text, err = stringList(prompt, "prompt")
+			b.Batch, text, err = stringList(prompt, "prompt", b.maxBatch)
 		} else if first == nil {
 			err = badRequest("prompt", "prompt must not be empty")
 		} else {
-			b.Batch, text, err = tokenForm(prompt, "prompt", nil)
+			b.Batch, text, err = tokenForm(prompt, "prompt", nil, b.maxBatch)
 		}
 		if err != nil {
 			return err
@@ -517,9 +615,9 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	switch kindOf(text) {
 	case kindInvalid, kindNull:
 	case kindString:
-		b.Text = string(appendUnquote(nil, text))
+		b.Text = string(routingText(nil, text))
 	case kindArray:
-		n, t, err := stringList(text, "text")
+		n, t, err := stringList(text, "text", b.maxBatch)
 		if err != nil {
 			return err
 		}
@@ -530,7 +628,7 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	switch kindOf(inputIDs) {
 	case kindInvalid, kindNull:
 	case kindArray:
-		n, t, err := tokenForm(inputIDs, "input_ids", nil)
+		n, t, err := tokenForm(inputIDs, "input_ids", nil, b.maxBatch)
 		if err != nil {
 			return err
 		}
@@ -555,9 +653,12 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 				eachElem(e, func(row []byte) bool { batch = kindOf(row) == kindArray; return false })
 			}
 			n++
-			return true
+			return !batch || !b.overBatch(n) // stop counting once over the cap
 		})
 		if batch {
+			if b.overBatch(n) {
+				return batchError("input_embeds", b.maxBatch)
+			}
 			b.Batch = n
 		}
 	}
@@ -581,7 +682,7 @@ func (b *Body) viewRID(rid []byte) *Error {
 		rids := make([]string, 0, b.Batch)
 		ok := true
 		eachElem(rid, func(e []byte) bool {
-			if kindOf(e) != kindString {
+			if kindOf(e) != kindString || len(rids) == b.Batch { // not a string, or one too many
 				ok = false
 				return false
 			}

@@ -21,6 +21,8 @@
 //     single spaces.
 //   - generate: "text" (a list: its first element); else "input_ids" joined by single spaces
 //     (a batch: its first element); "" for input_embeds.
+//   - at most MaxRoutingText bytes of it (16 MiB, cut at a character boundary): an outsized
+//     body is routed on a prefix of its text.
 //
 // Batches: generate "text" list or "input_ids" list of lists, completions "prompt" list of
 // strings or of token lists, chat n > 1. A batch gets list-valued rid and bootstrap fields of

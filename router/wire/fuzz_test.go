@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -165,6 +166,19 @@ func FuzzSSE(f *testing.F) {
 		got := feedAll(chunks...)
 		if len(got) != len(want) {
 			t.Fatalf("%d events chunked, %d whole", len(got), len(want))
+		}
+		// Fed in place (FeedView) through one reused read buffer, as the relay feeds it: the
+		// same events, and Emitted passes the bytes of each read's events through.
+		viewed, emitted := feedViewAll(chunks...)
+		if !slices.Equal(viewed, want) {
+			t.Fatalf("FeedView events %+v, Feed events %+v", viewed, want)
+		}
+		var joined []byte
+		for _, e := range want {
+			joined = append(joined, e.Raw...)
+		}
+		if string(joined) != emitted {
+			t.Fatalf("Emitted %q, events' Raw %q", emitted, joined)
 		}
 		var raw []byte
 		for i := range want {

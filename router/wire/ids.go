@@ -49,15 +49,23 @@ func (g *IDGen) Room() uint64 {
 }
 
 func (g *IDGen) ridLocked(route Route) string {
-	prefix := route.RIDPrefix()
 	var buf [64]byte
-	b := append(buf[:0], prefix...)
+	return string(g.appendRIDLocked(buf[:0], route))
+}
+
+// appendRIDLocked appends a fresh rid to dst (the draws of ridLocked).
+func (g *IDGen) appendRIDLocked(dst []byte, route Route) []byte {
+	dst = append(dst, route.RIDPrefix()...)
 	for range RIDRandomLen {
-		b = append(b, ridAlphabet[g.rng.IntN(len(ridAlphabet))])
+		dst = append(dst, ridAlphabet[g.rng.IntN(len(ridAlphabet))])
 	}
-	b = append(b, '-')
-	b = append(b, g.host...)
-	return string(b)
+	dst = append(dst, '-')
+	return append(dst, g.host...)
+}
+
+// ridLen is the length of every rid g generates for route.
+func (g *IDGen) ridLen(route Route) int {
+	return len(route.RIDPrefix()) + RIDRandomLen + 1 + len(g.host)
 }
 
 func (g *IDGen) roomLocked() uint64 { return g.rng.Uint64() & MaxRoom }

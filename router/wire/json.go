@@ -422,7 +422,11 @@ func appendUnquote(dst, s []byte) []byte {
 	if len(s) < 2 {
 		return dst
 	}
-	s = s[1 : len(s)-1]
+	return appendUnquoted(dst, s[1:len(s)-1])
+}
+
+// appendUnquoted is appendUnquote of a JSON string's content (without its quotes).
+func appendUnquoted(dst, s []byte) []byte {
 	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
 		return append(dst, s...)
 	}

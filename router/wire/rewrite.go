@@ -137,6 +137,13 @@ type PDLegs struct {
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	n := b.Size()
 	legs := PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
+	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
+	// allocation per batch, not one per element.
+	var gen []byte
+	generated := !(b.Batch > 0 && b.RIDs != nil) && !(b.Batch == 0 && b.HasRID)
+	if generated {
+		gen = make([]byte, 0, n*g.ridLen(b.Route))
+	}
 	g.mu.Lock()
 	for i := range n {
 		switch {
@@ -145,11 +152,17 @@ func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 		case b.Batch == 0 && b.HasRID:
 			legs.RIDs[i] = b.RID
 		default:
-			legs.RIDs[i] = g.ridLocked(b.Route)
+			gen = g.appendRIDLocked(gen, b.Route)
 		}
 		legs.Rooms[i] = g.roomLocked()
 	}
 	g.mu.Unlock()
+	if generated {
+		all, w := string(gen), len(gen)/n
+		for i := range n {
+			legs.RIDs[i] = all[i*w : (i+1)*w]
+		}
+	}
 
 	// All injected values live in one scratch buffer; fields slice into it.
 	batch := b.Batch > 0

@@ -16,7 +16,13 @@ type Event struct {
 	Data []byte
 	Name []byte // value of the last "event:" field; nil if none
 	ID   []byte // value of the last "id:" field; nil if none
+
+	joined bool // Data was joined from several data lines in the Parser's scratch buffer
 }
+
+// Joined reports whether Data was joined from several data lines: it is then in the Parser's
+// scratch buffer, which the next such event overwrites, rather than a slice of Raw.
+func (e *Event) Joined() bool { return e.joined }
 
 // HasData reports whether the event has at least one data field. Events without one (comments
 // such as ": keep-alive", bare "event:" lines) are returned so that relays can pass them on.
@@ -34,18 +40,26 @@ func IsDone(data []byte) bool { return string(bytes.TrimSpace(data)) == "[DONE]"
 // waits for more input: an event whose last received byte is a "\r" is held until the next byte
 // (or Close) shows whether a "\n" follows. The zero value is ready to use; a Parser is not safe
 // for concurrent use.
+//
+// A relay that passes events through feeds with FeedView and writes Emitted: complete events
+// are then found in the caller's chunk and written from it, and only an event split across
+// chunks is copied (it must outlive the chunk).
 type Parser struct {
-	buf     []byte
-	start   int  // first byte of the current event (including its leading blank lines)
-	line    int  // first byte of the current line
-	scan    int  // where the search for the next line end resumes
-	content bool // the current event has a non-blank line
-	eof     bool // Close was called
+	buf     []byte // the bytes being parsed: own, or the caller's chunk (view)
+	own     []byte // the parser's storage
+	view    bool   // buf is the caller's chunk (FeedView)
+	start   int    // first byte of the current event (including its leading blank lines)
+	line    int    // first byte of the current line
+	scan    int    // where the search for the next line end resumes
+	mark    int    // first byte of the events Emitted has not returned
+	content bool   // the current event has a non-blank line
+	eof     bool   // Close was called
 	data    []byte
 }
 
 // Feed appends a chunk of the stream. It copies chunk; the caller may reuse it.
 func (p *Parser) Feed(chunk []byte) {
+	p.Retain()
 	if p.start > 0 && (p.start == len(p.buf) || p.start >= cap(p.buf)/2) {
 		n := copy(p.buf, p.buf[p.start:])
 		p.buf = p.buf[:n]
@@ -54,6 +68,59 @@ func (p *Parser) Feed(chunk []byte) {
 		p.start = 0
 	}
 	p.buf = append(p.buf, chunk...)
+	p.own = p.buf
+	p.mark = p.start
+}
+
+// FeedView is Feed without the copy when the parser holds nothing (the previous events were all
+// returned): it then parses chunk in place, so chunk must stay unchanged until the next Feed,
+// FeedView or Retain, and the events alias it. Otherwise it copies, as Feed does.
+func (p *Parser) FeedView(chunk []byte) {
+	if p.start < len(p.buf) || p.eof {
+		p.Feed(chunk)
+		return
+	}
+	if !p.view {
+		p.own = p.buf[:0]
+	}
+	p.buf, p.view = chunk, true
+	p.start, p.line, p.scan, p.mark, p.content = 0, 0, 0, 0, false
+}
+
+// Retain copies what the parser still holds of a FeedView chunk (an event not complete yet)
+// into its own storage, so the caller may reuse the chunk. Events returned before stay
+// aliased to the chunk, and Emitted forgets them.
+func (p *Parser) Retain() {
+	if !p.view {
+		return
+	}
+	p.own = append(p.own[:0], p.buf[p.start:]...)
+	p.buf, p.view = p.own, false
+	p.line -= p.start
+	p.scan -= p.start
+	p.start, p.mark = 0, 0
+}
+
+// Emitted returns the raw bytes of the events Next has returned since the last Feed, FeedView
+// or Emitted call: their Raw fields back to back, as one slice of the input, valid as an
+// Event's fields are. A relay that changes nothing writes it instead of each event.
+func (p *Parser) Emitted() []byte {
+	b := p.buf[p.mark:p.start]
+	p.mark = p.start
+	return b
+}
+
+// Reset empties the parser for a new stream, keeping its storage (when it is at most keep
+// bytes) for reuse.
+func (p *Parser) Reset(keep int) {
+	own, data := p.own[:0], p.data[:0]
+	if cap(own) > keep {
+		own = nil
+	}
+	if cap(data) > keep {
+		data = nil
+	}
+	*p = Parser{buf: own, own: own, data: data}
 }
 
 // Close marks the end of the stream, so Next can return a final event that lacks its blank
@@ -137,7 +204,7 @@ func (p *Parser) emit(end int) Event {
 				ev.Data = value
 			case 1:
 				p.data = append(append(append(p.data[:0], ev.Data...), '\n'), value...)
-				ev.Data = p.data
+				ev.Data, ev.joined = p.data, true
 			default:
 				p.data = append(append(p.data, '\n'), value...)
 				ev.Data = p.data

@@ -36,6 +36,68 @@ func feedAll(chunks ...[]byte) []ev {
 	return out
 }
 
+// feedViewAll parses stream as a relay does: each chunk copied into one reused read buffer,
+// fed in place (FeedView), its events taken, Emitted collected, then Retain before the buffer
+// is reused. It returns the events (Close included) and what Emitted returned, joined.
+func feedViewAll(chunks ...[]byte) ([]ev, string) {
+	var p Parser
+	var out []ev
+	var emitted strings.Builder
+	buf := make([]byte, 0, 64)
+	for _, c := range chunks {
+		buf = append(buf[:0], c...)
+		p.FeedView(buf)
+		for e, ok := p.Next(); ok; e, ok = p.Next() {
+			out = append(out, own(e))
+		}
+		emitted.Write(p.Emitted())
+		p.Retain()
+		for i := range buf {
+			buf[i] = 'X' // the relay's next read overwrites the buffer
+		}
+	}
+	p.Close()
+	for e, ok := p.Next(); ok; e, ok = p.Next() {
+		out = append(out, own(e))
+	}
+	emitted.Write(p.Emitted())
+	return out, emitted.String()
+}
+
+func TestParserFeedViewPassesReadsThrough(t *testing.T) {
+	t.Parallel()
+	stream := "data: a\n\ndata: b\n\n: ping\n\ndata: {\"x\":\r\ndata: 1}\r\n\r\ndata: [DONE]\n\n"
+	want := feedAll([]byte(stream))
+	for _, cut := range []int{1, 2, 3, 7, 9, 18, len(stream)} {
+		var chunks [][]byte
+		for rest := []byte(stream); len(rest) > 0; {
+			n := min(cut, len(rest))
+			chunks = append(chunks, rest[:n])
+			rest = rest[n:]
+		}
+		got, emitted := feedViewAll(chunks...)
+		assert.Equal(t, want, got, "cut %d", cut)
+		assert.Equal(t, stream, emitted, "cut %d", cut)
+	}
+	// A whole read of complete events is parsed where it lies: nothing is copied.
+	var p Parser
+	p.FeedView([]byte(stream))
+	for _, ok := p.Next(); ok; _, ok = p.Next() {
+	}
+	assert.Equal(t, stream, string(p.Emitted()))
+	p.Retain()
+	assert.Zero(t, cap(p.own), "the parser owns no copy")
+	// The joined data of a multi-line event is flagged: it is not a slice of Raw.
+	events, _ := feedViewAll([]byte("data: a\ndata: b\n\ndata: c\n\n"))
+	require.Len(t, events, 2)
+	var q Parser
+	q.Feed([]byte("data: a\ndata: b\n\ndata: c\n\n"))
+	e1, _ := q.Next()
+	assert.True(t, e1.Joined())
+	e2, _ := q.Next()
+	assert.False(t, e2.Joined())
+}
+
 func bytewise(s []byte) [][]byte {
 	out := make([][]byte, len(s))
 	for i := range s {

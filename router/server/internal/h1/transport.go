@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ type conn struct {
 	head   *headCap // bounds the bytes read for a response head
 	br     *bufio.Reader
 	idleAt time.Time
+	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
 }
 
 // MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
@@ -102,6 +104,53 @@ func New(idle time.Duration, fallback Doer) *Transport {
 		fallback: fallback,
 		pools:    map[string][]*conn{},
 	}
+}
+
+// WithDeadline returns a context whose deadline is dl, without a timer: Done is parent's, and Err
+// reports context.DeadlineExceeded once dl has passed. The transport ends an exchange sent with
+// it at dl through the connection's deadline (one per exchange, where context.WithDeadline
+// costs a timer, a goroutine-free AfterFunc and several allocations per request), and gives its
+// fallback a context that ends at dl. Anything else that waits on it must bound its wait by its
+// Deadline.
+func WithDeadline(parent context.Context, dl time.Time) context.Context {
+	return timerless{parent, dl}
+}
+
+// timerless is WithDeadline's context.
+type timerless struct {
+	context.Context
+	deadline time.Time
+}
+
+// timerlessKey marks a timerless context, found through contexts derived from it.
+type timerlessKey struct{}
+
+func (c timerless) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c timerless) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c timerless) Value(key any) any {
+	if key == (timerlessKey{}) {
+		return true
+	}
+	return c.Context.Value(key)
+}
+
+// connDeadline returns the deadline the transport must enforce itself: ctx's, when ctx is (or
+// derives from) a WithDeadline context.
+func connDeadline(ctx context.Context) (time.Time, bool) {
+	if ctx.Value(timerlessKey{}) == nil {
+		return time.Time{}, false
+	}
+	return ctx.Deadline()
 }
 
 // aLongTimeAgo is a deadline that makes blocked reads and writes return at once.
@@ -169,10 +218,47 @@ func parseURL(url string) (tg target, ok bool) {
 func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, error) {
 	tg, ok := parseURL(r.URL)
 	if !ok {
-		fr := *r // a copy to hand on, so that r does not escape on the path h1 serves
-		return t.fallback.Do(ctx, &fr)
+		return t.fallbackDo(ctx, *r) // a copy to hand on, so that r does not escape on the path h1 serves
 	}
 	return t.exchange(ctx, r, &tg)
+}
+
+// fallbackDo sends r through the fallback. The fallback only watches Done: a context with a
+// timer-less deadline (WithDeadline) is given one that ends at the deadline, until the body is
+// closed or read to its end.
+func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
+	dl, ok := connDeadline(ctx)
+	if !ok {
+		return t.fallback.Do(ctx, &r)
+	}
+	ctx, cancel := context.WithDeadline(ctx, dl)
+	resp, reused, err := t.fallback.Do(ctx, &r)
+	if err != nil {
+		cancel()
+		return resp, reused, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, reused, nil
+}
+
+// cancelBody cancels its request's context once read to its end or closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // exchange sends r to tg on a pooled connection and reads the response head.
@@ -189,16 +275,31 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	if err != nil {
 		return nil, false, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	// A timer-less deadline (WithDeadline) is the connection's, set once for the whole
+	// exchange; a cancelled context cuts it short.
+	dl, timed := connDeadline(ctx)
+	if timed {
+		_ = c.nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, c.abort)
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		c.nc.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, reused, cerr
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && timed {
+			return nil, reused, context.DeadlineExceeded
+		}
 		return nil, reused, err
 	}
-	_, werr := c.nc.Write(*head)
+	var werr error
+	if len(r.Body) > inlineBody {
+		bufs := net.Buffers{*head, r.Body}
+		_, werr = bufs.WriteTo(c.nc)
+	} else {
+		_, werr = c.nc.Write(*head)
+	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
 	resp, err := c.readHead(r.Method)
@@ -210,7 +311,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	}
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	resp.Body = &body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked}
+	resp.Body = &body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
 	return resp, reused, nil
 }
 
@@ -275,7 +376,8 @@ func validate(r *Request, tg *target) error {
 	return nil
 }
 
-// serialize validates r and writes its head and body into a pooled buffer.
+// serialize validates r and writes its head, and its body unless it is over inlineBody, into a
+// pooled buffer.
 func serialize(r *Request, tg *target) (*[]byte, error) {
 	if err := validate(r, tg); err != nil {
 		return nil, err
@@ -317,9 +419,16 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 		w = append(w, "\r\n"...)
 	}
 	w = append(w, "\r\n"...)
-	*bp = append(w, r.Body...)
+	if len(r.Body) <= inlineBody {
+		w = append(w, r.Body...)
+	}
+	*bp = w
 	return bp, nil
 }
+
+// inlineBody is the largest body serialize copies behind the head (one write); a larger one is
+// written from the caller's slice after it (one writev), so a request costs no copy of it.
+const inlineBody = 64 << 10
 
 // body is a response body on a pooled connection. Close may be called while another
 // goroutine reads (it unblocks the read).
@@ -330,6 +439,7 @@ type body struct {
 	ctx     context.Context
 	keep    bool // the connection may be reused after a complete body
 	chunked bool
+	timed   bool // the connection carries the request's deadline
 
 	mu   sync.Mutex
 	done bool // the connection went back to the pool or was closed
@@ -354,6 +464,9 @@ func (b *body) Read(p []byte) (int, error) {
 	b.done = true
 	// stop reports whether the cancel func had not run: only then is the deadline intact.
 	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
+		if b.timed {
+			_ = b.c.nc.SetDeadline(time.Time{}) // idle, it must pass alive's check
+		}
 		b.c.t.put(b.c)
 		return n, err
 	}
@@ -361,6 +474,8 @@ func (b *body) Read(p []byte) (int, error) {
 	if err != io.EOF {
 		if cerr := b.ctx.Err(); cerr != nil {
 			err = cerr
+		} else if b.timed && errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
 		}
 	}
 	return n, err
@@ -424,7 +539,9 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 		return nil, false, err
 	}
 	hc := &headCap{r: nc}
-	return &conn{t: t, addr: addr, nc: nc, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}, false, nil
+	c := &conn{t: t, addr: addr, nc: nc, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}
+	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
+	return c, false, nil
 }
 
 // put returns a connection whose last response was read to its end, and closes connections

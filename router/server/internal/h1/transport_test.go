@@ -571,3 +571,57 @@ func TestH1FallbackForURLsItDoesNotServe(t *testing.T) {
 type doerFunc func(context.Context, *Request) (*http.Response, bool, error)
 
 func (f doerFunc) Do(ctx context.Context, r *Request) (*http.Response, bool, error) { return f(ctx, r) }
+
+// A WithDeadline context's deadline is the connection's: a stalled body ends there with
+// context.DeadlineExceeded though no timer closes Done; a connection that finished in time goes
+// back to the pool without the deadline (it passes the liveness check and is reused).
+func TestH1DeadlineWithoutTimer(t *testing.T) {
+	hold := make(chan struct{})
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			_, _ = io.WriteString(w, "first")
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := newTransport(3 * time.Second)
+	t.Cleanup(func() {
+		close(hold)
+		tr.CloseIdleConnections()
+	})
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	first := WithDeadline(context.Background(), time.Now().Add(100*time.Millisecond))
+	resp, _, err := h1Do(first, tr, srv.URL+"/fast", "{}", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	require.Len(t, pooled(tr, host), 1)
+	// Once the first exchange's deadline has passed, and idle past peekAfter (so that reuse
+	// runs the liveness check, which a deadline left on the connection would fail).
+	dl, _ := first.Deadline()
+	<-time.After(time.Until(dl))
+	idledSince(tr, host, 0, time.Now().Add(-2*peekAfter))
+	ctx := WithDeadline(context.Background(), time.Now().Add(time.Hour))
+	resp, reused, err := h1Do(ctx, tr, srv.URL+"/fast", "{}", nil)
+	require.NoError(t, err)
+	assert.True(t, reused, "the connection came back without the deadline")
+	assert.Equal(t, "ok", readAll(t, resp))
+	assert.EqualValues(t, 1, conns.Load())
+
+	short := WithDeadline(context.Background(), time.Now().Add(50*time.Millisecond))
+	resp, _, err = h1Do(short, tr, srv.URL+"/stall", "{}", nil)
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, resp.Body.Close())
+	assert.Empty(t, pooled(tr, host), "a connection cut at its deadline is not pooled")
+
+	// Past the deadline before the exchange: it fails at once.
+	_, _, err = h1Do(WithDeadline(context.Background(), time.Now().Add(-time.Second)), tr, srv.URL+"/fast", "{}", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}

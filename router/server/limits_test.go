@@ -1,0 +1,302 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rawPost opens a connection to the router, sends a request head and then body, and returns the
+// connection and a reader of it.
+func rawPost(t *testing.T, base, head, body string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	addr := strings.TrimPrefix(base, "http://")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = fmt.Fprintf(c, "POST /generate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%s\r\n%s", addr, head, body)
+	require.NoError(t, err)
+	return c, bufio.NewReader(c)
+}
+
+// A body that stalls is answered 408 once --body-read-timeout-secs passes, and the connection
+// closes after the answer: net/http does not wait for the rest of the body.
+func TestStalledBodyAnswered408AndClosed(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, jsonReply(`{"text":"ok"}`))
+	cfg := DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.BodyReadTimeoutSecs = 1
+	tr := startRouter(t, cfg)
+	for _, tc := range []struct{ name, head, body string }{
+		{"content-length", "Content-Length: 100\r\n", "{"},
+		{"chunked", "Transfer-Encoding: chunked\r\n", "1\r\n{\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, rd := rawPost(t, tr.srv.URL, tc.head, tc.body)
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second))) // a hang fails, not blocks
+			resp, err := http.ReadResponse(rd, nil)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(body))
+			assert.Contains(t, string(body), "--body-read-timeout-secs 1")
+			assert.True(t, resp.Close, "the answer says the connection closes")
+			_, err = rd.ReadByte()
+			assert.ErrorIs(t, err, io.EOF, "the router closed the connection")
+		})
+	}
+	assert.Zero(t, w.callCount())
+}
+
+// A batch over --max-batch-size is a 400 naming the flag; no worker sees it.
+func TestBatchOverLimitRefused(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, jsonReply(`{"text":"ok"}`))
+	cfg := DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.MaxBatchSize = 3
+	tr := startRouter(t, cfg)
+	status, _, body := tr.post(t, "/generate", `{"text":["a","b","c","d"]}`, nil)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "--max-batch-size 3")
+	status, _, body = tr.post(t, "/v1/completions", `{"prompt":[[1],[2],[3],[4]]}`, nil)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "prompt is a batch of more than 3")
+	assert.Zero(t, w.callCount())
+	status, _, body = tr.post(t, "/generate", `{"text":["a","b","c"]}`, nil)
+	assert.Equal(t, http.StatusOK, status, body)
+}
+
+// Bodies in flight share --body-memory-budget: with one request holding most of it, another
+// body is answered 503 with Retry-After (announced or chunked), a body larger than the whole
+// budget 413; once the first is over, the budget is whole again.
+func TestBodiesShareMemoryBudget(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	arrived := make(chan struct{})
+	w := newWorker(t, arrivedThen(arrived, after(release, jsonReply(`{"text":"ok"}`))))
+	cfg := DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL()}
+	cfg.BodyMemoryBudget = 100 << 10
+	tr := startRouter(t, cfg)
+	body := func(n int) string { return `{"text":"` + strings.Repeat("a", n-11) + `"}` }
+
+	first := make(chan int)
+	go func() {
+		status, _, _ := tr.post(t, "/generate", body(60<<10), nil)
+		first <- status
+	}()
+	<-arrived
+	assert.Equal(t, int64(60<<10), tr.s.budget.used.Load())
+
+	status, hdr, msg := tr.post(t, "/generate", body(50<<10), nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, msg)
+	assert.Equal(t, "1", hdr.Get("Retry-After"))
+	assert.Contains(t, msg, "--body-memory-budget")
+
+	// Chunked: the first 32 KiB block fits, the next does not.
+	req, err := http.NewRequest(http.MethodPost, tr.srv.URL+"/generate", io.MultiReader(strings.NewReader(body(200<<10))))
+	require.NoError(t, err)
+	req.ContentLength = -1
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil { // the router may close while the client still writes: then the error is the answer
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	}
+
+	status, _, msg = tr.post(t, "/generate", body(101<<10), nil)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status, msg)
+
+	close(release)
+	assert.Equal(t, http.StatusOK, <-first)
+	// Every body gives its bytes back when its handler returns (just after its answer).
+	waitFor(t, func() bool { return tr.s.budget.used.Load() == 0 })
+	status, _, _ = tr.post(t, "/generate", body(90<<10), nil)
+	assert.Equal(t, http.StatusOK, status)
+	// The announced body counted; the chunked one too unless the client saw the close first.
+	assert.GreaterOrEqual(t, testutil.ToFloat64(tr.s.metrics.Errors.WithLabelValues("over_budget")), 1.0)
+}
+
+// A decode reply the router must hold whole (non-streaming, PD) that goes over the budget is
+// answered 503 with Retry-After and not retried; no breaker counts it.
+func TestHeldReplyOverBudgetNotRetried(t *testing.T) {
+	t.Parallel()
+	big := `{"text":"` + strings.Repeat("x", 300<<10) + `","meta_info":{}}`
+	pw := newWorker(t, jsonReply(`{"text":"","meta_info":{}}`))
+	dw := newWorker(t, jsonReply(big))
+	cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+	cfg.BodyMemoryBudget = 200 << 10
+	tr := startRouter(t, cfg)
+	status, hdr, msg := tr.post(t, "/generate", `{"text":"hi"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, msg)
+	assert.Equal(t, "1", hdr.Get("Retry-After"))
+	assert.Contains(t, msg, "memory budget")
+	assert.Equal(t, 1, dw.callCount(), "not retried")
+	tr.requireLoadsZero(t)
+	waitFor(t, func() bool { return tr.s.budget.used.Load() == 0 })
+	// Small replies still pass: the failure opened no breaker and left no bytes charged.
+	dw.handle = jsonReply(`{"text":"ok","meta_info":{}}`)
+	status, _, msg = tr.post(t, "/generate", `{"text":"hi"}`, nil)
+	assert.Equal(t, http.StatusOK, status, msg)
+}
+
+func TestBudgetReserveRelease(t *testing.T) {
+	t.Parallel()
+	b := newBudget(1000)
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				if b.reserve(300) {
+					got.Add(1)
+					b.release(300)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, b.used.Load())
+	assert.Positive(t, got.Load())
+	require.True(t, b.reserve(1000))
+	assert.False(t, b.reserve(1), "full")
+	var nilBudget *budget
+	assert.True(t, nilBudget.reserve(1<<40), "a nil budget admits everything")
+}
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	t.Parallel()
+	write := func(files map[string]string) string {
+		dir := t.TempDir()
+		for name, v := range files {
+			require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644))
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+		ok    bool
+	}{
+		{"v2 limit", map[string]string{"memory.max": "4294967296\n"}, 4 << 30, true},
+		{"v2 none", map[string]string{"memory.max": "max\n"}, 0, false},
+		{"v1 limit", map[string]string{"memory/memory.limit_in_bytes": "1073741824\n"}, 1 << 30, true},
+		{"v1 none", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, 0, false},
+		{"no cgroup", map[string]string{}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := cgroupMemoryLimit(write(tc.files))
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// fakeListener hands out what accepts sends: a connection or an error.
+type fakeListener struct {
+	accepts chan any
+}
+
+func (l *fakeListener) Accept() (net.Conn, error) {
+	v, ok := <-l.accepts
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	if err, isErr := v.(error); isErr {
+		return nil, err
+	}
+	return v.(net.Conn), nil
+}
+func (l *fakeListener) Close() error   { return nil }
+func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// closeConn records its Close.
+type closeConn struct {
+	net.Conn
+	closed atomic.Bool
+}
+
+func (c *closeConn) Close() error { c.closed.Store(true); return nil }
+
+func newCapListener(maxConns int, fl *fakeListener, sleeps *[]time.Duration) (*capListener, *limitsMetrics) {
+	m := newLimitsMetrics(prometheus.NewRegistry(), newBudget(1))
+	return &capListener{Listener: fl, max: int64(maxConns), open: &m.open, rejected: m.rejected, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		sleep: func(d time.Duration) { *sleeps = append(*sleeps, d) }}, m
+}
+
+// Over the cap a connection is closed as it is accepted; closing one under the cap makes room.
+func TestCapListenerClosesOverCap(t *testing.T) {
+	t.Parallel()
+	fl := &fakeListener{accepts: make(chan any, 8)}
+	var sleeps []time.Duration
+	l, m := newCapListener(2, fl, &sleeps)
+	conns := make([]*closeConn, 5)
+	for i := range conns {
+		conns[i] = &closeConn{}
+	}
+	fl.accepts <- conns[0]
+	fl.accepts <- conns[1]
+	a, err := l.Accept()
+	require.NoError(t, err)
+	_, err = l.Accept()
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), m.open.Load())
+	done := make(chan net.Conn)
+	go func() { c, _ := l.Accept(); done <- c }()
+	fl.accepts <- conns[2] // over the cap: closed on accept
+	fl.accepts <- conns[3]
+	waitFor(t, func() bool { return testutil.ToFloat64(m.rejected) == 2 })
+	assert.True(t, conns[2].closed.Load())
+	assert.True(t, conns[3].closed.Load())
+	require.NoError(t, a.Close())
+	require.NoError(t, a.Close()) // twice: counted once
+	assert.Equal(t, int64(1), m.open.Load())
+	fl.accepts <- conns[4] // room again
+	got := <-done
+	require.NotNil(t, got)
+	assert.Same(t, conns[4], got.(*countedConn).Conn)
+	assert.False(t, conns[4].closed.Load())
+	assert.Equal(t, int64(2), m.open.Load())
+	assert.Empty(t, sleeps)
+}
+
+// Out of descriptors, the accept loop backs off, doubling, instead of spinning; other errors end
+// it.
+func TestCapListenerBacksOffOnEMFILE(t *testing.T) {
+	t.Parallel()
+	fl := &fakeListener{accepts: make(chan any, 8)}
+	var sleeps []time.Duration
+	l, _ := newCapListener(0, fl, &sleeps)
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	for range 3 {
+		fl.accepts <- emfile
+	}
+	fl.accepts <- &closeConn{}
+	_, err := l.Accept()
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}, sleeps)
+	fl.accepts <- &net.OpError{Op: "accept", Err: syscall.EINVAL}
+	_, err = l.Accept()
+	assert.ErrorIs(t, err, syscall.EINVAL)
+}

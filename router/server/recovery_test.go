@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/router"
+)
+
+// recoveryRig is one regular worker behind a router on a manual clock, and a health checker
+// at the default interval whose checkFailed rounds the test drives second by second, as Run's
+// one-second ticker does.
+type recoveryRig struct {
+	r      *router.Router
+	h      *healthChecker
+	clock  *router.ManualClock
+	url    string
+	up     atomic.Bool  // /health answers 200 (else 503)
+	probes atomic.Int64 // /health requests received
+}
+
+func newRecoveryRig(t *testing.T) *recoveryRig {
+	t.Helper()
+	rig := &recoveryRig{clock: router.NewManualClock(time.Unix(1000, 0))}
+	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rig.probes.Add(1)
+		if !rig.up.Load() {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(w.Close)
+	rig.url = w.URL
+	cfg := router.DefaultConfig() // --health-check-interval-secs 60, thresholds 3 and 2, breaker 10 / 60 s
+	r, err := router.New(cfg, rig.clock, rand.New(rand.NewPCG(1, 1)))
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: w.URL, Role: router.Regular}))
+	rig.r = r
+	rig.h = &healthChecker{Router: r, Client: http.DefaultClient, Endpoint: "/health", Timeout: 5 * time.Second,
+		Interval: cfg.Health().Interval, Now: rig.clock.Now}
+	return rig
+}
+
+func (rig *recoveryRig) state() router.WorkerState { return rig.r.Workers()[0].State }
+
+// tick advances the clock one second and runs one round, as Run's ticker would.
+func (rig *recoveryRig) tick() {
+	rig.clock.Advance(time.Second)
+	rig.h.checkFailed(context.Background())
+}
+
+// A worker that went down (a request was refused, then a probe failed) and comes back after a
+// long outage is healthy again within recoveryMaxProbe plus a second per further passing probe
+// of when it came back — at the default 60 s interval, where the scheduled probes alone would
+// take up to a minute. While it is down, the probes back off rather than poll every second.
+func TestRestartedWorkerReturnsWithinSeconds(t *testing.T) {
+	t.Parallel()
+	rig := newRecoveryRig(t)
+	require.Equal(t, time.Minute, rig.h.Interval)
+	_, err := rig.r.ObserveFailureProbe(rig.url, false, rig.clock.Now(), "connection refused")
+	require.NoError(t, err)
+	require.Equal(t, router.WorkerUnhealthy, rig.state())
+
+	const outage = 45 // seconds down
+	for range outage {
+		rig.tick()
+		require.Equal(t, router.WorkerUnhealthy, rig.state())
+	}
+	downProbes := rig.probes.Load()
+	assert.GreaterOrEqual(t, downProbes, int64(outage/int(recoveryMaxProbe/time.Second)), "probed every few seconds while down")
+	assert.Less(t, downProbes, int64(outage/2), "the probes backed off while it stayed down")
+
+	rig.up.Store(true)
+	back := rig.clock.Now()
+	var returned time.Duration
+	for range 60 {
+		rig.tick()
+		if rig.state() == router.WorkerHealthy {
+			returned = rig.clock.Now().Sub(back)
+			break
+		}
+	}
+	require.NotZero(t, returned, "the worker never came back within a minute of its restart")
+	bound := recoveryMaxProbe + time.Duration(router.DefaultConfig().HealthSuccessThreshold-1)*recoveryFirstProbe
+	t.Logf("healthy again %s after it came back (bound %s)", returned, bound)
+	assert.LessOrEqual(t, returned, bound)
+}
+
+// A worker whose breaker opened on failed requests while its health endpoint kept passing (a
+// hang: fakeworker's --hang-rate) is probed too, but a pass with no failed probe before it says
+// nothing new: its breaker keeps its timeout instead of half-opening a second later. Once a
+// probe fails and a later one passes — it went away and came back — the breaker half-opens.
+func TestBreakerOpenWorkerHalfOpensOnlyAfterComingBack(t *testing.T) {
+	t.Parallel()
+	rig := newRecoveryRig(t)
+	rig.up.Store(true)
+	for range router.DefaultConfig().CBFailureThreshold {
+		rig.r.RecordOutcome(rig.url, router.Failure)
+	}
+	require.Equal(t, router.WorkerBreakerOpen, rig.state())
+	for range 20 {
+		rig.tick()
+		require.Equal(t, router.WorkerBreakerOpen, rig.state(), "a passing probe of a hung worker half-opened its breaker")
+	}
+	require.Positive(t, rig.probes.Load(), "it was probed")
+
+	rig.up.Store(false) // it dies…
+	for range 10 {
+		rig.tick()
+	}
+	require.NotEqual(t, router.WorkerHealthy, rig.state())
+	rig.up.Store(true) // …and comes back
+	for range 10 {
+		rig.tick()
+		if rig.state() == router.WorkerHealthy {
+			break
+		}
+	}
+	require.Equal(t, router.WorkerHealthy, rig.state())
+	assert.Equal(t, router.BreakerHalfOpen, rig.r.Workers()[0].Breaker, "on probation")
+}
+
+// End to end through Run at the default interval: a worker a request could not reach is out
+// of rotation, and back in it soon after it answers again (far inside the 60 s interval).
+func TestServeProbesAFailedWorkerUntilItReturns(t *testing.T) {
+	t.Parallel()
+	var up atomic.Bool
+	up.Store(true)
+	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte(genReply))
+	}))
+	defer w.Close()
+	cfg := DefaultConfig()
+	cfg.WorkerURLs = []string{w.URL}
+	tr := startRouter(t, cfg)
+	require.Equal(t, router.WorkerHealthy, tr.s.Router().Workers()[0].State)
+	up.Store(false)
+	_, err := tr.s.Router().ObserveFailureProbe(w.URL, false, time.Now(), "connection refused")
+	require.NoError(t, err)
+	require.Equal(t, router.WorkerUnhealthy, tr.s.Router().Workers()[0].State)
+	up.Store(true)
+	require.Eventually(t, func() bool { return tr.s.Router().Workers()[0].State == router.WorkerHealthy },
+		20*time.Second, 20*time.Millisecond, "back in rotation without waiting for the 60 s scheduled probe")
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusOK, status, body)
+}

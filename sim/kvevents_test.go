@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/router/kvindex"
+)
+
+// regularConfig is a small regular-mode run: multiturn at concurrency 8 on 4 servers.
+func regularConfig() Config {
+	cfg := baseConfig()
+	cfg.Router.PDDisaggregation = false
+	cfg.Cluster.Regular = 4
+	return cfg
+}
+
+func TestKVEventsIndexFollowsTheEngines(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		pd   bool
+	}{{"regular", false}, {"pd", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := regularConfig()
+			if tc.pd {
+				cfg = baseConfig()
+			}
+			cfg.Routing = Routing{KVEvents: "on"}
+			res := mustRun(t, cfg)
+			kv := res.Stats.KV
+			assert.Positive(t, kv.Batches)
+			assert.Equal(t, kv.Batches, kv.Delivered, "one replica, no loss: every batch delivered once")
+			assert.Zero(t, kv.Lost+kv.Gaps)
+			l := res.Results.Levels[0]
+			require.NotNil(t, l.CacheHitRate)
+			// The index knows what the engines hold: the router predicts the hits they make.
+			assert.InDelta(t, *l.CacheHitRate, l.Sim.PredictedMatchRate, 0.03,
+				"engine hit rate %.3f vs predicted %.3f", *l.CacheHitRate, l.Sim.PredictedMatchRate)
+			var meta map[string]any
+			require.NoError(t, json.Unmarshal(res.Results.Meta.Router, &meta))
+			assert.Equal(t, "on", meta["kv_events"])
+			assert.EqualValues(t, 1, meta["router_replicas"])
+		})
+	}
+}
+
+func TestKVEventsOffLeavesTheRunAsBefore(t *testing.T) {
+	t.Parallel()
+	base := mustRun(t, regularConfig())
+	cfg := regularConfig()
+	cfg.Routing = Routing{Replicas: 1, ReplicaAffinity: AffinityRoundRobin, KVEvents: "off"}
+	same := mustRun(t, cfg)
+	assert.Equal(t, base.Results.Levels, same.Results.Levels)
+	assert.Zero(t, same.Stats.KV)
+}
+
+func TestReplicasAndDelaysAreDeterministic(t *testing.T) {
+	t.Parallel()
+	cfg := regularConfig()
+	cfg.Routing = Routing{KVEvents: "on", Replicas: 3, KVEventsDelay: Delay{Kind: "exp", Mean: 10 * time.Millisecond},
+		KVEventsLoss: 0.01}
+	a, b := mustRun(t, cfg), mustRun(t, cfg)
+	assert.Equal(t, string(encode(t, a)), string(encode(t, b)))
+	assert.Equal(t, a.Records, b.Records)
+	assert.Equal(t, a.Stats.KV, b.Stats.KV)
+	// Every replica receives or loses every batch (those still in flight at the end excepted).
+	assert.LessOrEqual(t, a.Stats.KV.Delivered+a.Stats.KV.Lost, 3*a.Stats.KV.Batches)
+	assert.Greater(t, a.Stats.KV.Delivered+a.Stats.KV.Lost, 3*a.Stats.KV.Batches*9/10)
+	assert.Len(t, a.Stats.Targets, 3*4, "each replica reports its own view of the 4 targets")
+}
+
+func TestKVEventsLossMakesTargetsStale(t *testing.T) {
+	t.Parallel()
+	cfg := regularConfig()
+	cfg.Routing = Routing{KVEvents: "on", KVEventsLoss: 0.5}
+	res := mustRun(t, cfg)
+	kv := res.Stats.KV
+	assert.Positive(t, kv.Lost)
+	assert.Positive(t, kv.Gaps)
+	// No flush, no restart: nothing rebuilds a target after its gap (no replay endpoint).
+	assert.Equal(t, 4, kv.StaleTargets)
+}
+
+func TestSessionAffinityKeepsAConversationOnOneReplica(t *testing.T) {
+	t.Parallel()
+	x := &sim{cfg: Config{Routing: Routing{ReplicaAffinity: AffinitySession}}, reps: make([]*replica, 4)}
+	seen := map[int]bool{}
+	for i := range 64 {
+		s := "multiturn-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		r := x.pickReplica(s)
+		assert.Equal(t, r, x.pickReplica(s), "the same session, the same replica")
+		seen[r] = true
+	}
+	assert.Len(t, seen, 4, "sessions spread over every replica")
+	x.cfg.Routing.ReplicaAffinity = AffinityRoundRobin
+	for i := range 8 {
+		assert.Equal(t, i%4, x.pickReplica("s"), "round robin ignores the session")
+	}
+}
+
+func TestKVHasherMatchesTheChain(t *testing.T) {
+	t.Parallel()
+	for _, page := range []int{1, 4, 16} {
+		rng := rand.New(rand.NewPCG(1, uint64(page)))
+		toks := make([]uint32, 64*page)
+		for i := range toks {
+			toks[i] = rng.Uint32N(1 << 17)
+		}
+		want := kvindex.AppendBlockHashes(nil, toks, page, "")
+		h := newKVHasher(page)
+		// A node after a memoized ancestor, one after an unseen ancestor (a split point), a root.
+		for _, cut := range [][2]int{{0, 8}, {8, 20}, {30, 64}, {20, 30}, {0, 64}} {
+			got := h.hashes(toks[:cut[1]*page], (cut[1]-cut[0])*page)
+			assert.Equal(t, want[cut[0]:cut[1]], got, "page %d, pages %d..%d", page, cut[0], cut[1])
+		}
+	}
+}
+
+func TestParseDelay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want Delay
+		bad  bool
+	}{
+		{in: "0", want: Delay{}},
+		{in: "10ms", want: Delay{Fixed: 10 * time.Millisecond}},
+		{in: "exp:10ms", want: Delay{Kind: "exp", Mean: 10 * time.Millisecond}},
+		{in: "uniform:0-20ms", want: Delay{Kind: "uniform", Hi: 20 * time.Millisecond}},
+		{in: "uniform:5ms-1s", want: Delay{Kind: "uniform", Lo: 5 * time.Millisecond, Hi: time.Second}},
+		{in: "uniform:20ms-5ms", bad: true}, // reversed bounds
+		{in: "uniform:5-20ms", bad: true},   // a bound without unit
+		{in: "-1ms", bad: true},
+		{in: "gauss:1ms", bad: true},
+		{in: "10", bad: true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseDelay(tc.in)
+			if tc.bad {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "--kv-events-delay")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+			back, err := ParseDelay(got.String())
+			require.NoError(t, err)
+			assert.Equal(t, got, back, "String round-trips")
+			var j Delay
+			b, _ := json.Marshal(got)
+			require.NoError(t, json.Unmarshal(b, &j))
+			assert.Equal(t, got, j, "JSON round-trips")
+		})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	u := Delay{Kind: "uniform", Lo: time.Millisecond, Hi: 2 * time.Millisecond}
+	e := Delay{Kind: "exp", Mean: 10 * time.Millisecond}
+	var sum int64
+	for range 10000 {
+		d := u.draw(rng)
+		require.True(t, d >= int64(time.Millisecond) && d <= int64(2*time.Millisecond))
+		sum += e.draw(rng)
+	}
+	assert.InDelta(t, float64(10*time.Millisecond), float64(sum)/10000, float64(time.Millisecond), "exp's mean")
+}
+
+func TestSweepVariesTheRoutingLayer(t *testing.T) {
+	t.Parallel()
+	vars := []Vary{{Key: "kv-events", Values: []string{"approximate", "precise"}},
+		{Key: "router_replicas", Values: []string{"1", "4"}},
+		{Key: "kv_events_delay", Values: []string{"0", "10ms", "exp:100ms"}},
+		{Key: "cache_threshold", Values: []string{"0.5"}}}
+	pts, err := Grid(regularConfig(), vars)
+	require.NoError(t, err)
+	require.Len(t, pts, 12)
+	last := pts[11].Config
+	assert.True(t, last.Routing.PreciseOn())
+	assert.Equal(t, 4, last.Routing.Replicas)
+	assert.Equal(t, Delay{Kind: "exp", Mean: 100 * time.Millisecond}, last.Routing.KVEventsDelay)
+	assert.InDelta(t, 0.5, last.Router.CacheThreshold, 1e-12)
+	assert.Equal(t, Delay{Fixed: 10 * time.Millisecond}, pts[1].Config.Routing.KVEventsDelay)
+	assert.False(t, pts[0].Config.Routing.PreciseOn())
+
+	_, err = Grid(regularConfig(), []Vary{{Key: "replica_affinity", Values: []string{"session", "sticky"}}})
+	require.NoError(t, err, "values are checked when the point runs")
+	_, err = Run(func() Config { c := regularConfig(); c.Routing.ReplicaAffinity = "sticky"; return c }())
+	require.ErrorContains(t, err, "--replica-affinity")
+}
