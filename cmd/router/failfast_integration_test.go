@@ -157,7 +157,11 @@ func TestIntegrationKilledWorkerLeavesRotation(t *testing.T) {
 				default:
 				}
 				started := time.Now().UnixNano()
-				body := fmt.Sprintf(`{"text":"client %d request %d","sampling_params":{"max_new_tokens":24},"stream":true}`, c, n)
+				// Long streams (about 250 ms after the first token): the crash finds streams
+				// past their first byte on the victim however busy the machine is (a stream cut
+				// before its first byte is retried elsewhere, and a clean-clone run on a loaded
+				// machine once cut none with 24-token streams).
+				body := fmt.Sprintf(`{"text":"client %d request %d","sampling_params":{"max_new_tokens":120},"stream":true}`, c, n)
 				resp, err := http.Post(base+"/generate", "application/json", strings.NewReader(body))
 				if err != nil {
 					other.Add(1)
