@@ -59,8 +59,12 @@ demo: build
 # the simulator against published SGLang measurements.
 test: kvevents-python tokenizer-oracle kustomize vet test-imports test-unit test-integration test-browser test-published
 
+# NORACE_TESTS are long single-goroutine simulations the race detector only slows ×10–15
+# (skipUnderRace in their packages): test-unit runs them once more, without -race.
+NORACE_TESTS := ^(TestCalibrateRecoversAKnownProfile|TestCalibrateHoldoutWithKnownCapacity|TestPublishedSuite|TestREADMETable)$$
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./sim ./sim/validate
 
 # Integration tests carry timing tolerances (fidelity, bench accuracy), so packages run one at
 # a time (-p 1): two live clusters on two cores would skew each other. Their test binaries are

@@ -17,6 +17,7 @@ import (
 // decode, with other fixed costs: calibration from the base recovers its speed, and the fit
 // predicts a level it never saw.
 func TestCalibrateRecoversAKnownProfile(t *testing.T) {
+	skipUnderRace(t)
 	base, err := engine.LookupProfile("llama3-8b-h100")
 	require.NoError(t, err)
 	truth := Fit{Prefill: 1.4, PrefillFixed: base.A0 * 2, Decode: 0.65, DecodeFixed: base.B0 * 1.5, PDOverhead: 0.035, T0: base.T0}.Apply(base)
@@ -293,6 +294,7 @@ func TestResidualWarnings(t *testing.T) {
 // attention-heavy: with the capacity given (as calibrate reads it from the bench), the fit
 // holds out the busiest level, predicts it, records its range, and does not warn.
 func TestCalibrateHoldoutWithKnownCapacity(t *testing.T) {
+	skipUnderRace(t)
 	base, err := engine.LookupProfile("llama3-8b-h100")
 	require.NoError(t, err)
 	truth := Fit{Prefill: 0.8, PrefillAttn: 6, PrefillFixed: base.A0 * 1.5, Decode: 1.3, DecodeCompute: 1.3, DecodeFixed: base.B0, PDOverhead: 0.03, T0: base.T0}.Apply(base)

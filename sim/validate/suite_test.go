@@ -137,6 +137,7 @@ func TestByPresetMatchesModelAndGPU(t *testing.T) {
 // computed or saying why not, and the table prints (go test -v). The bands are the gate of
 // `make test` (router sim validate), not of this test.
 func TestPublishedSuite(t *testing.T) {
+	skipUnderRace(t)
 	t.Parallel()
 	reps, err := suite()
 	require.NoError(t, err)
@@ -166,6 +167,7 @@ func TestPublishedSuite(t *testing.T) {
 // The README's "How close to real SGLang" table is the suite's markdown output, between the
 // markers; `go test ./sim/validate -run TestREADMETable -update` rewrites it.
 func TestREADMETable(t *testing.T) {
+	skipUnderRace(t)
 	t.Parallel()
 	reps, err := suite()
 	require.NoError(t, err)
