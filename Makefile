@@ -135,8 +135,10 @@ tokenizer-oracle:
 		[ "$$v" = "$${p##*@}" ] || ok=0; \
 	done; [ $$ok = 1 ] || npm install --no-audit --no-fund --save-exact --prefix $(TOKENIZER_ORACLE) $(TOKENIZER_ORACLE_PKGS)
 
+# One vet pass over every file the suite builds: the tagged test files (integration, browser,
+# soak, k8s) included, which a plain `go vet` never type-checks.
 vet:
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags integration,browser,soak,k8s $(PKGS)
 
 # Benchmarks print go test's lines to bench.txt and a table to stdout: package headers, then one
 # row per benchmark with each reported metric as "value unit". A failure fails the target.
