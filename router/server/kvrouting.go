@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -281,7 +279,7 @@ func (k *kvRouting) attach(ctx context.Context, w *kvWorker, url string, role ro
 
 // endpoints returns where the worker publishes and its page size (0: not told).
 func (k *kvRouting) endpoints(ctx context.Context, url string, dpSize int) ([]kvevents.Endpoint, int, error) {
-	body, err := k.serverInfo(ctx, url)
+	body, err := k.s.probe.raw(ctx, url)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -304,30 +302,6 @@ func (k *kvRouting) endpoints(ctx context.Context, url string, dpSize int) ([]kv
 		page = pageSizeOf(body)
 	}
 	return eps, page, err
-}
-
-// serverInfo fetches {url}/get_server_info.
-func (k *kvRouting) serverInfo(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/get_server_info", nil)
-	if err != nil {
-		return nil, err
-	}
-	if k.s.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+k.s.cfg.APIKey)
-	}
-	resp, err := k.s.probe.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /get_server_info: status %d", resp.StatusCode)
-	}
-	return body, nil
 }
 
 // setPage switches the index's page size to what a worker reports (--block-size is only the

@@ -43,27 +43,36 @@ type serverInfoProbe struct {
 	After func(time.Duration) <-chan time.Time
 }
 
-// get fetches {url}/get_server_info once.
-func (d *serverInfoProbe) get(ctx context.Context, url string) (serverInfo, error) {
-	var info serverInfo
+// raw fetches {url}/get_server_info once and returns its body (at most 1 MiB).
+func (d *serverInfoProbe) raw(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/get_server_info", nil)
 	if err != nil {
-		return info, &permanentError{err}
+		return nil, &permanentError{err}
 	}
 	if d.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+d.APIKey)
 	}
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return info, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return info, err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return info, fmt.Errorf("GET %s/get_server_info: status %d", url, resp.StatusCode)
+		return nil, fmt.Errorf("GET %s/get_server_info: status %d", url, resp.StatusCode)
+	}
+	return body, nil
+}
+
+// get fetches {url}/get_server_info once and decodes what the router reads of it.
+func (d *serverInfoProbe) get(ctx context.Context, url string) (serverInfo, error) {
+	var info serverInfo
+	body, err := d.raw(ctx, url)
+	if err != nil {
+		return info, err
 	}
 	if err := json.Unmarshal(body, &info); err != nil {
 		return info, &permanentError{fmt.Errorf("GET %s/get_server_info: not JSON: %w", url, err)}
