@@ -47,6 +47,30 @@ func qwen3Tokenizer(t *testing.T) string {
 	return dir
 }
 
+// startKVCluster starts the KV-event tests' live cluster: 2 prefill + 2 decode fakeworkers of
+// 2 DP ranks, page 16, llama3-8b-h100 timings, tokenizing with tok and publishing KV events
+// (with replay) on ports the OS picks; it returns the prefill and the decode workers.
+func startKVCluster(t *testing.T, ctx context.Context, tok string) (prefill, decode []*fakeworker.Worker) {
+	t.Helper()
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2, Worker: fakeworker.Config{
+		Host: "127.0.0.1", Seed: 1, DPSize: 2, PageSize: 16, Profile: prof, TokenizerPath: tok,
+		KVEventsConfig: `{"publisher":"zmq","endpoint":"tcp://*:0","replay_endpoint":"tcp://*:0","topic":"kv"}`,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
+	for _, w := range cl.Workers() {
+		switch fakeworker.ModeName(w.Mode()) {
+		case "prefill":
+			prefill = append(prefill, w)
+		case "decode":
+			decode = append(decode, w)
+		}
+	}
+	return prefill, decode
+}
+
 // decisionLines returns the decision lines written to s so far.
 func decisionLines(t *testing.T, s *syncBuffer) []map[string]any {
 	var out []map[string]any
@@ -207,23 +231,7 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 	tok := qwen3Tokenizer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prof, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2, Worker: fakeworker.Config{
-		Host: "127.0.0.1", Seed: 1, DPSize: 2, PageSize: 16, Profile: prof, TokenizerPath: tok,
-		KVEventsConfig: `{"publisher":"zmq","endpoint":"tcp://*:0","replay_endpoint":"tcp://*:0","topic":"kv"}`,
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
-	var prefill, decode []*fakeworker.Worker
-	for _, w := range cl.Workers() {
-		switch fakeworker.ModeName(w.Mode()) {
-		case "prefill":
-			prefill = append(prefill, w)
-		case "decode":
-			decode = append(decode, w)
-		}
-	}
+	prefill, decode := startKVCluster(t, ctx, tok)
 	require.Len(t, prefill, 2)
 
 	precise := startKVRouter(t, ctx, prefill, decode, "auto", tok)

@@ -18,8 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/bench"
-	"github.com/pdrouter/pdrouter/fakeworker"
-	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -72,23 +70,7 @@ func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
 	tok := qwen3Tokenizer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prof, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Prefill: 2, Decode: 2, Worker: fakeworker.Config{
-		Host: "127.0.0.1", Seed: 1, DPSize: 2, PageSize: 16, Profile: prof, TokenizerPath: tok,
-		KVEventsConfig: `{"publisher":"zmq","endpoint":"tcp://*:0","replay_endpoint":"tcp://*:0","topic":"kv"}`,
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
-	var prefill, decode []*fakeworker.Worker
-	for _, w := range cl.Workers() {
-		switch fakeworker.ModeName(w.Mode()) {
-		case "prefill":
-			prefill = append(prefill, w)
-		case "decode":
-			decode = append(decode, w)
-		}
-	}
+	prefill, decode := startKVCluster(t, ctx, tok)
 
 	dir := t.TempDir()
 	seed := uint64(70)
