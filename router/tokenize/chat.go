@@ -131,29 +131,48 @@ func (t *Tokenizer) RenderChat(messages []Message, tools []any, addGenerationPro
 // them to apply_chat_template. Messages may also be given as []any of json.RawMessage through
 // RenderChatJSON.
 func (t *Tokenizer) RenderChatWith(messages []Message, tools []any, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
-	msgs := make([]jinja.Value, len(messages))
-	for i, m := range messages {
-		v, err := toValue(m)
-		if err != nil {
-			return "", fmt.Errorf("messages[%d]: %w", i, err)
-		}
-		msgs[i] = v
+	msgs, err := messageList(messages)
+	if err != nil {
+		return "", err
 	}
-	return t.render(jinja.NewList(msgs), tools, addGenerationPrompt, kwargs)
+	return t.render(msgs, tools, addGenerationPrompt, kwargs)
 }
 
 // RenderChatJSON is RenderChatWith for messages as raw JSON (one object per message), which
 // keeps every key in its written order.
 func (t *Tokenizer) RenderChatJSON(messages []json.RawMessage, tools []any, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
+	msgs, err := messageList(messages)
+	if err != nil {
+		return "", err
+	}
+	return t.render(msgs, tools, addGenerationPrompt, kwargs)
+}
+
+// messageList converts chat messages (maps or raw JSON) to the template's list, naming the
+// message at fault.
+func messageList[M any](messages []M) (jinja.Value, error) {
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		v, err := toValue(m)
 		if err != nil {
-			return "", fmt.Errorf("messages[%d]: %w", i, err)
+			return jinja.Value{}, fmt.Errorf("messages[%d]: %w", i, err)
 		}
 		msgs[i] = v
 	}
-	return t.render(jinja.NewList(msgs), tools, addGenerationPrompt, kwargs)
+	return jinja.NewList(msgs), nil
+}
+
+// listValue converts a list element by element.
+func listValue[E any](x []E) (jinja.Value, error) {
+	items := make([]jinja.Value, len(x))
+	for i, e := range x {
+		iv, err := toValue(e)
+		if err != nil {
+			return jinja.Value{}, err
+		}
+		items[i] = iv
+	}
+	return jinja.NewList(items), nil
 }
 
 func (t *Tokenizer) render(msgs jinja.Value, tools []any, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
@@ -215,25 +234,9 @@ func toValue(v any) (jinja.Value, error) {
 	case json.Number:
 		return jinja.FromGoValue(x), nil
 	case []any:
-		items := make([]jinja.Value, len(x))
-		for i, e := range x {
-			iv, err := toValue(e)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			items[i] = iv
-		}
-		return jinja.NewList(items), nil
+		return listValue(x)
 	case []Message:
-		items := make([]jinja.Value, len(x))
-		for i, e := range x {
-			iv, err := toValue(e)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			items[i] = iv
-		}
-		return jinja.NewList(items), nil
+		return listValue(x)
 	case map[string]any:
 		keys := make([]string, 0, len(x))
 		for k := range x {
