@@ -33,18 +33,7 @@ func BenchmarkRun(b *testing.B) {
 			if tc.convs > 2500 && testing.Short() {
 				b.Skip("large run")
 			}
-			b.ReportAllocs()
-			cfg := speedConfig(tc.convs)
-			var events, reqs uint64
-			for b.Loop() {
-				res, err := Run(cfg)
-				require.NoError(b, err)
-				events += res.Stats.Events
-				reqs += uint64(res.Stats.Requests)
-			}
-			s := b.Elapsed().Seconds()
-			b.ReportMetric(float64(events)/s, "events/s")
-			b.ReportMetric(float64(reqs)/s, "requests/s")
+			benchRuns(b, speedConfig(tc.convs))
 		})
 	}
 }
@@ -84,9 +73,14 @@ func BenchmarkRunScale(b *testing.B) {
 }
 
 func benchScale(b *testing.B, n int, kv string) {
-	b.ReportAllocs()
 	cfg := scaleConfig(n)
 	cfg.Routing.KVEvents = kv
+	benchRuns(b, cfg)
+}
+
+// benchRuns runs cfg once per iteration and reports allocations, events/s and requests/s.
+func benchRuns(b *testing.B, cfg Config) {
+	b.ReportAllocs()
 	var events, reqs uint64
 	for b.Loop() {
 		res, err := Run(cfg)
