@@ -71,6 +71,20 @@ func startKVCluster(t *testing.T, ctx context.Context, tok string) (prefill, dec
 	return prefill, decode
 }
 
+// benchMultiTurn benches url with the KV-event tests' multi-turn run (48 conversations × 3
+// turns, 512-token system prompt, 256-token questions, 16-token replies; 6 clients, 120
+// requests) drawn from seed, into out.
+func benchMultiTurn(t *testing.T, ctx context.Context, url, out string, seed uint64) {
+	t.Helper()
+	p := workloads.DefaultParams()
+	p.Seed = seed
+	p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen, p.RangeRatio = 48, 3, 512, 256, 16, 0.5
+	l := workloads.DefaultLoadParams()
+	l.Concurrency, l.Requests, l.Warmup = []int{6}, 120, 0
+	_, err := bench.Run(ctx, bench.Config{URL: url, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
+	require.NoError(t, err)
+}
+
 // decisionLines returns the decision lines written to s so far.
 func decisionLines(t *testing.T, s *syncBuffer) []map[string]any {
 	var out []map[string]any
@@ -280,14 +294,8 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 	benchRun := func(r *kvRouter, name string) (pred, actual float64) {
 		p0, n0 := histogramMean(t, r.reg, "pdrouter_prefix_match_ratio")
 		a0, m0 := histogramMean(t, r.reg, "pdrouter_worker_cached_token_ratio")
-		p := workloads.DefaultParams()
 		seed++
-		p.Seed = seed
-		p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen, p.RangeRatio = 48, 3, 512, 256, 16, 0.5
-		l := workloads.DefaultLoadParams()
-		l.Concurrency, l.Requests, l.Warmup = []int{6}, 120, 0
-		_, err := bench.Run(ctx, bench.Config{URL: r.url, Workload: p, Load: l, Out: filepath.Join(dir, name), RequestTimeout: time.Minute})
-		require.NoError(t, err)
+		benchMultiTurn(t, ctx, r.url, filepath.Join(dir, name), seed)
 		p1, n1 := histogramMean(t, r.reg, "pdrouter_prefix_match_ratio")
 		a1, m1 := histogramMean(t, r.reg, "pdrouter_worker_cached_token_ratio")
 		pred = (p1*float64(n1) - p0*float64(n0)) / float64(n1-n0)

@@ -16,9 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pdrouter/pdrouter/bench"
-	"github.com/pdrouter/pdrouter/workloads"
 )
 
 // roundRobin is a client-side spread over router replicas, one request each in turn, as a
@@ -92,15 +89,8 @@ func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
 			front = roundRobin(t, replicas)
 		}
 		before := snapshot(t, replicas)
-		p := workloads.DefaultParams()
 		seed++
-		p.Seed = seed
-		p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen, p.RangeRatio = 48, 3, 512, 256, 16, 0.5
-		l := workloads.DefaultLoadParams()
-		l.Concurrency, l.Requests, l.Warmup = []int{6}, 120, 0
-		name := fmt.Sprintf("%s-%d", mode, n)
-		_, err := bench.Run(ctx, bench.Config{URL: front, Workload: p, Load: l, Out: filepath.Join(dir, name), RequestTimeout: time.Minute})
-		require.NoError(t, err)
+		benchMultiTurn(t, ctx, front, filepath.Join(dir, fmt.Sprintf("%s-%d", mode, n)), seed)
 		pred, work := snapshot(t, replicas).since(before)
 		return result{pred, work}
 	}
