@@ -8,6 +8,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
+	"github.com/pdrouter/pdrouter/sim"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,15 +192,25 @@ func TestWriteConfigReadsBackInServe(t *testing.T) {
 	rc.PDDisaggregation, rc.CacheThreshold, rc.HealthCheckTimeoutSecs = true, 0.6, 9
 	seed := int64(3)
 	rc.Seed = &seed
-	require.NoError(t, writeSimConfig(path, rc))
+	require.NoError(t, writeSimConfig(path, rc, sim.Routing{}))
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "decision_log")
+	require.NotContains(t, string(raw), "kv_events", "a simulation that never chose leaves serve's default")
 	cfg, _, err := loadConfigFile(path)
 	require.NoError(t, err)
 	require.Equal(t, 0.6, cfg.CacheThreshold)
 	require.Equal(t, 9, cfg.HealthCheckTimeoutSecs)
 	require.Nil(t, cfg.Seed, "a live router draws fresh rooms")
+	require.Equal(t, "auto", cfg.KVEvents)
+
+	// KV-event routing as simulated reaches serve's kv_events: precise → auto, approximate → off.
+	for simulated, want := range map[string]string{"precise": "auto", "on": "auto", "approximate": "off", "off": "off"} {
+		require.NoError(t, writeSimConfig(path, rc, sim.Routing{KVEvents: simulated}))
+		cfg, _, err := loadConfigFile(path)
+		require.NoError(t, err)
+		require.Equal(t, want, cfg.KVEvents, "simulated --kv-events %s", simulated)
+	}
 
 	require.NoError(t, os.WriteFile(path, []byte("cache_threshold: 0.6\ndecision_log: "+filepath.Join(dir, "serve.jsonl")+"\n"), 0o644))
 	_, err = run(t, append([]string{"sim", "--config", path, "--decision-log", filepath.Join(dir, "sim.jsonl")}, simSmall...)...)

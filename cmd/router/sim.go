@@ -55,7 +55,8 @@ With a preset they keep the engine's defaults. results.json records what each po
 
 The router flags are serve's, under the same names, and --config reads the same settings file
 (flags override it). --write-config FILE writes the routing settings (mode included, no worker
-lists) for 'router serve --config FILE --prefill … --decode …'.
+lists; kv_events auto/off when --kv-events was given) for 'router serve --config FILE --prefill …
+--decode …'.
 
 Each level draws conversations of its own (--same-conversations replays level 1's), and
 levels whose clients outnumber the conversations, or whose percentiles rest on fewer than 100
@@ -321,7 +322,7 @@ func newSimCmd() *cobra.Command {
 			}
 		}
 		if f.writeConfig != "" {
-			return writeSimConfig(f.writeConfig, cfg.Router)
+			return writeSimConfig(f.writeConfig, cfg.Router, cfg.Routing)
 		}
 		return nil
 	}
@@ -473,7 +474,7 @@ func finishSweep(w io.Writer, f *simFlags, vars []sim.Vary, pts []sim.Point, obj
 		if len(ranked) == 0 {
 			return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
 		}
-		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router); err != nil {
+		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router, ranked[0].Config.Routing); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
@@ -588,13 +589,23 @@ func writeSimOutput(w io.Writer, format string, res *reports.Results) error {
 
 // writeSimConfig writes the routing settings of rc in serve --config form: every setting and
 // the mode, without worker lists, listen addresses, secrets or the seed (a live router should
-// draw fresh rooms).
-func writeSimConfig(path string, rc router.Config) error {
+// draw fresh rooms). When the simulation chose KV-event routing explicitly (rt.KVEvents set by
+// --kv-events or a sweep's kv_events axis), the file carries serve's kv_events too — auto for
+// precise, off for approximate — so serve routes as the simulated winner did; a simulation
+// that never said leaves serve's default.
+func writeSimConfig(path string, rc router.Config, rt sim.Routing) error {
 	rc = rc.RoutingOnly()
 	rc.Seed = nil
 	b, err := yaml.Marshal(rc)
 	if err != nil {
 		return fmt.Errorf("--write-config: %w", err)
+	}
+	if rt.KVEvents != "" {
+		mode := "off"
+		if rt.PreciseOn() {
+			mode = "auto"
+		}
+		b = fmt.Appendf(b, "# KV-event routing as simulated (--kv-events %s): serve's kv_events\nkv_events: %s\n", rt.KVEvents, mode)
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("--write-config: %w", err)
