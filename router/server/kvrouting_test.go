@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/router/wire"
 )
 
 // readinessBody is /readiness's answer.
@@ -38,16 +40,8 @@ func TestReadinessWaitsForTheKVEventIndex(t *testing.T) {
 	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, freePort(t))
 	tr := startRouter(t, cfg)
 
-	deadline := time.Now().Add(5 * time.Second) // the subscription is set up in the background
-	var code int
-	var b readinessBody
-	for {
-		code, b = getReadiness(t, tr)
-		if b.KVEvents != nil && b.KVEvents.Subscriptions == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitKVReadiness(t, tr, func(_ int, kv *kvReadiness) bool { return kv != nil && kv.Subscriptions == 1 })
+	code, b := getReadiness(t, tr)
 	require.NotNil(t, b.KVEvents)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "warming up", b.Status)
@@ -62,15 +56,48 @@ func TestReadinessWaitsForTheKVEventIndex(t *testing.T) {
 	plain := DefaultConfig()
 	plain.WorkerURLs = []string{newWorker(t, jsonReply(`{"text":"x"}`)).URL()}
 	tr2 := startRouter(t, plain)
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		code, b = getReadiness(t, tr2)
-		if code == http.StatusOK || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitKVReadiness(t, tr2, func(code int, _ *kvReadiness) bool { return code == http.StatusOK })
+	code, b = getReadiness(t, tr2)
 	assert.Equal(t, http.StatusOK, code)
 	require.NotNil(t, b.KVEvents)
 	assert.Equal(t, kvReadiness{}, *b.KVEvents)
+}
+
+// Requests are not tokenized (nor their token ids decoded) while no worker's events are
+// followed: no target can be fresh, so the index could not use them.
+func TestNoPromptIDsWhileNoWorkerIsFollowed(t *testing.T) {
+	body, err := wire.Parse(wire.Generate, []byte(`{"input_ids":[7,8,9],"sampling_params":{"max_new_tokens":1}}`))
+	require.NoError(t, err)
+
+	plain := DefaultConfig()
+	plain.WorkerURLs = []string{newWorker(t, jsonReply(`{"text":"x"}`)).URL()}
+	tr := startRouter(t, plain)
+	waitKVReadiness(t, tr, func(code int, _ *kvReadiness) bool { return code == http.StatusOK })
+	require.NotNil(t, tr.s.kv)
+	assert.Nil(t, tr.s.kv.tokens(body), "the worker publishes nothing")
+
+	cfg := DefaultConfig()
+	cfg.WorkerURLs = []string{newWorker(t, jsonReply(`{"text":"x"}`)).URL()}
+	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, freePort(t))
+	tr = startRouter(t, cfg)
+	waitKVReadiness(t, tr, func(_ int, kv *kvReadiness) bool { return kv != nil && kv.Subscriptions == 1 })
+	assert.Equal(t, []uint32{7, 8, 9}, tr.s.kv.tokens(body), "a followed worker: the index matches the ids")
+
+	tr.s.kv.workerGone(cfg.WorkerURLs[0])
+	assert.Nil(t, tr.s.kv.tokens(body), "the followed worker removed")
+}
+
+// waitKVReadiness polls /readiness until done holds (the subscriptions are set up in the
+// background and nothing signals their end), for at most 5 s.
+func waitKVReadiness(t *testing.T, tr *testRouter, done func(code int, kv *kvReadiness) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, b := getReadiness(t, tr)
+		if done(code, b.KVEvents) {
+			return
+		}
+		require.False(t, time.Now().After(deadline), "readiness never got there: %d %+v", code, b.KVEvents)
+		time.Sleep(10 * time.Millisecond)
+	}
 }
