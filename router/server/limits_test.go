@@ -382,3 +382,54 @@ func TestPDLargeBodyLegsWhole(t *testing.T) {
 	}
 	assert.Equal(t, pw.callsTo("/generate")[0].body["bootstrap_room"], dw.callsTo("/generate")[0].body["bootstrap_room"])
 }
+
+// oddReader yields data in reads of varying sizes.
+type oddReader struct {
+	data []byte
+	k    int
+}
+
+func (r *oddReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	r.k++
+	n := min(len(p), len(r.data), 1+(r.k*7919)%(300<<10))
+	copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// A chunked body is read whole however its reads fall, through the heap block and the mapped
+// ones, and charged at least its size; refused when its next block does not fit the budget
+// (503) or when the budget could never hold it (413), its blocks given back either way.
+func TestReadChunked(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1, 32 << 10, 32<<10 + 1, 3<<20 + 17, 13 << 20} {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*31 + i>>11)
+		}
+		b := newBudget(1 << 30)
+		ch := &charge{b: b}
+		got, err := readChunked(&oddReader{data: data}, ch, b.limit)
+		require.NoError(t, err, "size %d", size)
+		assert.True(t, bytes.Equal(data, got), "size %d: the body read whole", size)
+		assert.GreaterOrEqual(t, ch.n, int64(size), "size %d: charged at least its size", size)
+		ch.release()
+		assert.Zero(t, b.used.Load())
+	}
+
+	b := newBudget(8 << 20)
+	other := &charge{b: b}
+	require.True(t, other.add(6<<20)) // another body holds most of it
+	ch := &charge{b: b}
+	_, err := readChunked(&oddReader{data: make([]byte, 4<<20)}, ch, b.limit)
+	assert.ErrorIs(t, err, errOverBudget)
+	ch.release()
+	other.release()
+	_, err = readChunked(&oddReader{data: make([]byte, 12<<20)}, ch, b.limit)
+	assert.ErrorIs(t, err, errBodyOverBudget)
+	ch.release()
+	assert.Zero(t, b.used.Load())
+}
