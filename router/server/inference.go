@@ -531,13 +531,26 @@ func (s *Server) bodyFailed(x *exchange, err error) {
 }
 
 // readChunked reads a body of unknown length in blocks that double up to 4 MiB, then joins
-// them once: a body of n bytes peaks at about 2n, and one cut at the limit at about the limit
-// (io.ReadAll's growing buffer peaked at 3-4x: 126 MB for a 32 MiB limit). Each block is
-// charged to ch before it is allocated: errOverBudget when it does not fit, errBodyOverBudget
-// when the body could never fit in a budget of budgetLimit bytes. The join is not charged: it
-// lives only until the blocks are dropped, within the cost multiple README states.
-func readChunked(r io.Reader, ch *charge, budgetLimit int64) ([]byte, error) {
-	var blocks [][]byte
+// them once into one buffer of the body's size, giving each block back as soon as it is
+// copied: a body of n bytes peaks at about n plus one block, and one cut at the limit or refused
+// at about what it had read. Blocks after the first live outside the Go heap (mapBlock), so
+// that giving one back frees its memory at once rather than at the next garbage collection.
+// Each block is charged to ch before it is allocated: errOverBudget when it does not fit,
+// errBodyOverBudget when the body could never fit in a budget of budgetLimit bytes. The
+// charge is not reduced after the join (it stays at or above the body's size). After an
+// error the blocks are given back and the charge released at once, before the answer is
+// written: of concurrent bodies that do not fit together, the ones refused make room for the
+// others at once (otherwise all of them could be refused, each waiting on the others' answers).
+func readChunked(r io.Reader, ch *charge, budgetLimit int64) (_ []byte, err error) {
+	var blocks []bodyBlock
+	defer func() {
+		if err != nil { // first: unmapping a large body takes milliseconds
+			ch.release()
+		}
+		for i := range blocks {
+			blocks[i].free()
+		}
+	}()
 	total, size := 0, 32<<10
 	for {
 		if !ch.add(int64(size)) {
@@ -546,12 +559,11 @@ func readChunked(r io.Reader, ch *charge, budgetLimit int64) ([]byte, error) {
 			}
 			return nil, errOverBudget
 		}
-		b := make([]byte, size)
-		n, err := io.ReadFull(r, b)
-		if n > 0 {
-			blocks = append(blocks, b[:n])
-			total += n
-		}
+		b := newBodyBlock(size, len(blocks) == 0) // most chunked bodies fit in the first
+		blocks = append(blocks, b)
+		n, err := io.ReadFull(r, b.buf)
+		blocks[len(blocks)-1].n = n
+		total += n
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
@@ -560,12 +572,40 @@ func readChunked(r io.Reader, ch *charge, budgetLimit int64) ([]byte, error) {
 		}
 		size = min(size*2, 4<<20)
 	}
-	if len(blocks) == 1 {
-		return blocks[0], nil
+	if len(blocks) == 1 && !blocks[0].mapped {
+		return blocks[0].buf[:blocks[0].n], nil
 	}
 	out := make([]byte, 0, total)
-	for _, b := range blocks {
-		out = append(out, b...)
+	for i := range blocks {
+		out = append(out, blocks[i].buf[:blocks[i].n]...)
+		blocks[i].free()
 	}
 	return out, nil
+}
+
+// bodyBlock is one block of a chunked body being read: n bytes of buf are filled.
+type bodyBlock struct {
+	buf    []byte
+	n      int
+	mapped bool // buf is a mapping of its own (mapBlock), unmapped by free
+}
+
+// newBodyBlock returns a block of size bytes: on the Go heap when heap is set or no mapping is
+// to be had, else mapped.
+func newBodyBlock(size int, heap bool) bodyBlock {
+	if !heap {
+		if b := mapBlock(size); b != nil {
+			return bodyBlock{buf: b, mapped: true}
+		}
+	}
+	return bodyBlock{buf: make([]byte, size)}
+}
+
+// free gives a mapped block back to the kernel; it may be called again, and is a no-op for a
+// heap block (the garbage collector frees it).
+func (b *bodyBlock) free() {
+	if b.mapped {
+		unmapBlock(b.buf)
+	}
+	b.buf, b.n, b.mapped = nil, 0, false
 }

@@ -14,9 +14,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,16 +170,12 @@ func TestIntegrationMillionPromptListRefused(t *testing.T) {
 	assert.False(t, prefillCalled || decodeCalled, "no worker saw it")
 }
 
-// One large body under --max-payload-size costs the router at most twice its size (peak RSS
-// growth) in regular mode; in PD mode at most 3.5 times: the body plus its two rewritten legs,
-// each a copy (README states both multiples).
+// One 500 MB body under --max-payload-size (the default, 512 MiB) costs the router at most
+// twice its size (peak RSS growth) in both modes: in PD mode its two legs are pieces of the
+// body the router read, not copies (README states the multiple).
 func TestIntegrationLargeBodyCost(t *testing.T) {
-	const size = 300 << 20 // 500 MB in the issue; scaled to keep the test quick on 2 shared cores
-	for _, tc := range []struct {
-		mode     string
-		multiple float64
-	}{{"regular", 2}, {"pd", 3.5}} {
-		mode := tc.mode
+	const size = 500e6
+	for _, mode := range []string{"regular", "pd"} {
 		t.Run(mode, func(t *testing.T) {
 			w, w2 := discardWorker(t), discardWorker(t)
 			args := []string{"--worker-urls", w.URL}
@@ -197,9 +196,9 @@ func TestIntegrationLargeBodyCost(t *testing.T) {
 			resp.Body.Close()
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 			grew := peakRSS(t, p.pid) - base
-			t.Logf("%s: %d MB body answered %d in %s; peak RSS +%.0f MB (%.2f× the body)", mode, size>>20, resp.StatusCode,
+			t.Logf("%s: %.0f MB body answered %d in %s; peak RSS +%.0f MB (%.2f× the body)", mode, size/1e6, resp.StatusCode,
 				time.Since(start).Round(time.Millisecond), float64(grew)/1e6, float64(grew)/size)
-			assert.LessOrEqual(t, float64(grew), tc.multiple*size)
+			assert.LessOrEqual(t, float64(grew), 2*size)
 		})
 	}
 }
@@ -243,11 +242,11 @@ func chunkedPost(addr string, size int64) int {
 }
 
 // Three concurrent 400 MB chunked bodies against a 512 MB budget: counted as they arrive, one
-// is read whole and answered, the others 503. The router's peak RSS stays within what the
-// budget allows: the accepted body twice (a chunked body is read in blocks, then joined) plus
-// the refused ones' partial reads (at most the budget together) and 64 MB — 1.38 GB, above the
-// issue's 1.2 GB target (measured 1.31 GB); without the budget all three would be read whole
-// and joined (2.4 GB).
+// is read whole and answered, the others 503. The router's peak RSS stays within 1.2 GB: the
+// blocks of all three together are bounded by the budget, the refused ones' are given back as
+// they are refused, and the accepted body's are given back one by one as they are joined (so
+// the join costs one block, not a second copy); without the budget all three would be read
+// whole and joined (2.4 GB).
 func TestIntegrationConcurrentChunkedBodiesShareBudget(t *testing.T) {
 	const size, budget = 400 << 20, 512 << 20
 	w := discardWorker(t)
@@ -267,18 +266,133 @@ func TestIntegrationConcurrentChunkedBodiesShareBudget(t *testing.T) {
 	t.Logf("three %d MB chunked bodies, %d MB budget: statuses %v, peak RSS %.0f MB", size>>20, budget>>20, counts, float64(peak)/1e6)
 	assert.Equal(t, 1, counts[http.StatusOK], "one accepted")
 	assert.Equal(t, 2, counts[http.StatusServiceUnavailable]+counts[0], "the others refused (503, or the connection cut while still sending)")
-	assert.LessOrEqual(t, peak, int64(2*size+budget+64<<20))
+	assert.LessOrEqual(t, peak, int64(1.2e9))
 	assert.Equal(t, float64(budget), scrape(t, metricsURL(mport), "pdrouter_body_budget_bytes"))
 	assert.Zero(t, scrape(t, metricsURL(mport), "pdrouter_body_budget_in_use_bytes"))
 }
 
-// At --max-connections, idle connections over the cap are closed as they are accepted; once the
-// ones under it close, a request on a fresh connection is served within 1 s (+ a normal
-// request's time measured in the same run), and /metrics counts the open connections.
+// idleHolderEnv makes the test binary an idle-connection holder (TestMain, holdIdle) instead
+// of running tests: "addr|localIP".
+const idleHolderEnv = "PDROUTER_TEST_IDLE_HOLDER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(idleHolderEnv); spec != "" {
+		os.Exit(holdIdle(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// holdIdle is a child process of TestIntegrationConnectionCap: it dials connections to addr
+// from localIP (each process has its own source address, so 30,000 connections to one port do
+// not run out of ephemeral ports, and its own descriptor table) and holds them idle. Its
+// commands, one a line on stdin: "dial N" dials N more and prints "dialled TOTAL"; "close" (or
+// EOF) closes them all, prints "closed" and exits.
+func holdIdle(spec string) int {
+	target, local, ok := strings.Cut(spec, "|")
+	if !ok {
+		fmt.Fprintln(os.Stderr, "bad", idleHolderEnv, spec)
+		return 2
+	}
+	// IP_BIND_ADDRESS_NO_PORT (Linux): the source port is picked at connect, where only the
+	// whole 4-tuple must be unique, rather than by bind, whose search of the port range for
+	// one free on this address slows to seconds per socket when thousands are taken.
+	const ipBindAddressNoPort = 24
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+			})
+		}}
+	var open []net.Conn
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var count int
+		if _, err := fmt.Sscanf(in.Text(), "dial %d", &count); err != nil {
+			break
+		}
+		conns := make(chan net.Conn, count)
+		var wg sync.WaitGroup
+		const dialers = 50
+		for i := range dialers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := i; j < count; j += dialers {
+					if c, err := d.Dial("tcp", target); err == nil {
+						conns <- c
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(conns)
+		for c := range conns {
+			open = append(open, c)
+		}
+		fmt.Printf("dialled %d\n", len(open))
+	}
+	for _, c := range open {
+		c.Close()
+	}
+	fmt.Println("closed")
+	return 0
+}
+
+// idleHolder is one holdIdle child process.
+type idleHolder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startIdleHolder starts a holdIdle child dialling addr from localIP.
+func startIdleHolder(t *testing.T, addr, localIP string) *idleHolder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), idleHolderEnv+"="+addr+"|"+localIP)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &idleHolder{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+}
+
+// send writes one command to the holder.
+func (h *idleHolder) send(t *testing.T, cmd string) {
+	t.Helper()
+	_, err := io.WriteString(h.stdin, cmd+"\n")
+	require.NoError(t, err)
+}
+
+// line reads the holder's next line of output.
+func (h *idleHolder) line(t *testing.T) string {
+	t.Helper()
+	l, err := h.out.ReadString('\n')
+	require.NoError(t, err, "idle holder ended")
+	return strings.TrimSpace(l)
+}
+
+// At --max-connections 10,000, 30,000 idle connections (three processes of 10,000, from
+// 127.0.0.2-4: one process may open 20,000 descriptors here, and one source address has
+// 28,000 ephemeral ports) fill the cap; the ones over it are closed as they are accepted, and
+// so is a fresh connection while the cap is full. Once the idle ones close, a request on a
+// fresh connection is served within 1 s (+ a fresh-connection request's time measured in the
+// same run before the flood), and /metrics counts the open connections. The holders dial in
+// rounds the router has accepted before the next (open + rejected connections reach the number
+// dialled), each within half the kernel's accept queue (somaxconn, 4,096 here): a flood faster
+// than the router accepts overflows it, and the connections it drops look established to
+// their client but reach the router only on the SYN-ACK retries, seconds later.
 func TestIntegrationConnectionCap(t *testing.T) {
-	// The issue's 30,000 idle against a cap of 10,000, scaled to 15,000 against 5,000: the
-	// machine's open-file limit is 20,000 per process.
-	const capConns, idle = 5000, 15000
+	const capConns, holders, perHolder = 10000, 3, 10000
+	// Each round of dials stays within half the kernel's accept queue.
+	raw, err := os.ReadFile("/proc/sys/net/core/somaxconn")
+	require.NoError(t, err)
+	somaxconn, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(t, err)
+	round := max(min(1000, somaxconn/(2*holders)), 1)
 	w := discardWorker(t)
 	mport := freePort(t)
 	p := startRouterProc(t, "--worker-urls", w.URL, "--max-connections", strconv.Itoa(capConns),
@@ -287,67 +401,74 @@ func TestIntegrationConnectionCap(t *testing.T) {
 	status, ref := timedPost(t, p.url+"/generate", `{"text":"hi"}`)
 	require.Equal(t, http.StatusOK, status)
 
-	conns := make(chan net.Conn, idle)
-	var wg sync.WaitGroup
-	per := idle / 50
-	for range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := net.Dialer{Timeout: 10 * time.Second}
-			for range per {
-				c, err := d.Dial("tcp", addr)
-				if err != nil {
-					continue
-				}
-				conns <- c
-			}
-		}()
+	hs := make([]*idleHolder, holders)
+	for i := range hs {
+		hs[i] = startIdleHolder(t, addr, fmt.Sprintf("127.0.0.%d", i+2))
 	}
-	wg.Wait()
-	close(conns)
-	var open []net.Conn
-	for c := range conns {
-		open = append(open, c)
-	}
-	t.Cleanup(func() {
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	t.Logf("dialled %d idle connections", len(open))
-	require.Greater(t, len(open), capConns)
 	mu := metricsURL(mport)
-	deadline := time.Now().Add(20 * time.Second)
-	for scrape(t, mu, "pdrouter_open_connections") < capConns && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	accepted := func() float64 {
+		return scrape(t, mu, "pdrouter_open_connections") + scrape(t, mu, "pdrouter_connections_rejected_total")
 	}
+	dialled := 0
+	start := time.Now()
+	// The router's 30 s header timeout closes idle connections: the flood must be over well
+	// before, or the cap empties again under it.
+	deadline := start.Add(20 * time.Second)
+	for sent := 0; sent < perHolder; sent += round {
+		for _, h := range hs {
+			h.send(t, fmt.Sprintf("dial %d", min(round, perHolder-sent)))
+		}
+		dialled = 0
+		for _, h := range hs {
+			var n int
+			_, err := fmt.Sscanf(h.line(t), "dialled %d", &n)
+			require.NoError(t, err)
+			dialled += n
+		}
+		for accepted() < float64(dialled) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.GreaterOrEqual(t, accepted(), float64(dialled), "the router accepted every connection dialled within 20 s")
+	}
+	t.Logf("dialled %d idle connections from %d processes in %s", dialled, holders, time.Since(start).Round(time.Millisecond))
+	require.Equal(t, holders*perHolder, dialled)
 	assert.Equal(t, float64(capConns), scrape(t, mu, "pdrouter_open_connections"))
-	assert.Positive(t, scrape(t, mu, "pdrouter_connections_rejected_total"))
+	assert.Equal(t, float64(dialled-capConns), scrape(t, mu, "pdrouter_connections_rejected_total"),
+		"every connection over the cap closed as accepted")
 
-	// Free the cap: the clients close their idle connections.
-	for _, c := range open {
-		c.Close()
-	}
-	freed := time.Now()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	var served time.Duration
-	for try := 0; try < 1000 && served == 0; try++ {
+	post := func() (int, error) {
 		resp, err := c.Post(p.url+"/generate", "application/json", strings.NewReader(`{"text":"hi"}`))
 		if err != nil {
-			continue // closed over the cap while the router still counts closing ones
+			return 0, err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, nil
+	}
+	_, err = post()
+	assert.Error(t, err, "a fresh connection is closed while the cap is full")
+
+	// Free the cap: the holders close their idle connections.
+	for _, h := range hs {
+		h.send(t, "close")
+	}
+	for _, h := range hs {
+		require.Equal(t, "closed", h.line(t))
+	}
+	freed := time.Now()
+	var served time.Duration
+	for try := 0; try < 100000 && served == 0 && time.Since(freed) < 30*time.Second; try++ {
+		if status, err := post(); err == nil && status == http.StatusOK {
 			served = time.Since(freed)
-		}
+		} // else closed over the cap while the router still counts closing ones
 	}
 	bound := time.Second + ref
-	t.Logf("cap %d, %d idle: a fresh connection served %s after the cap freed (bound %s, reference request %s)", capConns, len(open), served, bound, ref)
+	t.Logf("cap %d, %d idle: a fresh connection served %s after the cap freed (bound %s = 1 s + reference request %s; margin %s)",
+		capConns, dialled, served, bound, ref, bound-served)
 	require.NotZero(t, served, "never served")
 	assert.Less(t, served, bound)
-	for scrape(t, mu, "pdrouter_open_connections") > 1 && time.Now().Before(deadline.Add(10*time.Second)) {
+	for drained := time.Now().Add(20 * time.Second); scrape(t, mu, "pdrouter_open_connections") > 1 && time.Now().Before(drained); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	assert.LessOrEqual(t, scrape(t, mu, "pdrouter_open_connections"), 1.0)

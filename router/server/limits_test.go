@@ -2,13 +2,17 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,4 +303,133 @@ func TestCapListenerBacksOffOnEMFILE(t *testing.T) {
 	fl.accepts <- &net.OpError{Op: "accept", Err: syscall.EINVAL}
 	_, err = l.Accept()
 	assert.ErrorIs(t, err, syscall.EINVAL)
+}
+
+// A body given as pieces (a PD leg, wire.Pieces) reaches the worker as their concatenation,
+// with its Content-Length, through both transports — h1 for http:// (copied behind the head
+// when small, written with one writev when large) and net/http for https:// — and the pieces
+// are left as they were, so a retry can send them again.
+func TestLegClientSendsPieces(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Got-Length", strconv.FormatInt(r.ContentLength, 10))
+		w.Header().Set("X-Got-Type", r.Header.Get("Content-Type"))
+		_, _ = w.Write(b)
+	})
+	plain := httptest.NewServer(h)
+	t.Cleanup(plain.Close)
+	tlsSrv := httptest.NewTLSServer(h)
+	t.Cleanup(tlsSrv.Close)
+	c := newLegClient(3*time.Second, tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig)
+	t.Cleanup(c.CloseIdleConnections)
+
+	big := strings.Repeat("x", 200<<10)
+	for _, tc := range []struct {
+		name   string
+		pieces [][]byte
+	}{
+		{"small", [][]byte{[]byte(`{"text":`), []byte(`"hi"`), []byte(`}`)}},
+		{"large", [][]byte{[]byte(`{"text":"`), []byte(big), []byte(`","rid":"r"`), []byte(big), []byte(`"}`)}},
+		{"empty", [][]byte{}},
+	} {
+		want := string(bytes.Join(tc.pieces, nil))
+		keep := make([][]byte, len(tc.pieces))
+		copy(keep, tc.pieces)
+		for _, worker := range []string{plain.URL, tlsSrv.URL} {
+			for range 2 { // twice: the pieces are not consumed
+				resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: worker, path: "/generate", pieces: tc.pieces, role: "prefill"})
+				require.Nil(t, ue, "%s %s", tc.name, worker)
+				assert.Equal(t, strconv.Itoa(len(want)), resp.Header.Get("X-Got-Length"), "%s %s", tc.name, worker)
+				assert.Equal(t, "application/json", resp.Header.Get("X-Got-Type"), "%s %s", tc.name, worker)
+				assert.Equal(t, want, readAll(t, resp), "%s %s", tc.name, worker)
+			}
+		}
+		assert.Equal(t, keep, tc.pieces, "%s: pieces unchanged", tc.name)
+	}
+}
+
+// A large PD body reaches both legs as the rewrite of the original, the prompt whole, though
+// no leg copies it (they are pieces of the body the router read).
+func TestPDLargeBodyLegsWhole(t *testing.T) {
+	t.Parallel()
+	prefilled := make(chan struct{}, 1) // the prefill leg may end after the router answered
+	pw := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		jsonReply(`{"text":"","meta_info":{}}`)(w, r, c)
+		prefilled <- struct{}{}
+	})
+	dw := newWorker(t, jsonReply(`{"text":"ok","meta_info":{}}`))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	prompt := strings.Repeat("lorem ipsum ", 100<<10)
+	body := `{"text": "` + prompt + `", "sampling_params": {"max_new_tokens": 4}, "x_extra": [1, 2]}`
+	status, _, out := tr.post(t, "/generate", body, nil)
+	require.Equal(t, http.StatusOK, status, out)
+	select {
+	case <-prefilled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the prefill leg never arrived")
+	}
+	for _, w := range []*testWorker{pw, dw} {
+		calls := w.callsTo("/generate")
+		require.Len(t, calls, 1)
+		c := calls[0]
+		assert.Equal(t, prompt, c.body["text"])
+		assert.Equal(t, map[string]any{"max_new_tokens": float64(4)}, c.body["sampling_params"])
+		assert.Equal(t, []any{float64(1), float64(2)}, c.body["x_extra"])
+		assert.NotEmpty(t, c.body["rid"])
+		assert.NotEmpty(t, c.body["bootstrap_room"])
+		assert.True(t, bytes.HasPrefix(c.raw, []byte(`{"text":"lorem`)), "members re-joined without white space, as before")
+	}
+	assert.Equal(t, pw.callsTo("/generate")[0].body["bootstrap_room"], dw.callsTo("/generate")[0].body["bootstrap_room"])
+}
+
+// oddReader yields data in reads of varying sizes.
+type oddReader struct {
+	data []byte
+	k    int
+}
+
+func (r *oddReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	r.k++
+	n := min(len(p), len(r.data), 1+(r.k*7919)%(300<<10))
+	copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// A chunked body is read whole however its reads fall, through the heap block and the mapped
+// ones, and charged at least its size; refused when its next block does not fit the budget
+// (503) or when the budget could never hold it (413), its blocks given back either way.
+func TestReadChunked(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1, 32 << 10, 32<<10 + 1, 3<<20 + 17, 13 << 20} {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*31 + i>>11)
+		}
+		b := newBudget(1 << 30)
+		ch := &charge{b: b}
+		got, err := readChunked(&oddReader{data: data}, ch, b.limit)
+		require.NoError(t, err, "size %d", size)
+		assert.True(t, bytes.Equal(data, got), "size %d: the body read whole", size)
+		assert.GreaterOrEqual(t, ch.n, int64(size), "size %d: charged at least its size", size)
+		ch.release()
+		assert.Zero(t, b.used.Load())
+	}
+
+	b := newBudget(8 << 20)
+	other := &charge{b: b}
+	require.True(t, other.add(6<<20)) // another body holds most of it
+	ch := &charge{b: b}
+	_, err := readChunked(&oddReader{data: make([]byte, 4<<20)}, ch, b.limit)
+	assert.ErrorIs(t, err, errOverBudget)
+	ch.release()
+	other.release()
+	_, err = readChunked(&oddReader{data: make([]byte, 12<<20)}, ch, b.limit)
+	assert.ErrorIs(t, err, errBodyOverBudget)
+	ch.release()
+	assert.Zero(t, b.used.Load())
 }

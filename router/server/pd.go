@@ -145,8 +145,8 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
 	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1),
-		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, body: legs.Prefill, hdr: x.hdr, role: "prefill"},
-		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, body: legs.Decode, hdr: x.hdr, role: "decode"},
+		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
+		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
 	a.pctx, a.pcancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	a.dctx, a.dcancel = context.WithCancelCause(ctx)

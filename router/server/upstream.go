@@ -82,6 +82,7 @@ type upstreamRequest struct {
 	worker string      // the worker's base URL
 	path   string      // appended to worker ("/generate"); "" for the URL itself
 	body   []byte      // nil: none; otherwise sent as JSON
+	pieces [][]byte    // when not nil, the body instead of body: their concatenation (PD legs, wire.Pieces)
 	hdr    http.Header // forwarded client headers; may be nil
 	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
 }
@@ -113,6 +114,9 @@ func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Re
 	if r.body != nil {
 		rd = bytes.NewReader(r.body)
 	}
+	if r.pieces != nil {
+		rd = piecesReader(r.pieces)
+	}
 	var reused bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
@@ -121,14 +125,27 @@ func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Re
 	if err != nil {
 		return nil, false, err
 	}
+	if r.pieces != nil { // a reader net/http cannot size or rewind by itself
+		req.ContentLength = int64(wire.Pieces(r.pieces).Len())
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(piecesReader(r.pieces)), nil }
+		if req.ContentLength == 0 {
+			req.Body = http.NoBody
+		}
+	}
 	for k, v := range r.hdr {
 		req.Header[k] = v
 	}
-	if r.body != nil {
+	if r.body != nil || r.pieces != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.Client.Do(req)
 	return resp, reused, err
+}
+
+// piecesReader reads the concatenation of pieces, leaving them as they are.
+func piecesReader(pieces [][]byte) io.Reader {
+	bufs := append(net.Buffers(nil), pieces...) // its Read consumes the copy
+	return &bufs
 }
 
 // send sends r and returns the response once its headers arrived. A non-2xx answer is

@@ -31,7 +31,9 @@
 //
 // PD. IDGen makes rids and bootstrap rooms from an injected *rand.Rand; BootstrapHost derives
 // bootstrap_host from a prefill URL exactly like sgl-router; Body.PD writes both PD legs with the
-// bootstrap and DP-rank fields of SPEC §1.4 (FieldStyle picks the legacy or routed names).
+// bootstrap and DP-rank fields of SPEC §1.4 (FieldStyle picks the legacy or routed names), as
+// Pieces: the bytes Body.Append would write, referring to the original's long runs rather than
+// copying them.
 // MergeLogprobs, PrefillLogprobs and LogprobMerger prepend the prefill leg's input token
 // logprobs to the decode response, whole or streamed.
 //

@@ -106,7 +106,7 @@ func FuzzParse(f *testing.F) {
 			if len(legs.RIDs) != body.Size() || len(legs.Rooms) != body.Size() {
 				t.Fatalf("ids: %d rids, %d rooms for size %d", len(legs.RIDs), len(legs.Rooms), body.Size())
 			}
-			for _, leg := range [][]byte{legs.Prefill, legs.Decode} {
+			for _, leg := range [][]byte{legs.Prefill.Bytes(), legs.Decode.Bytes()} {
 				if !json.Valid(leg) {
 					t.Fatalf("leg is not JSON: %s", leg)
 				}
@@ -132,6 +132,11 @@ func FuzzParse(f *testing.F) {
 				if again.Text != body.Text || again.Batch != body.Batch {
 					t.Fatalf("leg view differs: %q/%d vs %q/%d", again.Text, again.Batch, body.Text, body.Batch)
 				}
+			}
+		}
+		for _, set := range [][]Field{nil, {{"rid", []byte(`"r"`)}, {"bootstrap_room", []byte("[1,2]")}}} {
+			if p, a := body.Pieces(set...).Bytes(), body.Append(nil, set...); !bytes.Equal(p, a) {
+				t.Fatalf("Pieces and Append differ:\n%s\n%s", p, a)
 			}
 		}
 		if dp := body.WithDPRank(nil, 3); !json.Valid(dp) {

@@ -69,6 +69,207 @@ func (b *Body) Append(dst []byte, set ...Field) []byte {
 	return append(dst, '}')
 }
 
+// Pieces is a body given as the concatenation of its pieces, in order: a rewritten body whose
+// long runs alias the original (Body.Raw) rather than copy it, so a large body costs its
+// rewrites almost nothing (SPEC §1.4 legs carry the prompt unchanged). Pieces and the bytes
+// they alias are read-only.
+type Pieces [][]byte
+
+// Len returns the body's length in bytes.
+func (p Pieces) Len() int {
+	n := 0
+	for _, b := range p {
+		n += len(b)
+	}
+	return n
+}
+
+// AppendTo appends the body to dst and returns the extended slice.
+func (p Pieces) AppendTo(dst []byte) []byte {
+	for _, b := range p {
+		dst = append(dst, b...)
+	}
+	return dst
+}
+
+// Bytes returns the body as one new slice (a copy).
+func (p Pieces) Bytes() []byte { return p.AppendTo(make([]byte, 0, p.Len())) }
+
+// minRef is the shortest run of the original body a rewritten body refers to rather than
+// copies: shorter runs (keys, separators, small values) are copied into the rewrite's own
+// bytes, so a body of many small members costs a rewrite about its size once, as a copy would,
+// and never a slice header per few bytes; a longer run costs a slice header (24 bytes) per
+// minRef bytes or more.
+const minRef = 512
+
+// pieceWriter builds Pieces from runs of an original body (raw) and bytes of its own (lit).
+// Runs of raw that touch are merged before they are referred to or copied. A copied piece is
+// a slice of lit taken when it ends; lit is never reallocated under one (a full lit is
+// replaced by a new buffer), so pieces taken stay valid.
+type pieceWriter struct {
+	raw    []byte
+	out    Pieces
+	lit    []byte // copied bytes
+	r0, r1 int    // the pending run raw[r0:r1]; r0 < 0: none
+	l0     int    // start in lit of the open copied piece; < 0: none
+}
+
+// run adds raw[a:b].
+func (w *pieceWriter) run(a, b int) {
+	if w.r0 >= 0 && w.r1 == a {
+		w.r1 = b
+		return
+	}
+	w.flush()
+	w.r0, w.r1 = a, b
+}
+
+// byte adds c: as the next byte of the pending run when the original has c there, else
+// copied.
+func (w *pieceWriter) byte(c byte) {
+	if w.r0 >= 0 && w.r1 < len(w.raw) && w.raw[w.r1] == c {
+		w.r1++
+		return
+	}
+	w.flush()
+	w.grow(1)
+	w.lit = append(w.lit, c)
+}
+
+// quote adds the JSON string of s, copied.
+func (w *pieceWriter) quote(s string) {
+	w.flush()
+	w.grow(6*len(s) + 2) // the longest escaping
+	w.lit = appendQuote(w.lit, s)
+}
+
+// bytes adds v, which must stay unmodified while the result is in use: referred to when long,
+// copied otherwise.
+func (w *pieceWriter) bytes(v []byte) {
+	w.flush()
+	w.add(v)
+}
+
+func (w *pieceWriter) add(v []byte) {
+	if len(v) < minRef {
+		w.grow(len(v))
+		w.lit = append(w.lit, v...)
+		return
+	}
+	w.close()
+	w.out = append(w.out, v[:len(v):len(v)])
+}
+
+// grow opens a copied piece with room for n more bytes; when lit has not the room, the open
+// piece ends and a new buffer is started.
+func (w *pieceWriter) grow(n int) {
+	if cap(w.lit)-len(w.lit) < n {
+		w.close()
+		w.lit = make([]byte, 0, max(2*cap(w.lit), n, 256))
+	}
+	if w.l0 < 0 {
+		w.l0 = len(w.lit)
+	}
+}
+
+// flush ends the pending run.
+func (w *pieceWriter) flush() {
+	if w.r0 < 0 {
+		return
+	}
+	v := w.raw[w.r0:w.r1]
+	w.r0 = -1
+	w.add(v)
+}
+
+// close ends the open copied piece.
+func (w *pieceWriter) close() {
+	if w.l0 >= 0 && len(w.lit) > w.l0 {
+		w.out = append(w.out, w.lit[w.l0:len(w.lit):len(w.lit)])
+	}
+	w.l0 = -1
+}
+
+// done returns the pieces.
+func (w *pieceWriter) done() Pieces {
+	w.flush()
+	w.close()
+	return w.out
+}
+
+// Pieces returns what Append(nil, set...) returns, as pieces: runs of the original of minRef
+// bytes or more are referred to, not copied, so the result costs little more than the fields
+// it sets however large the body. The result aliases b.Raw and the values in set.
+func (b *Body) Pieces(set ...Field) Pieces {
+	var doneSmall [16]bool
+	var done []bool
+	if len(set) <= len(doneSmall) {
+		done = doneSmall[:len(set)]
+	} else {
+		done = make([]bool, len(set))
+	}
+	// Everything but the long runs is copied into lit: size it for all of a small body and
+	// for the fields, so that it rarely grows.
+	litCap := 16
+	for _, f := range set {
+		litCap += 6*len(f.Key) + 4 // as quote asks room for it
+		if len(f.Value) < minRef {
+			litCap += len(f.Value)
+		}
+	}
+	if len(b.Raw) <= 4*minRef {
+		litCap += len(b.Raw)
+	} else {
+		litCap += 4 * minRef
+	}
+	// Each field adds at most two pieces (its key copied with what precedes it, its value).
+	w := pieceWriter{raw: b.Raw, r0: -1, l0: -1, lit: make([]byte, 0, litCap), out: make(Pieces, 0, 2*len(set)+6)}
+	if len(b.members) > 0 && b.members[0].k0 > 0 && b.Raw[b.members[0].k0-1] == '{' {
+		w.run(b.members[0].k0-1, b.members[0].k0)
+	} else {
+		w.byte('{')
+	}
+	first := true
+	for _, m := range b.members {
+		j := -1
+		for k := range set {
+			if keyIs(b.Raw[m.k0:m.k1], set[k].Key) {
+				j = k
+				break
+			}
+		}
+		if j >= 0 && done[j] {
+			continue
+		}
+		if !first {
+			w.byte(',')
+		}
+		first = false
+		w.run(m.k0, m.k1)
+		w.byte(':')
+		if j < 0 {
+			w.run(m.v0, m.v1)
+		} else {
+			done[j] = true
+			w.bytes(set[j].Value)
+		}
+	}
+	for k, f := range set {
+		if done[k] {
+			continue
+		}
+		if !first {
+			w.byte(',')
+		}
+		first = false
+		w.quote(f.Key)
+		w.byte(':')
+		w.bytes(f.Value)
+	}
+	w.byte('}')
+	return w.done()
+}
+
 // WithDPRank returns the body for a regular-mode DP target (SPEC §1.5): the original plus
 // "data_parallel_rank": rank, appended to dst. No rid is injected.
 func (b *Body) WithDPRank(dst []byte, rank int) []byte {
@@ -120,10 +321,11 @@ type PDOptions struct {
 	Style       FieldStyle // names of the DP-rank fields
 }
 
-// PDLegs are the two rewritten bodies of one PD attempt and the ids they carry.
+// PDLegs are the two rewritten bodies of one PD attempt and the ids they carry. The bodies are
+// Pieces aliasing the original body: neither leg copies the prompt.
 type PDLegs struct {
-	Prefill []byte   // body for the prefill worker
-	Decode  []byte   // body for the decode worker
+	Prefill Pieces   // body for the prefill worker
+	Decode  Pieces   // body for the decode worker
 	RIDs    []string // rid per element (length Body.Size()): the client's, or generated
 	Rooms   []uint64 // bootstrap_room per element, the same on both legs
 }
@@ -134,6 +336,9 @@ type PDLegs struct {
 // fresh rid and room per element; host and port repeat. The client's rid (or rid list) is kept
 // as sent, in place; otherwise rids come from g. Random draws, for reproducibility: for each element in order, its
 // rid (when generated) then its room. Call PD once per attempt: each call draws fresh ids.
+// The legs are the bytes Append would write, as Pieces that refer to the original body's long
+// runs instead of copying them (so a PD request costs about its body once, not three times);
+// a batch's list values are written once and shared by both legs.
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	n := b.Size()
 	legs := PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
@@ -246,12 +451,8 @@ func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 		pf[np] = Field{prefillKey, prefillRank}
 		np++
 	}
-	size := len(b.Raw) + len(vals) + 160
-	out := make([]byte, 0, 2*size)
-	out = b.Append(out, pf[:np]...)
-	legs.Prefill = out[:len(out):len(out)]
-	out = b.Append(out[len(out):], df[:nd]...)
-	legs.Decode = out
+	legs.Prefill = b.Pieces(pf[:np]...)
+	legs.Decode = b.Pieces(df[:nd]...)
 	return legs
 }
 

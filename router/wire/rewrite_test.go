@@ -234,7 +234,7 @@ func TestPDInjection(t *testing.T) {
 				name  string
 				got   []byte
 				extra map[string]any
-			}{{"prefill", legs.Prefill, tc.prefill}, {"decode", legs.Decode, tc.decode}} {
+			}{{"prefill", legs.Prefill.Bytes(), tc.prefill}, {"decode", legs.Decode.Bytes(), tc.decode}} {
 				want := asMap(t, []byte(tc.body))
 				want["rid"] = ridVal
 				want["bootstrap_room"] = roomVal
@@ -290,7 +290,7 @@ func TestPDSameRoomBothLegsAndFreshPerCall(t *testing.T) {
 	g := newGen()
 	a := body.PD(g, PDOptions{Host: "h"})
 	b := body.PD(g, PDOptions{Host: "h"})
-	pa, da := asMap(t, a.Prefill), asMap(t, a.Decode)
+	pa, da := asMap(t, a.Prefill.Bytes()), asMap(t, a.Decode.Bytes())
 	assert.Equal(t, pa["bootstrap_room"], da["bootstrap_room"])
 	assert.Equal(t, pa["rid"], da["rid"])
 	assert.Len(t, pa["bootstrap_room"], 3)
@@ -308,7 +308,7 @@ func TestPDDuplicateKeysReplacedOnce(t *testing.T) {
 	body, err := Parse(Generate, []byte(`{"bootstrap_host":"evil","text":"x","bootstrap_host":"evil2"}`))
 	require.NoError(t, err)
 	legs := body.PD(newGen(), PDOptions{Host: "good"})
-	got := topLevel(t, legs.Prefill)
+	got := topLevel(t, legs.Prefill.Bytes())
 	assert.Equal(t, kv{"bootstrap_host", `"good"`}, got[0])
 	assert.Equal(t, "text", got[1].Key)
 	n := 0

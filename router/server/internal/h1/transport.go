@@ -27,6 +27,18 @@ type Request struct {
 	URL    string      // http://[user:pass@]host[:port][/path][?query]; userinfo is sent as Basic auth
 	Body   []byte      // nil: none; otherwise sent as JSON with its Content-Length
 	Header http.Header // may be nil; Host, Content-Length, Connection, Transfer-Encoding and User-Agent are the transport's
+	// Pieces, when not nil, is the body instead of Body (which must then be nil): their
+	// concatenation, sent as Body is, without joining them (one writev). Not modified.
+	Pieces [][]byte
+}
+
+// bodyLen is the length of r's body.
+func (r *Request) bodyLen() int {
+	n := len(r.Body)
+	for _, p := range r.Pieces {
+		n += len(p)
+	}
+	return n
 }
 
 // Doer sends a request the transport does not serve itself (https://, a URL without a host),
@@ -294,8 +306,12 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 		return nil, reused, err
 	}
 	var werr error
-	if len(r.Body) > inlineBody {
-		bufs := net.Buffers{*head, r.Body}
+	if r.bodyLen() > inlineBody {
+		bufs := append(make(net.Buffers, 0, 2+len(r.Pieces)), *head) // WriteTo consumes its own copy
+		if r.Body != nil {
+			bufs = append(bufs, r.Body)
+		}
+		bufs = append(bufs, r.Pieces...)
 		_, werr = bufs.WriteTo(c.nc)
 	} else {
 		_, werr = c.nc.Write(*head)
@@ -382,7 +398,8 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	if err := validate(r, tg); err != nil {
 		return nil, err
 	}
-	json := r.Body != nil
+	json := r.Body != nil || r.Pieces != nil
+	size := r.bodyLen()
 	bp := reqBufs.Get().(*[]byte)
 	w := (*bp)[:0]
 	w = append(w, r.Method...)
@@ -415,12 +432,15 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	m := r.Method
 	if json || m == http.MethodPost || m == http.MethodPut || m == http.MethodPatch {
 		w = append(w, "Content-Length: "...)
-		w = strconv.AppendInt(w, int64(len(r.Body)), 10)
+		w = strconv.AppendInt(w, int64(size), 10)
 		w = append(w, "\r\n"...)
 	}
 	w = append(w, "\r\n"...)
-	if len(r.Body) <= inlineBody {
+	if size <= inlineBody {
 		w = append(w, r.Body...)
+		for _, p := range r.Pieces {
+			w = append(w, p...)
+		}
 	}
 	*bp = w
 	return bp, nil
