@@ -1,6 +1,9 @@
 package kvindex
 
-import "time"
+import (
+	"time"
+	"unsafe"
+)
 
 // PathIndex is the precise prefix index for a feed that knows the token path of every change,
 // not just its block hashes: the simulator, whose engines report each stored or evicted radix
@@ -20,7 +23,28 @@ type PathIndex struct {
 	stale     []bool // by TargetID
 	roots     map[pathRoot]*pathNode
 	nodes     []*pathNode // scratch: the nodes a walk covered
-	lastSweep int64       // Unix ns of the last sweep of expired pending entries
+	expiries  []pathExpiry // nodes given a pending entry, in the order they expire (FIFO)
+	gen       uint64       // counts changes of the tree (a remembered walk is valid within one)
+	last      lastWalk     // where the latest MatchOrStale's walk ended
+}
+
+// pathExpiry is a node whose pending entries may expire at exp.
+type pathExpiry struct {
+	nd  *pathNode
+	exp int64
+}
+
+// lastWalk is where MatchOrStale's walk of a request ended, so that the AddPending of the same
+// request (the router calls them one after the other) goes on from there: nodes cover the
+// first i tokens and end at nd.
+type lastWalk struct {
+	gen   uint64
+	data  *uint32
+	n     int
+	root  *pathNode
+	nodes []*pathNode
+	nd    *pathNode
+	i     int
 }
 
 // pathRoot identifies one tree: the page size and the salt its chains start from.
@@ -106,7 +130,7 @@ func (x *PathIndex) Apply(id TargetID, page int, evs []PathEvent, now time.Time)
 			x.stale[id] = false
 		}
 	}
-	x.sweep(now.UnixNano())
+	x.expire(now.UnixNano())
 }
 
 // change stores (or removes) target id's pages path[from:] under root.
@@ -114,10 +138,8 @@ func (x *PathIndex) change(id TargetID, store bool, root *pathNode, path []uint3
 	if root == nil {
 		return
 	}
-	if from > 0 {
-		x.walk(root, path[:from], page, store) // split where the run starts
-	}
-	nodes, _ := x.walk(root, path, page, store)
+	x.gen++
+	nodes, _ := x.walk(root, path, from, page, store)
 	off := 0
 	w, bit := int(id)>>6, uint64(1)<<(id&63)
 	for _, nd := range nodes {
@@ -170,6 +192,9 @@ func firstPage(p []uint32) uint64 {
 
 // child returns nd's child whose key starts with page p, or nil.
 func (nd *pathNode) child(p []uint32) *pathNode {
+	if len(p) == 1 {
+		return nd.children[uint64(p[0])] // the key is the page: no two children share it
+	}
 	for c := nd.children[firstPage(p)]; c != nil; c = c.next {
 		if equalTokens(c.key[:len(p)], p) {
 			return c
@@ -187,14 +212,24 @@ func equalTokens(a, b []uint32) bool {
 	return true
 }
 
-// common returns how many leading tokens of a and b are equal, in whole pages.
+// common returns how many leading tokens of a and b are equal, in whole pages. When all of
+// the shorter one is, it compares them as bytes (the runtime's vectorised comparison): a walk
+// mostly follows a node to its end.
 func common(a, b []uint32, page int) int {
 	n := min(len(a), len(b))
+	if string(tokenBytes(a[:n])) == string(tokenBytes(b[:n])) {
+		return n / page * page
+	}
 	i := 0
 	for i < n && a[i] == b[i] {
 		i++
 	}
 	return i / page * page
+}
+
+// tokenBytes views tokens as bytes (no copy).
+func tokenBytes(t []uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(t))), 4*len(t))
 }
 
 func (nd *pathNode) addChild(c *pathNode, k uint64) {
@@ -253,13 +288,30 @@ func (nd *pathNode) split(k, page int) *pathNode {
 	return h
 }
 
+// split is pathNode.split, keeping track of the new head's pending entries.
+func (x *PathIndex) split(nd *pathNode, k, page int) *pathNode {
+	h := nd.split(k, page)
+	if len(h.pending) > 0 {
+		var exp int64
+		for _, p := range h.pending {
+			exp = max(exp, p.exp)
+		}
+		x.expiries = append(x.expiries, pathExpiry{h, exp})
+	}
+	return h
+}
+
 // walk follows path (whole pages) down from root and returns the nodes that cover it, in
-// order, splitting the node the path ends inside so that the covered nodes end exactly at its
-// end. With create, the part of the path not in the tree is added (as one new node, held by
-// none); without, the walk stops where the tree does and reports false.
-func (x *PathIndex) walk(root *pathNode, path []uint32, page int, create bool) ([]*pathNode, bool) {
-	nodes := x.nodes[:0]
-	nd, i := root, 0
+// order, splitting nodes so that one of them starts exactly at token cut (0: no cut) and the
+// last ends exactly at the path's end. With create, the part of the path not in the tree is
+// added (as new nodes held by none); without, the walk stops where the tree does and reports
+// false.
+func (x *PathIndex) walk(root *pathNode, path []uint32, cut, page int, create bool) ([]*pathNode, bool) {
+	return x.walkFrom(root, 0, x.nodes[:0], path, cut, page, create)
+}
+
+// walkFrom is walk going on from node nd, which ends at token i of path, after nodes.
+func (x *PathIndex) walkFrom(nd *pathNode, i int, nodes []*pathNode, path []uint32, cut, page int, create bool) ([]*pathNode, bool) {
 	for i < len(path) {
 		c := nd.child(path[i : i+page])
 		if c == nil {
@@ -267,14 +319,22 @@ func (x *PathIndex) walk(root *pathNode, path []uint32, page int, create bool) (
 				x.nodes = nodes
 				return nodes, false
 			}
-			c = &pathNode{key: append([]uint32(nil), path[i:]...)}
+			end := len(path)
+			if i < cut {
+				end = cut
+			}
+			c = &pathNode{key: append([]uint32(nil), path[i:end]...)}
 			nd.addChild(c, firstPage(path[i:i+page]))
 			nodes = append(nodes, c)
-			break
+			i, nd = end, c
+			continue
 		}
 		m := common(c.key, path[i:], page)
+		if i < cut && i+m > cut {
+			m = cut - i
+		}
 		if m < len(c.key) {
-			c = c.split(m, page)
+			c = x.split(c, m, page)
 		}
 		nodes = append(nodes, c)
 		i += m
@@ -329,6 +389,7 @@ func (nd *pathNode) setPending(id TargetID, exp int64) {
 
 // clear drops every page and pending entry of id, in every tree.
 func (x *PathIndex) clear(id TargetID) {
+	x.gen++
 	w, bit := int(id)>>6, uint64(1)<<(id&63)
 	var visit func(nd *pathNode)
 	visit = func(nd *pathNode) {
@@ -355,14 +416,16 @@ func (x *PathIndex) pruneTree(r *pathNode) {
 		for k, c := range nd.children {
 			var keep, last *pathNode
 			for ; c != nil; c = c.next {
-				if visit(c) {
-					if last == nil {
-						keep = c
-					} else {
-						last.next = c
-					}
-					last = c
+				if !visit(c) {
+					c.parent = nil
+					continue
 				}
+				if last == nil {
+					keep = c
+				} else {
+					last.next = c
+				}
+				last = c
 			}
 			if last != nil {
 				last.next = nil
@@ -378,20 +441,18 @@ func (x *PathIndex) pruneTree(r *pathNode) {
 	visit(r)
 }
 
-// sweep drops expired pending entries (and the nodes only they kept), at most once per
-// 8·PendingTTL: they no longer count, so only memory depends on it.
-func (x *PathIndex) sweep(nowNs int64) {
-	ttl := int64(x.cfg.PendingTTL)
-	if ttl <= 0 || nowNs-x.lastSweep < 8*ttl {
-		return
-	}
-	x.lastSweep = nowNs
-	var visit func(nd *pathNode)
-	visit = func(nd *pathNode) {
-		for _, c := range nd.children {
-			for ; c != nil; c = c.next {
-				visit(c)
-			}
+// expire drops the pending entries expired at nowNs (they no longer count: only memory
+// depends on it) and the nodes only they kept, taking the nodes from the front of the FIFO of
+// pending entries set.
+func (x *PathIndex) expire(nowNs int64) {
+	q := x.expiries
+	n := 0
+	for n < len(q) && q[n].exp <= nowNs {
+		nd := q[n].nd
+		q[n] = pathExpiry{}
+		n++
+		if nd.parent == nil || len(nd.pending) == 0 {
+			continue // detached, or already swept
 		}
 		kept := nd.pending[:0]
 		for _, p := range nd.pending {
@@ -401,10 +462,13 @@ func (x *PathIndex) sweep(nowNs int64) {
 		}
 		clear(nd.pending[len(kept):])
 		nd.pending = kept
+		if len(kept) == 0 {
+			x.gen++
+			x.prune(nd)
+		}
 	}
-	for _, r := range x.roots {
-		visit(r)
-		x.pruneTree(r)
+	if n > 0 {
+		x.expiries = append(q[:0], q[n:]...)
 	}
 }
 
@@ -418,6 +482,7 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 		dst = append(dst, 0)
 	}
 	out := dst[base:]
+	x.last.data, x.last.nodes = nil, x.last.nodes[:0]
 	if page < 1 {
 		page = 1
 		tokens = nil
@@ -463,7 +528,11 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 		stopAll(0)
 		return dst
 	}
-	for i := 0; i < n; {
+	w := &x.last
+	w.gen, w.data, w.n, w.root, w.nodes = x.gen, unsafe.SliceData(tokens), n, nd, w.nodes[:0]
+	i := 0
+	defer func() { w.nd, w.i = nd, i }()
+	for i < n {
 		c := nd.child(tokens[i : i+page])
 		if c == nil {
 			stopAll(i / page)
@@ -497,12 +566,13 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 			break
 		}
 		m := common(c.key, tokens[i:n], page)
-		i += m
 		if m < len(c.key) {
-			stopAll(i / page)
+			stopAll((i + m) / page)
 			break
 		}
+		i += m
 		nd = c
+		w.nodes = append(w.nodes, c)
 	}
 	return dst
 }
@@ -514,12 +584,22 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 		return
 	}
 	nowNs := now.UnixNano()
-	x.sweep(nowNs)
+	x.expire(nowNs)
 	exp := nowNs + int64(x.cfg.PendingTTL)
-	nodes, _ := x.walk(x.root(page, salt, true), tokens[:len(tokens)/page*page], page, true)
+	path := tokens[:len(tokens)/page*page]
+	root := x.root(page, salt, true)
+	var nodes []*pathNode
+	if w := &x.last; w.gen == x.gen && w.data == unsafe.SliceData(path) && w.n == len(path) && w.root == root {
+		// The match of this very request walked the unchanged tree: go on from where it ended.
+		nodes, _ = x.walkFrom(w.nd, w.i, append(x.nodes[:0], w.nodes...), path, 0, page, true)
+	} else {
+		nodes, _ = x.walk(root, path, 0, page, true)
+	}
+	x.gen++
 	for _, nd := range nodes {
 		if !nd.holds(id) {
 			nd.setPending(id, exp)
+			x.expiries = append(x.expiries, pathExpiry{nd, exp})
 		}
 	}
 }

@@ -106,6 +106,10 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 					deep++
 				}
 			}
+			if rng.IntN(2) == 0 { // the router's order: match, then pending for the chosen target
+				hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
+				px.AddPending(id, p, page, s, now)
+			}
 		}
 		if step%500 == 499 {
 			for _, id := range hid {
