@@ -18,14 +18,14 @@ import (
 // It is not safe for concurrent use. Pages of different sizes, and chains started from
 // different salts, live in separate trees (their hashes never meet in an [Index] either).
 type PathIndex struct {
-	cfg       Config
-	names     map[string]TargetID
-	stale     []bool // by TargetID
-	roots     map[pathRoot]*pathNode
-	nodes     []*pathNode // scratch: the nodes a walk covered
-	expiries  []pathExpiry // nodes given a pending entry, in the order they expire (FIFO)
-	gen       uint64       // counts changes of the tree (a remembered walk is valid within one)
-	last      lastWalk     // where the latest MatchOrStale's walk ended
+	cfg      Config
+	names    map[string]TargetID
+	stale    []bool // by TargetID
+	roots    map[pathRoot]*pathNode
+	nodes    []*pathNode  // scratch: the nodes a walk covered
+	expiries []pathExpiry // nodes given a pending entry, in the order they expire (FIFO)
+	gen      uint64       // counts changes of the tree (a remembered walk is valid within one)
+	last     lastWalk     // where the latest MatchOrStale's walk ended
 }
 
 // pathExpiry is a node whose pending entries may expire at exp.
