@@ -24,6 +24,7 @@ type PathIndex struct {
 	roots    map[pathRoot]*pathNode
 	nodes    []*pathNode  // scratch: the nodes a walk covered
 	expiries []pathExpiry // nodes given a pending entry, in the order they expire (FIFO)
+	expHead  int          // expiries[:expHead] are done
 	gen      uint64       // counts changes of the tree (a remembered walk is valid within one)
 	last     lastWalk     // where the latest MatchOrStale's walk ended
 }
@@ -446,7 +447,7 @@ func (x *PathIndex) pruneTree(r *pathNode) {
 // pending entries set.
 func (x *PathIndex) expire(nowNs int64) {
 	q := x.expiries
-	n := 0
+	n := x.expHead
 	for n < len(q) && q[n].exp <= nowNs {
 		nd := q[n].nd
 		q[n] = pathExpiry{}
@@ -467,8 +468,10 @@ func (x *PathIndex) expire(nowNs int64) {
 			x.prune(nd)
 		}
 	}
-	if n > 0 {
+	x.expHead = n
+	if n > len(q)/2 { // compact once the expired front outweighs the rest
 		x.expiries = append(q[:0], q[n:]...)
+		x.expHead = 0
 	}
 }
 
