@@ -147,3 +147,45 @@ func TestPathIndexSplitsAndPrunes(t *testing.T) {
 	x.Apply(b, 2, []PathEvent{{Kind: BlockRemoved, Path: branch[:4], New: 4}}, t0)
 	require.Empty(t, x.roots[pathRoot{2, ""}].children, "nothing held: every node pruned")
 }
+
+// TestPathNodeChildrenSharingAKey checks the chain of children whose first pages have one
+// firstPage value (a 64-bit collision of different pages, forced here): lookup, split,
+// replacement and removal each find the right one.
+func TestPathNodeChildrenSharingAKey(t *testing.T) {
+	t.Parallel()
+	const k = 7
+	root := &pathNode{}
+	a := &pathNode{key: []uint32{1, 2, 3, 4}}
+	b := &pathNode{key: []uint32{5, 6, 7, 8}}
+	c := &pathNode{key: []uint32{9, 9}}
+	for _, nd := range []*pathNode{a, b, c} {
+		root.addChild(nd, k)
+	}
+	require.Same(t, c, root.children[k], "the last added heads the chain")
+	for _, nd := range []*pathNode{a, b, c} {
+		for p := root.children[k]; ; p = p.next {
+			require.NotNil(t, p, "every child is on the chain")
+			if p == nd {
+				break
+			}
+		}
+	}
+	// A split of a child in the middle of the chain puts its head in its place.
+	h := b.split(2, 2)
+	require.Equal(t, []uint32{5, 6}, h.key)
+	require.Same(t, root, h.parent)
+	require.Same(t, h, c.next)
+	require.Same(t, a, h.next)
+	require.Same(t, b, h.children[firstPage([]uint32{7, 8})])
+	// Removing the head, a middle and the last of the chain.
+	root.removeChild(c)
+	require.Same(t, h, root.children[k])
+	root.addChild(c, k)
+	root.removeChild(h)
+	require.Same(t, c, root.children[k])
+	require.Same(t, a, c.next)
+	root.removeChild(a)
+	require.Nil(t, c.next)
+	root.removeChild(c)
+	require.Empty(t, root.children)
+}
