@@ -221,7 +221,11 @@ func common(a, b []uint32, page int) int {
 	if string(tokenBytes(a[:n])) == string(tokenBytes(b[:n])) {
 		return n / page * page
 	}
+	const chunk = 64 // find the differing chunk as bytes too, then the token in it
 	i := 0
+	for i+chunk <= n && string(tokenBytes(a[i:i+chunk])) == string(tokenBytes(b[i:i+chunk])) {
+		i += chunk
+	}
 	for i < n && a[i] == b[i] {
 		i++
 	}

@@ -189,3 +189,19 @@ func TestPathNodeChildrenSharingAKey(t *testing.T) {
 	root.removeChild(c)
 	require.Empty(t, root.children)
 }
+
+func TestCommonCountsWholePages(t *testing.T) {
+	t.Parallel()
+	a := make([]uint32, 300)
+	for i := range a {
+		a[i] = uint32(i)
+	}
+	for _, at := range []int{0, 1, 63, 64, 65, 128, 200, 299} {
+		b := append([]uint32(nil), a...)
+		b[at] = 7777
+		require.Equal(t, at, common(a, b, 1), "differ at %d", at)
+		require.Equal(t, at/4*4, common(a, b, 4), "differ at %d, page 4", at)
+	}
+	require.Equal(t, 300, common(a, a[:], 1))
+	require.Equal(t, 120, common(a, a[:122], 4), "the shorter one's whole pages")
+}
