@@ -91,6 +91,7 @@ type replica struct {
 func newKVFeed(reps []*replica) *kvFeed {
 	for _, rep := range reps {
 		rep.ix = kvindex.NewPathIndex(kvindex.Config{PendingTTL: kvPendingTTL})
+		rep.ix.KeepTokens() // prompts (turn.PromptIDs) never change once built
 	}
 	return &kvFeed{clear: []kvindex.PathEvent{{Kind: kvindex.AllBlocksCleared}}}
 }

@@ -27,6 +27,7 @@ type PathIndex struct {
 	expHead  int          // expiries[:expHead] are done
 	gen      uint64       // counts changes of the tree (a remembered walk is valid within one)
 	last     lastWalk     // where the latest MatchOrStale's walk ended
+	keep     bool         // KeepTokens
 }
 
 // pathExpiry is a node whose pending entries may expire at exp.
@@ -78,6 +79,13 @@ type PathEvent struct {
 	Path []uint32
 	New  int
 }
+
+// KeepTokens makes AddPending keep the tokens it is given (the nodes it adds share their
+// memory) instead of copying them. Only for a caller whose token slices never change once
+// routed (the simulator's prompts): it saves a copy per request, and a later match of tokens
+// in the same memory (a conversation's next turn, which extends the same array) compares those
+// runs in one step.
+func (x *PathIndex) KeepTokens() { x.keep = true }
 
 // NewPathIndex returns an empty path index (cfg.PendingTTL as for [New]).
 func NewPathIndex(cfg Config) *PathIndex {
@@ -312,11 +320,12 @@ func (x *PathIndex) split(nd *pathNode, k, page int) *pathNode {
 // added (as new nodes held by none); without, the walk stops where the tree does and reports
 // false.
 func (x *PathIndex) walk(root *pathNode, path []uint32, cut, page int, create bool) ([]*pathNode, bool) {
-	return x.walkFrom(root, 0, x.nodes[:0], path, cut, page, create)
+	return x.walkFrom(root, 0, x.nodes[:0], path, cut, page, create, false)
 }
 
-// walkFrom is walk going on from node nd, which ends at token i of path, after nodes.
-func (x *PathIndex) walkFrom(nd *pathNode, i int, nodes []*pathNode, path []uint32, cut, page int, create bool) ([]*pathNode, bool) {
+// walkFrom is walk going on from node nd, which ends at token i of path, after nodes; the
+// nodes it adds share path's memory when share, else copy it.
+func (x *PathIndex) walkFrom(nd *pathNode, i int, nodes []*pathNode, path []uint32, cut, page int, create, share bool) ([]*pathNode, bool) {
 	for i < len(path) {
 		c := nd.child(path[i : i+page])
 		if c == nil {
@@ -328,7 +337,11 @@ func (x *PathIndex) walkFrom(nd *pathNode, i int, nodes []*pathNode, path []uint
 			if i < cut {
 				end = cut
 			}
-			c = &pathNode{key: append([]uint32(nil), path[i:end]...)}
+			key := path[i:end:end]
+			if !share {
+				key = append([]uint32(nil), key...)
+			}
+			c = &pathNode{key: key}
 			nd.addChild(c, firstPage(path[i:i+page]))
 			nodes = append(nodes, c)
 			i, nd = end, c
@@ -598,9 +611,9 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 	var nodes []*pathNode
 	if w := &x.last; w.gen == x.gen && w.data == unsafe.SliceData(path) && w.n == len(path) && w.root == root {
 		// The match of this very request walked the unchanged tree: go on from where it ended.
-		nodes, _ = x.walkFrom(w.nd, w.i, append(x.nodes[:0], w.nodes...), path, 0, page, true)
+		nodes, _ = x.walkFrom(w.nd, w.i, append(x.nodes[:0], w.nodes...), path, 0, page, true, x.keep)
 	} else {
-		nodes, _ = x.walk(root, path, 0, page, true)
+		nodes, _ = x.walkFrom(root, 0, x.nodes[:0], path, 0, page, true, x.keep)
 	}
 	x.gen++
 	for _, nd := range nodes {
