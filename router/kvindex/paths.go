@@ -119,7 +119,8 @@ func (x *PathIndex) Stale(id TargetID) bool { return !x.known(id) || x.stale[id]
 // Apply applies a batch of one target's changes in order, as [Index.Apply] applies the same
 // changes as block hashes of page size page: a store adds the run's pages (and resolves the
 // target's pending entries on them), a removal drops those the target holds, a clear drops all
-// its pages and pending entries and makes it fresh. Unknown ids are ignored.
+// its pages and pending entries and makes it fresh. The changes' chains start unsalted (an
+// engine's cache keeps no salt). Unknown ids are ignored.
 func (x *PathIndex) Apply(id TargetID, page int, evs []PathEvent, now time.Time) {
 	if !x.known(id) || page < 1 {
 		return
