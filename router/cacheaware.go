@@ -34,7 +34,7 @@ type CacheAware struct {
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
-	kv       *kvindex.Index
+	kv       kvMatcher
 	page     int
 	ids      []kvindex.TargetID // scratch: the kv ids of the targets of a Pick
 	matched  []int              // scratch: their matched blocks, -1 when stale
@@ -75,9 +75,8 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 		p.tree.Insert(req.Text, ts[idx].name)
 		return Pick{Index: idx, Reason: reason, MatchRate: rate}, nil
 	}
-	hashes := req.blockHashes(p.page)
-	pk := p.chooseKV(now, req, hashes, ts)
-	p.kv.AddPending(ts[pk.Index].kvID, hashes, now)
+	pk := p.chooseKV(now, req, ts)
+	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
 	p.tree.Insert(req.Text, ts[pk.Index].name)
 	return pk, nil
 }
@@ -93,17 +92,17 @@ func (p *CacheAware) imbalanced(ts []*Target) bool {
 }
 
 // chooseKV is choose with the KV event index (see Pick).
-func (p *CacheAware) chooseKV(now time.Time, req *Request, hashes []kvindex.Hash, ts []*Target) Pick {
+func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	p.ids = p.ids[:0]
 	for _, t := range ts {
 		p.ids = append(p.ids, t.kvID)
 	}
 	if p.imbalanced(ts) {
 		i := leastLoaded(ts)
-		p.matched = p.kv.MatchOrStale(p.matched[:0], hashes, p.ids[i:i+1], now)
+		p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, p.ids[i:i+1], now)
 		return p.kvPick(i, ReasonImbalance, 0, p.matched[0])
 	}
-	p.matched = p.kv.MatchOrStale(p.matched[:0], hashes, p.ids, now)
+	p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, p.ids, now)
 	p.treeRate = p.treeRate[:0]
 	anyStale := false
 	for _, m := range p.matched {
@@ -155,22 +154,83 @@ func (p *CacheAware) kvPick(i int, reason Reason, rate float64, m int) Pick {
 // registers. A nil ix detaches the index (back to the tree alone). It fails when role has no
 // cache_aware policy or pageSize < 1. Several roles may share one index.
 func (r *Router) UseKVIndex(role Role, ix *kvindex.Index, pageSize int) error {
+	var m kvMatcher
+	if ix != nil {
+		m = hashMatcher{ix}
+	}
+	return r.useKV(role, m, pageSize)
+}
+
+// TokenIndex is a KV event index that matches a request's prompt tokens themselves rather
+// than their block hashes: [kvindex.PathIndex], which the simulator feeds. It must answer as a
+// [kvindex.Index] fed the same changes answers the tokens' block-hash chain.
+type TokenIndex interface {
+	Target(name string) kvindex.TargetID
+	MatchOrStale(dst []int, tokens []uint32, page int, salt string, ids []kvindex.TargetID, now time.Time) []int
+	AddPending(id kvindex.TargetID, tokens []uint32, page int, salt string, now time.Time)
+}
+
+var _ TokenIndex = (*kvindex.PathIndex)(nil)
+
+// UseKVTokenIndex is [Router.UseKVIndex] for a [TokenIndex] (nil detaches the index).
+func (r *Router) UseKVTokenIndex(role Role, ix TokenIndex, pageSize int) error {
+	var m kvMatcher
+	if ix != nil {
+		m = tokenMatcher{ix}
+	}
+	return r.useKV(role, m, pageSize)
+}
+
+func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.Policy(role).(*CacheAware)
 	if !ok {
 		return fmt.Errorf("router: a KV event index needs the cache_aware policy for %s workers", role)
 	}
-	if ix != nil && pageSize < 1 {
+	if m != nil && pageSize < 1 {
 		return fmt.Errorf("router: KV event index page size %d for %s workers must be ≥ 1", pageSize, role)
 	}
-	p.kv, p.page = ix, pageSize
-	if ix != nil {
+	p.kv, p.page = m, pageSize
+	if m != nil {
 		for _, t := range r.targets[role] {
-			t.kvID = ix.Target(t.name)
+			t.kvID = m.target(t.name)
 		}
 	}
 	return nil
+}
+
+// kvMatcher is what cache_aware asks of a KV event index, given the request.
+type kvMatcher interface {
+	target(name string) kvindex.TargetID
+	matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int
+	addPending(id kvindex.TargetID, q *Request, page int, now time.Time)
+}
+
+// hashMatcher asks a kvindex.Index with the request's block hashes (computed once per Route).
+type hashMatcher struct{ ix *kvindex.Index }
+
+func (m hashMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
+
+func (m hashMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
+	return m.ix.MatchOrStale(dst, q.blockHashes(page), ids, now)
+}
+
+func (m hashMatcher) addPending(id kvindex.TargetID, q *Request, page int, now time.Time) {
+	m.ix.AddPending(id, q.blockHashes(page), now)
+}
+
+// tokenMatcher asks a TokenIndex with the request's tokens.
+type tokenMatcher struct{ ix TokenIndex }
+
+func (m tokenMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
+
+func (m tokenMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
+	return m.ix.MatchOrStale(dst, q.Tokens, page, q.CacheSalt, ids, now)
+}
+
+func (m tokenMatcher) addPending(id kvindex.TargetID, q *Request, page int, now time.Time) {
+	m.ix.AddPending(id, q.Tokens, page, q.CacheSalt, now)
 }
 
 func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
@@ -225,7 +285,7 @@ func (p *CacheAware) stamp(ts []*Target) {
 func (p *CacheAware) AddTarget(t *Target) {
 	p.byName[t.name] = t
 	if p.kv != nil {
-		t.kvID = p.kv.Target(t.name)
+		t.kvID = p.kv.target(t.name)
 	}
 }
 

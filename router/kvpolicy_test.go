@@ -27,7 +27,7 @@ func kvPolicy(t *testing.T, ttl time.Duration, ts []*Target) (*CacheAware, *kvin
 	t.Helper()
 	ix := kvindex.New(kvindex.Config{PendingTTL: ttl})
 	p := cacheAware(0.3, 5, 2)
-	p.kv, p.page = ix, testPage
+	p.kv, p.page = hashMatcher{ix}, testPage
 	for _, tg := range ts {
 		p.AddTarget(tg)
 		ix.SetStale(tg.kvID, false)

@@ -53,27 +53,38 @@ func scaleConfig(n int) Config {
 
 // BenchmarkRunScale runs scaleConfig at 10k and 100k requests (1M with -short=false and
 // SIM_BENCH_1M=1), with KV events off (the approximate tree) and on (cache_aware on the
-// engines' events, every prompt hashed and every cache change applied): wall time per run,
-// events/s and requests/s. The target: on costs at most 1.3× off.
+// engines' events: every prompt matched and every cache change applied), at the engines'
+// default page size (1: every token a block, the costliest for the index) and at page 16
+// (page=16/…): wall time per run, events/s and requests/s. The target: on costs at
+// most 1.3× off (compare the pairs of one run: go test -run '^$' -bench
+// 'BenchmarkRunScale/requests=100000' -benchtime 1x -count 3 ./sim).
 func BenchmarkRunScale(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if os.Getenv("SIM_BENCH_1M") != "" {
 		sizes = append(sizes, 1_000_000)
 	}
 	for _, n := range sizes {
-		for _, kv := range []string{"off", "on"} {
-			b.Run(fmt.Sprintf("requests=%d/kv-events=%s", n, kv), func(b *testing.B) {
-				if n > 10_000 && testing.Short() {
-					b.Skip("large run")
+		for _, page := range []int{0, 16} {
+			for _, kv := range []string{"off", "on"} {
+				name := fmt.Sprintf("requests=%d/kv-events=%s", n, kv)
+				if page > 0 {
+					name = fmt.Sprintf("requests=%d/page=%d/kv-events=%s", n, page, kv)
 				}
-				benchScale(b, n, kv)
-			})
+				b.Run(name, func(b *testing.B) {
+					if n > 10_000 && testing.Short() {
+						b.Skip("large run")
+					}
+					benchScale(b, n, page, kv)
+				})
+			}
 		}
 	}
 }
 
-func benchScale(b *testing.B, n int, kv string) {
+// benchScale runs scaleConfig(n) with KV events kv at page size page (0: the default).
+func benchScale(b *testing.B, n, page int, kv string) {
 	cfg := scaleConfig(n)
+	cfg.Cluster.Args.PageSize = page
 	cfg.Routing.KVEvents = kv
 	benchRuns(b, cfg)
 }

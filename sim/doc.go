@@ -46,12 +46,13 @@
 //
 // Config.Routing shapes the routing layer. With KVEvents on, every server whose role routes
 // with cache_aware publishes its radix cache's changes at SGLang's cadence (engine.Config.KVEvents);
-// the simulator hashes each batch once into SGLang's block-hash chain and delivers it to each
-// router replica through the event queue after that replica's draw of KVEventsDelay (a rank's
-// batches stay in order), or loses it with probability KVEventsLoss; each replica applies what
-// it receives to its own kvindex.Index as serve's subscriber does (first batch: clear and
-// fresh; a sequence gap without replay: stale until an AllBlocksCleared), and requests carry
-// their prompt ids so cache_aware matches on the index (router.Router.UseKVIndex). With
+// the simulator delivers each batch to each router replica through the event queue after that
+// replica's draw of KVEventsDelay (a rank's batches stay in order), or loses it with probability
+// KVEventsLoss; each replica applies what it receives to its own kvindex.PathIndex (which
+// answers as serve's kvindex.Index answers SGLang's block hashes of the same tokens) as serve's
+// subscriber does (first batch: clear and fresh; a sequence gap without replay: stale until an
+// AllBlocksCleared), and requests carry their prompt ids so cache_aware matches on the index
+// (router.Router.UseKVTokenIndex). With
 // Replicas > 1 each replica is a router.Router of its own (tree, pending overlay, in-flight
 // counts, index); a request reaches one by ReplicaAffinity and stays on it for its retries.
 // Replica 0 draws from the run's seed, the others and the delay and loss draws from seeds

@@ -2,11 +2,9 @@ package sim
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/kvindex"
@@ -14,9 +12,8 @@ import (
 )
 
 // KV-event delivery (Routing.KVEvents on). Each server whose role routes with cache_aware
-// publishes its ranks' radix-cache changes at SGLang's cadence (engine.Config.KVEvents); the
-// simulator hashes each batch once, as SGLang does (kvindex's block-hash chain at the server's
-// page size), and hands it to every router replica after that replica's own draw of
+// publishes its ranks' radix-cache changes at SGLang's cadence (engine.Config.KVEvents), and the
+// simulator hands each batch to every router replica after that replica's own draw of
 // Routing.KVEventsDelay, through the event queue: a replica's subscription is one ZeroMQ SUB per
 // (worker, rank), so its batches of one rank arrive in order (a later draw never overtakes an
 // earlier batch). Each replica applies what it receives to its own index exactly as the live
@@ -25,6 +22,10 @@ import (
 //   - a batch whose sequence number skips one (a batch lost with Routing.KVEventsLoss) is a gap:
 //     without a replay endpoint the target goes stale (cache_aware routes it on the tree) and
 //     the batch is applied; an AllBlocksCleared in a later batch makes it fresh again.
+// The index is a kvindex.PathIndex: it keeps the token paths the engines report rather than
+// their SGLang block hashes (which serve's kvindex.Index keeps) and answers every match as
+// that index would answer the hashes of the same tokens, without a SHA-256 and a map entry per
+// page (kvindex's TestPathIndexAnswersAsTheHashIndex holds the two to it).
 // Not modelled: the replay endpoint (a gap is never recovered), publisher restarts (simulated
 // servers are killed, never restarted) and SGLang's LoadStat topic.
 
@@ -35,6 +36,7 @@ const kvPendingTTL = 2 * time.Second
 // kvStream is one (server, rank) publisher and every replica's subscription to it.
 type kvStream struct {
 	name string // the router target it feeds: url@rank (DP-aware) or url
+	page int    // the server's page size
 	seq  int64  // the next batch's sequence number
 	subs []kvSub
 }
@@ -47,12 +49,14 @@ type kvSub struct {
 	lastAt      int64 // delivery time of the latest batch scheduled (FIFO per stream)
 }
 
-// kvBatch is one published batch, hashed: delivered to every replica that does not lose it.
+// kvBatch is one published batch: delivered to every replica that does not lose it.
 type kvBatch struct {
 	st      *kvStream
 	seq     int64
-	events  []kvindex.Event
+	events  []kvindex.PathEvent // paths in buf
+	buf     []uint32
 	cleared bool // an AllBlocksCleared is among the events
+	left    int  // deliveries still to apply; at 0 the batch goes back to the feed's pool
 }
 
 // KVStats count the KV-event traffic of a run (Routing.KVEvents on), summed over replicas.
@@ -68,42 +72,63 @@ type KVStats struct {
 	StaleTargets, Silent int
 }
 
-// kvFeed is the simulator's side of the KV events: streams, the hashers and the clear event.
+// kvFeed is the simulator's side of the KV events: the streams, the clear event and the
+// batches free for reuse.
 type kvFeed struct {
-	streams [][]*kvStream     // by server index, then rank (nil: the server does not publish)
-	hashers map[int]*kvHasher // by page size
-	page    map[int32]int     // server index → page size
-	clear   []kvindex.Event   // one AllBlocksCleared
+	streams [][]*kvStream       // by server index, then rank (nil: the server does not publish)
+	clear   []kvindex.PathEvent // one AllBlocksCleared
+	free    []*kvBatch
 }
 
 // replica is one router replica.
 type replica struct {
 	rt  *router.Router
-	ix  *kvindex.Index // nil without KV events
-	rng *rand.Rand     // the replica's delay and loss draws
+	ix  *kvindex.PathIndex // nil without KV events
+	rng *rand.Rand         // the replica's delay and loss draws
 }
 
-// publish is engine.Config.KVEvents of server sv: hash the batch and schedule its delivery to
-// every replica.
+// newKVFeed returns the feed of a run with KV events, and gives every replica its index.
+func newKVFeed(reps []*replica) *kvFeed {
+	for _, rep := range reps {
+		rep.ix = kvindex.NewPathIndex(kvindex.Config{PendingTTL: kvPendingTTL})
+		rep.ix.KeepTokens() // prompts (turn.PromptIDs) never change once built
+	}
+	return &kvFeed{clear: []kvindex.PathEvent{{Kind: kvindex.AllBlocksCleared}}}
+}
+
+// publish is engine.Config.KVEvents of server sv: copy the batch (the engine's paths are only
+// valid during the call) and schedule its delivery to every replica.
 func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) {
 	f := x.kv
 	st := f.streams[sv.idx][rank]
-	b := &kvBatch{st: st, seq: st.seq, events: make([]kvindex.Event, 0, len(evs))}
+	var b *kvBatch
+	if n := len(f.free); n > 0 {
+		b, f.free = f.free[n-1], f.free[:n-1]
+	} else {
+		b = &kvBatch{}
+	}
+	b.st, b.seq, b.cleared, b.left = st, st.seq, false, 0
 	st.seq++
-	h := f.hashers[f.page[sv.idx]]
+	b.buf, b.events = b.buf[:0], b.events[:0]
+	for i := range evs {
+		b.buf = append(b.buf, evs[i].Path...)
+	}
+	off := 0
 	for i := range evs {
 		ev := &evs[i]
+		pe := kvindex.PathEvent{New: ev.New}
 		switch ev.Kind {
-		case engine.KVStored, engine.KVRemoved:
-			kind := kvindex.BlockStored
-			if ev.Kind == engine.KVRemoved {
-				kind = kvindex.BlockRemoved
-			}
-			b.events = append(b.events, kvindex.Event{Kind: kind, Hashes: h.hashes(ev.Path, ev.New), BlockSize: h.page})
+		case engine.KVStored:
+			pe.Kind = kvindex.BlockStored
+		case engine.KVRemoved:
+			pe.Kind = kvindex.BlockRemoved
 		case engine.KVCleared:
-			b.events = append(b.events, kvindex.Event{Kind: kvindex.AllBlocksCleared})
+			pe.Kind = kvindex.AllBlocksCleared
 			b.cleared = true
 		}
+		pe.Path = b.buf[off : off+len(ev.Path) : off+len(ev.Path)]
+		off += len(ev.Path)
+		b.events = append(b.events, pe)
 	}
 	x.stats.KV.Batches++
 	x.stats.KV.Events += uint64(len(evs))
@@ -121,111 +146,39 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 		sub := &st.subs[r]
 		deliver := max(pub+d, now, sub.lastAt)
 		sub.lastAt = deliver
+		b.left++
 		x.push(deliver, event{kind: evKVBatch, srv: int32(r), kv: b})
+	}
+	if b.left == 0 {
+		f.free = append(f.free, b)
 	}
 }
 
 // deliverKV applies batch b to replica r's index, as the live subscriber handles a batch.
 func (x *sim) deliverKV(b *kvBatch, r int) {
 	ix := x.reps[r].ix
-	sub := &b.st.subs[r]
+	st := b.st
+	sub := &st.subs[r]
 	now := x.t()
 	switch {
 	case !sub.established:
 		sub.established = true
-		ix.Apply(sub.id, x.kv.clear, now)
+		ix.Apply(sub.id, st.page, x.kv.clear, now)
 		ix.SetStale(sub.id, false)
 	case b.seq > sub.next:
 		x.stats.KV.Gaps++
 		ix.SetStale(sub.id, true)
 	}
-	ix.Apply(sub.id, b.events, now)
+	ix.Apply(sub.id, st.page, b.events, now)
 	if b.cleared {
 		ix.SetStale(sub.id, false)
 	}
 	sub.next = b.seq + 1
 	x.stats.KV.Delivered++
-}
-
-// kvHasher hashes the engines' event paths into SGLang's block-hash chain at one page size. A
-// radix node's pages chain from its ancestors' last digest, so the hasher remembers the digest
-// at the end of every path it hashed (keyed by the path's content: the chain is a function of
-// the tokens alone) and hashes only a node's own pages when its ancestors were seen before.
-type kvHasher struct {
-	page  int
-	seed  maphash.Seed
-	memo  map[pathKey][32]byte
-	buf   []kvindex.Hash // backing store of the hashes handed out (a batch's events share it)
-	one   [1]kvindex.Hash
-	evBuf kvindex.Event
-}
-
-// pathKey identifies a token path by its length and a 64-bit hash of its content. A collision
-// (two different paths of equal length with equal hashes, ~2⁻⁶⁴ per pair) would hand out a
-// wrong chain; at the memo's size that is below 10⁻⁸ per run.
-type pathKey struct {
-	h uint64
-	n int
-}
-
-// maxMemo bounds the hasher's memo; past it the memo starts over (only speed depends on it).
-const maxMemo = 1 << 18
-
-func newKVHasher(page int) *kvHasher {
-	return &kvHasher{page: page, seed: maphash.MakeSeed(), memo: map[pathKey][32]byte{}}
-}
-
-func (h *kvHasher) key(path []uint32) pathKey {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(path))), 4*len(path))
-	return pathKey{h: maphash.Bytes(h.seed, b), n: len(path)}
-}
-
-// next returns the digest of one page of tokens chained after prev (nil: the chain's first).
-func (h *kvHasher) next(prev *[32]byte, tokens []uint32) [32]byte {
-	h.evBuf = kvindex.Event{Hashes: h.one[:], Tokens: tokens, BlockSize: h.page}
-	_, d := kvindex.VerifyStored(prev, h.evBuf)
-	return d
-}
-
-// hashes returns the block hashes of the last n tokens of path (whole pages), chained from the
-// tokens before them.
-func (h *kvHasher) hashes(path []uint32, n int) []kvindex.Hash {
-	anc := path[:len(path)-n]
-	var prev *[32]byte
-	var d [32]byte
-	if len(anc) > 0 {
-		k := h.key(anc)
-		var ok bool
-		if d, ok = h.memo[k]; !ok {
-			var p *[32]byte
-			for off := 0; off+h.page <= len(anc); off += h.page {
-				d = h.next(p, anc[off:off+h.page])
-				p = &d
-			}
-			h.remember(k, d)
-		}
-		prev = &d
+	if b.left--; b.left == 0 {
+		b.st = nil
+		x.kv.free = append(x.kv.free, b)
 	}
-	if cap(h.buf)-len(h.buf) < n/h.page {
-		h.buf = make([]kvindex.Hash, 0, max(4096, n/h.page))
-	}
-	start := len(h.buf)
-	for off := len(anc); off+h.page <= len(path); off += h.page {
-		d = h.next(prev, path[off:off+h.page])
-		prev = &d
-		h.buf = append(h.buf, kvindex.Truncate(d))
-	}
-	if prev != nil {
-		h.remember(h.key(path), d)
-	}
-	return h.buf[start:len(h.buf):len(h.buf)]
-}
-
-func (h *kvHasher) remember(k pathKey, d [32]byte) {
-	if len(h.memo) >= maxMemo {
-		clear(h.memo)
-	}
-	h.memo[k] = d
 }
 
 // Seeds of the replicas: replica i's router draws from seed + i·replicaSeedStride, and its
@@ -273,16 +226,12 @@ func (x *sim) setupKV(roles []router.Role) error {
 		if _, ok := page[sv.role]; !ok {
 			page[sv.role] = sv.cfg.PageSize
 		}
-		f.page[sv.idx] = sv.cfg.PageSize
-		if f.hashers[sv.cfg.PageSize] == nil {
-			f.hashers[sv.cfg.PageSize] = newKVHasher(sv.cfg.PageSize)
-		}
 		for rank := range sv.cfg.DPSize {
 			name := sv.url
 			if dpAware[sv.url] {
 				name = router.TargetName(sv.url, rank)
 			}
-			st := &kvStream{name: name, subs: make([]kvSub, len(x.reps))}
+			st := &kvStream{name: name, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
 			for r, rep := range x.reps {
 				st.subs[r] = kvSub{id: rep.ix.Target(name), next: 0}
 			}
@@ -291,7 +240,7 @@ func (x *sim) setupKV(roles []router.Role) error {
 	}
 	for _, rep := range x.reps {
 		for _, role := range roles {
-			if err := rep.rt.UseKVIndex(role, rep.ix, page[role]); err != nil {
+			if err := rep.rt.UseKVTokenIndex(role, rep.ix, page[role]); err != nil {
 				return fmt.Errorf("sim: --kv-events: %w", err)
 			}
 		}

@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
 // regularConfig is a small regular-mode run: multiturn at concurrency 8 on 4 servers.
@@ -102,24 +100,6 @@ func TestSessionAffinityKeepsAConversationOnOneReplica(t *testing.T) {
 	x.cfg.Routing.ReplicaAffinity = AffinityRoundRobin
 	for i := range 8 {
 		assert.Equal(t, i%4, x.pickReplica("s"), "round robin ignores the session")
-	}
-}
-
-func TestKVHasherMatchesTheChain(t *testing.T) {
-	t.Parallel()
-	for _, page := range []int{1, 4, 16} {
-		rng := rand.New(rand.NewPCG(1, uint64(page)))
-		toks := make([]uint32, 64*page)
-		for i := range toks {
-			toks[i] = rng.Uint32N(1 << 17)
-		}
-		want := kvindex.AppendBlockHashes(nil, toks, page, "")
-		h := newKVHasher(page)
-		// A node after a memoized ancestor, one after an unseen ancestor (a split point), a root.
-		for _, cut := range [][2]int{{0, 8}, {8, 20}, {30, 64}, {20, 30}, {0, 64}} {
-			got := h.hashes(toks[:cut[1]*page], (cut[1]-cut[0])*page)
-			assert.Equal(t, want[cut[0]:cut[1]], got, "page %d, pages %d..%d", page, cut[0], cut[1])
-		}
 	}
 }
 

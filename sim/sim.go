@@ -11,7 +11,6 @@ import (
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/kvindex"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/sim/internal/heapq"
@@ -165,11 +164,7 @@ func newSim(cfg Config) (*sim, error) {
 	rt := x.reps[0].rt
 	kvRoles := x.kvRoles(cfg)
 	if len(kvRoles) > 0 {
-		x.kv = &kvFeed{hashers: map[int]*kvHasher{}, page: map[int32]int{},
-			clear: []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}}
-		for _, rep := range x.reps {
-			rep.ix = kvindex.New(kvindex.Config{PendingTTL: kvPendingTTL})
-		}
+		x.kv = newKVFeed(x.reps)
 	}
 	x.ids = wire.NewIDGen(wire.NewRand(seed), "sim")
 

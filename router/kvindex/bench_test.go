@@ -131,3 +131,49 @@ func BenchmarkMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPathIndexMatch is BenchmarkMatch for a PathIndex: an 8k-token request over 32
+// targets at page 16 and page 1 (8k blocks: the simulator's default), each target also holding
+// 256 unrelated 256-token runs. hold=all: every target holds the whole request; hold=mixed:
+// target i holds its first 256·i tokens.
+func BenchmarkPathIndexMatch(b *testing.B) {
+	const targets, tokens = 32, 8192
+	for _, page := range []int{16, 1} {
+		for _, hold := range []string{"all", "mixed"} {
+			b.Run(fmt.Sprintf("targets=%d/tokens=%d/page=%d/hold=%s", targets, tokens, page, hold), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(5, 6))
+				x := NewPathIndex(Config{PendingTTL: time.Second})
+				toks := make([]uint32, tokens)
+				for i := range toks {
+					toks[i] = rng.Uint32N(150_000)
+				}
+				ids := make([]TargetID, targets)
+				other := make([]uint32, 256)
+				for i := range ids {
+					ids[i] = x.Target(fmt.Sprintf("http://10.0.0.%d:30000@0", i))
+					x.SetStale(ids[i], false)
+					n := tokens
+					if hold == "mixed" {
+						n = 256 * i
+					}
+					if n > 0 {
+						x.Apply(ids[i], page, []PathEvent{{Kind: BlockStored, Path: toks[:n], New: n}}, t0)
+					}
+					for range 256 {
+						for k := range other {
+							other[k] = rng.Uint32N(150_000)
+						}
+						x.Apply(ids[i], page, []PathEvent{{Kind: BlockStored, Path: other, New: len(other)}}, t0)
+					}
+				}
+				x.AddPending(ids[3], toks, page, "", t0) // one target with a pending burst
+				dst := make([]int, 0, targets)
+				b.ReportAllocs()
+				for b.Loop() {
+					dst = x.MatchOrStale(dst[:0], toks, page, "", ids, t0)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/match")
+			})
+		}
+	}
+}

@@ -4,6 +4,9 @@
 // request's hash chain per target, and a short-lived pending overlay for requests routed but
 // not yet published. It also computes SGLang's block-hash chain from token ids.
 //
+// PathIndex answers the same questions for a feed that knows each change's token path (the
+// simulator's engines): a radix tree of page runs, with no hash and no map entry per block.
+//
 // The package is pure: no I/O, no wall clock (times are passed in), no global random source.
-// serve (through router/kvevents) and the simulator feed it alike.
+// serve feeds Index through router/kvevents; the simulator feeds PathIndex.
 package kvindex

@@ -74,30 +74,24 @@ type kvLog struct {
 	recs []kvRec
 	buf  []uint32 // the recorded paths, back to back
 	evs  []KVEvent
+	up   []*node // scratch: a node's ancestors
 }
 
-// pathLen is the number of tokens from the root to the end of x.
-func pathLen(x *node) int {
-	n := 0
-	for ; x != nil; x = x.parent {
-		n += len(x.key)
-	}
-	return n
-}
-
-// record appends an event for node x (stored or removed), its path built from x's ancestors.
-// x must still be attached to its parent.
+// record appends an event for node x (stored or removed), its path built from x's ancestors
+// (appended root first: nothing is cleared or copied twice). x must still be attached to its
+// parent.
 func (l *kvLog) record(kind KVEventKind, x *node) {
-	n := pathLen(x)
-	start := len(l.buf)
-	l.buf = append(l.buf, make([]uint32, n)...)
-	end := len(l.buf)
-	pos := end
+	up := l.up[:0]
 	for y := x; y != nil; y = y.parent {
-		pos -= len(y.key)
-		copy(l.buf[pos:], y.key)
+		up = append(up, y)
 	}
-	l.recs = append(l.recs, kvRec{kind: kind, start: start, end: end, new: len(x.key)})
+	start := len(l.buf)
+	for i := len(up) - 1; i >= 0; i-- {
+		l.buf = append(l.buf, up[i].key...)
+	}
+	clear(up)
+	l.up = up[:0]
+	l.recs = append(l.recs, kvRec{kind: kind, start: start, end: len(l.buf), new: len(x.key)})
 }
 
 func (l *kvLog) cleared() {

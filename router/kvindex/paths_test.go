@@ -1,0 +1,210 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPathIndexAnswersAsTheHashIndex feeds random changes (stores, removals, clears, stale
+// marks, pending routes, with much shared and diverging prefixes) to a PathIndex as token paths
+// and to an Index as SGLang's block hashes of the same paths, and checks that every match
+// agrees.
+func TestPathIndexAnswersAsTheHashIndex(t *testing.T) {
+	t.Parallel()
+	for _, page := range []int{1, 3} {
+		for seed := range uint64(6) {
+			t.Run(fmt.Sprintf("page=%d/seed=%d", page, seed), func(t *testing.T) {
+				t.Parallel()
+				comparePathIndex(t, page, seed)
+			})
+		}
+	}
+}
+
+func comparePathIndex(t *testing.T, page int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	ttl := time.Second
+	hx := New(Config{PendingTTL: ttl})
+	px := NewPathIndex(Config{PendingTTL: ttl})
+	if seed%2 == 1 {
+		px.KeepTokens() // the paths below are never changed once made
+	}
+	const nt = 70 // more than one word of targets
+	var hid, pid []TargetID
+	for i := range nt {
+		name := fmt.Sprintf("t%d", i)
+		hid, pid = append(hid, hx.Target(name)), append(pid, px.Target(name))
+		require.Equal(t, hid[i], pid[i])
+	}
+	// Paths draw from a small alphabet so that they share prefixes and diverge mid-run; half
+	// extend a path seen before.
+	var seen [][]uint32
+	path := func() []uint32 {
+		var p []uint32
+		if len(seen) > 0 && rng.IntN(2) == 0 {
+			q := seen[rng.IntN(len(seen))]
+			p = append(p, q[:rng.IntN(len(q)+1)]...)
+		}
+		for range rng.IntN(6) * page {
+			p = append(p, uint32(rng.IntN(2+min(page, 2)%2))) // 3 tokens at page 1, 2 beyond
+		}
+		p = p[:len(p)/page*page]
+		if len(p) > 0 {
+			seen = append(seen, p)
+		}
+		return p
+	}
+	salt := func() string {
+		if rng.IntN(8) == 0 {
+			return "s"
+		}
+		return ""
+	}
+	now := t0
+	ids := []TargetID{0, 1, 2, 64, 65, 3, 1, 99}
+	deep := 0 // matches of two pages or more: the comparison is not between empty answers
+	for step := range 3000 {
+		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		id := TargetID(rng.IntN(4))
+		if rng.IntN(3) == 0 {
+			id = TargetID(64 + rng.IntN(2))
+		}
+		switch op := rng.IntN(20); {
+		case op < 8: // store or remove the tail of a path
+			p := path()
+			if len(p) == 0 {
+				continue
+			}
+			n := (1 + rng.IntN(len(p)/page)) * page
+			kind := BlockStored
+			if op >= 5 {
+				kind = BlockRemoved
+			}
+			hs := AppendBlockHashes(nil, p, page, "")
+			hx.Apply(id, []Event{{Kind: kind, Hashes: hs[len(hs)-n/page:], BlockSize: page}}, now)
+			px.Apply(id, page, []PathEvent{{Kind: kind, Path: p, New: n}}, now)
+		case op < 9:
+			hx.Apply(id, []Event{{Kind: AllBlocksCleared}}, now)
+			px.Apply(id, page, []PathEvent{{Kind: AllBlocksCleared}}, now)
+		case op < 10:
+			st := rng.IntN(3) == 0
+			hx.SetStale(id, st)
+			px.SetStale(id, st)
+		case op < 13:
+			p, s := path(), salt()
+			hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
+			px.AddPending(id, p, page, s, now)
+		default:
+			p, s := path(), salt()
+			p = append(p, 7) // a partial last page counts for nothing
+			want := hx.MatchOrStale([]int{-5}, AppendBlockHashes(nil, p, page, s), ids, now)
+			got := px.MatchOrStale([]int{-5}, p, page, s, ids, now)
+			require.Equal(t, want, got, "step %d: match %v salt %q", step, p, s)
+			for _, m := range got {
+				if m >= 2 {
+					deep++
+				}
+			}
+			if rng.IntN(2) == 0 { // the router's order: match, then pending for the chosen target
+				hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
+				px.AddPending(id, p, page, s, now)
+			}
+		}
+		if step%500 == 499 {
+			for _, id := range hid {
+				require.Equal(t, hx.Stats(id).Blocks, px.Blocks(id), "step %d: blocks of %d", step, id)
+				require.Equal(t, hx.Stale(id), px.Stale(id))
+			}
+		}
+	}
+	require.Greater(t, deep, 40)
+}
+
+func TestPathIndexSplitsAndPrunes(t *testing.T) {
+	t.Parallel()
+	x := NewPathIndex(Config{})
+	a, b := x.Target("a"), x.Target("b")
+	x.SetStale(a, false)
+	x.SetStale(b, false)
+	long := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	x.Apply(a, 2, []PathEvent{{Kind: BlockStored, Path: long, New: 8}}, t0)
+	// b stores a branch off the middle of a's run, after the first two pages.
+	branch := []uint32{1, 2, 3, 4, 9, 9}
+	x.Apply(b, 2, []PathEvent{{Kind: BlockStored, Path: branch, New: 6}}, t0)
+	ids := []TargetID{a, b}
+	require.Equal(t, []int{4, 2}, x.MatchOrStale(nil, long, 2, "", ids, t0))
+	require.Equal(t, []int{2, 3}, x.MatchOrStale(nil, branch, 2, "", ids, t0))
+	require.Equal(t, []int{1, 1}, x.MatchOrStale(nil, []uint32{1, 2, 3}, 2, "", ids, t0), "a partial page does not count")
+	require.Equal(t, []int{0, 0}, x.MatchOrStale(nil, long, 1, "", ids, t0), "another page size is another tree")
+	// a evicts its last two pages; b evicts its branch page: the pruned tree still answers.
+	x.Apply(a, 2, []PathEvent{{Kind: BlockRemoved, Path: long, New: 4}}, t0)
+	x.Apply(b, 2, []PathEvent{{Kind: BlockRemoved, Path: branch, New: 2}}, t0)
+	require.Equal(t, []int{2, 2}, x.MatchOrStale(nil, long, 2, "", ids, t0))
+	require.Equal(t, 2, x.Blocks(a))
+	require.Equal(t, 2, x.Blocks(b))
+	x.Apply(a, 2, []PathEvent{{Kind: AllBlocksCleared}}, t0)
+	x.Apply(b, 2, []PathEvent{{Kind: BlockRemoved, Path: branch[:4], New: 4}}, t0)
+	require.Empty(t, x.roots[pathRoot{2, ""}].children, "nothing held: every node pruned")
+}
+
+// TestPathNodeChildrenSharingAKey checks the chain of children whose first pages have one
+// firstPage value (a 64-bit collision of different pages, forced here): lookup, split,
+// replacement and removal each find the right one.
+func TestPathNodeChildrenSharingAKey(t *testing.T) {
+	t.Parallel()
+	const k = 7
+	root := &pathNode{}
+	a := &pathNode{key: []uint32{1, 2, 3, 4}}
+	b := &pathNode{key: []uint32{5, 6, 7, 8}}
+	c := &pathNode{key: []uint32{9, 9}}
+	for _, nd := range []*pathNode{a, b, c} {
+		root.addChild(nd, k)
+	}
+	require.Same(t, c, root.children[k], "the last added heads the chain")
+	for _, nd := range []*pathNode{a, b, c} {
+		for p := root.children[k]; ; p = p.next {
+			require.NotNil(t, p, "every child is on the chain")
+			if p == nd {
+				break
+			}
+		}
+	}
+	// A split of a child in the middle of the chain puts its head in its place.
+	h := b.split(2, 2)
+	require.Equal(t, []uint32{5, 6}, h.key)
+	require.Same(t, root, h.parent)
+	require.Same(t, h, c.next)
+	require.Same(t, a, h.next)
+	require.Same(t, b, h.children[firstPage([]uint32{7, 8})])
+	// Removing the head, a middle and the last of the chain.
+	root.removeChild(c)
+	require.Same(t, h, root.children[k])
+	root.addChild(c, k)
+	root.removeChild(h)
+	require.Same(t, c, root.children[k])
+	require.Same(t, a, c.next)
+	root.removeChild(a)
+	require.Nil(t, c.next)
+	root.removeChild(c)
+	require.Empty(t, root.children)
+}
+
+func TestCommonCountsWholePages(t *testing.T) {
+	t.Parallel()
+	a := make([]uint32, 300)
+	for i := range a {
+		a[i] = uint32(i)
+	}
+	for _, at := range []int{0, 1, 63, 64, 65, 128, 200, 299} {
+		b := append([]uint32(nil), a...)
+		b[at] = 7777
+		require.Equal(t, at, common(a, b, 1), "differ at %d", at)
+		require.Equal(t, at/4*4, common(a, b, 4), "differ at %d, page 4", at)
+	}
+	require.Equal(t, 300, common(a, a[:], 1))
+	require.Equal(t, 120, common(a, a[:122], 4), "the shorter one's whole pages")
+}
