@@ -4,7 +4,6 @@ package sim
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -43,16 +42,11 @@ func pressureConfig(rate float64) Config {
 //
 //	go test -tags integration -run TestIntegrationPreciseVsApproximate -v ./sim/
 //
-// make test runs a lighter table (half the requests, delays 0 and 1 s: about a third of the
-// time); PDROUTER_PRECISE_TABLE=full runs the whole table, as in README.
+// make test runs it whole (about 8 s: the simulator's index follows the engines' token paths).
 func TestIntegrationPreciseVsApproximate(t *testing.T) {
 	const rate = 16
 	base := pressureConfig(rate)
 	delays := []string{"0", "10ms", "100ms", "1s"}
-	if os.Getenv("PDROUTER_PRECISE_TABLE") != "full" {
-		base.Load.Requests, base.Load.Warmup = 600, 150
-		delays = []string{"0", "1s"}
-	}
 	vars := []Vary{{Key: "router_replicas", Values: []string{"1", "2", "4"}},
 		{Key: "kv_events", Values: []string{"approximate"}}}
 	approx, err := Sweep(base, vars, 0, nil)
