@@ -2,7 +2,6 @@ package wire
 
 import (
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -143,127 +142,10 @@ func inside(p, lo, hi *byte) bool {
 	return a >= uintptr(unsafe.Pointer(lo)) && a <= uintptr(unsafe.Pointer(hi))
 }
 
-// legacyPD is Body.PD as it was before the legs became Pieces (commit 9d52036): both legs
-// written whole with Append. It is the oracle of TestPDPiecesMatchLegacyRewrite.
+// legacyPD is Body.PD as it was before the legs became Pieces (commit 9d52036): the same
+// fields, both legs written whole with Append. It is the oracle of
+// TestPDPiecesMatchLegacyRewrite.
 func legacyPD(b *Body, g *IDGen, o PDOptions) (prefill, decode []byte, rids []string, rooms []uint64) {
-	n := b.Size()
-	legs := struct {
-		RIDs  []string
-		Rooms []uint64
-	}{RIDs: make([]string, n), Rooms: make([]uint64, n)}
-	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
-	// allocation per batch, not one per element.
-	var gen []byte
-	generated := !(b.Batch > 0 && b.RIDs != nil) && !(b.Batch == 0 && b.HasRID)
-	if generated {
-		gen = make([]byte, 0, n*g.ridLen(b.Route))
-	}
-	g.mu.Lock()
-	for i := range n {
-		switch {
-		case b.Batch > 0 && b.RIDs != nil:
-			legs.RIDs[i] = b.RIDs[i]
-		case b.Batch == 0 && b.HasRID:
-			legs.RIDs[i] = b.RID
-		default:
-			gen = g.appendRIDLocked(gen, b.Route)
-		}
-		legs.Rooms[i] = g.roomLocked()
-	}
-	g.mu.Unlock()
-	if generated {
-		all, w := string(gen), len(gen)/n
-		for i := range n {
-			legs.RIDs[i] = all[i*w : (i+1)*w]
-		}
-	}
-
-	// All injected values live in one scratch buffer; fields slice into it.
-	batch := b.Batch > 0
-	vals := make([]byte, 0, n*(len(legs.RIDs[0])+len(o.Host)+40)+64)
-	mark := func() int { return len(vals) }
-	open := func() {
-		if batch {
-			vals = append(vals, '[')
-		}
-	}
-	closeArr := func() {
-		if batch {
-			vals = append(vals, ']')
-		}
-	}
-	sep := func(i int) {
-		if i > 0 {
-			vals = append(vals, ',')
-		}
-	}
-	r0 := mark()
-	open()
-	for i, rid := range legs.RIDs {
-		sep(i)
-		vals = appendQuote(vals, rid)
-	}
-	closeArr()
-	h0 := mark()
-	open()
-	for i := range n {
-		sep(i)
-		vals = appendQuote(vals, o.Host)
-	}
-	closeArr()
-	p0 := mark()
-	open()
-	for i := range n {
-		sep(i)
-		vals = appendOptInt(vals, o.Port)
-	}
-	closeArr()
-	m0 := mark()
-	open()
-	for i, room := range legs.Rooms {
-		sep(i)
-		vals = strconv.AppendUint(vals, room, 10)
-	}
-	closeArr()
-	pr0 := mark()
-	vals = appendOptInt(vals, o.PrefillRank)
-	dr0 := mark()
-	vals = appendOptInt(vals, o.DecodeRank)
-	end := mark()
-
-	common := [4]Field{
-		{"rid", vals[r0:h0]},
-		{"bootstrap_host", vals[h0:p0]},
-		{"bootstrap_port", vals[p0:m0]},
-		{"bootstrap_room", vals[m0:pr0]},
-	}
-	prefillRank, decodeRank := vals[pr0:dr0], vals[dr0:end]
-	var pf, df [6]Field
-	copy(pf[:], common[:])
-	copy(df[:], common[:])
-	np, nd := 4, 6
-	if b.HasRID { // the client's rid stays as it was sent, byte for byte
-		copy(pf[:], common[1:])
-		copy(df[:], common[1:])
-		np, nd = 3, 5
-	}
-	// prefillKey is the prefill leg's own rank field; the decode leg always carries two.
-	prefillKey := "data_parallel_rank"
-	df[nd-2] = Field{"data_parallel_rank", prefillRank}
-	df[nd-1] = Field{"data_parallel_rank_decode", decodeRank}
-	if o.Style == Routed {
-		prefillKey = "routed_dp_rank"
-		df[nd-2] = Field{"routed_dp_rank", decodeRank}
-		df[nd-1] = Field{"disagg_prefill_dp_rank", prefillRank}
-	}
-	if o.PrefillRank != nil {
-		pf[np] = Field{prefillKey, prefillRank}
-		np++
-	}
-	size := len(b.Raw) + len(vals) + 160
-	out := make([]byte, 0, 2*size)
-	out = b.Append(out, pf[:np]...)
-	prefill = out[:len(out):len(out)]
-	decode = b.Append(out[len(out):], df[:nd]...)
-	return prefill, decode, legs.RIDs, legs.Rooms
+	legs, pf, df := b.pdFields(g, o)
+	return b.Append(nil, pf...), b.Append(nil, df...), legs.RIDs, legs.Rooms
 }

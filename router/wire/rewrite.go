@@ -340,8 +340,17 @@ type PDLegs struct {
 // runs instead of copying them (so a PD request costs about its body once, not three times);
 // a batch's list values are written once and shared by both legs.
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
+	legs, pf, df := b.pdFields(g, o)
+	legs.Prefill = b.Pieces(pf...)
+	legs.Decode = b.Pieces(df...)
+	return legs
+}
+
+// pdFields draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields each
+// leg sets, their values in one scratch buffer; PD writes them as Pieces.
+func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
 	n := b.Size()
-	legs := PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
+	legs = PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
 	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
 	// allocation per batch, not one per element.
 	var gen []byte
@@ -451,9 +460,7 @@ func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 		pf[np] = Field{prefillKey, prefillRank}
 		np++
 	}
-	legs.Prefill = b.Pieces(pf[:np]...)
-	legs.Decode = b.Pieces(df[:nd]...)
-	return legs
+	return legs, pf[:np], df[:nd]
 }
 
 func appendOptInt(dst []byte, v *int) []byte {
