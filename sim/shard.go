@@ -35,10 +35,13 @@ type shardVary struct {
 }
 
 type shardPoint struct {
-	Index   int             `json:"index"`
-	Values  []string        `json:"values"`
-	Router  router.Config   `json:"router"`
-	Results json.RawMessage `json:"results"`
+	Index  int           `json:"index"`
+	Values []string      `json:"values"`
+	Router router.Config `json:"router"`
+	// KVEvents is the point's Routing.KVEvents, so a merged winner writes serve's kv_events
+	// as a single sweep's does.
+	KVEvents string          `json:"kv_events,omitempty"`
+	Results  json.RawMessage `json:"results"`
 }
 
 // WriteShard writes shard i of n of a sweep over vars (total points in the whole grid) to
@@ -56,7 +59,7 @@ func WriteShard(dir string, vars []Vary, total, i, n int, pts []Point) error {
 		if err := reports.EncodeResults(&buf, p.Result.Results); err != nil {
 			return err
 		}
-		doc.Points = append(doc.Points, shardPoint{Index: p.Index, Values: p.Values, Router: p.Config.Router, Results: buf.Bytes()})
+		doc.Points = append(doc.Points, shardPoint{Index: p.Index, Values: p.Values, Router: p.Config.Router, KVEvents: p.Config.Routing.KVEvents, Results: buf.Bytes()})
 	}
 	b, err := json.MarshalIndent(doc, "", " ")
 	if err != nil {
@@ -111,7 +114,7 @@ func ReadShards(dirs []string) ([]Vary, []Point, error) {
 				return nil, nil, fmt.Errorf("sim: --merge %s: point %d: %w", path, sp.Index, err)
 			}
 			from[sp.Index] = dir
-			byIndex[sp.Index] = Point{Index: sp.Index, Values: sp.Values, Config: Config{Router: sp.Router}, Result: &Result{Results: res}}
+			byIndex[sp.Index] = Point{Index: sp.Index, Values: sp.Values, Config: Config{Router: sp.Router, Routing: Routing{KVEvents: sp.KVEvents}}, Result: &Result{Results: res}}
 		}
 	}
 	var missing []string

@@ -96,6 +96,9 @@ type simFlags struct {
 	format      string
 	out         string
 	writeConfig string
+	// kvEventsGiven: --kv-events was set on the command line (resolve), so --write-config
+	// carries serve's kv_events (see writeSimConfig).
+	kvEventsGiven bool
 	decisionLog string // --decision-log: a file of the sim's own, not a routing setting
 	routing     sim.Routing
 	label       string
@@ -163,6 +166,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 // resolve turns the parsed flags into a sim.Config.
 func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error) {
 	rc := f.cfg
+	f.kvEventsGiven = fs.Changed("kv-events")
 	var file settingsFile
 	// The settings file is serve's: its server settings are checked with the rest but do
 	// not reach the simulator, which runs on the routing settings (rc) alone.
@@ -322,7 +326,7 @@ func newSimCmd() *cobra.Command {
 			}
 		}
 		if f.writeConfig != "" {
-			return writeSimConfig(f.writeConfig, cfg.Router, cfg.Routing)
+			return writeSimConfig(f.writeConfig, cfg.Router, f.chosenRouting(cfg.Routing, nil))
 		}
 		return nil
 	}
@@ -474,7 +478,7 @@ func finishSweep(w io.Writer, f *simFlags, vars []sim.Vary, pts []sim.Point, obj
 		if len(ranked) == 0 {
 			return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
 		}
-		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router, ranked[0].Config.Routing); err != nil {
+		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router, f.chosenRouting(ranked[0].Config.Routing, vars)); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
@@ -611,6 +615,21 @@ func writeSimConfig(path string, rc router.Config, rt sim.Routing) error {
 		return fmt.Errorf("--write-config: %w", err)
 	}
 	return nil
+}
+
+// chosenRouting is rt when the simulation chose KV-event routing — --kv-events given, or a
+// kv_events axis among vars — and the zero Routing otherwise (the flag's default is not a
+// choice: the written file then leaves serve's own default).
+func (f *simFlags) chosenRouting(rt sim.Routing, vars []sim.Vary) sim.Routing {
+	if f.kvEventsGiven {
+		return rt
+	}
+	for _, v := range vars {
+		if v.Key == "kv_events" {
+			return rt
+		}
+	}
+	return sim.Routing{}
 }
 
 // parseSimSLO parses "ttft=MS,tpot=MS[,e2e=MS]".

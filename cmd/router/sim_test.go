@@ -353,3 +353,36 @@ func TestSimWarnsWhenTheWorkloadRunsOut(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, stderr, "warning: level c2: recorded 3 requests of the --requests 10: the custom workload ran out")
 }
+
+// --write-config carries serve's kv_events when the simulation chose KV-event routing (a
+// kv_events axis, or --kv-events given), in a single sweep and a merged one alike, and leaves
+// serve's default when it did not.
+func TestSimWriteConfigKVEvents(t *testing.T) {
+	dir := t.TempDir()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	grid := append([]string{"--vary", "kv_events=off,on"}, simSmall...)
+	_, err := run(t, append([]string{"sim", "sweep", "--write-config", filepath.Join(dir, "one.yaml")}, grid...)...)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^kv_events: (auto|off)$`, read("one.yaml"))
+	var shards []string
+	for i := range 2 {
+		out := filepath.Join(dir, fmt.Sprintf("shard-%d", i))
+		shards = append(shards, out)
+		_, err := run(t, append([]string{"sim", "sweep", "--shard", fmt.Sprintf("%d/2", i), "--out", out}, grid...)...)
+		require.NoError(t, err)
+	}
+	_, err = run(t, append([]string{"sim", "sweep", "--merge", "--write-config", filepath.Join(dir, "merged.yaml")}, shards...)...)
+	require.NoError(t, err)
+	assert.Equal(t, read("one.yaml"), read("merged.yaml"))
+
+	_, err = run(t, append([]string{"sim", "--kv-events", "on", "--write-config", filepath.Join(dir, "on.yaml")}, simSmall...)...)
+	require.NoError(t, err)
+	assert.Contains(t, read("on.yaml"), "\nkv_events: auto\n")
+	_, err = run(t, append([]string{"sim", "--write-config", filepath.Join(dir, "plain.yaml")}, simSmall...)...)
+	require.NoError(t, err)
+	assert.NotContains(t, read("plain.yaml"), "kv_events")
+}
