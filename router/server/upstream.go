@@ -103,7 +103,7 @@ type doer interface {
 }
 
 // upstream returns the doer of the inference legs of one role.
-func (s *Server) upstream(role router.Role) doer { return s.clients[role] }
+func (s *Server) upstream(role router.Role) doer { return &s.clients[role] } // a pointer: no copy to box
 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }

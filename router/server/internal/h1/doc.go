@@ -11,6 +11,7 @@
 // cost 11–18 % more router CPU per request and 16–24 % more added TTFT P99 (issue 26).
 //
 // Scope: http:// URLs with a host. Anything else (https) goes to the fallback [Doer].
-// Response heads are parsed by net/http's ReadResponse and bounded at [MaxResponseHead];
+// Response heads are parsed by a fast path for the usual ones (head.go) or by net/http's
+// ReadResponse, which decides every other case, and bounded at [MaxResponseHead];
 // request header names and values are validated as net/http validates them.
 package h1

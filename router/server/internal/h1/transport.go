@@ -25,6 +25,7 @@ import (
 type Request struct {
 	Method string
 	URL    string      // http://[user:pass@]host[:port][/path][?query]; userinfo is sent as Basic auth
+	Path   string      // appended to URL ("" for none), as if joined: a worker's base URL and a route, without a string per request
 	Body   []byte      // nil: none; otherwise sent as JSON with its Content-Length
 	Header http.Header // may be nil; Host, Content-Length, Connection, Transfer-Encoding and User-Agent are the transport's
 }
@@ -113,21 +114,28 @@ func New(idle time.Duration, fallback Doer) *Transport {
 // fallback a context that ends at dl. Anything else that waits on it must bound its wait by its
 // Deadline.
 func WithDeadline(parent context.Context, dl time.Time) context.Context {
-	return timerless{parent, dl}
+	return &timerless{Context: parent, deadline: dl}
+}
+
+// WithDeadlineValue is WithDeadline and context.WithValue(…, key, val) in one context (one
+// allocation where the two cost two). key must be comparable.
+func WithDeadlineValue(parent context.Context, dl time.Time, key, val any) context.Context {
+	return &timerless{Context: parent, deadline: dl, key: key, val: val}
 }
 
 // timerless is WithDeadline's context.
 type timerless struct {
 	context.Context
 	deadline time.Time
+	key, val any // WithDeadlineValue's value (key nil: none)
 }
 
 // timerlessKey marks a timerless context, found through contexts derived from it.
 type timerlessKey struct{}
 
-func (c timerless) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *timerless) Deadline() (time.Time, bool) { return c.deadline, true }
 
-func (c timerless) Err() error {
+func (c *timerless) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
@@ -137,9 +145,12 @@ func (c timerless) Err() error {
 	return nil
 }
 
-func (c timerless) Value(key any) any {
+func (c *timerless) Value(key any) any {
 	if key == (timerlessKey{}) {
 		return true
+	}
+	if c.key != nil && key == c.key {
+		return c.val
 	}
 	return c.Context.Value(key)
 }
@@ -171,6 +182,8 @@ type target struct {
 	host string // the Host header: host[:port] without userinfo
 	addr string // the dial address, host:port
 	uri  string // the request target: /path?query
+	path string // Request.Path, sent after uri (which then has no query)
+	bare bool   // the URL had no path: uri is the implied "/"
 	auth string // Authorization from the URL's userinfo ("": none)
 }
 
@@ -180,9 +193,9 @@ func parseURL(url string) (tg target, ok bool) {
 	if !ok {
 		return tg, false
 	}
-	tg.host, tg.uri = rest, "/"
+	tg.host, tg.uri, tg.bare = rest, "/", true
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		tg.host, tg.uri = rest[:i], rest[i:]
+		tg.host, tg.uri, tg.bare = rest[:i], rest[i:], false
 		if tg.uri[0] != '/' {
 			tg.uri = "/" + tg.uri
 		}
@@ -216,9 +229,16 @@ func parseURL(url string) (tg target, ok bool) {
 // closing it earlier closes the connection. A cancelled context unblocks any read or write,
 // which then fails with the context's error.
 func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, error) {
-	tg, ok := parseURL(r.URL)
+	url := r.URL
+	if r.Path != "" && (r.Path[0] != '/' || strings.ContainsAny(url, "?#")) {
+		url += r.Path // joined as written: the path lands where plain concatenation puts it
+	}
+	tg, ok := parseURL(url)
 	if !ok {
 		return t.fallbackDo(ctx, *r) // a copy to hand on, so that r does not escape on the path h1 serves
+	}
+	if len(url) == len(r.URL) {
+		tg.path = r.Path
 	}
 	return t.exchange(ctx, r, &tg)
 }
@@ -227,6 +247,9 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 // timer-less deadline (WithDeadline) is given one that ends at the deadline, until the body is
 // closed or read to its end.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
+	if r.Path != "" {
+		r.URL, r.Path = r.URL+r.Path, ""
+	}
 	dl, ok := connDeadline(ctx)
 	if !ok {
 		return t.fallback.Do(ctx, &r)
@@ -302,25 +325,31 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
-	resp, err := c.readHead(r.Method)
+	x, err := c.readHead(r.Method)
 	if werr != nil && err != nil {
 		return fail(werr)
 	}
 	if err != nil {
 		return fail(err)
 	}
+	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	resp.Body = &body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
+	resp.Body = &x.b
 	return resp, reused, nil
 }
 
 // readHead reads the final response head, skipping informational ones (100 Continue, 103
-// Early Hints), within MaxResponseHead bytes in all.
-func (c *conn) readHead(method string) (*http.Response, error) {
+// Early Hints), within MaxResponseHead bytes in all. The returned response's Body reads the
+// body as its framing says (exchange wraps it).
+func (c *conn) readHead(method string) (*response, error) {
 	c.head.armed, c.head.left = true, MaxResponseHead
 	defer func() { c.head.armed = false }()
 	for {
+		if x := c.fastHead(method); x != nil {
+			return x, nil
+		}
 		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 		if err != nil {
 			if errors.Is(err, errResponseHeadTooLarge) {
@@ -334,7 +363,7 @@ func (c *conn) readHead(method string) (*http.Response, error) {
 		case resp.StatusCode >= 100 && resp.StatusCode < 200:
 			continue // informational: no body, the final response follows
 		}
-		return resp, nil
+		return &response{resp: *resp}, nil
 	}
 }
 
@@ -354,8 +383,9 @@ func validate(r *Request, tg *target) error {
 	if r.Method == "" || strings.IndexFunc(r.Method, func(c rune) bool { return !httpguts.IsTokenRune(c) }) >= 0 {
 		return fmt.Errorf("h1: invalid method %q", r.Method)
 	}
-	if strings.IndexFunc(tg.uri, func(c rune) bool { return c <= ' ' || c == 0x7f }) >= 0 {
-		return fmt.Errorf("h1: invalid character in request target %q", tg.uri)
+	bad := func(c rune) bool { return c <= ' ' || c == 0x7f }
+	if strings.IndexFunc(tg.uri, bad) >= 0 || strings.IndexFunc(tg.path, bad) >= 0 {
+		return fmt.Errorf("h1: invalid character in request target %q", tg.uri+tg.path)
 	}
 	if !httpguts.ValidHostHeader(tg.host) {
 		return fmt.Errorf("h1: invalid Host %q", tg.host)
@@ -387,7 +417,7 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	w := (*bp)[:0]
 	w = append(w, r.Method...)
 	w = append(w, ' ')
-	w = append(w, tg.uri...)
+	w = appendTarget(w, tg)
 	w = append(w, " HTTP/1.1\r\nHost: "...)
 	w = append(w, tg.host...)
 	w = append(w, "\r\nUser-Agent: pdrouter\r\n"...)
@@ -424,6 +454,15 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	}
 	*bp = w
 	return bp, nil
+}
+
+// appendTarget appends tg's request target: the URL's path, then Request.Path (which starts
+// with "/"; Do joins the others to the URL).
+func appendTarget(w []byte, tg *target) []byte {
+	if !tg.bare || tg.path == "" {
+		w = append(w, tg.uri...)
+	}
+	return append(w, tg.path...)
 }
 
 // inlineBody is the largest body serialize copies behind the head (one write); a larger one is

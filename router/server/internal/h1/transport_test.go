@@ -552,6 +552,19 @@ func TestH1RequestTarget(t *testing.T) {
 		readAll(t, resp)
 		assert.Equal(t, want, <-got)
 	}
+	// Path is sent as if joined to URL (a worker's base URL and a route).
+	for _, c := range []struct{ base, path, want string }{
+		{srv.URL, "/generate", "/generate"},
+		{srv.URL + "/", "/generate", "//generate"},
+		{srv.URL + "/base", "/v1/completions", "/base/v1/completions"},
+		{srv.URL + "/base?k=v", "/generate", "/base?k=v/generate"},
+		{srv.URL + "/base", "", "/base"},
+	} {
+		resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", URL: c.base, Path: c.path})
+		require.NoError(t, err)
+		readAll(t, resp)
+		assert.Equal(t, c.want, <-got, "%s + %s", c.base, c.path)
+	}
 }
 
 // What the transport does not serve goes to the fallback: https://, and a URL without a host.
