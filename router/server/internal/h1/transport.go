@@ -577,6 +577,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	nc = Raw(nc)
 	hc := &headCap{r: nc}
 	c := &conn{t: t, addr: addr, nc: nc, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}
 	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }
