@@ -56,6 +56,7 @@ type exchange struct {
 	rreq  router.Request
 	up    upstreamRequest
 	idHdr [1]string
+	ctx   h1.Deadline // the request's context in regular mode (requestContext)
 }
 
 // attemptResult is how one routed attempt ended.
@@ -151,7 +152,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := s.requestContext(req.Context())
+		ctx, cancel := s.requestContext(req.Context(), x)
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -249,17 +250,16 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 
 // requestContext returns the context of one routed request: parent, ending at
 // --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
-// without a timer (h1.WithDeadline): the upstream connection's deadline ends the attempt
+// without a timer (h1.Deadline): the upstream connection's deadline ends the attempt
 // instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
 // each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
-// Both carry the memory budget (withBudget; in regular mode in the same context, one
-// allocation).
-func (s *Server) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+// Both carry the memory budget (withBudget; in regular mode in the same context, held in x).
+func (s *Server) requestContext(parent context.Context, x *exchange) (context.Context, context.CancelFunc) {
 	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
 	if s.r.PD() {
 		return context.WithDeadline(withBudget(parent, s.budget), dl)
 	}
-	return h1.WithDeadlineValue(parent, dl, budgetKey{}, s.budget), func() {}
+	return x.ctx.Init(parent, dl, budgetKey{}, s.budget), func() {}
 }
 
 // sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.

@@ -117,17 +117,23 @@ func WithDeadline(parent context.Context, dl time.Time) context.Context {
 	return &timerless{Context: parent, deadline: dl}
 }
 
-// WithDeadlineValue is WithDeadline and context.WithValue(…, key, val) in one context (one
-// allocation where the two cost two). key must be comparable.
-func WithDeadlineValue(parent context.Context, dl time.Time, key, val any) context.Context {
-	return &timerless{Context: parent, deadline: dl, key: key, val: val}
+// Deadline holds a WithDeadline context that also carries one value (as context.WithValue
+// would) inside a longer-lived struct, so that it costs no allocation of its own: Init returns
+// it.
+type Deadline struct{ c timerless }
+
+// Init sets d up as WithDeadline(parent, dl) carrying val under key (comparable; nil: no value)
+// and returns it as a context; d must not be re-initialised while the context is in use.
+func (d *Deadline) Init(parent context.Context, dl time.Time, key, val any) context.Context {
+	d.c = timerless{Context: parent, deadline: dl, key: key, val: val}
+	return &d.c
 }
 
 // timerless is WithDeadline's context.
 type timerless struct {
 	context.Context
 	deadline time.Time
-	key, val any // WithDeadlineValue's value (key nil: none)
+	key, val any // Deadline's value (key nil: none)
 }
 
 // timerlessKey marks a timerless context, found through contexts derived from it.

@@ -638,3 +638,20 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	_, _, err = h1Do(WithDeadline(context.Background(), time.Now().Add(-time.Second)), tr, srv.URL+"/fast", "{}", nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+func TestH1DeadlineCarriesAValue(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), "p", 1)
+	var d Deadline
+	dl := time.Now().Add(time.Hour)
+	ctx := d.Init(parent, dl, key{}, "v")
+	assert.Equal(t, "v", ctx.Value(key{}))
+	assert.Equal(t, 1, ctx.Value("p"), "the parent's values pass through")
+	got, ok := ctx.Deadline()
+	assert.True(t, ok)
+	assert.Equal(t, dl, got)
+	c, ok := connDeadline(ctx)
+	assert.True(t, ok, "the transport sees it as its own deadline")
+	assert.Equal(t, dl, c)
+	assert.Nil(t, (&Deadline{}).Init(parent, dl, nil, nil).Value(key{}))
+}
