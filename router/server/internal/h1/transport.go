@@ -57,7 +57,9 @@ type conn struct {
 	head   *headCap // bounds the bytes read for a response head
 	br     *bufio.Reader
 	idleAt time.Time
-	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
+	// deadline is set when the connection carries the deadline of its last timed exchange.
+	deadline bool
+	abort    func() // unblocks the connection's reads and writes (a cancelled request), made once
 }
 
 // MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
@@ -307,8 +309,13 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	// A timer-less deadline (WithDeadline) is the connection's, set once for the whole
 	// exchange; a cancelled context cuts it short.
 	dl, timed := connDeadline(ctx)
-	if timed {
+	switch {
+	case timed:
 		_ = c.nc.SetDeadline(dl)
+		c.deadline = true
+	case c.deadline: // the last exchange's, left in place when it ended
+		_ = c.nc.SetDeadline(time.Time{})
+		c.deadline = false
 	}
 	stop := context.AfterFunc(ctx, c.abort)
 	fail := func(err error) (*http.Response, bool, error) {
@@ -509,9 +516,10 @@ func (b *body) Read(p []byte) (int, error) {
 	b.done = true
 	// stop reports whether the cancel func had not run: only then is the deadline intact.
 	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
-		if b.timed {
-			_ = b.c.nc.SetDeadline(time.Time{}) // idle, it must pass alive's check
-		}
+		// A timed exchange's deadline stays on the idle connection (the next exchange sets
+		// or clears it: one deadline call per exchange, not two). The request timeout it is
+		// normally outlasts the pool's idle timeout; a connection whose deadline passed
+		// fails alive's check and is closed, not reused.
 		b.c.t.put(b.c)
 		return n, err
 	}

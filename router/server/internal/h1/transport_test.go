@@ -614,8 +614,9 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ok", readAll(t, resp))
 	require.Len(t, pooled(tr, host), 1)
-	// Once the first exchange's deadline has passed, and idle past peekAfter (so that reuse
-	// runs the liveness check, which a deadline left on the connection would fail).
+	// Once the first exchange's deadline has passed, and idle past peekAfter: reuse runs the
+	// liveness check, which must pass with that deadline still on the idle connection (the
+	// next exchange replaces it).
 	dl, _ := first.Deadline()
 	<-time.After(time.Until(dl))
 	idledSince(tr, host, 0, time.Now().Add(-2*peekAfter))
