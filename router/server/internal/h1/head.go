@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"slices"
 	"strconv"
 
 	"golang.org/x/net/http/httpguts"
@@ -48,7 +49,11 @@ const maxFastHeaders = 64
 
 // fastHead parses the response head buffered in c.br if it is one the fast path takes
 // (see response), consuming it; nil leaves c.br untouched for http.ReadResponse.
-func (c *conn) fastHead(method string) *response {
+//
+// With into (not nil) and a 2xx status, the fields go into into instead of a map of their own
+// (saving the map per request when the caller copies them there anyway): each name the head
+// carries replaces into's values for it, repeats add to them, and Response.Header is into.
+func (c *conn) fastHead(method string, into http.Header) *response {
 	if method == http.MethodHead {
 		return nil
 	}
@@ -87,9 +92,10 @@ func (c *conn) fastHead(method string) *response {
 		r = next
 	}
 	head := string(buf[:end]) // the one copy: status and values are substrings of it
-	x := &response{}
-	h := make(http.Header, n)
-	slab := make([]string, n)
+	// Every field is checked before any goes into a map: a head the fast path gives up on
+	// leaves into as it was.
+	var keys, vals [maxFastHeaders + 1]string
+	nf := 0
 	var cl, te string
 	ncl, nte := 0, 0
 	off := len(line) + 2
@@ -131,16 +137,10 @@ func (c *conn) fastHead(method string) *response {
 			te, nte = val, nte+1
 			continue // not kept in Header, as net/http does
 		}
-		if vv := h[key]; vv == nil {
-			vv, slab = slab[:1:1], slab[1:]
-			vv[0] = val
-			h[key] = vv
-		} else {
-			h[key] = append(vv, val)
-		}
+		keys[nf], vals[nf] = key, val
+		nf++
 	}
-	x.resp = http.Response{Status: head[len(proto):len(line)], StatusCode: code, Proto: "HTTP/1.1",
-		ProtoMajor: 1, ProtoMinor: 1, Header: h}
+	x := &response{}
 	switch {
 	case nte == 1 && ncl == 0 && asciiEqualFold(te, "chunked"):
 		x.resp.ContentLength = -1
@@ -158,6 +158,29 @@ func (c *conn) fastHead(method string) *response {
 	default:
 		return nil // a body to the connection's close, or framing ReadResponse judges
 	}
+	if code/100 != 2 {
+		into = nil
+	}
+	h := into
+	if h == nil {
+		h = make(http.Header, nf)
+	}
+	slab := make([]string, nf)
+	for i, key := range keys[:nf] {
+		vv := h[key]
+		if into != nil && !slices.Contains(keys[:i], key) {
+			vv = nil // into's own values for the name: replaced
+		}
+		if vv == nil {
+			vv, slab = slab[:1:1], slab[1:]
+			vv[0] = vals[i]
+			h[key] = vv
+		} else {
+			h[key] = append(vv, vals[i])
+		}
+	}
+	x.resp.Status, x.resp.StatusCode, x.resp.Header = head[len(proto):len(line)], code, h
+	x.resp.Proto, x.resp.ProtoMajor, x.resp.ProtoMinor = "HTTP/1.1", 1, 1
 	_, _ = c.br.Discard(end)
 	return x
 }

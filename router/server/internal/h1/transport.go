@@ -28,6 +28,11 @@ type Request struct {
 	Path   string      // appended to URL ("" for none), as if joined: a worker's base URL and a route, without a string per request
 	Body   []byte      // nil: none; otherwise sent as JSON with its Content-Length
 	Header http.Header // may be nil; Host, Content-Length, Connection, Transfer-Encoding and User-Agent are the transport's
+	// Into, when not nil, receives a 2xx response's header fields (a head the transport parses
+	// itself; see fastHead): each field name replaces Into's values for it, and Response.Header
+	// is Into. A caller that would copy the fields into a map of its own (a proxy's response
+	// header) saves a map per request. Otherwise Response.Header is a map of its own.
+	Into http.Header
 }
 
 // Doer sends a request the transport does not serve itself (https://, a URL without a host),
@@ -338,7 +343,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
-	x, err := c.readHead(r.Method)
+	x, err := c.readHead(r.Method, r.Into)
 	if werr != nil && err != nil {
 		return fail(werr)
 	}
@@ -356,11 +361,11 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 // readHead reads the final response head, skipping informational ones (100 Continue, 103
 // Early Hints), within MaxResponseHead bytes in all. The returned response's Body reads the
 // body as its framing says (exchange wraps it).
-func (c *conn) readHead(method string) (*response, error) {
+func (c *conn) readHead(method string, into http.Header) (*response, error) {
 	c.head.armed, c.head.left = true, MaxResponseHead
 	defer func() { c.head.armed = false }()
 	for {
-		if x := c.fastHead(method); x != nil {
+		if x := c.fastHead(method, into); x != nil {
 			return x, nil
 		}
 		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
