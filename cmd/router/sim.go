@@ -99,11 +99,11 @@ type simFlags struct {
 	// kvEventsGiven: --kv-events was set on the command line (resolve), so --write-config
 	// carries serve's kv_events (see writeSimConfig).
 	kvEventsGiven bool
-	decisionLog string // --decision-log: a file of the sim's own, not a routing setting
-	routing     sim.Routing
-	label       string
-	slo         string
-	kills       []string
+	decisionLog   string // --decision-log: a file of the sim's own, not a routing setting
+	routing       sim.Routing
+	label         string
+	slo           string
+	kills         []string
 	// args, prefillArgs and decodeArgs are the engine-argument flags (--chunked-prefill-size,
 	// --prefill-…, --decode-…); resolve lays the given ones over the cluster file's.
 	args, prefillArgs, decodeArgs engine.ServerArgs

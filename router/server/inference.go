@@ -50,6 +50,13 @@ type exchange struct {
 	id    string      // the client-visible request id; "" until the client's header or a rid sets it
 	body  *wire.Body  // the parsed request body
 	hdr   http.Header // the client headers forwarded to workers
+
+	// Storage that saves the hot path an allocation each (issue 29): the router's request,
+	// the regular attempt's upstream request, and the X-Request-Id header's value.
+	rreq  router.Request
+	up    upstreamRequest
+	idHdr [1]string
+	ctx   h1.Deadline // the request's context in regular mode (requestContext)
 }
 
 // attemptResult is how one routed attempt ended.
@@ -145,7 +152,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := s.requestContext(withBudget(req.Context(), s.budget))
+		ctx, cancel := s.requestContext(req.Context(), x)
 		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
@@ -178,7 +185,8 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	if x.id == "" && !s.r.PD() {
 		x.id = s.reqIDs.RID(x.route)
 	}
-	rreq := &router.Request{Text: x.body.Text, Model: x.body.Model}
+	rreq := &x.rreq
+	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model}
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}
@@ -242,15 +250,16 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 
 // requestContext returns the context of one routed request: parent, ending at
 // --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
-// without a timer (h1.WithDeadline): the upstream connection's deadline ends the attempt
+// without a timer (h1.Deadline): the upstream connection's deadline ends the attempt
 // instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
 // each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
-func (s *Server) requestContext(parent context.Context) (context.Context, context.CancelFunc) {
+// Both carry the memory budget (withBudget; in regular mode in the same context, held in x).
+func (s *Server) requestContext(parent context.Context, x *exchange) (context.Context, context.CancelFunc) {
 	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
 	if s.r.PD() {
-		return context.WithDeadline(parent, dl)
+		return context.WithDeadline(withBudget(parent, s.budget), dl)
 	}
-	return h1.WithDeadline(parent, dl), func() {}
+	return x.ctx.Init(parent, dl, budgetKey{}, s.budget), func() {}
 }
 
 // sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.
@@ -304,15 +313,24 @@ func isEventStream(resp *http.Response, b *wire.Body) bool {
 func commitHeaders(x *exchange, resp *http.Response, stream bool) {
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
-	h.Set("X-Request-Id", x.id)
+	// Assigned, not Set: the keys are canonical, and the values need no slice of their own
+	// (net/http copies the header when the head is written).
+	x.idHdr[0] = x.id
+	h["X-Request-Id"] = x.idHdr[:]
 	if stream {
-		if h.Get("Content-Type") == "" {
-			h.Set("Content-Type", "text/event-stream")
+		if len(h["Content-Type"]) == 0 || h["Content-Type"][0] == "" {
+			h["Content-Type"] = eventStreamType
 		}
-		h.Set("Cache-Control", "no-cache")
+		h["Cache-Control"] = noCache
 	}
 	x.w.WriteHeader(resp.StatusCode)
 }
+
+// Header values commitHeaders assigns (shared: nothing modifies them).
+var (
+	eventStreamType = []string{"text/event-stream"}
+	noCache         = []string{"no-cache"}
+)
 
 // relayStream copies an SSE body to the client event by event on the calling goroutine until
 // it ends or the client goes away, flushing when the upstream has nothing more buffered, and

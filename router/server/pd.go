@@ -209,7 +209,7 @@ func firstEventError(r *upstreamRequest, held []byte, hs holdState) *upstreamErr
 		return nil
 	}
 	var p wire.Parser
-	p.Feed(held)
+	p.FeedView(held) // held is not written to: parsed in place
 	for ev, ok := p.Next(); ok; ev, ok = p.Next() {
 		if !ev.HasData() {
 			continue

@@ -203,8 +203,17 @@ func TestPDBlameInTheAnswer(t *testing.T) {
 // the client: it is retried, and a KV wait on a silent prefill is charged to the prefill.
 func TestPDStreamFirstEventErrorIsRetriedAndBlamed(t *testing.T) {
 	t.Parallel()
-	hung := newWorker(t, hangReply(nil))
-	dw := newWorker(t, sseReply([]string{`data: {"error":{"message":"fakeworker: decode room 1 failed: bootstrap timeout: KV from the prefill server did not arrive within 3s","code":500}}`}, nil))
+	// Decode's error event waits until the prefill leg has reached its worker (as a real
+	// decode's KV wait starts after it): otherwise decode may fail before the prefill leg is
+	// sent, and there is no prefill request to see cancelled.
+	arrived := make(chan struct{})
+	var once sync.Once
+	hung := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		once.Do(func() { close(arrived) })
+		hangReply(nil)(w, r, c)
+	})
+	dw := newWorker(t, sseReply([]string{`data: {"error":{"message":"fakeworker: decode room 1 failed: bootstrap timeout: KV from the prefill server did not arrive within 3s","code":500}}`},
+		map[int]<-chan struct{}{0: arrived}))
 	tr := startRouter(t, noRetries(pdConfig([]*testWorker{hung}, []*testWorker{dw}, nil)))
 	status, hdr, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
 	require.Equal(t, http.StatusBadGateway, status, body)

@@ -15,7 +15,10 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	t := d.Regular
 	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
 	defer func() { d.Done(router.Regular, out) }()
-	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular"}
+	r := &x.up
+	// A 2xx answer is always committed (commitHeaders): its header fields may go straight into
+	// the client's response header.
+	*r = upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", into: x.w.Header()}
 	if rank, ok := t.Rank(); ok {
 		r.body = x.body.WithDPRank(nil, rank)
 	}

@@ -38,10 +38,13 @@ func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error
 		}
 		first := false
 		if n > 0 && stream {
-			probe.Feed(buf[:n])
+			// Parsed in place (the events are only looked at); what the parser holds of an
+			// event not complete yet is copied before buf is read into again.
+			probe.FeedView(buf[:n])
 			for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
 				first = first || ev.HasData()
 			}
+			probe.Retain()
 			if probe.Buffered() > maxSSEEvent && err == nil {
 				err = errSSEEventTooLarge
 			}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 )
 
 // Serve serves [Server.Handler] on ln until ctx is done: HTTPS when the configuration names a
@@ -21,7 +23,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Idle keep-alive connections close after 75 s (nginx's default), so a client cannot hold
 	// thousands open; headers must arrive within 30 s; bodies within --body-read-timeout-secs
 	// after that (readBody); at most --max-connections are open at once (capListener).
-	ln = s.capConns(ln)
+	ln = s.capConns(h1.RawListener(ln)) // client connections' reads and writes as raw system calls (h1.Raw)
 	s.setMemoryLimit()
 	var stopping atomic.Bool
 	h := s.Handler()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 	"strings"
 	"time"
 
@@ -85,6 +86,9 @@ type upstreamRequest struct {
 	pieces [][]byte    // when not nil, the body instead of body: their concatenation (PD legs, wire.Pieces)
 	hdr    http.Header // forwarded client headers; may be nil
 	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
+	// into, when set, is the client's response header: a 2xx answer's header fields may be
+	// parsed straight into it (h1.Request.Into; the response's Header is then into).
+	into http.Header
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
@@ -104,7 +108,7 @@ type doer interface {
 }
 
 // upstream returns the doer of the inference legs of one role.
-func (s *Server) upstream(role router.Role) doer { return s.clients[role] }
+func (s *Server) upstream(role router.Role) doer { return &s.clients[role] } // a pointer: no copy to box
 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }
@@ -190,7 +194,15 @@ func budgetFrom(ctx context.Context) *budget {
 }
 
 // copyResponseHeaders copies a worker's response headers to the client, minus hop-by-hop ones.
+// When src is dst (the worker's fields were parsed into it, upstreamRequest.into), it only
+// removes the hop-by-hop ones.
 func copyResponseHeaders(dst, src http.Header) {
+	if reflect.ValueOf(dst).UnsafePointer() == reflect.ValueOf(src).UnsafePointer() {
+		for k := range hopHeaders {
+			delete(dst, k)
+		}
+		return
+	}
 	for k, v := range src {
 		if !hopHeaders[k] {
 			dst[k] = v

@@ -21,10 +21,11 @@ func alive(conn net.Conn) bool {
 	}
 	open := false
 	var buf [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	// Control, not Read: a deadline the last exchange left on the connection (exchange sets or
+	// clears it before the next) must not fail the check.
+	err = rc.Control(func(fd uintptr) {
 		_, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		open = errors.Is(rerr, syscall.EAGAIN)
-		return true // never wait for readiness
 	})
 	return err == nil && open
 }

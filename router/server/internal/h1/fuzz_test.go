@@ -63,6 +63,20 @@ func FuzzReadHead(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",
 		"",
+		// The fast path's heads (head.go): uvicorn's lowercase names, repeats, white space.
+		"HTTP/1.1 200 OK\r\ndate: Fri, 27 Nov 2026 01:00:00 GMT\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n5\r\ndata:\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-A: 1\r\nx-a: 2 \r\nX-Long-Custom_Name: \t v \t\r\ncontent-length: 2\r\n\r\nok",
+		"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 503 Service Unavailable\r\nContent-Length:  3 \r\nRetry-After: 1\r\n\r\nbusy",
+		"HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: Chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n",
+		"HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nV: a\x01b\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\n: empty\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 299 Custom\r\nContent-Length: 1\r\n\r\n",
 	} {
 		f.Add(s, false)
 		f.Add(s, true)
@@ -74,7 +88,7 @@ func FuzzReadHead(f *testing.F) {
 		}
 		hc := &headCap{r: strings.NewReader(in)}
 		c := &conn{head: hc, br: bufio.NewReaderSize(hc, 4<<10)}
-		got, gerr := c.readHead(method)
+		x, gerr := c.readHead(method, nil)
 		want, werr := referenceHead(in, method)
 		if (gerr == nil) != (werr == nil) {
 			t.Fatalf("h1: %v, net/http: %v", gerr, werr)
@@ -82,6 +96,7 @@ func FuzzReadHead(f *testing.F) {
 		if gerr != nil {
 			return
 		}
+		got := &x.resp
 		if got.StatusCode != want.StatusCode || got.Proto != want.Proto {
 			t.Errorf("status %d %s, net/http %d %s", got.StatusCode, got.Proto, want.StatusCode, want.Proto)
 		}
@@ -96,6 +111,37 @@ func FuzzReadHead(f *testing.F) {
 		wb, wberr := io.ReadAll(want.Body)
 		if string(gb) != string(wb) || (gberr == nil) != (wberr == nil) {
 			t.Errorf("body %q (%v), net/http %q (%v)", gb, gberr, wb, wberr)
+		}
+
+		// With Request.Into: a 2xx head the fast path takes lands in into, each name the
+		// response carries replacing into's values; any other leaves into as it was.
+		before := http.Header{"Vary": {"Origin"}, "Content-Type": {"text/plain"}, "Access-Control-Allow-Origin": {"*"}}
+		into := before.Clone()
+		hc = &headCap{r: strings.NewReader(in)}
+		c = &conn{head: hc, br: bufio.NewReaderSize(hc, 4<<10)}
+		xi, err := c.readHead(method, into)
+		if err != nil {
+			t.Fatalf("with into: %v (without: none)", err)
+		}
+		merged := before.Clone()
+		for k, v := range want.Header {
+			merged[k] = v
+		}
+		switch {
+		case reflect.ValueOf(xi.resp.Header).Pointer() == reflect.ValueOf(into).Pointer():
+			if want.StatusCode/100 != 2 {
+				t.Errorf("status %d went into into", want.StatusCode)
+			}
+			if !reflect.DeepEqual(into, merged) {
+				t.Errorf("into %q, want %q", into, merged)
+			}
+		default:
+			if !reflect.DeepEqual(into, before) {
+				t.Errorf("into changed to %q by a head not parsed into it", into)
+			}
+			if !reflect.DeepEqual(xi.resp.Header, want.Header) {
+				t.Errorf("headers %q, net/http %q", xi.resp.Header, want.Header)
+			}
 		}
 	})
 }

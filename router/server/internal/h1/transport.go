@@ -25,11 +25,17 @@ import (
 type Request struct {
 	Method string
 	URL    string      // http://[user:pass@]host[:port][/path][?query]; userinfo is sent as Basic auth
+	Path   string      // appended to URL ("" for none), as if joined: a worker's base URL and a route, without a string per request
 	Body   []byte      // nil: none; otherwise sent as JSON with its Content-Length
 	Header http.Header // may be nil; Host, Content-Length, Connection, Transfer-Encoding and User-Agent are the transport's
 	// Pieces, when not nil, is the body instead of Body (which must then be nil): their
 	// concatenation, sent as Body is, without joining them (one writev). Not modified.
 	Pieces [][]byte
+	// Into, when not nil, receives a 2xx response's header fields (a head the transport parses
+	// itself; see fastHead): each field name replaces Into's values for it, and Response.Header
+	// is Into. A caller that would copy the fields into a map of its own (a proxy's response
+	// header) saves a map per request. Otherwise Response.Header is a map of its own.
+	Into http.Header
 }
 
 // bodyLen is the length of r's body.
@@ -68,7 +74,9 @@ type conn struct {
 	head   *headCap // bounds the bytes read for a response head
 	br     *bufio.Reader
 	idleAt time.Time
-	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
+	// deadline is set when the connection carries the deadline of its last timed exchange.
+	deadline bool
+	abort    func() // unblocks the connection's reads and writes (a cancelled request), made once
 }
 
 // MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
@@ -125,21 +133,34 @@ func New(idle time.Duration, fallback Doer) *Transport {
 // fallback a context that ends at dl. Anything else that waits on it must bound its wait by its
 // Deadline.
 func WithDeadline(parent context.Context, dl time.Time) context.Context {
-	return timerless{parent, dl}
+	return &timerless{Context: parent, deadline: dl}
+}
+
+// Deadline holds a WithDeadline context that also carries one value (as context.WithValue
+// would) inside a longer-lived struct, so that it costs no allocation of its own: Init returns
+// it.
+type Deadline struct{ c timerless }
+
+// Init sets d up as WithDeadline(parent, dl) carrying val under key (comparable; nil: no value)
+// and returns it as a context; d must not be re-initialised while the context is in use.
+func (d *Deadline) Init(parent context.Context, dl time.Time, key, val any) context.Context {
+	d.c = timerless{Context: parent, deadline: dl, key: key, val: val}
+	return &d.c
 }
 
 // timerless is WithDeadline's context.
 type timerless struct {
 	context.Context
 	deadline time.Time
+	key, val any // Deadline's value (key nil: none)
 }
 
 // timerlessKey marks a timerless context, found through contexts derived from it.
 type timerlessKey struct{}
 
-func (c timerless) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *timerless) Deadline() (time.Time, bool) { return c.deadline, true }
 
-func (c timerless) Err() error {
+func (c *timerless) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
@@ -149,9 +170,12 @@ func (c timerless) Err() error {
 	return nil
 }
 
-func (c timerless) Value(key any) any {
+func (c *timerless) Value(key any) any {
 	if key == (timerlessKey{}) {
 		return true
+	}
+	if c.key != nil && key == c.key {
+		return c.val
 	}
 	return c.Context.Value(key)
 }
@@ -183,6 +207,8 @@ type target struct {
 	host string // the Host header: host[:port] without userinfo
 	addr string // the dial address, host:port
 	uri  string // the request target: /path?query
+	path string // Request.Path, sent after uri (which then has no query)
+	bare bool   // the URL had no path: uri is the implied "/"
 	auth string // Authorization from the URL's userinfo ("": none)
 }
 
@@ -192,9 +218,9 @@ func parseURL(url string) (tg target, ok bool) {
 	if !ok {
 		return tg, false
 	}
-	tg.host, tg.uri = rest, "/"
+	tg.host, tg.uri, tg.bare = rest, "/", true
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		tg.host, tg.uri = rest[:i], rest[i:]
+		tg.host, tg.uri, tg.bare = rest[:i], rest[i:], false
 		if tg.uri[0] != '/' {
 			tg.uri = "/" + tg.uri
 		}
@@ -228,9 +254,16 @@ func parseURL(url string) (tg target, ok bool) {
 // closing it earlier closes the connection. A cancelled context unblocks any read or write,
 // which then fails with the context's error.
 func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, error) {
-	tg, ok := parseURL(r.URL)
+	url := r.URL
+	if r.Path != "" && (r.Path[0] != '/' || strings.ContainsAny(url, "?#")) {
+		url += r.Path // joined as written: the path lands where plain concatenation puts it
+	}
+	tg, ok := parseURL(url)
 	if !ok {
 		return t.fallbackDo(ctx, *r) // a copy to hand on, so that r does not escape on the path h1 serves
+	}
+	if len(url) == len(r.URL) {
+		tg.path = r.Path
 	}
 	return t.exchange(ctx, r, &tg)
 }
@@ -239,6 +272,9 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 // timer-less deadline (WithDeadline) is given one that ends at the deadline, until the body is
 // closed or read to its end.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
+	if r.Path != "" {
+		r.URL, r.Path = r.URL+r.Path, ""
+	}
 	dl, ok := connDeadline(ctx)
 	if !ok {
 		return t.fallback.Do(ctx, &r)
@@ -290,8 +326,13 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	// A timer-less deadline (WithDeadline) is the connection's, set once for the whole
 	// exchange; a cancelled context cuts it short.
 	dl, timed := connDeadline(ctx)
-	if timed {
+	switch {
+	case timed:
 		_ = c.nc.SetDeadline(dl)
+		c.deadline = true
+	case c.deadline: // the last exchange's, left in place when it ended
+		_ = c.nc.SetDeadline(time.Time{})
+		c.deadline = false
 	}
 	stop := context.AfterFunc(ctx, c.abort)
 	fail := func(err error) (*http.Response, bool, error) {
@@ -318,25 +359,31 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
-	resp, err := c.readHead(r.Method)
+	x, err := c.readHead(r.Method, r.Into)
 	if werr != nil && err != nil {
 		return fail(werr)
 	}
 	if err != nil {
 		return fail(err)
 	}
+	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	resp.Body = &body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
+	resp.Body = &x.b
 	return resp, reused, nil
 }
 
 // readHead reads the final response head, skipping informational ones (100 Continue, 103
-// Early Hints), within MaxResponseHead bytes in all.
-func (c *conn) readHead(method string) (*http.Response, error) {
+// Early Hints), within MaxResponseHead bytes in all. The returned response's Body reads the
+// body as its framing says (exchange wraps it).
+func (c *conn) readHead(method string, into http.Header) (*response, error) {
 	c.head.armed, c.head.left = true, MaxResponseHead
 	defer func() { c.head.armed = false }()
 	for {
+		if x := c.fastHead(method, into); x != nil {
+			return x, nil
+		}
 		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 		if err != nil {
 			if errors.Is(err, errResponseHeadTooLarge) {
@@ -350,7 +397,7 @@ func (c *conn) readHead(method string) (*http.Response, error) {
 		case resp.StatusCode >= 100 && resp.StatusCode < 200:
 			continue // informational: no body, the final response follows
 		}
-		return resp, nil
+		return &response{resp: *resp}, nil
 	}
 }
 
@@ -370,8 +417,9 @@ func validate(r *Request, tg *target) error {
 	if r.Method == "" || strings.IndexFunc(r.Method, func(c rune) bool { return !httpguts.IsTokenRune(c) }) >= 0 {
 		return fmt.Errorf("h1: invalid method %q", r.Method)
 	}
-	if strings.IndexFunc(tg.uri, func(c rune) bool { return c <= ' ' || c == 0x7f }) >= 0 {
-		return fmt.Errorf("h1: invalid character in request target %q", tg.uri)
+	bad := func(c rune) bool { return c <= ' ' || c == 0x7f }
+	if strings.IndexFunc(tg.uri, bad) >= 0 || strings.IndexFunc(tg.path, bad) >= 0 {
+		return fmt.Errorf("h1: invalid character in request target %q", tg.uri+tg.path)
 	}
 	if !httpguts.ValidHostHeader(tg.host) {
 		return fmt.Errorf("h1: invalid Host %q", tg.host)
@@ -404,7 +452,7 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	w := (*bp)[:0]
 	w = append(w, r.Method...)
 	w = append(w, ' ')
-	w = append(w, tg.uri...)
+	w = appendTarget(w, tg)
 	w = append(w, " HTTP/1.1\r\nHost: "...)
 	w = append(w, tg.host...)
 	w = append(w, "\r\nUser-Agent: pdrouter\r\n"...)
@@ -446,6 +494,15 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 	return bp, nil
 }
 
+// appendTarget appends tg's request target: the URL's path, then Request.Path (which starts
+// with "/"; Do joins the others to the URL).
+func appendTarget(w []byte, tg *target) []byte {
+	if !tg.bare || tg.path == "" {
+		w = append(w, tg.uri...)
+	}
+	return append(w, tg.path...)
+}
+
 // inlineBody is the largest body serialize copies behind the head (one write); a larger one is
 // written from the caller's slice after it (one writev), so a request costs no copy of it.
 const inlineBody = 64 << 10
@@ -484,9 +541,10 @@ func (b *body) Read(p []byte) (int, error) {
 	b.done = true
 	// stop reports whether the cancel func had not run: only then is the deadline intact.
 	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
-		if b.timed {
-			_ = b.c.nc.SetDeadline(time.Time{}) // idle, it must pass alive's check
-		}
+		// A timed exchange's deadline stays on the idle connection (the next exchange sets
+		// or clears it: one deadline call per exchange, not two). The request timeout it is
+		// normally outlasts the pool's idle timeout; a connection whose deadline passed
+		// fails alive's check and is closed, not reused.
 		b.c.t.put(b.c)
 		return n, err
 	}
@@ -558,6 +616,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	nc = Raw(nc)
 	hc := &headCap{r: nc}
 	c := &conn{t: t, addr: addr, nc: nc, head: hc, br: bufio.NewReaderSize(hc, 4<<10)}
 	c.abort = func() { _ = nc.SetDeadline(aLongTimeAgo) }

@@ -552,6 +552,19 @@ func TestH1RequestTarget(t *testing.T) {
 		readAll(t, resp)
 		assert.Equal(t, want, <-got)
 	}
+	// Path is sent as if joined to URL (a worker's base URL and a route).
+	for _, c := range []struct{ base, path, want string }{
+		{srv.URL, "/generate", "/generate"},
+		{srv.URL + "/", "/generate", "//generate"},
+		{srv.URL + "/base", "/v1/completions", "/base/v1/completions"},
+		{srv.URL + "/base?k=v", "/generate", "/base?k=v/generate"},
+		{srv.URL + "/base", "", "/base"},
+	} {
+		resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", URL: c.base, Path: c.path})
+		require.NoError(t, err)
+		readAll(t, resp)
+		assert.Equal(t, c.want, <-got, "%s + %s", c.base, c.path)
+	}
 }
 
 // What the transport does not serve goes to the fallback: https://, and a URL without a host.
@@ -601,8 +614,9 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ok", readAll(t, resp))
 	require.Len(t, pooled(tr, host), 1)
-	// Once the first exchange's deadline has passed, and idle past peekAfter (so that reuse
-	// runs the liveness check, which a deadline left on the connection would fail).
+	// Once the first exchange's deadline has passed, and idle past peekAfter: reuse runs the
+	// liveness check, which must pass with that deadline still on the idle connection (the
+	// next exchange replaces it).
 	dl, _ := first.Deadline()
 	<-time.After(time.Until(dl))
 	idledSince(tr, host, 0, time.Now().Add(-2*peekAfter))
@@ -624,4 +638,21 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	// Past the deadline before the exchange: it fails at once.
 	_, _, err = h1Do(WithDeadline(context.Background(), time.Now().Add(-time.Second)), tr, srv.URL+"/fast", "{}", nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestH1DeadlineCarriesAValue(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), "p", 1)
+	var d Deadline
+	dl := time.Now().Add(time.Hour)
+	ctx := d.Init(parent, dl, key{}, "v")
+	assert.Equal(t, "v", ctx.Value(key{}))
+	assert.Equal(t, 1, ctx.Value("p"), "the parent's values pass through")
+	got, ok := ctx.Deadline()
+	assert.True(t, ok)
+	assert.Equal(t, dl, got)
+	c, ok := connDeadline(ctx)
+	assert.True(t, ok, "the transport sees it as its own deadline")
+	assert.Equal(t, dl, c)
+	assert.Nil(t, (&Deadline{}).Init(parent, dl, nil, nil).Value(key{}))
 }

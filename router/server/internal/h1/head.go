@@ -1,0 +1,356 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"slices"
+	"strconv"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// response is one exchange's response and its body readers in one allocation: the head a
+// worker normally sends (HTTP/1.1, a final status, plain header lines, chunked or
+// Content-Length framing) is parsed here without net/http's per-header strings, reader and
+// transfer structs (issue 29: http.ReadResponse cost ~11 allocations per response); anything
+// else goes to http.ReadResponse, which therefore decides every case the fast path does not
+// take (FuzzReadHead holds both to the same results).
+type response struct {
+	resp  http.Response
+	b     body        // the body the caller reads (set by exchange)
+	fixed fixedBody   // a Content-Length body (fast path)
+	chunk chunkedBody // a chunked body (fast path)
+}
+
+// chunkedTE is Response.TransferEncoding of a chunked response (shared: nobody modifies it).
+var chunkedTE = []string{"chunked"}
+
+// commonKeys interns the canonical names of the headers workers commonly send, so that their
+// keys cost no allocation.
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Date", "Server",
+		"Connection", "Cache-Control", "Keep-Alive", "X-Request-Id", "X-Accel-Buffering", "Vary",
+		"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Expose-Headers",
+		"Pragma", "Trailer", "Set-Cookie", "Etag", "Last-Modified", "Location", "Content-Encoding",
+		"X-Content-Type-Options", "Retry-After", "Strict-Transport-Security"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// maxFastHeaders bounds the header lines of a head the fast path parses.
+const maxFastHeaders = 64
+
+// fastHead parses the response head buffered in c.br if it is one the fast path takes
+// (see response), consuming it; nil leaves c.br untouched for http.ReadResponse.
+//
+// With into (not nil) and a 2xx status, the fields go into into instead of a map of their own
+// (saving the map per request when the caller copies them there anyway): each name the head
+// carries replaces into's values for it, repeats add to them, and Response.Header is into.
+func (c *conn) fastHead(method string, into http.Header) *response {
+	if method == http.MethodHead {
+		return nil
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		return nil
+	}
+	buf, _ := c.br.Peek(c.br.Buffered())
+	// The status line: HTTP/1.1, a final status (2xx–5xx) with a body allowed.
+	const proto = "HTTP/1.1 "
+	if len(buf) < len(proto)+3 || string(buf[:len(proto)]) != proto {
+		return nil
+	}
+	line, rest, ok := crlfLine(buf)
+	if !ok {
+		return nil
+	}
+	sc := line[len(proto):]
+	if len(sc) < 3 || sc[0] < '2' || sc[0] > '5' || !isDigit(sc[1]) || !isDigit(sc[2]) || (len(sc) > 3 && sc[3] != ' ') {
+		return nil
+	}
+	code := int(sc[0]-'0')*100 + int(sc[1]-'0')*10 + int(sc[2]-'0')
+	if code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil
+	}
+	// The header lines: count them and find the head's end.
+	n, end := 0, -1
+	for r := rest; ; n++ {
+		l, next, ok := crlfLine(r)
+		if !ok || n > maxFastHeaders {
+			return nil
+		}
+		if len(l) == 0 {
+			end = len(buf) - len(next)
+			break
+		}
+		r = next
+	}
+	head := string(buf[:end]) // the one copy: status and values are substrings of it
+	// Every field is checked before any goes into a map: a head the fast path gives up on
+	// leaves into as it was.
+	var keys, vals [maxFastHeaders + 1]string
+	nf := 0
+	var cl, te string
+	ncl, nte := 0, 0
+	off := len(line) + 2
+	for {
+		l, _, _ := crlfLine(buf[off:end])
+		if len(l) == 0 {
+			break
+		}
+		lineStart := off
+		off += len(l) + 2
+		colon := bytes.IndexByte(l, ':')
+		if colon <= 0 {
+			return nil
+		}
+		key, ok := canonicalKey(l[:colon])
+		if !ok {
+			return nil
+		}
+		v := l[colon+1:]
+		for _, b := range v {
+			if b < ' ' && b != '\t' || b == 0x7f {
+				return nil
+			}
+		}
+		vs, ve := lineStart+colon+1, lineStart+len(l)
+		for vs < ve && (head[vs] == ' ' || head[vs] == '\t') {
+			vs++
+		}
+		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
+			ve--
+		}
+		val := head[vs:ve]
+		switch key {
+		case "Connection", "Pragma", "Trailer":
+			return nil // ReadResponse's rules (close, Cache-Control, trailers)
+		case "Content-Length":
+			cl, ncl = val, ncl+1
+		case "Transfer-Encoding":
+			te, nte = val, nte+1
+			continue // not kept in Header, as net/http does
+		}
+		keys[nf], vals[nf] = key, val
+		nf++
+	}
+	x := &response{}
+	switch {
+	case nte == 1 && ncl == 0 && asciiEqualFold(te, "chunked"):
+		x.resp.ContentLength = -1
+		x.resp.TransferEncoding = chunkedTE
+		x.chunk = chunkedBody{cr: httputil.NewChunkedReader(c.br), br: c.br}
+		x.resp.Body = &x.chunk
+	case nte == 0 && ncl == 1:
+		length, ok := parseLength(cl)
+		if !ok {
+			return nil
+		}
+		x.resp.ContentLength = length
+		x.fixed = fixedBody{br: c.br, left: length}
+		x.resp.Body = &x.fixed
+	default:
+		return nil // a body to the connection's close, or framing ReadResponse judges
+	}
+	if code/100 != 2 {
+		into = nil
+	}
+	h := into
+	if h == nil {
+		h = make(http.Header, nf)
+	}
+	slab := make([]string, nf)
+	for i, key := range keys[:nf] {
+		vv := h[key]
+		if into != nil && !slices.Contains(keys[:i], key) {
+			vv = nil // into's own values for the name: replaced
+		}
+		if vv == nil {
+			vv, slab = slab[:1:1], slab[1:]
+			vv[0] = vals[i]
+			h[key] = vv
+		} else {
+			h[key] = append(vv, vals[i])
+		}
+	}
+	x.resp.Status, x.resp.StatusCode, x.resp.Header = head[len(proto):len(line)], code, h
+	x.resp.Proto, x.resp.ProtoMajor, x.resp.ProtoMinor = "HTTP/1.1", 1, 1
+	_, _ = c.br.Discard(end)
+	return x
+}
+
+// crlfLine splits the first CRLF-ended line off b; ok is false without one, or when the line
+// holds another CR or LF or begins with white space (folding), all left to ReadResponse.
+func crlfLine(b []byte) (line, rest []byte, ok bool) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 1 || b[i-1] != '\r' {
+		return nil, nil, false
+	}
+	line = b[:i-1]
+	if bytes.IndexByte(line, '\r') >= 0 || len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+		return nil, nil, false
+	}
+	return line, b[i+1:], true
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
+
+// canonicalKey returns the canonical form of a header name (as textproto canonicalises it),
+// interned when common; ok is false for a name that is not a token.
+func canonicalKey(name []byte) (string, bool) {
+	var a [64]byte
+	if len(name) > len(a) {
+		for _, b := range name {
+			if b >= 0x80 || !httpguts.IsTokenRune(rune(b)) {
+				return "", false
+			}
+		}
+		return textproto.CanonicalMIMEHeaderKey(string(name)), true
+	}
+	upper := true
+	for i, b := range name {
+		if b >= 0x80 || !httpguts.IsTokenRune(rune(b)) {
+			return "", false
+		}
+		if upper && 'a' <= b && b <= 'z' {
+			b -= 'a' - 'A'
+		} else if !upper && 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		a[i] = b
+		upper = b == '-'
+	}
+	k := a[:len(name)]
+	if s, ok := commonKeys[string(k)]; ok {
+		return s, true
+	}
+	return string(k), true
+}
+
+// asciiEqualFold reports whether s equals t ignoring ASCII case.
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := range len(s) {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength parses a Content-Length value: digits only, as net/http accepts it.
+func parseLength(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 63)
+	return int64(n), err == nil
+}
+
+// fixedBody reads a Content-Length body: io.ErrUnexpectedEOF when the connection ends early,
+// io.EOF with the last bytes (net/http's body does the same, so a finished body is seen at its
+// last read).
+type fixedBody struct {
+	br   *bufio.Reader
+	left int64
+}
+
+// Close does nothing: the connection's body (body) owns the connection.
+func (f *fixedBody) Close() error { return nil }
+
+func (f *fixedBody) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.br.Read(p)
+	f.left -= int64(n)
+	switch {
+	case err == io.EOF && f.left > 0:
+		err = io.ErrUnexpectedEOF
+	case err == nil && f.left == 0:
+		err = io.EOF
+	}
+	return n, err
+}
+
+// chunkedBody reads a chunked body, then its trailer section (read and dropped, as the relay
+// never forwards trailers), as net/http's body does.
+type chunkedBody struct {
+	cr   io.Reader
+	br   *bufio.Reader
+	done bool
+	err  error
+}
+
+// errTrailer reports a trailer section that does not end as net/http requires.
+var errTrailer = errors.New("h1: malformed trailer after chunked body")
+
+// Close does nothing: the connection's body (body) owns the connection.
+func (c *chunkedBody) Close() error { return nil }
+
+func (c *chunkedBody) Read(p []byte) (int, error) {
+	if c.done {
+		return 0, c.err
+	}
+	n, err := c.cr.Read(p)
+	if err == io.EOF {
+		c.done, c.err = true, io.EOF
+		if terr := readTrailer(c.br); terr != nil {
+			c.err = terr
+		}
+		err = c.err
+	} else if err != nil {
+		c.done, c.err = true, err
+	}
+	return n, err
+}
+
+// readTrailer consumes the trailer section after a chunked body's last chunk, refusing one
+// whose end is not within the read buffer (net/http's guard against endless trailers).
+func readTrailer(br *bufio.Reader) error {
+	buf, err := br.Peek(2)
+	if string(buf) == "\r\n" {
+		_, _ = br.Discard(2)
+		return nil
+	}
+	if len(buf) < 2 {
+		return io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return err
+	}
+	for size := 4; ; size++ {
+		buf, err := br.Peek(size)
+		if bytes.HasSuffix(buf, []byte("\r\n\r\n")) {
+			break
+		}
+		if err != nil {
+			return errTrailer
+		}
+	}
+	if _, err := textproto.NewReader(br).ReadMIMEHeader(); err != nil {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
