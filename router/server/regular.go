@@ -19,8 +19,8 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	// A 2xx answer is always committed (commitHeaders): its header fields may go straight into
 	// the client's response header.
 	*r = upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", into: x.w.Header()}
-	if rank, ok := t.Rank(); ok {
-		r.body = x.body.WithDPRank(nil, rank)
+	if rank, ok := t.Rank(); ok { // the prompt is referred to, not copied
+		r.body, r.pieces = nil, x.body.DPRankPieces(rank)
 	}
 	s.logDecision(wire.DecisionLine{ID: x.id, Route: r.path}, d)
 	resp, ue := send(ctx, s.upstream(router.Regular), r)

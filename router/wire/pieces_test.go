@@ -49,6 +49,8 @@ func TestPDPiecesMatchLegacyRewrite(t *testing.T) {
 	for i, c := range corpus {
 		body, err := Parse(c.route, []byte(c.body))
 		require.NoError(t, err, "corpus %d", i)
+		// A regular-mode DP target's body (serve sends it as pieces too).
+		require.Equal(t, string(body.WithDPRank(nil, 5)), string(body.DPRankPieces(5).Bytes()), "corpus %d DP rank", i)
 		for _, o := range options {
 			gNew := NewIDGen(rand.New(rand.NewPCG(uint64(i), 3)), "10.1.2.3")
 			gOld := NewIDGen(rand.New(rand.NewPCG(uint64(i), 3)), "10.1.2.3")

@@ -274,7 +274,17 @@ func (b *Body) Pieces(set ...Field) Pieces {
 // "data_parallel_rank": rank, appended to dst. No rid is injected.
 func (b *Body) WithDPRank(dst []byte, rank int) []byte {
 	var num [20]byte
-	return b.Append(dst, Field{"data_parallel_rank", strconv.AppendInt(num[:0], int64(rank), 10)})
+	return b.Append(dst, dpRankField(num[:0], rank))
+}
+
+// DPRankPieces is WithDPRank's body as Pieces referring to the original's long runs: what
+// serve sends a regular-mode DP target, so a large prompt is not copied.
+func (b *Body) DPRankPieces(rank int) Pieces {
+	return b.Pieces(dpRankField(nil, rank))
+}
+
+func dpRankField(num []byte, rank int) Field {
+	return Field{"data_parallel_rank", strconv.AppendInt(num, int64(rank), 10)}
 }
 
 // FieldStyle selects the names of the DP-rank fields injected on PD legs
