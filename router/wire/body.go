@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -33,8 +34,12 @@ func wrongType(path, want string, got []byte, field string) *Error {
 // member locates one top-level member of the body: the raw key (quotes included) is
 // raw[k0:k1], the raw value raw[v0:v1].
 type member struct {
-	k0, k1, v0, v1 int
+	k0, k1, v0, v1 uint32 // a body is at most maxBodyLen bytes: 16 bytes a member, not 32
 }
+
+// maxBodyLen is the largest body Parse takes (member offsets are 32-bit): far above any
+// sensible --max-payload-size.
+const maxBodyLen = math.MaxUint32
 
 // Body is a parsed inference request body: a small typed view for routing plus every top-level
 // member of the original, in order and byte for byte, so rewritten bodies (Append, PD,
@@ -160,7 +165,10 @@ func (b *Body) split() *Error {
 		}
 		return notJSON(unexpected(raw, i))
 	}
-	b.members = make([]member, 0, 16) // typical bodies have fewer top-level keys
+	if uint64(len(raw)) > maxBodyLen {
+		return badRequest("", "request body is larger than 4 GiB")
+	}
+	b.members = make([]member, 0, 8) // typical bodies have about as many top-level keys
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		i++
@@ -183,7 +191,7 @@ func (b *Body) split() *Error {
 			if err != nil {
 				return notJSON(err)
 			}
-			b.members = append(b.members, member{k0, k1, v0, v1})
+			b.members = append(b.members, member{uint32(k0), uint32(k1), uint32(v0), uint32(v1)})
 			i = skipSpace(raw, v1)
 			if i < len(raw) && raw[i] == ',' {
 				i = skipSpace(raw, i+1)

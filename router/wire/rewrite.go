@@ -225,7 +225,7 @@ func (b *Body) Pieces(set ...Field) Pieces {
 	// Each field adds at most two pieces (its key copied with what precedes it, its value).
 	w := pieceWriter{raw: b.Raw, r0: -1, l0: -1, lit: make([]byte, 0, litCap), out: make(Pieces, 0, 2*len(set)+6)}
 	if len(b.members) > 0 && b.members[0].k0 > 0 && b.Raw[b.members[0].k0-1] == '{' {
-		w.run(b.members[0].k0-1, b.members[0].k0)
+		w.run(int(b.members[0].k0)-1, int(b.members[0].k0))
 	} else {
 		w.byte('{')
 	}
@@ -245,10 +245,10 @@ func (b *Body) Pieces(set ...Field) Pieces {
 			w.byte(',')
 		}
 		first = false
-		w.run(m.k0, m.k1)
+		w.run(int(m.k0), int(m.k1))
 		w.byte(':')
 		if j < 0 {
-			w.run(m.v0, m.v1)
+			w.run(int(m.v0), int(m.v1))
 		} else {
 			done[j] = true
 			w.bytes(set[j].Value)
