@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -317,12 +316,7 @@ func TestLegClientSendsPieces(t *testing.T) {
 		w.Header().Set("X-Got-Type", r.Header.Get("Content-Type"))
 		_, _ = w.Write(b)
 	})
-	plain := httptest.NewServer(h)
-	t.Cleanup(plain.Close)
-	tlsSrv := httptest.NewTLSServer(h)
-	t.Cleanup(tlsSrv.Close)
-	c := newLegClient(3*time.Second, tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig)
-	t.Cleanup(c.CloseIdleConnections)
+	plain, tlsSrv, c := plainAndTLSLegs(t, h)
 
 	big := strings.Repeat("x", 200<<10)
 	for _, tc := range []struct {

@@ -249,13 +249,7 @@ func TestLegClientH1ForHTTPNetHTTPForHTTPS(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
 	})
-	plain := httptest.NewServer(h)
-	t.Cleanup(plain.Close)
-	tlsSrv := httptest.NewTLSServer(h)
-	t.Cleanup(tlsSrv.Close)
-
-	c := newLegClient(3*time.Second, tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig)
-	t.Cleanup(c.CloseIdleConnections)
+	plain, tlsSrv, c := plainAndTLSLegs(t, h)
 	resp, _, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: plain.URL, body: []byte(`"plain"`)})
 	require.NoError(t, err)
 	_, isPending := resp.Body.(pendingBody)
@@ -287,4 +281,17 @@ func TestLegClientRejectsInvalidHeaderValues(t *testing.T) {
 	_, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: srv.URL, path: "/generate", body: []byte("{}"), hdr: http.Header{"Traceparent": {"a\r\nX-Injected: 1"}}, role: "regular"})
 	require.NotNil(t, ue)
 	assert.Contains(t, ue.Error(), "Traceparent")
+}
+
+// plainAndTLSLegs starts h on an http:// and an https:// test server and returns them with a
+// leg client trusting the second: the two transports a leg may go through.
+func plainAndTLSLegs(t *testing.T, h http.Handler) (plain, tlsSrv *httptest.Server, c legClient) {
+	t.Helper()
+	plain = httptest.NewServer(h)
+	t.Cleanup(plain.Close)
+	tlsSrv = httptest.NewTLSServer(h)
+	t.Cleanup(tlsSrv.Close)
+	c = newLegClient(3*time.Second, tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig)
+	t.Cleanup(c.CloseIdleConnections)
+	return plain, tlsSrv, c
 }
