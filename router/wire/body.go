@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Error is a request-body error: the client's fault, answered with Status (400) and an
@@ -449,8 +450,17 @@ func (b *Body) viewChat(messages, n, logprobs []byte) *Error {
 	if idx == 0 {
 		return badRequest("messages", "messages must not be empty")
 	}
-	b.Text = string(text)
+	b.Text = ownedString(text)
 	return nil
+}
+
+// ownedString returns b as a string without copying it: b must be a buffer of the caller's
+// own that nothing writes to afterwards (a routing text built for the Body).
+func ownedString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // addPiece appends the decoded JSON string s to text, separated by one space; empty strings
@@ -576,7 +586,7 @@ func (b *Body) viewCompletions(prompt, n, logprobs []byte) *Error {
 	case kindInvalid, kindNull:
 		return badRequest("prompt", "prompt is required")
 	case kindString:
-		b.Text = string(routingText(nil, prompt))
+		b.Text = ownedString(routingText(nil, prompt))
 	case kindArray:
 		var first []byte
 		eachElem(prompt, func(e []byte) bool { first = e; return false })
@@ -623,7 +633,7 @@ func (b *Body) viewGenerate(text, inputIDs, embeds, retLogprob []byte) *Error {
 	switch kindOf(text) {
 	case kindInvalid, kindNull:
 	case kindString:
-		b.Text = string(routingText(nil, text))
+		b.Text = ownedString(routingText(nil, text))
 	case kindArray:
 		n, t, err := stringList(text, "text", b.maxBatch)
 		if err != nil {
