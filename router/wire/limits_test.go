@@ -98,7 +98,8 @@ func TestPDBatchRIDsMatchSingleDraws(t *testing.T) {
 
 // (AllocsPerRun tests do not run in parallel: the count is process-wide.)
 
-// The PD rewrite of a batch allocates a fixed number of times, whatever the batch size.
+// The PD rewrite of a batch allocates a fixed number of times, whatever the batch size: small
+// bodies (written whole, up to smallBody) and large ones (pieces) each.
 func TestPDBatchAllocationsIndependentOfSize(t *testing.T) {
 	allocsFor := func(n int) float64 {
 		b, err := Parse(Generate, []byte(`{"text":`+list(`"x"`, n)+`}`))
@@ -106,7 +107,8 @@ func TestPDBatchAllocationsIndependentOfSize(t *testing.T) {
 		g := NewIDGen(NewRand(1), "10.0.0.1")
 		return testing.AllocsPerRun(5, func() { b.PD(g, PDOptions{Host: "h"}) })
 	}
-	assert.Equal(t, allocsFor(8), allocsFor(1024))
+	assert.Equal(t, allocsFor(8), allocsFor(256), "small bodies")
+	assert.Equal(t, allocsFor(2048), allocsFor(8192), "large bodies")
 }
 
 // A clipped JSON string decodes to a prefix of the whole string's decoding, within the limit

@@ -102,6 +102,11 @@ func (p Pieces) Bytes() []byte { return p.AppendTo(make([]byte, 0, p.Len())) }
 // minRef bytes or more.
 const minRef = 512
 
+// smallBody is the size up to which a rewritten body is written whole (Append) rather than as
+// pieces: copying a few KB costs less than the pieces' bookkeeping, and memory only matters
+// for large bodies.
+const smallBody = 4 << 10
+
 // pieceWriter builds Pieces from runs of an original body (raw) and bytes of its own (lit).
 // Runs of raw that touch are merged before they are referred to or copied. A copied piece is
 // a slice of lit taken when it ends; lit is never reallocated under one (a full lit is
@@ -201,6 +206,10 @@ func (w *pieceWriter) done() Pieces {
 // bytes or more are referred to, not copied, so the result costs little more than the fields
 // it sets however large the body. The result aliases b.Raw and the values in set.
 func (b *Body) Pieces(set ...Field) Pieces {
+	if len(b.Raw) <= smallBody {
+		out := b.Append(make([]byte, 0, rewriteSize(b, set)), set...)
+		return Pieces{out[:len(out):len(out)]}
+	}
 	var doneSmall [16]bool
 	var done []bool
 	if len(set) <= len(doneSmall) {
@@ -351,9 +360,28 @@ type PDLegs struct {
 // a batch's list values are written once and shared by both legs.
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	legs, pf, df := b.pdFields(g, o)
+	if len(b.Raw) <= smallBody { // both legs whole, in one buffer
+		buf := make([]byte, 0, rewriteSize(b, pf)+rewriteSize(b, df))
+		buf = b.Append(buf, pf...)
+		np := len(buf)
+		buf = b.Append(buf, df...)
+		two := [][]byte{buf[:np:np], buf[np:len(buf):len(buf)]}
+		legs.Prefill, legs.Decode = two[0:1:1], two[1:2:2]
+		return legs
+	}
 	legs.Prefill = b.Pieces(pf...)
 	legs.Decode = b.Pieces(df...)
 	return legs
+}
+
+// rewriteSize bounds the size of b rewritten with set (Append): the body, the fields quoted at
+// their longest, and separators.
+func rewriteSize(b *Body, set []Field) int {
+	n := len(b.Raw) + 2
+	for _, f := range set {
+		n += 6*len(f.Key) + 4 + len(f.Value)
+	}
+	return n
 }
 
 // pdFields draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields each
