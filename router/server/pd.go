@@ -75,7 +75,10 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	defer resp.Body.Close()
 	stream := isEventStream(resp, x.body)
-	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
+	held, pooled, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
+	if pooled != nil { // held is read from it until the attempt returns
+		defer relayBufs.Put(pooled)
+	}
 	hs := holdState{stream: stream, logprobs: x.body.Logprobs, sawEvent: end == nil, ended: end != nil, readFailed: end != nil && end != io.EOF}
 	if ue := firstEventError(&a.decode, held, hs); ue != nil {
 		// Decode failed before its first token: nothing reached the client, so the attempt

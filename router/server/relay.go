@@ -24,23 +24,33 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 // readFirst reads the part of decode's reply that the PD path holds before it commits the
 // head: for a stream, up to its first complete event with data; otherwise all of it, failing
 // past limit bytes. end is nil when it stopped after the first event, io.EOF when the body
-// ended, or the error that broke it.
-func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error) {
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	buf := *bp
+// ended, or the error that broke it. The held part is read into a pooled relay buffer while it
+// fits (usually: a first event, a short reply), with no copy; then pooled is that buffer, which
+// the caller puts back in relayBufs once done with held. A longer held part moves to a buffer
+// of its own (pooled nil).
+func readFirst(body io.Reader, stream bool, limit int64) (held []byte, pooled *[]byte, end error) {
+	pooled = relayBufs.Get().(*[]byte)
+	held = (*pooled)[:0]
 	var probe wire.Parser
 	for {
-		n, err := body.Read(buf)
-		held = append(held, buf[:n]...)
+		if len(held) == cap(held) { // the pooled buffer is full: go on in one of our own
+			held = append(make([]byte, 0, 2*cap(held)), held...)
+			if pooled != nil {
+				relayBufs.Put(pooled)
+				pooled = nil
+			}
+		}
+		n, err := body.Read(held[len(held):cap(held)])
+		chunk := held[len(held) : len(held)+n]
+		held = held[:len(held)+n]
 		if int64(len(held)) > limit && err == nil {
 			err = fmt.Errorf("reply exceeds %d bytes (--max-payload-size)", limit)
 		}
 		first := false
 		if n > 0 && stream {
 			// Parsed in place (the events are only looked at); what the parser holds of an
-			// event not complete yet is copied before buf is read into again.
-			probe.FeedView(buf[:n])
+			// event not complete yet is copied before it is fed more.
+			probe.FeedView(chunk)
 			for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
 				first = first || ev.HasData()
 			}
@@ -50,10 +60,10 @@ func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error
 			}
 		}
 		if err != nil {
-			return held, err
+			return held, pooled, err
 		}
 		if first {
-			return held, nil
+			return held, pooled, nil
 		}
 	}
 }
