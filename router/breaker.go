@@ -14,7 +14,8 @@ const (
 	// BreakerOpen blocks traffic until the timeout has elapsed.
 	BreakerOpen
 	// BreakerHalfOpen lets traffic through on probation: consecutive successes close the
-	// breaker, any failure reopens it.
+	// breaker, any failure reopens it. At most SuccessThreshold requests are on probation at
+	// once while another worker can take the rest (see [Breaker.Vacant]).
 	BreakerHalfOpen
 )
 
@@ -52,6 +53,10 @@ type Breaker struct {
 	failures  int       // consecutive failures while closed
 	successes int       // consecutive successes while half-open
 	openedAt  time.Time // when the breaker last opened
+	// trials counts requests admitted while half-open and not yet finished; probation numbers
+	// each half-open spell, so a trial admitted in an earlier spell never frees a later one's slot.
+	trials    int
+	probation uint32
 }
 
 // NewBreaker returns a closed breaker.
@@ -61,10 +66,51 @@ func NewBreaker(cfg BreakerConfig) *Breaker { return &Breaker{cfg: cfg} }
 // elapsed (the transition is lazy: it happens when somebody looks).
 func (b *Breaker) State(now time.Time) BreakerState {
 	if b.state == BreakerOpen && !now.Before(b.openedAt.Add(b.cfg.Timeout)) {
-		b.state = BreakerHalfOpen
-		b.successes = 0
+		b.halfOpen()
 	}
 	return b.state
+}
+
+// Vacant reports whether the worker may take one more request at now: closed, or half-open
+// with fewer than SuccessThreshold requests on probation (at least one). sgl-router lets every
+// request through a half-open breaker, so a worker back from an outage takes a whole burst
+// before its first outcome is known; the [Router] sends the rest elsewhere — and to a full
+// half-open worker only when no other worker is available, so probation never turns requests
+// away.
+func (b *Breaker) Vacant(now time.Time) bool {
+	switch {
+	case b.cfg.Disabled:
+		return true
+	case b.State(now) == BreakerHalfOpen:
+		return b.trials < max(1, b.cfg.SuccessThreshold)
+	}
+	return b.state == BreakerClosed
+}
+
+// Admit records that a request was sent to the worker at now. If the breaker is half-open the
+// request is on probation: ok is true and the returned spell must be passed to [Breaker.Finish]
+// when the request ends, whatever its outcome.
+func (b *Breaker) Admit(now time.Time) (spell uint32, ok bool) {
+	if b.cfg.Disabled || b.State(now) != BreakerHalfOpen {
+		return 0, false
+	}
+	b.trials++
+	return b.probation, true
+}
+
+// Finish frees the probation slot of a request admitted in half-open spell (a no-op once
+// that spell is over: the breaker closed or reopened since).
+func (b *Breaker) Finish(spell uint32) {
+	if b.state == BreakerHalfOpen && spell == b.probation && b.trials > 0 {
+		b.trials--
+	}
+}
+
+func (b *Breaker) halfOpen() {
+	b.state = BreakerHalfOpen
+	b.successes = 0
+	b.trials = 0
+	b.probation++
 }
 
 // Allow reports whether traffic may go to the worker at now (closed or half-open).
@@ -97,6 +143,7 @@ func (b *Breaker) Record(success bool, now time.Time) {
 			b.state = BreakerClosed
 			b.failures = 0
 			b.successes = 0
+			b.trials = 0
 		}
 	case BreakerOpen:
 		// Outcomes of requests sent before the breaker opened change nothing.
@@ -110,8 +157,7 @@ func (b *Breaker) ProbePassed(now time.Time) bool {
 	if b.cfg.Disabled || b.State(now) != BreakerOpen {
 		return false
 	}
-	b.state = BreakerHalfOpen
-	b.successes = 0
+	b.halfOpen()
 	return true
 }
 
@@ -120,4 +166,5 @@ func (b *Breaker) open(now time.Time) {
 	b.openedAt = now
 	b.failures = 0
 	b.successes = 0
+	b.trials = 0
 }

@@ -178,7 +178,9 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 	}
 	for _, role := range roles[:n] {
-		d.legs[role].target.load.Add(1)
+		l := &d.legs[role]
+		l.target.load.Add(1)
+		l.spell, l.trial = l.target.worker.breaker.Admit(now)
 	}
 	d.Regular, d.Prefill, d.Decode = d.legs[Regular].target, d.legs[Prefill].target, d.legs[Decode].target
 	return d, nil
@@ -213,10 +215,26 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// availableLocked appends role's targets that may take a request at now to dst: healthy, and
+// with a closed breaker or a half-open one with a probation slot free. Targets whose half-open
+// breaker is full are offered only when nothing else is (probation limits a burst; it never
+// turns requests away).
 func (r *Router) availableLocked(role Role, now time.Time, dst []*Target) []*Target {
+	start, full := len(dst), false
 	for _, t := range r.targets[role] {
 		if w := t.worker; w.health.Healthy() && w.breaker.Allow(now) {
-			dst = append(dst, t)
+			if w.breaker.Vacant(now) {
+				dst = append(dst, t)
+			} else {
+				full = true
+			}
+		}
+	}
+	if len(dst) == start && full {
+		for _, t := range r.targets[role] {
+			if w := t.worker; w.health.Healthy() && w.breaker.Allow(now) {
+				dst = append(dst, t)
+			}
 		}
 	}
 	return dst
@@ -422,6 +440,10 @@ type leg struct {
 	kvIndex         bool
 	predictedCached int
 	done            atomic.Bool
+	// trial is set when the leg's worker was half-open at Route: the leg holds one of its
+	// breaker's probation slots (of half-open spell spell) until Done.
+	trial bool
+	spell uint32
 }
 
 // Leg describes one role's part of a [Decision].
@@ -475,17 +497,21 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	if role >= numRoles || d.legs[role].target == nil || !d.legs[role].done.CompareAndSwap(false, true) {
 		return false
 	}
-	t := d.legs[role].target
+	l := &d.legs[role]
+	t := l.target
 	t.load.Add(-1)
 	w := t.worker
 	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
 	// reads the load, so one of the two sees the last request finish (lifecycle.go).
-	if o == Cancelled && !w.removed.Load() {
+	if o == Cancelled && !w.removed.Load() && !l.trial {
 		return true
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if l.trial {
+		w.breaker.Finish(l.spell)
+	}
 	if o != Cancelled {
 		r.recordLocked(w, o == Success)
 	}

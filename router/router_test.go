@@ -524,3 +524,70 @@ func TestCheckWorkerURL(t *testing.T) {
 		assert.EqualError(t, err, want, raw)
 	}
 }
+
+// A worker whose breaker half-opens gets at most --cb-success-threshold requests on probation
+// while another worker can take the rest, and all of them when none can.
+func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Policy = PolicyRoundRobin
+	cfg.CBFailureThreshold = 1
+	cfg.CBSuccessThreshold = 2
+	cfg.CBTimeoutDurationSecs = 30
+	cfg.HealthFailureThreshold = 1
+	cfg.HealthSuccessThreshold = 1
+	clock := NewManualClock(epoch)
+	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	for _, u := range []string{"http://a:1", "http://b:1"} {
+		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
+	}
+	r.RecordOutcome("http://a:1", Failure)
+	require.Equal(t, BreakerOpen, r.Workers()[0].Breaker)
+	clock.Advance(30 * time.Second)
+
+	// A burst of 10 concurrent requests: a takes 2 (round robin would give it 5).
+	var burst []*Decision
+	toA := 0
+	for range 10 {
+		d, err := r.Route(&Request{})
+		require.NoError(t, err)
+		if d.Regular.URL() == "http://a:1" {
+			toA++
+		}
+		burst = append(burst, d)
+	}
+	assert.Equal(t, 2, toA, "requests on probation at once")
+	// A cancelled trial frees its slot without feeding the breaker.
+	for _, d := range burst {
+		if d.Regular.URL() == "http://a:1" {
+			d.Done(Regular, Cancelled)
+			break
+		}
+	}
+	d, err := r.Route(&Request{})
+	require.NoError(t, err)
+	for d.Regular.URL() != "http://a:1" {
+		burst = append(burst, d)
+		d, err = r.Route(&Request{})
+		require.NoError(t, err)
+	}
+	burst = append(burst, d)
+
+	// With b gone, the full half-open a still takes every request: probation never refuses.
+	_, err = r.ObserveHealth("http://b:1", false, clock.Now())
+	require.NoError(t, err)
+	for range 3 {
+		d, err := r.Route(&Request{})
+		require.NoError(t, err)
+		require.Equal(t, "http://a:1", d.Regular.URL())
+		burst = append(burst, d)
+	}
+	for _, d := range burst {
+		d.Done(Regular, Success)
+	}
+	assert.Equal(t, BreakerClosed, r.Workers()[0].Breaker)
+	for _, w := range r.Workers() {
+		assert.Zero(t, w.Load, w.URL)
+	}
+}

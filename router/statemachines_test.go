@@ -212,3 +212,42 @@ func TestStartingHealth(t *testing.T) {
 	assert.True(t, h.Observe(false))
 	assert.False(t, h.Healthy())
 }
+
+func TestBreakerProbationSlots(t *testing.T) {
+	t.Parallel()
+	b := NewBreaker(BreakerConfig{FailureThreshold: 1, SuccessThreshold: 2, Timeout: time.Second})
+	_, trial := b.Admit(epoch)
+	require.False(t, trial, "a closed breaker admits without probation")
+	require.True(t, b.Vacant(epoch))
+	b.Record(false, epoch)
+	require.False(t, b.Vacant(epoch), "open")
+
+	now := epoch.Add(time.Second)
+	s1, ok1 := b.Admit(now)
+	s2, ok2 := b.Admit(now)
+	require.True(t, ok1)
+	require.True(t, ok2)
+	require.False(t, b.Vacant(now), "two requests on probation fill SuccessThreshold=2 slots")
+	require.True(t, b.Allow(now), "half-open still allows: the router decides when a full breaker is offered")
+	b.Finish(s1)
+	require.True(t, b.Vacant(now), "a finished trial frees its slot")
+
+	// A failure reopens; a trial of that spell finishing later frees nothing in the next one.
+	b.Record(false, now)
+	now = now.Add(time.Second)
+	s3, _ := b.Admit(now)
+	_, _ = b.Admit(now)
+	require.False(t, b.Vacant(now))
+	b.Finish(s2)
+	require.False(t, b.Vacant(now), "a stale spell's trial does not free the new spell's slot")
+	b.Finish(s3)
+	require.True(t, b.Vacant(now))
+
+	// Closing clears the slots.
+	b.Record(true, now)
+	b.Record(true, now)
+	require.Equal(t, BreakerClosed, b.State(now))
+	require.True(t, b.Vacant(now))
+	_, trial = b.Admit(now)
+	require.False(t, trial)
+}
