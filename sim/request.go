@@ -338,15 +338,22 @@ func (x *sim) legEnd(ev *event) {
 	if a.server(role).eng.Dead() {
 		outcome = router.Attempt{Transport: true}
 	}
-	a.d.Done(role, router.LegOutcome(outcome))
+	// Whose breaker is charged is router.PDBlame's call, as in serve: a leg that gave up
+	// waiting for a peer still silent on the request charges the peer.
+	mine, peer := router.LegOutcome(outcome), router.Cancelled
+	other := router.Decode
+	if role == router.Decode {
+		other = router.Prefill
+	}
+	if x.pd {
+		answered := a.ended(other) || other == router.Decode && a.started && a.startedAt <= x.clock.now
+		mine, peer = router.PDBlame(router.PDFailure{Role: role, Attempt: outcome, PeerOpen: !answered})
+	}
+	a.d.Done(role, mine)
 	if a.over {
 		return
 	}
 	if x.pd { // serve cancels the paired leg
-		other := router.Decode
-		if role == router.Decode {
-			other = router.Prefill
-		}
 		if !a.ended(other) {
 			if other == router.Prefill {
 				a.preEnded = true
@@ -357,7 +364,7 @@ func (x *sim) legEnd(ev *event) {
 			sv.eng.Abort(x.t(), a.room, role.String()+" leg failed")
 			x.touch(sv)
 		}
-		a.d.Done(other, router.Cancelled)
+		a.d.Done(other, peer)
 	}
 	a.over = true
 	delete(x.rooms, a.room)
