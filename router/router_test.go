@@ -324,19 +324,7 @@ func TestRouteNoTargets(t *testing.T) {
 
 func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Policy = PolicyRoundRobin
-	cfg.CBFailureThreshold = 2
-	cfg.CBSuccessThreshold = 1
-	cfg.CBTimeoutDurationSecs = 30
-	cfg.HealthFailureThreshold = 1
-	cfg.HealthSuccessThreshold = 1
-	clock := NewManualClock(epoch)
-	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
-	require.NoError(t, err)
-	for _, u := range []string{"http://a:1", "http://b:1", "http://c:1"} {
-		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
-	}
+	r, clock := breakerRouter(t, 2, 1, "http://a:1", "http://b:1", "http://c:1")
 	route := func() string {
 		d, err := r.Route(&Request{})
 		require.NoError(t, err)
@@ -529,19 +517,7 @@ func TestCheckWorkerURL(t *testing.T) {
 // while another worker can take the rest, and all of them when none can.
 func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Policy = PolicyRoundRobin
-	cfg.CBFailureThreshold = 1
-	cfg.CBSuccessThreshold = 2
-	cfg.CBTimeoutDurationSecs = 30
-	cfg.HealthFailureThreshold = 1
-	cfg.HealthSuccessThreshold = 1
-	clock := NewManualClock(epoch)
-	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
-	require.NoError(t, err)
-	for _, u := range []string{"http://a:1", "http://b:1"} {
-		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
-	}
+	r, clock := breakerRouter(t, 1, 2, "http://a:1", "http://b:1")
 	r.RecordOutcome("http://a:1", Failure)
 	require.Equal(t, BreakerOpen, r.Workers()[0].Breaker)
 	clock.Advance(30 * time.Second)
@@ -590,4 +566,25 @@ func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
 	for _, w := range r.Workers() {
 		assert.Zero(t, w.Load, w.URL)
 	}
+}
+
+// breakerRouter is a round-robin router over regular workers urls whose breakers open after
+// failures consecutive failures and close after successes, half-opening 30 s after opening;
+// one probe flips health either way.
+func breakerRouter(t *testing.T, failures, successes int, urls ...string) (*Router, *ManualClock) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Policy = PolicyRoundRobin
+	cfg.CBFailureThreshold = failures
+	cfg.CBSuccessThreshold = successes
+	cfg.CBTimeoutDurationSecs = 30
+	cfg.HealthFailureThreshold = 1
+	cfg.HealthSuccessThreshold = 1
+	clock := NewManualClock(epoch)
+	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	for _, u := range urls {
+		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
+	}
+	return r, clock
 }
