@@ -72,6 +72,9 @@ type Stats struct {
 	LiveRooms int
 	// KV counts the KV-event traffic (Routing.KVEvents on).
 	KV KVStats
+	// BreakerOpens counts, by worker URL, how often a router's circuit breaker opened on the
+	// worker (summed over the router replicas; warm-up included). Nil when none did.
+	BreakerOpens map[string]int
 }
 
 // sim is one run. Everything runs on the caller's goroutine.
@@ -159,6 +162,7 @@ func newSim(cfg Config) (*sim, error) {
 		if err != nil {
 			return nil, err
 		}
+		rt.OnWorkerEvent(x.countBreakerOpens)
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
 	rt := x.reps[0].rt
@@ -233,6 +237,17 @@ func resolved(p engine.Profile, tp, dp, ep int, dpa bool, args engine.ServerArgs
 		Args: engine.ServerArgs{ChunkedPrefillSize: c.ChunkedPrefillSize, MaxRunningRequests: c.MaxRunningRequests,
 			MaxTotalTokens: c.MaxTotalTokens, PageSize: c.PageSize, CUDAGraphMaxBS: c.CUDAGraphMaxBS,
 			MemFractionStatic: args.MemFractionStatic, ScheduleConservativeness: cmp.Or(c.ScheduleConservativeness, 1)}}
+}
+
+// countBreakerOpens is every router's worker-event listener: it counts breakers opening.
+func (x *sim) countBreakerOpens(ev router.WorkerEvent) {
+	if ev.To != router.WorkerBreakerOpen {
+		return
+	}
+	if x.stats.BreakerOpens == nil {
+		x.stats.BreakerOpens = map[string]int{}
+	}
+	x.stats.BreakerOpens[ev.URL]++
 }
 
 // push schedules e at virtual time at.

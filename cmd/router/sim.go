@@ -318,6 +318,7 @@ func newSimCmd() *cobra.Command {
 			return err
 		}
 		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
+		printBreakerOpens(cmd.ErrOrStderr(), res.Stats.BreakerOpens)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
@@ -780,6 +781,19 @@ func routingLayerFlags(fs *pflag.FlagSet, r *sim.Routing) {
 	fs.Float64Var(&r.KVEventsLoss, "kv-events-loss", 0, "probability a router misses a KV-event batch; the sequence gap makes that target stale (routed on the tree) until its cache is flushed, as serve's subscriber without a replay endpoint")
 	fs.IntVar(&r.Replicas, "router-replicas", r.Replicas, "router replicas, each with its own tree, in-flight counts and KV-event index")
 	fs.StringVar(&r.ReplicaAffinity, "replica-affinity", r.ReplicaAffinity, "how requests reach the replicas: round-robin (each request to the next, as a Kubernetes Service) or session (a conversation sticks to one)")
+}
+
+// printBreakerOpens names on w (stderr) the workers whose circuit breaker opened during the
+// run, and how often: a sign the load or the --cb-* settings take workers out of rotation.
+func printBreakerOpens(w io.Writer, opens map[string]int) {
+	if len(opens) == 0 {
+		return
+	}
+	var parts []string
+	for _, url := range slices.Sorted(maps.Keys(opens)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", url, opens[url]))
+	}
+	fmt.Fprintf(w, "sim: circuit breakers opened (--cb-failure-threshold failures in a row): %s\n", strings.Join(parts, ", "))
 }
 
 // printKVStats writes the run's KV-event traffic on w (stderr) when events were on.

@@ -386,3 +386,16 @@ func TestSimWriteConfigKVEvents(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, read("plain.yaml"), "kv_events")
 }
+
+// A run whose routers take a worker out of rotation says so on stderr, naming the worker.
+func TestSimNamesBreakersThatOpened(t *testing.T) {
+	args := append([]string{"sim", "--decode", "3", "--cb-failure-threshold", "1",
+		"--kill", "http://sim-decode-1:30000@500ms"}, simSmall...)
+	_, stderr, err := runWithStderr(t, args...)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: circuit breakers opened (--cb-failure-threshold failures in a row): http://sim-decode-1:30000 ×1\n")
+
+	_, stderr, err = runWithStderr(t, append([]string{"sim"}, simSmall...)...)
+	require.NoError(t, err)
+	assert.NotContains(t, stderr, "circuit breakers opened")
+}

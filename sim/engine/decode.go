@@ -137,6 +137,13 @@ func (rk *rank) noteRunMax(r *request) {
 func (s *Server) preallocated(r *request, t time.Time) {
 	r.state = StateWaitingForInput
 	s.setQueue(r, QueueTransfer)
+	// The KV must now arrive within BootstrapTimeout, counted from here: SGLang's receiver
+	// stamps init_time when the preallocated indices go to the prefill (disaggregation/
+	// mooncake/conn.py, MooncakeKVReceiver.init, called from decode.py
+	// DecodePreallocQueue.pop_preallocated) and its poll fails the room only after
+	// SGLANG_DISAGGREGATION_WAITING_TIMEOUT from then (_check_waiting_timeout). A room still
+	// queued for KV slots is the prefill's to time out ("no decode handshake").
+	s.armTimeout(r, t)
 	s.emit(Output{Kind: KindPreallocated, At: t, Room: r.room, Rank: r.rk.id, CachedTokens: r.decodeHit})
 }
 

@@ -97,7 +97,7 @@ func (s *Server) timerValid(tm *timer) bool {
 	switch tm.kind {
 	case tTimeout:
 		q := tm.r.queue
-		return !tm.r.done && (q == QueueBootstrap || q == QueuePrealloc || q == QueueTransfer)
+		return !tm.r.done && (q == QueueBootstrap || q == QueueTransfer)
 	case tTransfer, tStuck:
 		return !tm.r.done && tm.r.queue == QueueInflight
 	case tToken:

@@ -152,7 +152,7 @@ func (q *fifo) pop() {
 
 // Timers: a min-heap by (at, seq); entries are validated when they fire (lazy cancellation).
 const (
-	tTimeout  uint8 = iota + 1 // bootstrap timeout (prefill: no Handshake; decode: no KVArrived)
+	tTimeout  uint8 = iota + 1 // bootstrap timeout (prefill: no Handshake since Submit; decode: no KVArrived since preallocation)
 	tTransfer                  // prefill: KV transfer of the room completes
 	tStuck                     // prefill with NeverSignalKV: the transfer gives up
 	tToken                     // Constant profile: the room's next token is due

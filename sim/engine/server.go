@@ -215,8 +215,9 @@ func (s *Server) Submit(now time.Time, req Req) {
 		s.setQueue(r, QueueBootstrap)
 		s.armTimeout(r, now)
 	case RoleDecode:
+		// No deadline while the room waits for its KV slots: SGLang's decode starts its
+		// waiting timeout only once it has preallocated and sent the indices (preallocated).
 		r.state = StateBootstrapping
-		s.armTimeout(r, now)
 		if s.parallel {
 			s.preallocated(r, now)
 			return
