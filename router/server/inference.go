@@ -56,7 +56,7 @@ type exchange struct {
 	rreq  router.Request
 	up    upstreamRequest
 	idHdr [1]string
-	ctx   h1.Deadline // the request's context in regular mode (requestContext)
+	ctx   h1.Deadline // the request's context (requestContext)
 }
 
 // attemptResult is how one routed attempt ended.
@@ -152,8 +152,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := s.requestContext(req.Context(), x)
-		defer cancel()
+		ctx := s.requestContext(req.Context(), x)
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
 		s.metrics.observeRequest(route.String(), code, time.Since(x.start).Seconds())
@@ -249,17 +248,13 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 }
 
 // requestContext returns the context of one routed request: parent, ending at
-// --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
-// without a timer (h1.Deadline): the upstream connection's deadline ends the attempt
-// instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
-// each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
-// Both carry the memory budget (withBudget; in regular mode in the same context, held in x).
-func (s *Server) requestContext(parent context.Context, x *exchange) (context.Context, context.CancelFunc) {
+// --request-timeout-secs from now. It carries the deadline without a timer
+// (h1.Deadline): the upstream connections' deadlines end the attempt instead, at no cost per
+// request, and every wait on it is bounded by its Deadline (sleep, PD's wait for prefill's
+// answer). It carries the memory budget (withBudget, in the same context, held in x).
+func (s *Server) requestContext(parent context.Context, x *exchange) context.Context {
 	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
-	if s.r.PD() {
-		return context.WithDeadline(withBudget(parent, s.budget), dl)
-	}
-	return x.ctx.Init(parent, dl, budgetKey{}, s.budget), func() {}
+	return x.ctx.Init(parent, dl, budgetKey{}, s.budget)
 }
 
 // sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,6 +98,14 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	var pref *legResult // prefill's answer, when the hold waited for it
 	if !hs.done() {
+		// The request's context ends at its deadline without a timer (requestContext): the
+		// wait needs one of its own.
+		var deadline <-chan time.Time
+		if dl, ok := ctx.Deadline(); ok {
+			t := time.NewTimer(time.Until(dl))
+			defer t.Stop()
+			deadline = t.C
+		}
 		select {
 		case pr := <-a.result:
 			if pr.err != nil { // it cancelled decode too
@@ -105,6 +114,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			}
 			pref = &pr
 		case <-ctx.Done():
+			return attemptResult{gone: true}
+		case <-deadline:
 			return attemptResult{gone: true}
 		}
 	}
@@ -311,8 +322,12 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
 	a.dcancel(nil)
-	if ctx.Err() != nil {
-		a.pcancel(context.Cause(ctx))
+	if err := ctx.Err(); err != nil {
+		cause := err // the deadline passed (its context has no cancel of its own) …
+		if c := context.Cause(ctx); c != nil && !errors.Is(err, context.DeadlineExceeded) {
+			cause = c // … or the client went away
+		}
+		a.pcancel(cause)
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.legs.RIDs)
 		return
 	}
