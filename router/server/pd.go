@@ -151,7 +151,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 // The client-visible id becomes the first rid when the client sent none.
 func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *pdAttempt {
 	pt, dt := d.Prefill, d.Decode
-	legs := x.body.PD(s.ids, wire.PDOptions{Host: wire.BootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
+	legs := x.body.PD(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
 		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style})
 	if x.id == "" {
 		x.id = legs.RIDs[0]
@@ -166,6 +166,18 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a.dctx, a.dcancel = context.WithCancelCause(ctx)
 	go a.runPrefill()
 	return a
+}
+
+// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL. The
+// cache holds one entry per prefill worker ever routed to (workers come and go by the
+// operator's hand, not per request).
+func (s *Server) bootstrapHost(prefillURL string) string {
+	if h, ok := s.bootHosts.Load(prefillURL); ok {
+		return h.(string)
+	}
+	h := wire.BootstrapHost(prefillURL)
+	s.bootHosts.Store(prefillURL, h)
+	return h
 }
 
 // runPrefill runs the prefill leg on its own goroutine: it sends it, reads its answer, reports

@@ -74,6 +74,8 @@ type Server struct {
 
 	kv *kvRouting // cache_aware on the workers' KV events; nil when off
 
+	bootHosts sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
+
 	budget   *budget        // --body-memory-budget: bodies in flight across requests
 	limits   *limitsMetrics // open connections, rejections, budget gauges
 	maxConns int            // --max-connections after the open-file limit; ≤ 0: no cap
