@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -32,7 +33,7 @@ type legResult struct {
 
 // pdAttempt is what one PD attempt shares with its prefill goroutine (runPrefill), which sends
 // the prefill leg, reports its Done and sends its result on result, once. Until decode's head
-// is committed, a prefill failure cancels decode with the failure as dctx's cause.
+// is committed, a prefill failure cancels decode with the failure as dcan's cause.
 type pdAttempt struct {
 	s               *Server
 	d               *router.Decision
@@ -40,10 +41,13 @@ type pdAttempt struct {
 	prefill, decode upstreamRequest
 	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
 
-	// The prefill leg does not end with the handler (see prefillGrace); decode's ends with the
-	// request or with prefill's failure.
-	pctx, dctx       context.Context
-	pcancel, dcancel context.CancelCauseFunc
+	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, the
+	// request's context without its end, until pcan ends it; decode's runs on the request's
+	// context, and dcan ends it on prefill's failure. (h1.Cancel, not a context of their own
+	// per leg: a context.WithCancelCause and the transport's context.AfterFunc on it cost a
+	// children map, a channel and several allocations per leg.)
+	pctx       context.Context
+	pcan, dcan h1.Cancel
 
 	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
 	// so the one that fails first is the one that decides who is charged (router.PDBlame).
@@ -69,7 +73,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		d.Done(router.Decode, decode)
 		a.end(ctx)
 	}()
-	resp, ue := send(a.dctx, s.upstream(router.Decode), &a.decode)
+	resp, ue := send(ctx, s.upstream(router.Decode), &a.decode)
 	if ue != nil {
 		res, decode = a.failed(ctx, ue)
 		return res
@@ -119,7 +123,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			return attemptResult{gone: true}
 		}
 	}
-	if !a.commit() { // prefill failed (or the request ended) since
+	if !a.commit(ctx) { // prefill failed (or the request ended) since
 		res, decode = a.failed(ctx, nil)
 		return res
 	}
@@ -162,8 +166,8 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
-	a.pctx, a.pcancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	a.dctx, a.dcancel = context.WithCancelCause(ctx)
+	a.pctx = context.WithoutCancel(ctx)
+	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
 	go a.runPrefill()
 	return a
 }
@@ -189,7 +193,7 @@ func (a *pdAttempt) runPrefill() {
 	outcome, failed := router.Cancelled, false
 	defer func() {
 		a.d.Done(router.Prefill, outcome)
-		a.pcancel(nil)
+		a.pcan.Cancel(nil) // it answered, or failed: end marks it over so
 		if failed {
 			a.cancelDecode(res.err)
 		}
@@ -202,7 +206,7 @@ func (a *pdAttempt) runPrefill() {
 	switch {
 	case res.err == nil:
 		outcome = router.Success
-	case res.err.Status == 0 && a.pctx.Err() != nil:
+	case res.err.Status == 0 && a.pcan.Err() != nil:
 		// We cancelled it: that says nothing of the worker, and decode has ended already —
 		// unless decode's failure was this worker's doing (it never delivered the KV).
 		if a.chargePrefill {
@@ -279,15 +283,15 @@ func (a *pdAttempt) cancelDecode(ue *upstreamError) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.committed {
-		a.dcancel(ue)
+		a.dcan.Cancel(ue)
 	}
 }
 
 // commit marks decode's head as going to the client, unless decode was cancelled first.
-func (a *pdAttempt) commit() bool {
+func (a *pdAttempt) commit(ctx context.Context) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.committed = a.dctx.Err() == nil
+	a.committed = ctx.Err() == nil && a.dcan.Err() == nil
 	return a.committed
 }
 
@@ -301,7 +305,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	if ctx.Err() != nil {
 		return attemptResult{gone: true}, router.Cancelled
 	}
-	if pe, ok := context.Cause(a.dctx).(*upstreamError); ok {
+	if pe, ok := a.dcan.Cause().(*upstreamError); ok {
 		a.mu.Lock()
 		charge := a.chargeDecode
 		a.mu.Unlock()
@@ -318,7 +322,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	mine, peer := router.PDBlame(router.PDFailure{Role: router.Decode, Attempt: attemptOf(ue), PeerOpen: !a.prefillSettled})
 	a.chargePrefill = peer == router.Failure
 	a.mu.Unlock()
-	a.pcancel(ue)
+	a.pcan.Cancel(ue)
 	if peer == router.Failure {
 		a.s.metrics.PrefillFailures.Inc()
 		return attemptResult{failed: &upstreamError{Worker: a.prefill.worker, Role: "prefill",
@@ -333,25 +337,24 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
-	a.dcancel(nil)
+	a.dcan.Cancel(nil)
 	if err := ctx.Err(); err != nil {
 		cause := err // the deadline passed (its context has no cancel of its own) …
 		if c := context.Cause(ctx); c != nil && !errors.Is(err, context.DeadlineExceeded) {
 			cause = c // … or the client went away
 		}
-		a.pcancel(cause)
+		a.pcan.Cancel(cause)
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.legs.RIDs)
 		return
 	}
-	if a.pctx.Err() != nil { // it answered, or was cancelled
+	if a.pcan.Err() != nil { // it answered, or was cancelled
 		return
 	}
 	grace := prefillGrace
 	if dl, ok := ctx.Deadline(); ok {
 		grace = min(grace, time.Until(dl))
 	}
-	pcancel := a.pcancel
-	time.AfterFunc(grace, func() { pcancel(errPrefillGrace) })
+	time.AfterFunc(grace, func() { a.pcan.Cancel(errPrefillGrace) })
 }
 
 // holdState is what the PD path knows while it holds decode's head (before attemptPD commits it).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -89,6 +90,9 @@ type upstreamRequest struct {
 	// into, when set, is the client's response header: a 2xx answer's header fields may be
 	// parsed straight into it (h1.Request.Into; the response's Header is then into).
 	into http.Header
+	// cancel, when set, ends the exchange besides its context (h1.Request.Cancel): PD's legs,
+	// which end each other.
+	cancel *h1.Cancel
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
