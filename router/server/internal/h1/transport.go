@@ -549,7 +549,7 @@ type body struct {
 	stop    func() bool
 	ctx     context.Context
 	cancel  *Cancel // Request.Cancel (may be nil)
-	keep    bool // the connection may be reused after a complete body
+	keep    bool    // the connection may be reused after a complete body
 	chunked bool
 	timed   bool // the connection carries the request's deadline
 
