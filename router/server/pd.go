@@ -78,7 +78,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		res, decode = a.failed(ctx, ue)
 		return res
 	}
-	defer resp.Body.Close()
+	defer releaseResp(resp)
 	stream := isEventStream(resp, x.body)
 	held, pooled, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
 	if pooled != nil { // held is read from it until the attempt returns
@@ -266,7 +266,7 @@ func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	if ue != nil {
 		return nil, ue
 	}
-	defer resp.Body.Close()
+	defer releaseResp(resp)
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
 	if err == nil && len(body) > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)

@@ -166,13 +166,23 @@ func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *ups
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ue := &upstreamError{Worker: r.worker, Role: r.role, Status: resp.StatusCode, reused: reused}
 		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		resp.Body.Close()
+		releaseResp(resp)
 		return nil, ue
 	}
 	if b := budgetFrom(ctx); b != nil && heldWhole(r.role, resp) {
 		resp.Body = &budgetedBody{ReadCloser: resp.Body, c: charge{b: b}}
 	}
 	return resp, nil
+}
+
+// releaseResp closes resp's body (releasing what budgetedBody charged) and hands resp back to
+// the transport for reuse (h1.Release): resp, its Body and Header must not be used after.
+func releaseResp(resp *http.Response) {
+	if bb, ok := resp.Body.(*budgetedBody); ok {
+		bb.c.release()
+		resp.Body = bb.ReadCloser
+	}
+	h1.Release(resp)
 }
 
 // heldWhole reports whether the router holds a worker's reply whole before relaying it, so it

@@ -403,7 +403,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, cancel: r.Cancel, keep: keep, chunked: chunked, timed: timed}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, cancel: r.Cancel, keep: keep, chunked: chunked, timed: timed, x: x}
 	resp.Body = &x.b
 	return resp, reused, nil
 }
@@ -548,8 +548,9 @@ type body struct {
 	body    io.ReadCloser
 	stop    func() bool
 	ctx     context.Context
-	cancel  *Cancel // Request.Cancel (may be nil)
-	keep    bool    // the connection may be reused after a complete body
+	cancel  *Cancel   // Request.Cancel (may be nil)
+	x       *response // the response this body is part of (Release)
+	keep    bool      // the connection may be reused after a complete body
 	chunked bool
 	timed   bool // the connection carries the request's deadline
 
