@@ -88,3 +88,40 @@ func TestH1RequestCancel(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "first", readAll(t, resp))
 }
+
+// Release recycles the transport's own responses (the next exchange may get the same one,
+// zeroed) and only closes the fallback's.
+func TestH1Release(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Worker", r.URL.Path)
+		_, _ = io.WriteString(w, "ok"+r.URL.Path)
+	})
+	tr := newTransport(3 * time.Second)
+	t.Cleanup(tr.CloseIdleConnections)
+	for _, path := range []string{"/a", "/b", "/c"} {
+		resp, _, err := tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL, Path: path, Body: []byte("{}")})
+		require.NoError(t, err)
+		assert.Equal(t, path, resp.Header.Get("X-Worker"))
+		assert.Equal(t, "ok"+path, readAll(t, resp))
+		Release(resp)
+	}
+	// Released before its body was read: the connection is closed, not pooled.
+	host := strings.TrimPrefix(srv.URL, "http://")
+	n := len(pooled(tr, host))
+	resp, _, err := tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL, Path: "/d", Body: []byte("{}")})
+	require.NoError(t, err)
+	Release(resp)
+	assert.Len(t, pooled(tr, host), n-1)
+
+	closed := false
+	fb := &http.Response{StatusCode: 200, Body: closeFunc(func() { closed = true })}
+	Release(fb)
+	assert.True(t, closed)
+	assert.Equal(t, 200, fb.StatusCode, "a response not of the transport's is left as it is")
+}
+
+// closeFunc is an empty body that runs f when closed.
+type closeFunc func()
+
+func (f closeFunc) Read([]byte) (int, error) { return 0, io.EOF }
+func (f closeFunc) Close() error             { f(); return nil }
