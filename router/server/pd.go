@@ -40,6 +40,7 @@ type pdAttempt struct {
 	legs            wire.PDLegs
 	prefill, decode upstreamRequest
 	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
+	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
 
 	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, the
 	// request's context without its end, until pcan ends it; decode's runs on the request's
@@ -162,7 +163,7 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1),
+	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1), keepPrefill: x.body.Logprobs,
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
@@ -310,15 +311,25 @@ func (a *pdAttempt) settleDecode() {
 	a.decodeSettled = true
 }
 
-// sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody.
+// sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody. The answer
+// is kept only when the client asked for logprobs (merged into decode's); otherwise it is
+// read through and dropped (nil).
 func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	resp, ue := send(a.pctx, a.s.upstream(router.Prefill), &a.prefill)
 	if ue != nil {
 		return nil, ue
 	}
 	defer releaseResp(resp)
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
-	if err == nil && len(body) > maxPrefillBody {
+	var body []byte
+	var n int64
+	var err error
+	if a.keepPrefill {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
+		n = int64(len(body))
+	} else {
+		n, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxPrefillBody+1))
+	}
+	if err == nil && n > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)
 	}
 	if err != nil {
