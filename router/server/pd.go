@@ -43,11 +43,13 @@ type pdAttempt struct {
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
 
 	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, the
-	// request's context without its end, until pcan ends it; decode's runs on the request's
+	// request's context without its cancellation but with its deadline (pdl: the prefill
+	// connection's deadline, no timer), until pcan ends it; decode's runs on the request's
 	// context, and dcan ends it on prefill's failure. (h1.Cancel, not a context of their own
 	// per leg: a context.WithCancelCause and the transport's context.AfterFunc on it cost a
 	// children map, a channel and several allocations per leg.)
 	pctx       context.Context
+	pdl        h1.Deadline
 	pcan, dcan h1.Cancel
 
 	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
@@ -103,14 +105,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	var pref *legResult // prefill's answer, when the hold waited for it
 	if !hs.done() {
-		// The request's context ends at its deadline without a timer (requestContext): the
-		// wait needs one of its own.
-		var deadline <-chan time.Time
-		if dl, ok := ctx.Deadline(); ok {
-			t := time.NewTimer(time.Until(dl))
-			defer t.Stop()
-			deadline = t.C
-		}
+		// The request's context ends at its deadline without a timer (requestContext), and so
+		// does the prefill leg (pctx): at the deadline its exchange fails and its result comes.
 		select {
 		case pr := <-a.result:
 			if pr.err != nil { // it cancelled decode too
@@ -119,8 +115,6 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			}
 			pref = &pr
 		case <-ctx.Done():
-			return attemptResult{gone: true}
-		case <-deadline:
 			return attemptResult{gone: true}
 		}
 	}
@@ -168,6 +162,9 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
 	a.pctx = context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		a.pctx = a.pdl.Init(a.pctx, dl, nil, nil)
+	}
 	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
 	s.prefillRunners.run(a)
 	return a
@@ -257,9 +254,11 @@ func (a *pdAttempt) runPrefill() {
 	switch {
 	case res.err == nil:
 		outcome = router.Success
-	case res.err.Status == 0 && a.pcan.Err() != nil:
-		// We cancelled it: that says nothing of the worker, and decode has ended already —
-		// unless decode's failure was this worker's doing (it never delivered the KV).
+	case res.err.Status == 0 && (a.pcan.Err() != nil || a.pctx.Err() != nil):
+		// We cancelled it, or the request's deadline ended it (as the request's end would
+		// cancel it): that says nothing of the worker, and decode has ended or is ending
+		// already — unless decode's failure was this worker's doing (it never delivered the
+		// KV).
 		if a.chargePrefill {
 			outcome = router.Failure
 		}
