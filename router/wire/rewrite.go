@@ -376,14 +376,26 @@ func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	return legs
 }
 
-// rewriteSize bounds the size of b rewritten with set (Append): the body, the fields quoted at
-// their longest, and separators.
+// rewriteSize bounds the size of b rewritten with set (Append): the body, the fields with their
+// keys quoted (quotedLen) and separators. A bound, not the size: a field that replaces a
+// member drops the member's value.
 func rewriteSize(b *Body, set []Field) int {
 	n := len(b.Raw) + 2
 	for _, f := range set {
-		n += 6*len(f.Key) + 4 + len(f.Value)
+		n += quotedLen(f.Key) + 2 + len(f.Value)
 	}
 	return n
+}
+
+// quotedLen bounds the length of s quoted as a JSON string (appendQuote): exact for printable
+// ASCII without quotes or backslashes (every key the router sets), six bytes a byte otherwise.
+func quotedLen(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return 6*len(s) + 2
+		}
+	}
+	return len(s) + 2
 }
 
 // pdFields draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields each
