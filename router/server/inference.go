@@ -60,27 +60,20 @@ type exchange struct {
 	ctx   h1.Deadline // the request's context (requestContext)
 }
 
-// exchanges recycles regular mode's exchanges (~440 B per request). PD mode's are not
-// recycled: a prefill leg may outlive its handler (prefillGrace) on a context that is part
-// of its exchange (exchange.ctx).
+// exchanges recycles exchanges (~440 B per request). A PD prefill leg, which may outlive its
+// handler (prefillGrace), refers to nothing in its exchange (its context is its own).
 var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 
-// newExchange returns a zeroed exchange: a recycled one in regular mode.
+// newExchange returns a zeroed exchange, recycled.
 func (s *Server) newExchange() *exchange {
-	if s.r.PD() {
-		return new(exchange)
-	}
 	return exchanges.Get().(*exchange)
 }
 
-// putExchange recycles x once its handler is done with it (regular mode): nothing of the
-// request refers to it any more — its relay, upstream body and context watch have ended —
-// but the response header's X-Request-Id (commitHeaders: x.idHdr), which the access log
-// reads after the handler: it gets a value of its own then.
+// putExchange recycles x once its handler is done with it: nothing of the request refers to
+// it any more — its relay, upstream bodies and context watch have ended, a prefill leg still
+// running has a context of its own — but the response header's X-Request-Id (commitHeaders:
+// x.idHdr), which the access log reads after the handler: it gets a value of its own then.
 func (s *Server) putExchange(x *exchange) {
-	if s.r.PD() {
-		return
-	}
 	if s.access != nil && x.idHdr[0] != "" {
 		if h := x.w.Header(); len(h["X-Request-Id"]) == 1 && &h["X-Request-Id"][0] == &x.idHdr[0] {
 			h["X-Request-Id"] = []string{x.id}

@@ -42,9 +42,9 @@ type pdAttempt struct {
 	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
 
-	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, the
-	// request's context without its cancellation but with its deadline (pdl: the prefill
-	// connection's deadline, no timer), until pcan ends it; decode's runs on the request's
+	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, which
+	// has the request's deadline (pdl: the prefill connection's deadline, no timer) and memory
+	// budget but not its cancellation, until pcan ends it; decode's runs on the request's
 	// context, and dcan ends it on prefill's failure. (h1.Cancel, not a context of their own
 	// per leg: a context.WithCancelCause and the transport's context.AfterFunc on it cost a
 	// children map, a channel and several allocations per leg.)
@@ -161,9 +161,12 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
-	a.pctx = context.WithoutCancel(ctx)
+	// Not derived from ctx: the leg may outlive the handler, and ctx lives in the exchange,
+	// which is recycled when the handler returns (putExchange).
 	if dl, ok := ctx.Deadline(); ok {
-		a.pctx = a.pdl.Init(a.pctx, dl, nil, nil)
+		a.pctx = a.pdl.Init(context.Background(), dl, budgetKey{}, budgetFrom(ctx))
+	} else {
+		a.pctx = withBudget(context.Background(), budgetFrom(ctx))
 	}
 	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
 	s.prefillRunners.run(a)
