@@ -31,7 +31,7 @@ type legResult struct {
 	err  *upstreamError
 }
 
-// pdAttempt is what one PD attempt shares with its prefill goroutine (runPrefill), which sends
+// pdAttempt is what one PD attempt shares with its prefill runner (runPrefill), which sends
 // the prefill leg, reports its Done and sends its result on result, once. Until decode's head
 // is committed, a prefill failure cancels decode with the failure as dcan's cause.
 type pdAttempt struct {
@@ -235,7 +235,7 @@ func (s *Server) bootstrapHost(prefillURL string) string {
 	return h
 }
 
-// runPrefill runs the prefill leg on its own goroutine: it sends it, reads its answer, reports
+// runPrefill runs the prefill leg on a goroutine of its own (a prefill runner): it sends it, reads its answer, reports
 // its Done, cancels decode when it failed (before the commit), and sends its result. A failure
 // is charged as router.PDBlame says: a bootstrap timeout while decode was still silent is
 // decode's (its Done reports Failure in failed), not this worker's.
@@ -244,7 +244,7 @@ func (a *pdAttempt) runPrefill() {
 	outcome, failed := router.Cancelled, false
 	defer func() {
 		a.d.Done(router.Prefill, outcome)
-		a.pcan.Cancel(nil) // it answered, or failed: end marks it over so
+		a.pcan.Cancel(nil) // the leg is over: end finds nothing left to cancel
 		if failed {
 			a.cancelDecode(res.err)
 		}
