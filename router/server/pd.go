@@ -41,6 +41,7 @@ type pdAttempt struct {
 	prefill, decode upstreamRequest
 	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
+	headOut         bool           // decode's head is (being) written to the client (the handler's)
 
 	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, which
 	// has the request's deadline (pdl: the prefill connection's deadline, no timer) and memory
@@ -82,6 +83,15 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		return res
 	}
 	defer releaseResp(resp)
+	if into := a.decode.into; into != nil {
+		// Decode's head went straight into the client's (empty) header: an attempt that
+		// fails before its commit leaves it empty again, for the retry or the error answer.
+		defer func() {
+			if !a.headOut {
+				clear(into)
+			}
+		}()
+	}
 	stream := isEventStream(resp, x.body)
 	held, pooled, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
 	if pooled != nil { // held is read from it until the attempt returns
@@ -126,6 +136,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	if x.body.Logprobs && pref != nil {
 		pre = wire.PrefillLogprobs(pref.body)
 	}
+	a.headOut = true
 	commitHeaders(x, resp, stream)
 	if !stream { // readFirst read it all
 		if pre != nil {
@@ -160,6 +171,12 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1), keepPrefill: x.body.Logprobs,
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
+	}
+	if h := x.w.Header(); len(h) == 0 {
+		// A 2xx head may be parsed straight into the client's header (h1.Request.Into), as
+		// regular's is: attemptPD empties it again when the attempt fails before its commit.
+		// A header that holds fields already (CORS) is not: it could not be restored.
+		a.decode.into = h
 	}
 	// Not derived from ctx: the leg may outlive the handler, and ctx lives in the exchange,
 	// which is recycled when the handler returns (putExchange).
