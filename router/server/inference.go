@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -56,7 +57,30 @@ type exchange struct {
 	rreq  router.Request
 	up    upstreamRequest
 	idHdr [1]string
-	ctx   h1.Deadline // the request's context in regular mode (requestContext)
+	ctx   h1.Deadline // the request's context (requestContext)
+}
+
+// exchanges recycles exchanges (~440 B per request). A PD prefill leg, which may outlive its
+// handler (prefillGrace), refers to nothing in its exchange (its context is its own).
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+// newExchange returns a zeroed exchange, recycled.
+func (s *Server) newExchange() *exchange {
+	return exchanges.Get().(*exchange)
+}
+
+// putExchange recycles x once its handler is done with it: nothing of the request refers to
+// it any more — its relay, upstream bodies and context watch have ended, a prefill leg still
+// running has a context of its own — but the response header's X-Request-Id (commitHeaders:
+// x.idHdr), which the access log reads after the handler: it gets a value of its own then.
+func (s *Server) putExchange(x *exchange) {
+	if s.access != nil && x.idHdr[0] != "" {
+		if h := x.w.Header(); len(h["X-Request-Id"]) == 1 && &h["X-Request-Id"][0] == &x.idHdr[0] {
+			h["X-Request-Id"] = []string{x.id}
+		}
+	}
+	*x = exchange{}
+	exchanges.Put(x)
 }
 
 // attemptResult is how one routed attempt ended.
@@ -123,7 +147,9 @@ func (s *Server) clientRequestID(req *http.Request) string {
 // inference serves /generate, /v1/chat/completions and /v1/completions (SPEC §1.4, §1.5).
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
+		x := s.newExchange()
+		defer s.putExchange(x)
+		x.w, x.req, x.route, x.start, x.id = w, req, route, time.Now(), s.clientRequestID(req)
 		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
 		defer ch.release()
 		raw, err := s.readBody(w, req, ch)
@@ -152,8 +178,7 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx, cancel := s.requestContext(req.Context(), x)
-		defer cancel()
+		ctx := s.requestContext(req.Context(), x)
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
 		s.metrics.observeRequest(route.String(), code, time.Since(x.start).Seconds())
@@ -249,17 +274,13 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 }
 
 // requestContext returns the context of one routed request: parent, ending at
-// --request-timeout-secs from now, and its cancel. In regular mode it carries the deadline
-// without a timer (h1.Deadline): the upstream connection's deadline ends the attempt
-// instead, at no cost per request, and sleep bounds its waits by it. PD mode's legs wait on
-// each other (a goroutine, selects on Done), so there the context ends at its deadline itself.
-// Both carry the memory budget (withBudget; in regular mode in the same context, held in x).
-func (s *Server) requestContext(parent context.Context, x *exchange) (context.Context, context.CancelFunc) {
+// --request-timeout-secs from now. It carries the deadline without a timer
+// (h1.Deadline): the upstream connections' deadlines end the attempt instead, at no cost per
+// request, and every wait on it is bounded by its Deadline (sleep, PD's wait for prefill's
+// answer). It carries the memory budget (withBudget, in the same context, held in x).
+func (s *Server) requestContext(parent context.Context, x *exchange) context.Context {
 	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
-	if s.r.PD() {
-		return context.WithDeadline(withBudget(parent, s.budget), dl)
-	}
-	return x.ctx.Init(parent, dl, budgetKey{}, s.budget), func() {}
+	return x.ctx.Init(parent, dl, budgetKey{}, s.budget)
 }
 
 // sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -29,20 +31,27 @@ type legResult struct {
 	err  *upstreamError
 }
 
-// pdAttempt is what one PD attempt shares with its prefill goroutine (runPrefill), which sends
+// pdAttempt is what one PD attempt shares with its prefill runner (runPrefill), which sends
 // the prefill leg, reports its Done and sends its result on result, once. Until decode's head
-// is committed, a prefill failure cancels decode with the failure as dctx's cause.
+// is committed, a prefill failure cancels decode with the failure as dcan's cause.
 type pdAttempt struct {
 	s               *Server
 	d               *router.Decision
 	legs            wire.PDLegs
 	prefill, decode upstreamRequest
 	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
+	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
+	headOut         bool           // decode's head is (being) written to the client (the handler's)
 
-	// The prefill leg does not end with the handler (see prefillGrace); decode's ends with the
-	// request or with prefill's failure.
-	pctx, dctx       context.Context
-	pcancel, dcancel context.CancelCauseFunc
+	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, which
+	// has the request's deadline (pdl: the prefill connection's deadline, no timer) and memory
+	// budget but not its cancellation, until pcan ends it; decode's runs on the request's
+	// context, and dcan ends it on prefill's failure. (h1.Cancel, not a context of their own
+	// per leg: a context.WithCancelCause and the transport's context.AfterFunc on it cost a
+	// children map, a channel and several allocations per leg.)
+	pctx       context.Context
+	pdl        h1.Deadline
+	pcan, dcan h1.Cancel
 
 	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
 	// so the one that fails first is the one that decides who is charged (router.PDBlame).
@@ -68,12 +77,21 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		d.Done(router.Decode, decode)
 		a.end(ctx)
 	}()
-	resp, ue := send(a.dctx, s.upstream(router.Decode), &a.decode)
+	resp, ue := send(ctx, s.upstream(router.Decode), &a.decode)
 	if ue != nil {
 		res, decode = a.failed(ctx, ue)
 		return res
 	}
-	defer resp.Body.Close()
+	defer releaseResp(resp)
+	if into := a.decode.into; into != nil {
+		// Decode's head went straight into the client's (empty) header: an attempt that
+		// fails before its commit leaves it empty again, for the retry or the error answer.
+		defer func() {
+			if !a.headOut {
+				clear(into)
+			}
+		}()
+	}
 	stream := isEventStream(resp, x.body)
 	held, pooled, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
 	if pooled != nil { // held is read from it until the attempt returns
@@ -97,6 +115,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	var pref *legResult // prefill's answer, when the hold waited for it
 	if !hs.done() {
+		// The request's context ends at its deadline without a timer (requestContext), and so
+		// does the prefill leg (pctx): at the deadline its exchange fails and its result comes.
 		select {
 		case pr := <-a.result:
 			if pr.err != nil { // it cancelled decode too
@@ -108,7 +128,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			return attemptResult{gone: true}
 		}
 	}
-	if !a.commit() { // prefill failed (or the request ended) since
+	if !a.commit(ctx) { // prefill failed (or the request ended) since
 		res, decode = a.failed(ctx, nil)
 		return res
 	}
@@ -116,6 +136,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	if x.body.Logprobs && pref != nil {
 		pre = wire.PrefillLogprobs(pref.body)
 	}
+	a.headOut = true
 	commitHeaders(x, resp, stream)
 	if !stream { // readFirst read it all
 		if pre != nil {
@@ -140,24 +161,98 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 // The client-visible id becomes the first rid when the client sent none.
 func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *pdAttempt {
 	pt, dt := d.Prefill, d.Decode
-	legs := x.body.PD(s.ids, wire.PDOptions{Host: wire.BootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
+	legs := x.body.PD(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
 		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style})
 	if x.id == "" {
 		x.id = legs.RIDs[0]
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1),
+	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1), keepPrefill: x.body.Logprobs,
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
 	}
-	a.pctx, a.pcancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	a.dctx, a.dcancel = context.WithCancelCause(ctx)
-	go a.runPrefill()
+	if h := x.w.Header(); len(h) == 0 {
+		// A 2xx head may be parsed straight into the client's header (h1.Request.Into), as
+		// regular's is: attemptPD empties it again when the attempt fails before its commit.
+		// A header that holds fields already (CORS) is not: it could not be restored.
+		a.decode.into = h
+	}
+	// Not derived from ctx: the leg may outlive the handler, and ctx lives in the exchange,
+	// which is recycled when the handler returns (putExchange).
+	if dl, ok := ctx.Deadline(); ok {
+		a.pctx = a.pdl.Init(context.Background(), dl, budgetKey{}, budgetFrom(ctx))
+	} else {
+		a.pctx = withBudget(context.Background(), budgetFrom(ctx))
+	}
+	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
+	s.prefillRunners.run(a)
 	return a
 }
 
-// runPrefill runs the prefill leg on its own goroutine: it sends it, reads its answer, reports
+// prefillRunners runs prefill legs on goroutines that outlive them: a goroutine started per
+// leg begins with the runtime's smallest stack and grows it by copying three or four times on
+// the way down the transport (~20 % of the leg's CPU in BenchmarkHotPath's profile); an idle
+// runner's stack has grown already. A runner waits runnerIdle for its next leg, and stops
+// after that or once the server has stopped (quit); legs that find no runner idle start one.
+// Like the goroutine per leg before them, runners are not waited for by Server.Wait.
+type prefillRunners struct {
+	work chan *pdAttempt // unbuffered: a send succeeds only when a runner is idle
+	quit chan struct{}   // closed when the server stops (Start's context ends)
+	stop sync.Once
+}
+
+// runnerIdle is how long an idle prefill runner waits for its next leg before it stops.
+const runnerIdle = 10 * time.Second
+
+func newPrefillRunners() *prefillRunners {
+	return &prefillRunners{work: make(chan *pdAttempt), quit: make(chan struct{})}
+}
+
+// run runs a's prefill leg on an idle runner, or a new one.
+func (p *prefillRunners) run(a *pdAttempt) {
+	select {
+	case p.work <- a:
+	default:
+		go p.runner(a)
+	}
+}
+
+// runner runs a's prefill leg, then the legs it is handed, until it idles for runnerIdle or
+// the server stops.
+func (p *prefillRunners) runner(a *pdAttempt) {
+	t := time.NewTimer(runnerIdle)
+	defer t.Stop()
+	for {
+		a.runPrefill()
+		a = nil
+		t.Reset(runnerIdle)
+		select {
+		case a = <-p.work:
+		case <-t.C:
+			return
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// close stops the idle runners, and each busy one when its leg ends.
+func (p *prefillRunners) close() { p.stop.Do(func() { close(p.quit) }) }
+
+// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL. The
+// cache holds one entry per prefill worker ever routed to (workers come and go by the
+// operator's hand, not per request).
+func (s *Server) bootstrapHost(prefillURL string) string {
+	if h, ok := s.bootHosts.Load(prefillURL); ok {
+		return h.(string)
+	}
+	h := wire.BootstrapHost(prefillURL)
+	s.bootHosts.Store(prefillURL, h)
+	return h
+}
+
+// runPrefill runs the prefill leg on a goroutine of its own (a prefill runner): it sends it, reads its answer, reports
 // its Done, cancels decode when it failed (before the commit), and sends its result. A failure
 // is charged as router.PDBlame says: a bootstrap timeout while decode was still silent is
 // decode's (its Done reports Failure in failed), not this worker's.
@@ -166,7 +261,7 @@ func (a *pdAttempt) runPrefill() {
 	outcome, failed := router.Cancelled, false
 	defer func() {
 		a.d.Done(router.Prefill, outcome)
-		a.pcancel(nil)
+		a.pcan.Cancel(nil) // the leg is over: end finds nothing left to cancel
 		if failed {
 			a.cancelDecode(res.err)
 		}
@@ -179,9 +274,11 @@ func (a *pdAttempt) runPrefill() {
 	switch {
 	case res.err == nil:
 		outcome = router.Success
-	case res.err.Status == 0 && a.pctx.Err() != nil:
-		// We cancelled it: that says nothing of the worker, and decode has ended already —
-		// unless decode's failure was this worker's doing (it never delivered the KV).
+	case res.err.Status == 0 && (a.pcan.Err() != nil || a.pctx.Err() != nil):
+		// We cancelled it, or the request's deadline ended it (as the request's end would
+		// cancel it): that says nothing of the worker, and decode has ended or is ending
+		// already — unless decode's failure was this worker's doing (it never delivered the
+		// KV).
 		if a.chargePrefill {
 			outcome = router.Failure
 		}
@@ -233,15 +330,25 @@ func (a *pdAttempt) settleDecode() {
 	a.decodeSettled = true
 }
 
-// sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody.
+// sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody. The answer
+// is kept only when the client asked for logprobs (merged into decode's); otherwise it is
+// read through and dropped (nil).
 func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	resp, ue := send(a.pctx, a.s.upstream(router.Prefill), &a.prefill)
 	if ue != nil {
 		return nil, ue
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
-	if err == nil && len(body) > maxPrefillBody {
+	defer releaseResp(resp)
+	var body []byte
+	var n int64
+	var err error
+	if a.keepPrefill {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
+		n = int64(len(body))
+	} else {
+		n, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxPrefillBody+1))
+	}
+	if err == nil && n > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)
 	}
 	if err != nil {
@@ -256,15 +363,15 @@ func (a *pdAttempt) cancelDecode(ue *upstreamError) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.committed {
-		a.dcancel(ue)
+		a.dcan.Cancel(ue)
 	}
 }
 
 // commit marks decode's head as going to the client, unless decode was cancelled first.
-func (a *pdAttempt) commit() bool {
+func (a *pdAttempt) commit(ctx context.Context) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.committed = a.dctx.Err() == nil
+	a.committed = ctx.Err() == nil && a.dcan.Err() == nil
 	return a.committed
 }
 
@@ -278,7 +385,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	if ctx.Err() != nil {
 		return attemptResult{gone: true}, router.Cancelled
 	}
-	if pe, ok := context.Cause(a.dctx).(*upstreamError); ok {
+	if pe, ok := a.dcan.Cause().(*upstreamError); ok {
 		a.mu.Lock()
 		charge := a.chargeDecode
 		a.mu.Unlock()
@@ -295,7 +402,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	mine, peer := router.PDBlame(router.PDFailure{Role: router.Decode, Attempt: attemptOf(ue), PeerOpen: !a.prefillSettled})
 	a.chargePrefill = peer == router.Failure
 	a.mu.Unlock()
-	a.pcancel(ue)
+	a.pcan.Cancel(ue)
 	if peer == router.Failure {
 		a.s.metrics.PrefillFailures.Inc()
 		return attemptResult{failed: &upstreamError{Worker: a.prefill.worker, Role: "prefill",
@@ -310,21 +417,24 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
-	a.dcancel(nil)
-	if ctx.Err() != nil {
-		a.pcancel(context.Cause(ctx))
+	a.dcan.Cancel(nil)
+	if err := ctx.Err(); err != nil {
+		cause := err // the deadline passed (its context has no cancel of its own) …
+		if c := context.Cause(ctx); c != nil && !errors.Is(err, context.DeadlineExceeded) {
+			cause = c // … or the client went away
+		}
+		a.pcan.Cancel(cause)
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.legs.RIDs)
 		return
 	}
-	if a.pctx.Err() != nil { // it answered, or was cancelled
+	if a.pcan.Err() != nil { // it answered, or was cancelled
 		return
 	}
 	grace := prefillGrace
 	if dl, ok := ctx.Deadline(); ok {
 		grace = min(grace, time.Until(dl))
 	}
-	pcancel := a.pcancel
-	time.AfterFunc(grace, func() { pcancel(errPrefillGrace) })
+	time.AfterFunc(grace, func() { a.pcan.Cancel(errPrefillGrace) })
 }
 
 // holdState is what the PD path knows while it holds decode's head (before attemptPD commits it).

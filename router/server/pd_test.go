@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -174,5 +175,45 @@ func TestPDHoldDone(t *testing.T) {
 		{"body: still reading, prefill answered", holdState{prefillDone: true}, false},
 	} {
 		assert.Equal(t, tc.want, tc.h.done(), tc.name)
+	}
+}
+
+// Decode's head goes straight into the client's header (h1.Request.Into) while it is held: an
+// attempt that fails before its commit leaves no field of it behind, neither in the retry's
+// answer nor in the error answer when there is no retry.
+func TestPDFailedAttemptLeavesNoDecodeHeader(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	flaky := func(w http.ResponseWriter, r *http.Request, c call) {
+		n := calls.Add(1)
+		w.Header().Set("X-Attempt", fmt.Sprint(n))
+		if n == 1 {
+			w.Header().Set("X-Failed-Only", "1")
+			sseReply([]string{`data: {"error":{"message":"decode room failed","code":500}}`}, nil)(w, r, c)
+			return
+		}
+		sseReply([]string{`data: {"text":"a"}`, "data: [DONE]"}, nil)(w, r, c)
+	}
+	for _, retry := range []bool{true, false} {
+		calls.Store(0)
+		pw, dw := newWorker(t, jsonReply(genReply)), newWorker(t, flaky)
+		cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+		if !retry {
+			cfg = noRetries(cfg)
+		}
+		tr := startRouter(t, cfg)
+		status, hdr, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
+		assert.Empty(t, hdr.Values("X-Failed-Only"), "retry %v", retry)
+		if retry {
+			require.Equal(t, http.StatusOK, status, body)
+			assert.Equal(t, []string{"2"}, hdr.Values("X-Attempt"))
+			assert.Equal(t, "text/event-stream", hdr.Get("Content-Type"))
+		} else {
+			require.Equal(t, http.StatusInternalServerError, status, body)
+			assert.Empty(t, hdr.Values("X-Attempt"))
+			assert.Contains(t, hdr.Get("Content-Type"), "application/json")
+		}
+		assert.NotEmpty(t, hdr.Get("X-Request-Id"))
+		tr.requireLoadsZero(t)
 	}
 }

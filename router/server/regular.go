@@ -31,7 +31,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 		out = legOutcome(ue)
 		return attemptResult{failed: ue}
 	}
-	defer resp.Body.Close()
+	defer releaseResp(resp)
 	stream := isEventStream(resp, x.body)
 	commitHeaders(x, resp, stream)
 	if stream {

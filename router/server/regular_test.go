@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -425,4 +427,49 @@ func TestWorkerAPIIDsTotalAndStats(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
 	getJSON(t, tr.srv.URL+"/workers", &list)
 	assert.Equal(t, 1, list.Total)
+}
+
+// The access log names each request's own id, concurrent requests included: the exchanges
+// regular mode recycles (putExchange) hold the X-Request-Id value the response header refers
+// to, and the access log reads it after the handler.
+func TestRegularAccessLogIDsWithRecycledExchanges(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, sseReply([]string{`data: {"choices":[{"delta":{"content":"a"}}]}`, "data: [DONE]"}, nil))
+	cfg := regularConfig(w)
+	require.NoError(t, cfg.Validate())
+	cfg.Seed = new(int64(42))
+	var access syncBuffer
+	s, err := New(Options{Config: cfg, DecisionLog: &syncBuffer{}, AccessLog: &access})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, s.Start(ctx))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		s.Wait()
+	})
+	tr := &testRouter{s: s, srv: srv}
+	const n = 24
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			hdr := map[string]string{}
+			if i%2 == 0 { // half carry their own id, half get a generated one
+				hdr["X-Request-Id"] = fmt.Sprintf("client-%d", i)
+			}
+			status, h, _ := tr.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, hdr)
+			assert.Equal(t, http.StatusOK, status)
+			ids <- h.Get("X-Request-Id")
+		})
+	}
+	wg.Wait()
+	close(ids)
+	log := access.String()
+	assert.Equal(t, n, strings.Count(log, "POST /v1/chat/completions 200"), log)
+	for id := range ids {
+		require.NotEmpty(t, id)
+		assert.Equal(t, 1, strings.Count(log, " id="+id+"\n"), "id %s once in the access log:\n%s", id, log)
+	}
 }

@@ -52,11 +52,16 @@ func readFirst(body io.Reader, stream bool, limit int64) (held []byte, pooled *[
 			// event not complete yet is copied before it is fed more.
 			probe.FeedView(chunk)
 			for ev, ok := probe.Next(); ok; ev, ok = probe.Next() {
-				first = first || ev.HasData()
+				if ev.HasData() {
+					first = true
+					break // the rest is the relay's to parse: no need to look further
+				}
 			}
-			probe.Retain()
-			if probe.Buffered() > maxSSEEvent && err == nil {
-				err = errSSEEventTooLarge
+			if !first { // reading on
+				probe.Retain()
+				if probe.Buffered() > maxSSEEvent && err == nil {
+					err = errSSEEventTooLarge
+				}
 			}
 		}
 		if err != nil {

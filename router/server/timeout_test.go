@@ -124,3 +124,25 @@ func TestStreamBreakAfterDoneIsClean(t *testing.T) {
 	tr.requireLoadsZero(t)
 	assert.Equal(t, router.BreakerClosed, tr.s.Router().Workers()[0].Breaker)
 }
+
+// PD: decode has answered but its head is held for prefill's answer (logprobs to merge), and
+// prefill hangs: the request's deadline ends the wait with a 504, the prefill leg is
+// cancelled, and the hang is not charged to the prefill worker (its breaker, opened by a
+// single failure here, stays closed): the router's deadline ended it, as it would any leg.
+func TestPDRequestTimeoutWhileHeldForPrefill(t *testing.T) {
+	t.Parallel()
+	pw, dw := newWorker(t, hangReply(nil)), newWorker(t, jsonReply(genReply))
+	cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+	cfg.RequestTimeoutSecs = 1
+	cfg.CBFailureThreshold = 1
+	tr := startRouter(t, cfg)
+	status, _, body := tr.post(t, "/generate", `{"text":"x","return_logprob":true}`, nil)
+	require.Equal(t, http.StatusGatewayTimeout, status, body)
+	requireJSONError(t, status, body)
+	assert.Contains(t, body, "--request-timeout-secs 1")
+	waitFor(t, func() bool { return pw.cancelledCount() == 1 })
+	tr.requireLoadsZero(t)
+	for _, w := range tr.s.Router().Workers() {
+		assert.Equal(t, router.BreakerClosed, w.Breaker, w.URL)
+	}
+}

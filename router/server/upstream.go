@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -89,6 +90,9 @@ type upstreamRequest struct {
 	// into, when set, is the client's response header: a 2xx answer's header fields may be
 	// parsed straight into it (h1.Request.Into; the response's Header is then into).
 	into http.Header
+	// cancel, when set, ends the exchange besides its context (h1.Request.Cancel): PD's legs,
+	// which end each other.
+	cancel *h1.Cancel
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
@@ -162,13 +166,23 @@ func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *ups
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ue := &upstreamError{Worker: r.worker, Role: r.role, Status: resp.StatusCode, reused: reused}
 		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		resp.Body.Close()
+		releaseResp(resp)
 		return nil, ue
 	}
 	if b := budgetFrom(ctx); b != nil && heldWhole(r.role, resp) {
 		resp.Body = &budgetedBody{ReadCloser: resp.Body, c: charge{b: b}}
 	}
 	return resp, nil
+}
+
+// releaseResp closes resp's body (releasing what budgetedBody charged) and hands resp back to
+// the transport for reuse (h1.Release): resp, its Body and Header must not be used after.
+func releaseResp(resp *http.Response) {
+	if bb, ok := resp.Body.(*budgetedBody); ok {
+		bb.c.release()
+		resp.Body = bb.ReadCloser
+	}
+	h1.Release(resp)
 }
 
 // heldWhole reports whether the router holds a worker's reply whole before relaying it, so it

@@ -359,7 +359,9 @@ type PDLegs struct {
 // runs instead of copying them (so a PD request costs about its body once, not three times);
 // a batch's list values are written once and shared by both legs.
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
-	legs, pf, df := b.pdFields(g, o)
+	var pfa, dfa [6]Field // on the stack: the fields are written, not kept
+	legs, np, nd := b.pdFieldsInto(g, o, &pfa, &dfa)
+	pf, df := pfa[:np], dfa[:nd]
 	if len(b.Raw) <= smallBody { // both legs whole, in one buffer
 		buf := make([]byte, 0, rewriteSize(b, pf)+rewriteSize(b, df))
 		buf = b.Append(buf, pf...)
@@ -374,19 +376,38 @@ func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	return legs
 }
 
-// rewriteSize bounds the size of b rewritten with set (Append): the body, the fields quoted at
-// their longest, and separators.
+// rewriteSize bounds the size of b rewritten with set (Append): the body, the fields with their
+// keys quoted (quotedLen) and separators. A bound, not the size: a field that replaces a
+// member drops the member's value.
 func rewriteSize(b *Body, set []Field) int {
 	n := len(b.Raw) + 2
 	for _, f := range set {
-		n += 6*len(f.Key) + 4 + len(f.Value)
+		n += quotedLen(f.Key) + 2 + len(f.Value)
 	}
 	return n
+}
+
+// quotedLen bounds the length of s quoted as a JSON string (appendQuote): exact for printable
+// ASCII without quotes or backslashes (every key the router sets), six bytes a byte otherwise.
+func quotedLen(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return 6*len(s) + 2
+		}
+	}
+	return len(s) + 2
 }
 
 // pdFields draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields each
 // leg sets, their values in one scratch buffer; PD writes them as Pieces.
 func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
+	var pf, df [6]Field
+	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df)
+	return legs, pf[:np], df[:nd]
+}
+
+// pdFieldsInto is pdFields writing the fields into pf and df: it returns how many of each.
+func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLegs, np, nd int) {
 	n := b.Size()
 	legs = PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
 	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
@@ -476,10 +497,9 @@ func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []F
 		{"bootstrap_room", vals[m0:pr0]},
 	}
 	prefillRank, decodeRank := vals[pr0:dr0], vals[dr0:end]
-	var pf, df [6]Field
 	copy(pf[:], common[:])
 	copy(df[:], common[:])
-	np, nd := 4, 6
+	np, nd = 4, 6
 	if b.HasRID { // the client's rid stays as it was sent, byte for byte
 		copy(pf[:], common[1:])
 		copy(df[:], common[1:])
@@ -498,7 +518,7 @@ func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []F
 		pf[np] = Field{prefillKey, prefillRank}
 		np++
 	}
-	return legs, pf[:np], df[:nd]
+	return legs, np, nd
 }
 
 func appendOptInt(dst []byte, v *int) []byte {

@@ -349,3 +349,23 @@ func TestFieldStyle(t *testing.T) {
 	_, err := ParseFieldStyle("modern")
 	require.ErrorContains(t, err, `--dp-rank-fields "modern"`)
 }
+
+// rewriteSize bounds what Append writes (so a rewrite is one allocation), keys that need
+// escaping included, and is tight for plain keys (a PD rewrite's buffer is not twice its size).
+func TestRewriteSizeBoundsAppend(t *testing.T) {
+	body, err := Parse(Generate, []byte(`{"text":"x","rid":"r","bootstrap_host":"h","sampling_params":{"max_new_tokens":4}}`))
+	require.NoError(t, err)
+	for _, set := range [][]Field{
+		nil,
+		{{"rid", []byte(`"new"`)}},
+		{{"bootstrap_room", []byte(`12345`)}, {"data_parallel_rank", []byte(`null`)}},
+		{{"odd\"key\\\n\u2028é", []byte(`1`)}, {"rid", []byte(`"x"`)}},
+	} {
+		out := body.Append(nil, set...)
+		require.LessOrEqual(t, len(out), rewriteSize(body, set), "%q", out)
+		require.True(t, json.Valid(out), "%q", out)
+	}
+	plain := []Field{{"bootstrap_room", []byte(`12345`)}, {"data_parallel_rank", []byte(`null`)}}
+	out := body.Append(nil, plain...)
+	assert.LessOrEqual(t, rewriteSize(body, plain)-len(out), 2*len(plain)+2, "a tight bound for plain keys")
+}

@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -25,6 +26,24 @@ type response struct {
 	b     body        // the body the caller reads (set by exchange)
 	fixed fixedBody   // a Content-Length body (fast path)
 	chunk chunkedBody // a chunked body (fast path)
+}
+
+// responses recycles the responses Release is given back (~270 B per exchange).
+var responses = sync.Pool{New: func() any { return new(response) }}
+
+// Release closes resp's body and, when resp is one of the transport's own (not the
+// fallback's), recycles it for a later exchange: the caller must not use resp, its Body or
+// (unless it was the request's Into) its Header after. Responses not released are simply
+// left to the garbage collector.
+func Release(resp *http.Response) {
+	_ = resp.Body.Close()
+	b, ok := resp.Body.(*body)
+	if !ok || b.x == nil || &b.x.resp != resp {
+		return
+	}
+	x := b.x
+	*x = response{}
+	responses.Put(x)
 }
 
 // chunkedTE is Response.TransferEncoding of a chunked response (shared: nobody modifies it).
@@ -140,7 +159,7 @@ func (c *conn) fastHead(method string, into http.Header) *response {
 		keys[nf], vals[nf] = key, val
 		nf++
 	}
-	x := &response{}
+	x := responses.Get().(*response)
 	switch {
 	case nte == 1 && ncl == 0 && asciiEqualFold(te, "chunked"):
 		x.resp.ContentLength = -1
@@ -150,12 +169,14 @@ func (c *conn) fastHead(method string, into http.Header) *response {
 	case nte == 0 && ncl == 1:
 		length, ok := parseLength(cl)
 		if !ok {
+			responses.Put(x)
 			return nil
 		}
 		x.resp.ContentLength = length
 		x.fixed = fixedBody{br: c.br, left: length}
 		x.resp.Body = &x.fixed
 	default:
+		responses.Put(x)
 		return nil // a body to the connection's close, or framing ReadResponse judges
 	}
 	if code/100 != 2 {

@@ -36,6 +36,8 @@ type Request struct {
 	// is Into. A caller that would copy the fields into a map of its own (a proxy's response
 	// header) saves a map per request. Otherwise Response.Header is a map of its own.
 	Into http.Header
+	// Cancel, when not nil, ends the exchange besides ctx (see Cancel).
+	Cancel *Cancel
 }
 
 // bodyLen is the length of r's body.
@@ -192,6 +194,9 @@ func connDeadline(ctx context.Context) (time.Time, bool) {
 // aLongTimeAgo is a deadline that makes blocked reads and writes return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
+// noStop is the stop of an exchange whose context is never done.
+func noStop() bool { return true }
+
 // reqBufs hold requests being serialized (head and body, one write).
 var reqBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
@@ -269,23 +274,37 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 }
 
 // fallbackDo sends r through the fallback. The fallback only watches Done: a context with a
-// timer-less deadline (WithDeadline) is given one that ends at the deadline, until the body is
-// closed or read to its end.
+// timer-less deadline (WithDeadline) is given one that ends at the deadline, and a request
+// with a Cancel one that the Cancel ends, until the body is closed or read to its end.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
 	if r.Path != "" {
 		r.URL, r.Path = r.URL+r.Path, ""
 	}
-	dl, ok := connDeadline(ctx)
-	if !ok {
+	dl, timed := connDeadline(ctx)
+	if !timed && r.Cancel == nil {
 		return t.fallback.Do(ctx, &r)
 	}
-	ctx, cancel := context.WithDeadline(ctx, dl)
+	var cancel context.CancelFunc
+	if timed {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	rc := r.Cancel
+	if !rc.watch(cancel) {
+		cancel()
+		return nil, false, context.Canceled
+	}
+	done := func() {
+		rc.unwatch()
+		cancel()
+	}
 	resp, reused, err := t.fallback.Do(ctx, &r)
 	if err != nil {
-		cancel()
+		done()
 		return resp, reused, err
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: done}
 	return resp, reused, nil
 }
 
@@ -314,12 +333,15 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
+	if err := r.Cancel.err(); err != nil {
+		return nil, false, err
+	}
 	head, err := serialize(r, tg)
 	if err != nil {
 		return nil, false, err
 	}
 	defer putReqBuf(head)
-	c, reused, err := t.get(ctx, tg.addr)
+	c, reused, err := t.get(ctx, tg.addr, r.Cancel)
 	if err != nil {
 		return nil, false, err
 	}
@@ -334,11 +356,23 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 		_ = c.nc.SetDeadline(time.Time{})
 		c.deadline = false
 	}
-	stop := context.AfterFunc(ctx, c.abort)
-	fail := func(err error) (*http.Response, bool, error) {
+	stop := noStop // a context that is never done (context.WithoutCancel) needs no watch
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, c.abort)
+	}
+	if !r.Cancel.watch(c.abort) {
 		stop()
 		c.nc.Close()
+		return nil, reused, context.Canceled
+	}
+	fail := func(err error) (*http.Response, bool, error) {
+		stop()
+		r.Cancel.unwatch()
+		c.nc.Close()
 		if cerr := ctx.Err(); cerr != nil {
+			return nil, reused, cerr
+		}
+		if cerr := r.Cancel.err(); cerr != nil {
 			return nil, reused, cerr
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) && timed {
@@ -369,7 +403,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, cancel: r.Cancel, keep: keep, chunked: chunked, timed: timed, x: x}
 	resp.Body = &x.b
 	return resp, reused, nil
 }
@@ -514,7 +548,9 @@ type body struct {
 	body    io.ReadCloser
 	stop    func() bool
 	ctx     context.Context
-	keep    bool // the connection may be reused after a complete body
+	cancel  *Cancel   // Request.Cancel (may be nil)
+	x       *response // the response this body is part of (Release)
+	keep    bool      // the connection may be reused after a complete body
 	chunked bool
 	timed   bool // the connection carries the request's deadline
 
@@ -540,7 +576,11 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	b.done = true
 	// stop reports whether the cancel func had not run: only then is the deadline intact.
-	if intact := b.stop(); err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
+	intact := b.stop()
+	if !b.cancel.unwatch() {
+		intact = false
+	}
+	if err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
 		// A timed exchange's deadline stays on the idle connection (the next exchange sets
 		// or clears it: one deadline call per exchange, not two). The request timeout it is
 		// normally outlasts the pool's idle timeout; a connection whose deadline passed
@@ -551,6 +591,8 @@ func (b *body) Read(p []byte) (int, error) {
 	b.c.nc.Close()
 	if err != io.EOF {
 		if cerr := b.ctx.Err(); cerr != nil {
+			err = cerr
+		} else if cerr := b.cancel.err(); cerr != nil {
 			err = cerr
 		} else if b.timed && errors.Is(err, os.ErrDeadlineExceeded) {
 			err = context.DeadlineExceeded
@@ -566,6 +608,7 @@ func (b *body) Close() error {
 	if !b.done {
 		b.done = true
 		b.stop()
+		b.cancel.unwatch()
 		b.c.nc.Close()
 	}
 	return nil
@@ -593,8 +636,9 @@ func (b *body) Pending() bool {
 	return bytes.IndexByte(buf, '\n') >= 0
 }
 
-// get returns an idle connection to addr that is still open, or dials a new one.
-func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+// get returns an idle connection to addr that is still open, or dials a new one; cancel (may
+// be nil) ends the dial as ctx does.
+func (t *Transport) get(ctx context.Context, addr string, cancel *Cancel) (*conn, bool, error) {
 	for {
 		t.mu.Lock()
 		pool := t.pools[addr]
@@ -612,8 +656,20 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		c.nc.Close()
 	}
+	if cancel != nil {
+		dctx, stop := context.WithCancel(ctx) // a dial is rare: its context may cost
+		defer stop()
+		if !cancel.watch(stop) {
+			return nil, false, context.Canceled
+		}
+		defer cancel.unwatch()
+		ctx = dctx
+	}
 	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if cerr := cancel.err(); cerr != nil {
+			return nil, false, cerr
+		}
 		return nil, false, err
 	}
 	nc = Raw(nc)
