@@ -17,25 +17,7 @@ import (
 // cause kept; a context that is never done (context.WithoutCancel) needs no watch; a
 // completed exchange's connection is pooled as usual.
 func TestH1RequestCancel(t *testing.T) {
-	hold := make(chan struct{})
-	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/body" || r.URL.Path == "/done" {
-			_, _ = io.WriteString(w, "first")
-			w.(http.Flusher).Flush()
-		}
-		if r.URL.Path == "/done" {
-			return
-		}
-		select {
-		case <-hold:
-		case <-r.Context().Done():
-		}
-	})
-	tr := newTransport(3 * time.Second)
-	t.Cleanup(func() {
-		close(hold)
-		tr.CloseIdleConnections()
-	})
+	srv, tr := heldServer(t)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	ctx := context.WithoutCancel(context.Background())
 	cause := errors.New("the other leg failed")

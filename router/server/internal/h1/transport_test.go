@@ -259,12 +259,18 @@ func TestH1PoolKeepsAtMostMaxIdle(t *testing.T) {
 	assert.Len(t, pooled(tr, strings.TrimPrefix(srv.URL, "http://")), 2)
 }
 
-func TestH1CancelUnblocksEveryStage(t *testing.T) {
+// heldServer answers /body and /done with "first" (flushed), /done then ends; every other
+// answer, and /body's rest, is held until the test ends or the request is cancelled. The
+// transport's idle connections close at the end.
+func heldServer(t *testing.T) (*httptest.Server, *Transport) {
 	hold := make(chan struct{})
 	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/body" {
+		if r.URL.Path == "/body" || r.URL.Path == "/done" {
 			_, _ = io.WriteString(w, "first")
 			w.(http.Flusher).Flush()
+		}
+		if r.URL.Path == "/done" {
+			return
 		}
 		select {
 		case <-hold:
@@ -279,6 +285,11 @@ func TestH1CancelUnblocksEveryStage(t *testing.T) {
 		close(hold)
 		tr.CloseIdleConnections()
 	})
+	return srv, tr
+}
+
+func TestH1CancelUnblocksEveryStage(t *testing.T) {
+	srv, tr := heldServer(t)
 
 	// Waiting for the head.
 	ctx, cancel := context.WithCancel(context.Background())
