@@ -11,10 +11,7 @@ import (
 // BenchmarkBlockHashes hashes an 8k-token prompt in pages of 16 (512 blocks).
 func BenchmarkBlockHashes(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	toks := make([]uint32, 8192)
-	for i := range toks {
-		toks[i] = rng.Uint32N(150_000)
-	}
+	toks := fillTokens(rng, make([]uint32, 8192))
 	dst := make([]Hash, 0, 512)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -65,10 +62,7 @@ func BenchmarkMatch(b *testing.B) {
 		b.Run(fmt.Sprintf("targets=%d/blocks=%d/hold=%s", targets, blocks, hold), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(5, 6))
 			x := New(Config{PendingTTL: time.Second})
-			toks := make([]uint32, blocks*16)
-			for i := range toks {
-				toks[i] = rng.Uint32N(150_000)
-			}
+			toks := fillTokens(rng, make([]uint32, blocks*16))
 			chain := AppendBlockHashes(nil, toks, 16, "")
 			ids := make([]TargetID, targets)
 			for i := range ids {
@@ -143,10 +137,7 @@ func BenchmarkPathIndexMatch(b *testing.B) {
 			b.Run(fmt.Sprintf("targets=%d/tokens=%d/page=%d/hold=%s", targets, tokens, page, hold), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(5, 6))
 				x := NewPathIndex(Config{PendingTTL: time.Second})
-				toks := make([]uint32, tokens)
-				for i := range toks {
-					toks[i] = rng.Uint32N(150_000)
-				}
+				toks := fillTokens(rng, make([]uint32, tokens))
 				ids := make([]TargetID, targets)
 				other := make([]uint32, 256)
 				for i := range ids {
@@ -160,9 +151,7 @@ func BenchmarkPathIndexMatch(b *testing.B) {
 						x.Apply(ids[i], page, []PathEvent{{Kind: BlockStored, Path: toks[:n], New: n}}, t0)
 					}
 					for range 256 {
-						for k := range other {
-							other[k] = rng.Uint32N(150_000)
-						}
+						fillTokens(rng, other)
 						x.Apply(ids[i], page, []PathEvent{{Kind: BlockStored, Path: other, New: len(other)}}, t0)
 					}
 				}
@@ -176,4 +165,12 @@ func BenchmarkPathIndexMatch(b *testing.B) {
 			})
 		}
 	}
+}
+
+// fillTokens fills toks with random token ids of a 150k vocabulary and returns it.
+func fillTokens(rng *rand.Rand, toks []uint32) []uint32 {
+	for i := range toks {
+		toks[i] = rng.Uint32N(150_000)
+	}
+	return toks
 }
