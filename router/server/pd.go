@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -34,7 +35,13 @@ type legResult struct {
 // pdAttempt is what one PD attempt shares with its prefill runner (runPrefill), which sends
 // the prefill leg, reports its Done and sends its result on result, once. Until decode's head
 // is committed, a prefill failure cancels decode with the failure as dcan's cause.
+//
+// Attempts are recycled (pdAttempts): refs counts who still uses one — the handler
+// (attemptPD), the prefill runner and, while armed, the prefill's grace timer — and the last
+// to let go (release) puts it back, with its result channel, its prefill leg's header map and
+// its legs' buffer (issue 29: ~1.5 KB and five allocations a PD request).
 type pdAttempt struct {
+	refs            atomic.Int32
 	s               *Server
 	d               *router.Decision
 	legs            wire.PDLegs
@@ -53,14 +60,23 @@ type pdAttempt struct {
 	pdl        h1.Deadline
 	pcan, dcan h1.Cancel
 
+	// Kept when the attempt is recycled: prefill's 2xx head is parsed into prefillHdr
+	// (h1.Request.Into, no map per answer), and small bodies' legs are written into scratch
+	// when h1 sends both (scratchOK; the net/http fallback may still read a body after it
+	// answered, so its legs get buffers of their own).
+	prefillHdr http.Header
+	scratch    wire.PDScratch
+	lr         io.LimitedReader // sendPrefill's bound on prefill's answer
+
 	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
 	// so the one that fails first is the one that decides who is charged (router.PDBlame).
 	mu             sync.Mutex
-	committed      bool // decode's head went to the client: prefill's failure no longer matters
-	decodeSettled  bool // decode answered its first event or body, or failed
-	prefillSettled bool // prefill answered or failed
-	chargeDecode   bool // prefill's failure was decode's doing: decode's leg reports Failure
-	chargePrefill  bool // decode's failure was prefill's doing: prefill's leg reports Failure
+	grace          *time.Timer // end's prefillGrace timer, when armed (it holds a ref)
+	committed      bool        // decode's head went to the client: prefill's failure no longer matters
+	decodeSettled  bool        // decode answered its first event or body, or failed
+	prefillSettled bool        // prefill answered or failed
+	chargeDecode   bool        // prefill's failure was decode's doing: decode's leg reports Failure
+	chargePrefill  bool        // decode's failure was prefill's doing: prefill's leg reports Failure
 }
 
 // attemptPD runs one PD attempt (SPEC §1.4 steps 4–8). The decode leg runs here on the
@@ -76,6 +92,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	defer func() {
 		d.Done(router.Decode, decode)
 		a.end(ctx)
+		a.release()
 	}()
 	resp, ue := send(ctx, s.upstream(router.Decode), &a.decode)
 	if ue != nil {
@@ -161,17 +178,22 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 // The client-visible id becomes the first rid when the client sent none.
 func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *pdAttempt {
 	pt, dt := d.Prefill, d.Decode
-	legs := x.body.PD(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
-		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style})
+	a := pdAttempts.Get().(*pdAttempt)
+	var scratch *wire.PDScratch
+	if s.h1Sends(pt.URL()) && s.h1Sends(dt.URL()) {
+		scratch = &a.scratch
+	}
+	legs := x.body.PDWith(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
+		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style}, scratch)
 	if x.id == "" {
 		x.id = legs.RIDs[0]
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a := &pdAttempt{s: s, d: d, legs: legs, result: make(chan legResult, 1), keepPrefill: x.body.Logprobs,
-		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
-		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"},
-	}
+	a.refs.Store(2) // this handler and the prefill runner
+	a.s, a.d, a.legs, a.keepPrefill = s, d, legs, x.body.Logprobs
+	a.prefill = upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", into: a.prefillHdr}
+	a.decode = upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"}
 	if h := x.w.Header(); len(h) == 0 {
 		// A 2xx head may be parsed straight into the client's header (h1.Request.Into), as
 		// regular's is: attemptPD empties it again when the attempt fails before its commit.
@@ -188,6 +210,44 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
 	s.prefillRunners.run(a)
 	return a
+}
+
+// maxKeptScratch bounds the legs' buffer a recycled attempt keeps (two legs of a 4 KiB body
+// and a batch of a few hundred ids fit).
+const maxKeptScratch = 32 << 10
+
+// pdAttempts recycles PD attempts (see pdAttempt).
+var pdAttempts = sync.Pool{New: func() any {
+	return &pdAttempt{result: make(chan legResult, 1), prefillHdr: make(http.Header, 4)}
+}}
+
+// release lets a go for one of its users; the last puts it back in pdAttempts.
+func (a *pdAttempt) release() {
+	if a.refs.Add(-1) != 0 {
+		return
+	}
+	select {
+	case <-a.result: // the handler did not wait for it
+	default:
+	}
+	result, hdr, scratch := a.result, a.prefillHdr, a.scratch
+	clear(hdr)
+	if scratch.Bytes() > maxKeptScratch { // a large batch's: not kept for every attempt after
+		scratch = wire.PDScratch{}
+	}
+	*a = pdAttempt{result: result, prefillHdr: hdr, scratch: scratch}
+	pdAttempts.Put(a)
+}
+
+// h1Sends reports whether the h1 transport itself sends requests to url (see h1.Serves),
+// cached per worker URL.
+func (s *Server) h1Sends(url string) bool {
+	if v, ok := s.h1URLs.Load(url); ok {
+		return v.(bool)
+	}
+	ok := h1.Serves(url)
+	s.h1URLs.Store(url, ok)
+	return ok
 }
 
 // prefillRunners runs prefill legs on goroutines that outlive them: a goroutine started per
@@ -218,19 +278,25 @@ func (p *prefillRunners) run(a *pdAttempt) {
 	}
 }
 
-// runner runs a's prefill leg, then the legs it is handed, until it idles for runnerIdle or
-// the server stops.
+// runner runs a's prefill leg, then the legs it is handed, until it idles for a whole
+// runnerIdle tick (so it stops after runnerIdle to twice that without legs; the timer is not
+// reset per leg) or the server stops.
 func (p *prefillRunners) runner(a *pdAttempt) {
-	t := time.NewTimer(runnerIdle)
+	t := time.NewTicker(runnerIdle)
 	defer t.Stop()
-	for {
-		a.runPrefill()
-		a = nil
-		t.Reset(runnerIdle)
+	for busy := false; ; {
+		if a != nil {
+			a.runPrefill()
+			a.release()
+			a, busy = nil, true
+		}
 		select {
 		case a = <-p.work:
 		case <-t.C:
-			return
+			if !busy {
+				return
+			}
+			busy = false
 		case <-p.quit:
 			return
 		}
@@ -264,6 +330,12 @@ func (a *pdAttempt) runPrefill() {
 		a.pcan.Cancel(nil) // the leg is over: end finds nothing left to cancel
 		if failed {
 			a.cancelDecode(res.err)
+		}
+		a.mu.Lock()
+		t := a.grace
+		a.mu.Unlock()
+		if t != nil && t.Stop() {
+			a.release() // the timer's ref
 		}
 		a.result <- res
 	}()
@@ -342,12 +414,14 @@ func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	var body []byte
 	var n int64
 	var err error
+	a.lr = io.LimitedReader{R: resp.Body, N: maxPrefillBody + 1} // in a: no allocation of its own
 	if a.keepPrefill {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, maxPrefillBody+1))
+		body, err = io.ReadAll(&a.lr)
 		n = int64(len(body))
 	} else {
-		n, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxPrefillBody+1))
+		n, err = io.Copy(io.Discard, &a.lr)
 	}
+	a.lr.R = nil
 	if err == nil && n > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)
 	}
@@ -434,7 +508,16 @@ func (a *pdAttempt) end(ctx context.Context) {
 	if dl, ok := ctx.Deadline(); ok {
 		grace = min(grace, time.Until(dl))
 	}
-	time.AfterFunc(grace, func() { a.pcan.Cancel(errPrefillGrace) })
+	// The timer holds a ref until it has fired or the runner stopped it; a runner that
+	// finished before the timer was set leaves it to fire on a leg already over (a no-op).
+	a.refs.Add(1)
+	t := time.AfterFunc(grace, func() {
+		a.pcan.Cancel(errPrefillGrace)
+		a.release()
+	})
+	a.mu.Lock()
+	a.grace = t
+	a.mu.Unlock()
 }
 
 // holdState is what the PD path knows while it holds decode's head (before attemptPD commits it).

@@ -217,3 +217,53 @@ func TestPDFailedAttemptLeavesNoDecodeHeader(t *testing.T) {
 		tr.requireLoadsZero(t)
 	}
 }
+
+// PD attempts are recycled (pdAttempts) while prefill legs outlive their responses: every
+// prefill leg still carries its own request (the text and room its decode leg carried), and
+// every leg's Done lands on its own decision (the loads return to zero). Under -race, an
+// attempt recycled while its runner or grace timer still used it shows as a data race.
+func TestPDRecycledAttemptsKeepLegsApart(t *testing.T) {
+	t.Parallel()
+	const held, after = 8, 24
+	release := make(chan struct{})
+	var n atomic.Int32
+	pw := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		if n.Add(1) <= held { // the first prefills answer only after their responses went out
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		jsonReply(genReply)(w, r, c)
+	})
+	dw := newWorker(t, jsonReply(genReply))
+	tr := startRouter(t, pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil))
+	post := func(i int) {
+		status, _, out := tr.post(t, "/generate", fmt.Sprintf(`{"text":"prompt %d"}`, i), nil)
+		assert.Equal(t, http.StatusOK, status, out)
+	}
+	done := make(chan struct{})
+	for i := range held {
+		go func() { post(i); done <- struct{}{} }()
+	}
+	for range held {
+		<-done
+	}
+	waitFor(t, func() bool { return pw.callCount() == held })
+	for i := held; i < held+after; i++ {
+		post(i)
+	}
+	close(release)
+	tr.requireLoadsZero(t)
+	legs := func(tw *testWorker) map[string]string { // rid → text and room
+		m := map[string]string{}
+		for _, c := range tw.callsTo("/generate") {
+			m[fmt.Sprint(c.body["rid"])] = fmt.Sprint(c.body["text"], " ", c.body["bootstrap_room"])
+		}
+		return m
+	}
+	p, d := legs(pw), legs(dw)
+	require.Len(t, p, held+after)
+	assert.Equal(t, d, p, "each prefill leg carries its own decode leg's text and room")
+}

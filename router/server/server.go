@@ -75,6 +75,7 @@ type Server struct {
 	kv *kvRouting // cache_aware on the workers' KV events; nil when off
 
 	bootHosts      sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
+	h1URLs         sync.Map // worker URL → whether h1 sends to it itself (h1Sends)
 	prefillRunners *prefillRunners
 
 	budget   *budget        // --body-memory-budget: bodies in flight across requests

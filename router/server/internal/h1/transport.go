@@ -273,6 +273,13 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 	return t.exchange(ctx, r, &tg)
 }
 
+// Serves reports whether Do sends requests to url itself rather than through the fallback:
+// those go out before Do returns, and their bodies are not read after.
+func Serves(url string) bool {
+	_, ok := parseURL(url)
+	return ok
+}
+
 // fallbackDo sends r through the fallback. The fallback only watches Done: a context with a
 // timer-less deadline (WithDeadline) is given one that ends at the deadline, and a request
 // with a Cancel one that the Cancel ends, until the body is closed or read to its end.
