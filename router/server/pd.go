@@ -241,13 +241,17 @@ func (a *pdAttempt) release() {
 
 // h1Sends reports whether the h1 transport itself sends requests to url (see h1.Serves),
 // cached per worker URL.
-func (s *Server) h1Sends(url string) bool {
-	if v, ok := s.h1URLs.Load(url); ok {
-		return v.(bool)
+func (s *Server) h1Sends(url string) bool { return perURL(&s.h1URLs, url, h1.Serves) }
+
+// perURL returns f(url), computed once per url and kept in m: one entry per worker ever
+// routed to (workers come and go by the operator's hand, not per request).
+func perURL[T any](m *sync.Map, url string, f func(string) T) T {
+	if v, ok := m.Load(url); ok {
+		return v.(T)
 	}
-	ok := h1.Serves(url)
-	s.h1URLs.Store(url, ok)
-	return ok
+	v := f(url)
+	m.Store(url, v)
+	return v
 }
 
 // prefillRunners runs prefill legs on goroutines that outlive them: a goroutine started per
@@ -306,16 +310,9 @@ func (p *prefillRunners) runner(a *pdAttempt) {
 // close stops the idle runners, and each busy one when its leg ends.
 func (p *prefillRunners) close() { p.stop.Do(func() { close(p.quit) }) }
 
-// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL. The
-// cache holds one entry per prefill worker ever routed to (workers come and go by the
-// operator's hand, not per request).
+// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL.
 func (s *Server) bootstrapHost(prefillURL string) string {
-	if h, ok := s.bootHosts.Load(prefillURL); ok {
-		return h.(string)
-	}
-	h := wire.BootstrapHost(prefillURL)
-	s.bootHosts.Store(prefillURL, h)
-	return h
+	return perURL(&s.bootHosts, prefillURL, wire.BootstrapHost)
 }
 
 // runPrefill runs the prefill leg on a goroutine of its own (a prefill runner): it sends it, reads its answer, reports
