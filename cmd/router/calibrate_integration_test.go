@@ -25,12 +25,6 @@ import (
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
-// calibrationParallel: the three calibration tests run in parallel with each other (two at a
-// time on two cores), after the package's sequential tests (the fidelity gate among them): each
-// is mostly wall-clock waiting on its own live cluster (~20 s of CPU in ~55 s), and their
-// tolerances are relative to the live cluster's own profile measured in the same run, which
-// absorbs a busy machine. That saves about a minute of make test.
-
 // The calibration proof: a live PD cluster of fakeworkers runs a made-up GPU (a profile file
 // 45 % slower than llama3-8b-h100 in prefill and 35 % faster in decode, with its own fixed
 // costs) behind the real router; router bench measures four load levels; router sim
@@ -38,7 +32,6 @@ import (
 // then predicts a level and a workload it never saw, benched live; the uncalibrated base,
 // on the same comparison, misses by more.
 func TestIntegrationCalibrationPredictsUnseenRuns(t *testing.T) {
-	t.Parallel() // see calibrationParallel
 	dir := t.TempDir()
 	h100, err := engine.LookupProfile("llama3-8b-h100")
 	require.NoError(t, err)
@@ -241,7 +234,6 @@ func (b *liveBench) run(name string, p workloads.Params, clients, requests int) 
 // weights' read as short; the busiest level, a workload of ~6,000-token prompts, is held out
 // by default, and there the fit cannot carry: its error is printed and the warning names it.
 func TestIntegrationCalibrationWarnsOutsideItsFamily(t *testing.T) {
-	t.Parallel() // see calibrationParallel
 	dir := t.TempDir()
 	h100, err := engine.LookupProfile("llama3-8b-h100")
 	require.NoError(t, err)
@@ -293,7 +285,6 @@ func TestIntegrationCalibrationWarnsOutsideItsFamily(t *testing.T) {
 // 15 %, or, on a machine so busy that the live cluster's own profile misses by more than 10 %,
 // within that miss plus 5 points.
 func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
-	t.Parallel() // see calibrationParallel
 	dir := t.TempDir()
 	h100, err := engine.LookupProfile("llama3-8b-h100")
 	require.NoError(t, err)
