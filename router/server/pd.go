@@ -39,7 +39,7 @@ type legResult struct {
 // Attempts are recycled (pdAttempts): refs counts who still uses one — the handler
 // (attemptPD), the prefill runner and, while armed, the prefill's grace timer — and the last
 // to let go (release) puts it back, with its result channel, its prefill leg's header map and
-// its legs' buffer (issue 29: ~1.5 KB and five allocations a PD request).
+// its legs' buffers (issue 29: ~2 KB and about eleven allocations a PD request).
 type pdAttempt struct {
 	refs            atomic.Int32
 	s               *Server
@@ -62,7 +62,7 @@ type pdAttempt struct {
 
 	// Kept when the attempt is recycled: prefill's 2xx head is parsed into prefillHdr
 	// (h1.Request.Into, no map per answer), and small bodies' legs are written into scratch
-	// when h1 sends both (scratchOK; the net/http fallback may still read a body after it
+	// when h1 sends both (h1Sends; the net/http fallback may still read a body after it
 	// answered, so its legs get buffers of their own).
 	prefillHdr http.Header
 	scratch    wire.PDScratch
