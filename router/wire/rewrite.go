@@ -385,8 +385,8 @@ func reuse(b []byte, n int) []byte {
 	return b[:0]
 }
 
-// PDWith is PD writing a small body's legs into s (nil: a buffer of their own); legs of a body
-// over smallBody are Pieces of the original, as PD's.
+// PDWith is PD writing its ids, values and a small body's legs into s (nil: a scratch of their
+// own; see PDScratch); legs of a body over smallBody are Pieces of the original, as PD's.
 func (b *Body) PDWith(g *IDGen, o PDOptions, s *PDScratch) PDLegs {
 	if s == nil {
 		s = new(PDScratch)
