@@ -90,6 +90,16 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite half-closes the connection, as a server does before closing one whose client may
+// still be sending (an answer before the whole body): then its unread bytes do not reset the
+// answer away. net/http's server looks for this method.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // limitsMetrics are the gauges and counters of serve's limits: open client connections, those
 // closed over the cap, and the memory budget for bodies.
 type limitsMetrics struct {

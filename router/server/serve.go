@@ -34,11 +34,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		h.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
-	serve := func() error { return srv.Serve(ln) }
-	if s.servingTLS != nil {
-		srv.TLSConfig = s.servingTLS.Clone()
-		serve = func() error { return srv.ServeTLS(ln, "", "") }
+	var srv httpServer
+	var serve func() error
+	switch {
+	case s.servingTLS != nil:
+		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second, TLSConfig: s.servingTLS.Clone()}
+		srv, serve = hs, func() error { return hs.ServeTLS(ln, "", "") }
+	case s.connLoop:
+		hs := &h1.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second, ErrorLog: s.log}
+		srv, serve = hs, func() error { return hs.Serve(ln) }
+	default:
+		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
+		srv, serve = hs, func() error { return hs.Serve(ln) }
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serve() }()
@@ -68,6 +75,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// httpServer is what Serve needs of net/http's server and of h1.Server (Options.ConnLoop).
+type httpServer interface {
+	SetKeepAlivesEnabled(bool)
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // shutdownDelay is time.After, replaced by a test to end the delay when it chooses.

@@ -29,7 +29,7 @@ func serveOn(t *testing.T, s *Server) (base string, stop context.CancelFunc, don
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	cfg.Seed = new(int64(1))
-	s, err := New(Options{Config: cfg})
+	s, err := New(Options{Config: cfg, ConnLoop: testConnLoop})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
