@@ -31,13 +31,14 @@ import (
 // ended: then a goroutine starts reading the connection, as net/http's does from the start.
 // A streamed answer notices a client gone at its next write either way.
 //
-// It is not net/http: no TLS, no HTTP/2, no Hijack, no trailers, a request body the handler
-// did not read to its end closes the connection (net/http discards up to 256 KiB of it), an
-// HTTP/1.0 request is answered and its connection closed. Request heads are parsed by
-// [http.ReadRequest], bounded at 1 MiB (net/http's default) and [Server.ReadHeaderTimeout].
-// Answers are framed as net/http frames them: a Content-Length when the handler declared one
-// or returned having written at most 2 KiB without flushing, chunked otherwise; a Date, and a
-// sniffed Content-Type when the handler set none.
+// It is not net/http: no TLS, no HTTP/2, no Hijack, no trailers, no "OPTIONS *" of its own;
+// an HTTP/1.0 request is answered and its connection closed; a missing or doubled Host is
+// not refused. As net/http: request heads are parsed by [http.ReadRequest], bounded at 1 MiB
+// and [Server.ReadHeaderTimeout]; up to 256 KiB of a body the handler left unread is read and
+// dropped to keep the connection (more, and it closes, drained for 500 ms so the answer is
+// not reset away); answers carry a Content-Length when the handler declared one or returned
+// having written at most 2 KiB without flushing, are chunked otherwise, and get a Date and a
+// sniffed Content-Type when the handler set none; the header is taken at WriteHeader.
 type Server struct {
 	Handler http.Handler
 	// ReadHeaderTimeout bounds a request's head, from its first byte.
