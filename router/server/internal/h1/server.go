@@ -131,7 +131,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		pause = 0
 		sc := newSrvConn(s, c)
-		if !s.track(sc) {
+		if !s.setIdle(sc, true) {
 			_ = c.Close()
 			continue
 		}
@@ -145,18 +145,8 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-func (s *Server) track(c *srvConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.conns[c] = true
-	return true
-}
-
-// setIdle records c between requests (idle) or serving one; false when the server is
-// shutting down and c should close instead.
+// setIdle records c between requests (idle; a new connection is too) or serving one; false
+// when the server is shutting down and c should close instead.
 func (s *Server) setIdle(c *srvConn, idle bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -171,6 +161,11 @@ func (s *Server) untrack(c *srvConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, c)
+	s.drainedLocked()
+}
+
+// drainedLocked closes drained once the server is closing and has no connection left.
+func (s *Server) drainedLocked() {
 	if s.closing && len(s.conns) == 0 {
 		select {
 		case <-s.drained:
@@ -195,13 +190,7 @@ func (s *Server) stop(all bool) <-chan struct{} {
 			_ = c.c.Close()
 		}
 	}
-	if len(s.conns) == 0 {
-		select {
-		case <-s.drained:
-		default:
-			close(s.drained)
-		}
-	}
+	s.drainedLocked()
 	return s.drained
 }
 
