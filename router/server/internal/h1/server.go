@@ -32,9 +32,10 @@ import (
 // A streamed answer notices a client gone at its next write either way.
 //
 // It is not net/http: no TLS, no HTTP/2, no Hijack, no trailers, no "OPTIONS *" of its own;
-// an HTTP/1.0 request is answered and its connection closed; a missing or doubled Host is
-// not refused. As net/http: request heads are parsed by [http.ReadRequest], bounded at 1 MiB
-// and [Server.ReadHeaderTimeout]; up to 256 KiB of a body the handler left unread is read and
+// an HTTP/1.0 request is answered and its connection closed; a doubled Host is not refused
+// (the first is taken). As net/http: an HTTP/1.1 request without a Host is refused (400);
+// request heads are parsed by [http.ReadRequest], bounded at 1 MiB and
+// [Server.ReadHeaderTimeout]; up to 256 KiB of a body the handler left unread is read and
 // dropped to keep the connection (more, and it closes, drained for 500 ms so the answer is
 // not reset away); answers carry a Content-Length when the handler declared one or returned
 // having written at most 2 KiB without flushing, are chunked otherwise, and get a Date and a
@@ -306,6 +307,10 @@ func (c *srvConn) serve() {
 			default:
 				c.refuse(http.StatusBadRequest, "malformed HTTP request")
 			}
+			return
+		}
+		if req.Host == "" && req.ProtoAtLeast(1, 1) && req.Method != http.MethodConnect {
+			c.refuse(http.StatusBadRequest, "missing required Host header")
 			return
 		}
 		_ = c.c.SetReadDeadline(time.Time{})

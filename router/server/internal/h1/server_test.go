@@ -333,6 +333,7 @@ func TestServerRefusesBadHeads(t *testing.T) {
 	}{
 		{"too large", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", MaxHeaderBytes+8<<10) + "\r\n\r\n", 431},
 		{"garbage", "GARBAGE\r\n\r\n", 400},
+		{"no host", "GET / HTTP/1.1\r\n\r\n", 400}, // RFC 9112 §3.2, as net/http
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dialSrv(t, r.addr)
