@@ -400,9 +400,9 @@ func (c *srvConn) run(w *answer, req *http.Request) (panicked bool) {
 }
 
 // watch is the watcher's timer function: unless the request is finishing (or more of the
-// client's bytes are already here), it reads the connection until
-// the client goes (cancelling the request), sends a byte (kept for the next request), or the
-// request finishes (which ends the read with a deadline in the past).
+// client's bytes are already here), it reads the connection until the client goes
+// (cancelling the request), sends a byte (kept for the next request), or the request
+// finishes (which ends the read with a deadline in the past).
 func (c *srvConn) watch() {
 	c.wmu.Lock()
 	if c.wEnding || !c.body.eofSeen.Load() || c.br.Buffered() > 0 || c.cr.hasByte {
