@@ -36,16 +36,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	})
 	var srv httpServer
 	var serve func() error
-	switch {
-	case s.servingTLS != nil:
-		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second, TLSConfig: s.servingTLS.Clone()}
-		srv, serve = hs, func() error { return hs.ServeTLS(ln, "", "") }
-	case s.connLoop:
+	if s.connLoop && s.servingTLS == nil {
 		hs := &h1.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second, ErrorLog: s.log}
 		srv, serve = hs, func() error { return hs.Serve(ln) }
-	default:
+	} else {
+		if s.connLoop {
+			s.log.Warn("--conn-loop serves plain HTTP only: HTTPS is served by net/http's server")
+		}
 		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
 		srv, serve = hs, func() error { return hs.Serve(ln) }
+		if s.servingTLS != nil {
+			hs.TLSConfig = s.servingTLS.Clone()
+			serve = func() error { return hs.ServeTLS(ln, "", "") }
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serve() }()
