@@ -234,7 +234,6 @@ type srvConn struct {
 	wCancel   context.CancelFunc // the request's
 	gone      bool               // the watcher saw the client go (read after <-watchDone)
 	armed     bool               // the watcher's timer was started for this request
-	handled   bool               // the request's handler has returned: finish's reads arm nothing
 	linger    bool               // close after draining: the client may still be sending
 }
 
@@ -342,14 +341,15 @@ func (c *srvConn) serveOne(req *http.Request) (keep bool) {
 	c.wmu.Lock()
 	c.wCancel, c.gone = cancel, false
 	c.wmu.Unlock()
-	c.armed, c.handled = false, false
+	c.armed = false
 	if c.body.eof {
 		c.arm()
 	}
 
 	panicked := c.run(w, req)
-	c.handled = true
-	c.body.closed.Store(true) // the handler's reads are over (net/http: ErrBodyReadAfterClose)
+	// The handler's reads are over (net/http: ErrBodyReadAfterClose); finish's discard reads
+	// the rest without arming the watcher.
+	c.body.closed.Store(true)
 
 	if c.armed && !c.watchT.Stop() {
 		c.wmu.Lock()
@@ -505,7 +505,7 @@ func (b *bodyReader) read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.eof = true
 		b.eofSeen.Store(true)
-		if !b.c.handled {
+		if !b.closed.Load() { // not finish's discard
 			b.c.arm()
 		}
 	}
