@@ -481,17 +481,25 @@ func blockingSrv(t *testing.T) (s *Server, r *srvRunning, entered chan struct{},
 	return s, r, entered, release
 }
 
+// idleAndBusy opens two connections to r: one idle after an answer, one whose request is in
+// blockingSrv's handler (entered).
+func idleAndBusy(t *testing.T, r *srvRunning, entered <-chan struct{}) (idle, busy *srvClient) {
+	t.Helper()
+	idle = dialSrv(t, r.addr)
+	idle.send(srvGet("/"))
+	idle.read("GET")
+	busy = dialSrv(t, r.addr)
+	busy.send(srvGet("/block"))
+	<-entered
+	return idle, busy
+}
+
 // Shutdown stops accepting (Serve returns http.ErrServerClosed), closes idle connections
 // at once, and returns nil only once the request in flight is answered.
 func TestServerShutdownWaitsForInFlight(t *testing.T) {
 	t.Parallel()
 	s, r, entered, release := blockingSrv(t)
-	idle := dialSrv(t, r.addr)
-	idle.send(srvGet("/"))
-	idle.read("GET")
-	busy := dialSrv(t, r.addr)
-	busy.send(srvGet("/block"))
-	<-entered
+	idle, busy := idleAndBusy(t, r, entered)
 
 	shut := make(chan error, 1)
 	go func() {
@@ -540,12 +548,7 @@ func TestServerShutdownAnswerSaysClose(t *testing.T) {
 func TestServerClose(t *testing.T) {
 	t.Parallel()
 	s, r, entered, _ := blockingSrv(t)
-	idle := dialSrv(t, r.addr)
-	idle.send(srvGet("/"))
-	idle.read("GET")
-	busy := dialSrv(t, r.addr)
-	busy.send(srvGet("/block"))
-	<-entered
+	idle, busy := idleAndBusy(t, r, entered)
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, r.served(t), http.ErrServerClosed)
 	idle.requireClosed()
