@@ -281,8 +281,9 @@ func Serves(url string) bool {
 }
 
 // fallbackDo sends r through the fallback. The fallback only watches Done: a context with a
-// timer-less deadline (WithDeadline) is given one that ends at the deadline, and a request
-// with a Cancel one that the Cancel ends, until the body is closed or read to its end.
+// timer-less deadline (WithDeadline, Deadline) is given one of its own that ends at the
+// deadline or when ctx does, and a request with a Cancel one that the Cancel ends, until the
+// body is closed or read to its end.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
 	if r.Path != "" {
 		r.URL, r.Path = r.URL+r.Path, ""
@@ -293,7 +294,13 @@ func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, 
 	}
 	var cancel context.CancelFunc
 	if timed {
-		ctx, cancel = context.WithDeadline(ctx, dl)
+		// A context of its own, not derived from ctx: net/http may use its context after Do
+		// returned (a dial it started goes on, to pool the connection), and ctx may be an
+		// h1.Deadline whose memory the caller recycles then. ctx's cancellation reaches it
+		// through an AfterFunc; its values do not (the fallback reads none of ours).
+		fctx, cancelDL := context.WithDeadline(context.Background(), dl)
+		stop := context.AfterFunc(ctx, cancelDL)
+		ctx, cancel = fctx, func() { stop(); cancelDL() }
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}

@@ -592,6 +592,50 @@ func TestH1FallbackForURLsItDoesNotServe(t *testing.T) {
 	assert.Equal(t, []string{"https://w:1/generate", "http:///generate", "http://u:p@/x", "HTTP://w:1/"}, seen)
 }
 
+// The fallback may use its context after Do returned (net/http's dial goes on to pool the
+// connection) while the caller recycles a Deadline's memory: the fallback's context is not
+// backed by it (under -race, reading ctx through it while the Deadline is re-initialised is a
+// race), and it still ends at the deadline and when the caller's context is cancelled.
+func TestH1FallbackContextOutlivesARecycledDeadline(t *testing.T) {
+	got := make(chan context.Context, 1)
+	tr := New(time.Second, doerFunc(func(ctx context.Context, r *Request) (*http.Response, bool, error) {
+		got <- ctx
+		if r.Method == http.MethodGet { // an answer, whose body is still to be read
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("x"))}, false, nil
+		}
+		return nil, false, errors.New("fallback")
+	}))
+	parent, cancel := context.WithCancel(context.Background())
+	var d Deadline
+	dl := time.Now().Add(time.Hour)
+	_, _, err := tr.Do(d.Init(parent, dl, "k", "v"), &Request{Method: "POST", URL: "https://w:1/generate", Cancel: new(Cancel)})
+	require.EqualError(t, err, "fallback")
+	fctx := <-got
+	read := make(chan struct{})
+	go func() { // the fallback's leftover goroutine
+		defer close(read)
+		_ = fctx.Value("k")
+		_ = fctx.Err()
+	}()
+	d.Init(context.Background(), time.Time{}, nil, nil) // the caller recycles it
+	<-read
+	fdl, ok := fctx.Deadline()
+	assert.True(t, ok && fdl.Equal(dl), "the fallback's context ends at the deadline")
+
+	// A live answer: cancelling the caller's context ends the fallback's.
+	resp, _, err := tr.Do(d.Init(parent, dl, nil, nil), &Request{Method: http.MethodGet, URL: "https://w:1/x", Cancel: new(Cancel)})
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	fctx = <-got
+	require.NoError(t, fctx.Err(), "live while its body is unread")
+	cancel()
+	select {
+	case <-fctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fallback's context did not end with the caller's")
+	}
+}
+
 type doerFunc func(context.Context, *Request) (*http.Response, bool, error)
 
 func (f doerFunc) Do(ctx context.Context, r *Request) (*http.Response, bool, error) { return f(ctx, r) }
