@@ -51,6 +51,9 @@ var importRules = map[string]importRule{
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "router/kvindex", "router/tokenize", "workloads"}, external: append([]string{"golang.org/x/sys/", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},
 	"router/server/kube":       {repo: []string{"router"}, external: []string{"k8s.io/"}}, // client-go, API types; not router/server (a Registry of its own)
+	// Test helpers shared across packages' tests: stdlib and testify, no repo package (any
+	// package's tests may import it without a cycle or a layer break).
+	"internal/testutil":        {external: []string{"github.com/stretchr/testify/"}},
 	"cmd/router":               {anything: true},
 	"cmd/router/internal/demo": {anything: true},
 
