@@ -51,15 +51,16 @@ var importRules = map[string]importRule{
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "router/kvindex", "router/tokenize", "workloads"}, external: append([]string{"golang.org/x/sys/", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},
 	"router/server/kube":       {repo: []string{"router"}, external: []string{"k8s.io/"}}, // client-go, API types; not router/server (a Registry of its own)
-	// Test helpers shared across packages' tests: stdlib and testify, no repo package (any
-	// package's tests may import it without a cycle or a layer break).
-	"internal/testutil":        {external: []string{"github.com/stretchr/testify/"}},
 	"cmd/router":               {anything: true},
 	"cmd/router/internal/demo": {anything: true},
 
 	// router/server/internal/h1 is the inference legs' HTTP/1.1 transport: stdlib, and httpguts
 	// to validate request headers as net/http does.
 	"router/server/internal/h1": {external: []string{"golang.org/x/net/http/httpguts"}},
+
+	// internal/testutil holds test helpers shared across packages' tests: stdlib and testify,
+	// no repo package, so any package's tests may import it without a cycle or a layer break.
+	"internal/testutil": {external: []string{"github.com/stretchr/testify/"}},
 }
 
 // isStd reports whether an import path belongs to the standard library (no dot in its first
