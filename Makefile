@@ -62,11 +62,9 @@ test: kvevents-python tokenizer-oracle kustomize vet test-imports test-unit test
 # NORACE_TESTS are long single-goroutine simulations the race detector only slows ×10–15
 # (skipUnderRace in their packages): test-unit runs them once more, without -race.
 NORACE_TESTS := ^(TestCalibrateRecoversAKnownProfile|TestCalibrateHoldoutWithKnownCapacity|TestPublishedSuite|TestREADMETable)$$
-# serve's --conn-loop prototype (h1.Server) runs router/server's suite once more on itself.
 test-unit:
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./sim ./sim/validate
-	PDROUTER_TEST_CONN_LOOP=1 $(GO) test -race -count=1 ./router/server
 
 # Integration tests carry timing tolerances (fidelity, bench accuracy), so packages run one at
 # a time (-p 1): two live clusters on two cores would skew each other. Their test binaries are

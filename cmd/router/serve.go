@@ -50,7 +50,7 @@ const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router ta
 func newServeCmd() *cobra.Command {
 	flagCfg := serveDefaults()
 	var configPath, apiKeyFile string
-	var printConfig, flushEachEvent, connLoop, allowIgnored bool
+	var printConfig, flushEachEvent, allowIgnored bool
 	cmd := &cobra.Command{
 		Use:     "serve [flags]",
 		Short:   "Route requests to an SGLang cluster (regular or prefill/decode)",
@@ -109,7 +109,7 @@ func newServeCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runServe(ctx, cfg, serveExtras{flushEachEvent, connLoop}, cmd.ErrOrStderr())
+			return runServe(ctx, cfg, serveExtras{flushEachEvent}, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().SortFlags = false
@@ -121,9 +121,6 @@ func newServeCmd() *cobra.Command {
 	// For benchmarks only (BenchmarkProxy's flush comparison): the slower flush policy.
 	cmd.Flags().BoolVar(&flushEachEvent, "flush-each-event", false, "flush relayed streams after every SSE event (slower; for benchmarks)")
 	_ = cmd.Flags().MarkHidden("flush-each-event")
-	// For benchmarks only (issue 29's prototype): plain HTTP/1.1 served off net/http.
-	cmd.Flags().BoolVar(&connLoop, "conn-loop", false, "serve plain HTTP/1.1 with one goroutine per client connection instead of net/http's server (experimental; for benchmarks)")
-	_ = cmd.Flags().MarkHidden("conn-loop")
 	cmd.Flags().BoolP("help", "h", false, "help for serve")
 	return cmd
 }
@@ -131,14 +128,13 @@ func newServeCmd() *cobra.Command {
 // serveExtras are serve's hidden flags, there to measure alternatives (BenchmarkProxy).
 type serveExtras struct {
 	flushEachEvent bool // --flush-each-event: server.Options.FlushEachEvent
-	connLoop       bool // --conn-loop: server.Options.ConnLoop
 }
 
 // runServe runs the router until ctx is cancelled, then drains in-flight requests.
 // x carries the hidden benchmark flags.
 func runServe(ctx context.Context, cfg server.Config, x serveExtras, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
-	opts := server.Options{Config: cfg, LocalIP: localIP(), Logger: logger, FlushEachEvent: x.flushEachEvent, ConnLoop: x.connLoop}
+	opts := server.Options{Config: cfg, LocalIP: localIP(), Logger: logger, FlushEachEvent: x.flushEachEvent}
 	closeAll := func() {}
 	if cfg.DecisionLog != "" {
 		f, err := os.Create(cfg.DecisionLog)

@@ -184,9 +184,6 @@ func startServeMetrics(t *testing.T, args ...string) (base, metrics string, stop
 	cmd := newRootCmd()
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(pw)
-	if os.Getenv("PDROUTER_TEST_CONN_LOOP") != "" { // the suite on serve's --conn-loop prototype
-		args = append([]string{"--conn-loop"}, args...)
-	}
 	cmd.SetArgs(append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--prometheus-host", "127.0.0.1", "--prometheus-port", "0"}, args...))
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)

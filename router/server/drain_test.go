@@ -194,7 +194,7 @@ func TestWorkerEventsLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			logs := &syncBuffer{}
-			s, err := New(Options{Config: DefaultConfig(), ConnLoop: testConnLoop, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			s, err := New(Options{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			require.NoError(t, err)
 			s.metrics.WorkerErrors.WithLabelValues(router.RedactURL(u), "decode", "timeout").Inc()
 			tc.ev.URL, tc.ev.Role = u, router.Decode

@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/stretchr/testify/require"
 )
 
@@ -177,37 +175,18 @@ func startRouterLogging(t *testing.T, cfg Config, logger *slog.Logger) *testRout
 	require.NoError(t, cfg.Validate())
 	dlog := &syncBuffer{}
 	cfg.Seed = new(int64(42))
-	s, err := New(Options{Config: cfg, DecisionLog: dlog, Logger: logger, ConnLoop: testConnLoop})
+	s, err := New(Options{Config: cfg, DecisionLog: dlog, Logger: logger})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
-	srv, closeSrv := serveTest(t, s.Handler())
+	srv := httptest.NewServer(s.Handler())
 	tr := &testRouter{s: s, srv: srv, dlog: dlog, cancel: cancel}
 	t.Cleanup(func() {
-		closeSrv()
+		srv.Close()
 		cancel()
 		s.Wait()
 	})
 	return tr
-}
-
-// testConnLoop runs the suite's servers on h1.Server (serve's --conn-loop prototype): set
-// $PDROUTER_TEST_CONN_LOOP. Server.Serve then serves with it too (Options.ConnLoop).
-var testConnLoop = os.Getenv("PDROUTER_TEST_CONN_LOOP") != ""
-
-// serveTest serves h on loopback: with net/http's server, or with h1.Server (serve's
-// --conn-loop prototype) under testConnLoop.
-func serveTest(t *testing.T, h http.Handler) (srv *httptest.Server, closeAll func()) {
-	t.Helper()
-	if !testConnLoop {
-		srv = httptest.NewServer(h)
-		return srv, srv.Close
-	}
-	srv = httptest.NewUnstartedServer(h) // its listener; never started
-	hs := &h1.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
-	go func() { _ = hs.Serve(srv.Listener) }()
-	srv.URL = "http://" + srv.Listener.Addr().String()
-	return srv, func() { _ = hs.Shutdown(context.Background()) } // as httptest.Server.Close: waits for requests in flight
 }
 
 func pdConfig(prefill, decode []*testWorker, port *int) Config {

@@ -484,9 +484,8 @@ type target struct {
 	proc  *proc // nil for the direct baseline
 }
 
-// BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular), router (PD),
-// both again on serve's --conn-loop prototype (router-loop, router-pd-loop) and router
-// flushing after every event, each at closed loop 1 and 64 streams and open loop
+// BenchmarkProxy runs, side by side in one go: direct, nginx, router (regular), router (PD)
+// and router flushing after every event, each at closed loop 1 and 64 streams and open loop
 // 1,000 req/s, and reports TTFT P50/P99, TTFT added versus direct, proxy CPU per request,
 // system calls and context switches per request (perf stat, the same way for every proxy;
 // left out where perf cannot count), the router's heap allocations per request (its
@@ -508,10 +507,6 @@ func BenchmarkProxy(b *testing.B) {
 		rp := startRouterProcEnv(b, bin, env, regular...)
 		pd := startRouterProcEnv(b, bin, env, pdArgs...)
 		targets = append(targets, target{"nginx", procs, ng.url, &ng}, target{"router", procs, rp.url, &rp}, target{"router-pd", procs, pd.url, &pd})
-		// Issue 29's prototype: the client side served off net/http (serve --conn-loop).
-		rl := startRouterProcEnv(b, bin, env, append(regular, "--conn-loop")...)
-		pl := startRouterProcEnv(b, bin, env, append(pdArgs, "--conn-loop")...)
-		targets = append(targets, target{"router-loop", procs, rl.url, &rl}, target{"router-pd-loop", procs, pl.url, &pl})
 		if procs == 2 {
 			// The known trap (SPEC §1.4): flushing after every event instead of when the
 			// upstream runs dry.

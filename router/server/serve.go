@@ -34,21 +34,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		h.ServeHTTP(w, r)
 	})
-	var srv httpServer
-	var serve func() error
-	if s.connLoop && s.servingTLS == nil {
-		hs := &h1.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second, ErrorLog: s.log}
-		srv, serve = hs, func() error { return hs.Serve(ln) }
-	} else {
-		if s.connLoop {
-			s.log.Warn("--conn-loop serves plain HTTP only: HTTPS is served by net/http's server")
-		}
-		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
-		srv, serve = hs, func() error { return hs.Serve(ln) }
-		if s.servingTLS != nil {
-			hs.TLSConfig = s.servingTLS.Clone()
-			serve = func() error { return hs.ServeTLS(ln, "", "") }
-		}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 75 * time.Second}
+	serve := func() error { return srv.Serve(ln) }
+	if s.servingTLS != nil {
+		srv.TLSConfig = s.servingTLS.Clone()
+		serve = func() error { return srv.ServeTLS(ln, "", "") }
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serve() }()
@@ -78,13 +68,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return err
-}
-
-// httpServer is what Serve needs of net/http's server and of h1.Server (Options.ConnLoop).
-type httpServer interface {
-	SetKeepAlivesEnabled(bool)
-	Shutdown(context.Context) error
-	Close() error
 }
 
 // shutdownDelay is time.After, replaced by a test to end the delay when it chooses.

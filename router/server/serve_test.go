@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,14 +28,8 @@ func serveOn(t *testing.T, s *Server) (base string, stop context.CancelFunc, don
 
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	return startServerOn(t, cfg, testConnLoop)
-}
-
-// startServerOn is startServer with Serve on h1.Server (Options.ConnLoop) or net/http's.
-func startServerOn(t *testing.T, cfg Config, connLoop bool) *Server {
-	t.Helper()
 	cfg.Seed = new(int64(1))
-	s, err := New(Options{Config: cfg, ConnLoop: connLoop})
+	s, err := New(Options{Config: cfg})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
@@ -45,21 +38,12 @@ func startServerOn(t *testing.T, cfg Config, connLoop bool) *Server {
 }
 
 // Cancelling Serve's context stops it accepting, lets the request in flight finish, and Serve
-// returns nil once it has: on net/http's server and on --conn-loop's.
+// returns nil once it has.
 func TestServeDrainsInFlightRequests(t *testing.T) {
 	t.Parallel()
-	for _, loop := range []bool{false, true} {
-		t.Run(fmt.Sprintf("conn-loop=%v", loop), func(t *testing.T) {
-			t.Parallel()
-			testServeDrains(t, loop)
-		})
-	}
-}
-
-func testServeDrains(t *testing.T, connLoop bool) {
 	arrived, release := make(chan struct{}), make(chan struct{})
 	w := newWorker(t, arrivedThen(arrived, after(release, jsonReply(genReply))))
-	s := startServerOn(t, regularConfig(w), connLoop)
+	s := startServer(t, regularConfig(w))
 	base, stop, done := serveOn(t, s)
 
 	type result struct {

@@ -38,10 +38,6 @@ type Options struct {
 	// upstream has nothing more buffered: more CPU for no latency gain (SPEC §1.4). It exists
 	// to measure that (BenchmarkProxy, serve's hidden --flush-each-event).
 	FlushEachEvent bool
-	// ConnLoop serves plain HTTP/1.1 with h1.Server (one goroutine per client connection, no
-	// per-request background read) instead of net/http's server: issue 29's prototype, for
-	// BenchmarkProxy (serve's hidden --conn-loop). HTTPS is served by net/http regardless.
-	ConnLoop bool
 }
 
 // Server is the live router: an http.Handler driving the router core with the wall clock.
@@ -66,7 +62,6 @@ type Server struct {
 	hc        *healthChecker
 	access    io.Writer
 	flushEach bool // Options.FlushEachEvent
-	connLoop  bool // Options.ConnLoop
 
 	servingTLS *tls.Config // Serve's HTTPS settings (--tls-cert-path); nil: plain HTTP
 
@@ -140,7 +135,6 @@ func New(opts Options) (*Server, error) {
 		dlog:           opts.DecisionLog,
 		access:         opts.AccessLog,
 		flushEach:      opts.FlushEachEvent,
-		connLoop:       opts.ConnLoop,
 
 		lastAttemptLog: map[string]time.Time{},
 	}

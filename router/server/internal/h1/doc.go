@@ -15,11 +15,6 @@
 // no entersyscall wakes its sysmon thread per request (issue 29: at closed loop 1, router CPU
 // per request −25 to −30 %, syscalls 17.6 → 11.6 and context switches 6.9 → 3.1 per request).
 //
-// [Server] is the same idea on the client side, a prototype off by default (serve's hidden
-// --conn-loop): one goroutine per client connection reads each request, runs the handler
-// (which drives the upstream exchange above) and writes the answer, with no per-request
-// background read as net/http's server starts.
-//
 // Scope: http:// URLs with a host. Anything else (https) goes to the fallback [Doer].
 // Response heads are parsed by a fast path for the usual ones (head.go) or by net/http's
 // ReadResponse, which decides every other case, and bounded at [MaxResponseHead];
