@@ -195,16 +195,15 @@ type stream struct {
 	done   chan struct{}
 
 	// replay fetches the batches from a sequence number up to the publisher's latest; nil
-	// without a replay endpoint. A field so tests can drive the state machine directly.
+	// without a replay endpoint (then seq.Replay is false). A field so tests can drive the
+	// sequence handling directly.
 	replay func(ctx context.Context, from int64) ([]Message, error)
 
 	// Owned by the stream's goroutine.
-	established bool  // a batch fixed the sequence since Add
-	next        int64 // the sequence number expected next
-	dupFrom     int64 // after a replay: live batches in [dupFrom, next) were replayed; -1 none
-	stale       bool
-	digests     map[kvindex.Hash][32]byte // full digests of stored blocks verified (hash self-check), bounded
-	mismatched  bool                      // a hash mismatch was logged already
+	seq        kvindex.SeqTracker        // what to do with each batch
+	stale      bool                      // what the index, the gauge and st were last told
+	digests    map[kvindex.Hash][32]byte // full digests of stored blocks verified (hash self-check), bounded
+	mismatched bool                      // a hash mismatch was logged already
 
 	mu sync.Mutex // protects st
 	st Status
@@ -213,11 +212,11 @@ type stream struct {
 func newStream(s *Subscriber, ep Endpoint) *stream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &stream{s: s, ep: ep, id: s.ix.Target(ep.Target), label: redact(ep.Target), ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), dupFrom: -1, stale: true,
+		done: make(chan struct{}), stale: true,
 		log: s.opts.Logger.With("target", redact(ep.Target), "endpoint", ep.Pub, "rank", ep.Rank),
 		st:  Status{Target: ep.Target, Pub: ep.Pub, Replay: ep.Replay, LastSeq: -1, Stale: true}}
 	if ep.Replay != "" {
-		st.replay = st.requestReplay
+		st.replay, st.seq.Replay = st.requestReplay, true
 	}
 	return st
 }
@@ -318,63 +317,49 @@ func (st *stream) onFrames(frames [][]byte) {
 	st.handle(m)
 }
 
-// handle applies a live batch, keeping the sequence: the first batch since Add fixes it; a
-// batch ahead of it is a gap (replayed when the publisher has a replay socket, else the target
-// goes stale); one behind it, not a replayed duplicate, is a restarted publisher (its seq
-// restarts at 0: sglang event_publisher.py numbers batches with itertools.count() per process).
+// handle applies a live batch as the stream's [kvindex.SeqTracker] decides: the first batch
+// since Add fixes the sequence; a gap is replayed when the publisher has a replay socket, else
+// the target goes stale; a batch behind the sequence, not a replayed duplicate, is a restarted
+// publisher (its seq restarts at 0: sglang event_publisher.py numbers batches with
+// itertools.count() per process). The replay's I/O is here; the tracker only asks for it.
 func (st *stream) handle(m Message) {
 	b := m.Batch
-	switch {
-	case !st.established:
-		// A fresh subscription: the view is rebuilt from here on (kvindex.Index.SetStale).
-		st.established = true
-		st.next = b.Seq
-		st.s.ix.Apply(st.id, []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, st.s.opts.Now())
-		st.setStale(false)
-	case b.Seq == st.next:
-		st.dupFrom = -1
-	case b.Seq < st.next && st.dupFrom >= 0 && b.Seq >= st.dupFrom:
-		return // already applied from the replay
-	case b.Seq < st.next:
+	expected := st.seq.Next()
+	d := st.seq.Live(b.Seq, hasClear(b.Events))
+	if d.Restart {
 		st.s.m.restarts.WithLabelValues(st.label).Inc()
-		st.log.Warn("kv events: publisher restarted (seq went back); clearing the target", "seq", b.Seq, "expected", st.next)
-		st.s.ix.Apply(st.id, []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, st.s.opts.Now())
-		st.setStale(false)
-		st.next, st.dupFrom = 0, -1
-		if b.Seq > 0 && st.replay != nil {
-			// The new stream's first batches can only have stored blocks (its cache started
-			// empty): missing them under-matches but never over-matches, so no stale mark.
-			st.fill(0)
-		}
-		if b.Seq < st.next {
-			return
-		}
-		st.next = b.Seq
-	default: // b.Seq > st.next
+		st.log.Warn("kv events: publisher restarted (seq went back); clearing the target", "seq", b.Seq, "expected", expected)
+	}
+	if d.Gap {
 		st.s.m.gaps.WithLabelValues(st.label).Inc()
 		st.update(func(s *Status) { s.Gaps++ })
-		st.log.Warn("kv events: sequence gap", "seq", b.Seq, "expected", st.next, "replay", st.replay != nil)
-		if st.replay != nil {
-			st.fill(st.next)
-		}
-		if b.Seq < st.next {
-			return
-		}
-		if b.Seq > st.next {
-			// Missed removals would make the view claim blocks the engine evicted.
-			if !st.stale {
-				st.log.Warn("kv events: gap not recovered; target stale until its cache is rebuilt", "missing_from", st.next, "seq", b.Seq)
-			}
-			st.setStale(true)
-			st.next = b.Seq
-		}
+		st.log.Warn("kv events: sequence gap", "seq", b.Seq, "expected", expected, "replay", st.seq.Replay)
 	}
-	st.apply(m)
+	if d.Clear {
+		// A fresh subscription or a new publisher process: the view is rebuilt from here on
+		// (kvindex.Index.SetStale).
+		st.s.ix.Apply(st.id, []kvindex.Event{{Kind: kvindex.AllBlocksCleared}}, st.s.opts.Now())
+		st.setStale(false)
+	}
+	missing := expected
+	if d.Op == kvindex.SeqReplay {
+		d, missing = st.fill(d.From)
+	}
+	if d.Stale {
+		// Missed removals would make the view claim blocks the engine evicted.
+		st.log.Warn("kv events: gap not recovered; target stale until its cache is rebuilt", "missing_from", missing, "seq", b.Seq)
+		st.setStale(true)
+	}
+	if d.Op == kvindex.SeqApply {
+		st.apply(m, d.Fresh)
+	}
 }
 
-// fill replays from `from` and applies the batches that continue the sequence; it stops at a
-// batch beyond it (the publisher's buffer no longer holds what is missing).
-func (st *stream) fill(from int64) {
+// fill replays from `from`, applying the batches the tracker takes (those that continue the
+// sequence; it stops at one beyond it: the publisher's buffer no longer holds what is
+// missing). It returns the tracker's decision on the live batch that asked for the replay and
+// the first sequence number still missing.
+func (st *stream) fill(from int64) (kvindex.SeqDecision, int64) {
 	bs, err := st.replay(st.ctx, from)
 	result := "ok"
 	if err != nil {
@@ -383,18 +368,23 @@ func (st *stream) fill(from int64) {
 		st.log.Warn("kv events: replay failed", "from", from, "err", err, "replay_endpoint", st.ep.Replay)
 	}
 	for _, m := range bs {
-		if m.Batch.Seq < st.next {
-			continue
-		}
-		if m.Batch.Seq > st.next {
+		d := st.seq.Replayed(m.Batch.Seq, hasClear(m.Batch.Events))
+		if d.Op == kvindex.SeqStop {
 			result = "failed"
 			st.log.Warn("kv events: replay does not reach back far enough", "from", from, "first", m.Batch.Seq)
 			break
 		}
-		st.apply(m)
+		if d.Op == kvindex.SeqApply {
+			st.apply(m, d.Fresh)
+		}
 	}
-	st.dupFrom = from
 	st.s.m.replays.WithLabelValues(st.label, result).Inc()
+	missing := st.seq.Next()
+	return st.seq.ReplayDone(), missing
+}
+
+func hasClear(evs []kvindex.Event) bool {
+	return slices.ContainsFunc(evs, func(ev kvindex.Event) bool { return ev.Kind == kvindex.AllBlocksCleared })
 }
 
 func (st *stream) setStale(stale bool) {
@@ -412,15 +402,16 @@ func (st *stream) setStale(stale bool) {
 	st.update(func(s *Status) { s.Stale = stale })
 }
 
-// apply applies msg's batch (whose Seq is st.next) to the index.
-func (st *stream) apply(msg Message) {
+// apply applies msg's batch (one the tracker took) to the index; fresh: the batch's
+// AllBlocksCleared made the target fresh again (the engine's cache was flushed and the view
+// rebuilt from it).
+func (st *stream) apply(msg Message, fresh bool) {
 	b := msg.Batch
 	now := st.s.opts.Now()
 	m := st.s.m
 	if msg.Skipped > 0 {
 		m.unknown.WithLabelValues(st.label).Add(float64(msg.Skipped))
 	}
-	cleared := false
 	for _, ev := range b.Events {
 		switch ev.Kind {
 		case kvindex.BlockStored:
@@ -436,21 +427,18 @@ func (st *stream) apply(msg Message) {
 		case kvindex.AllBlocksCleared:
 			m.events.WithLabelValues(st.label, "cleared").Inc()
 			clear(st.digests)
-			cleared = true
 		}
 	}
 	if len(b.Events) > 0 {
 		st.s.ix.Apply(st.id, b.Events, now)
 	}
-	if cleared {
-		// The engine's cache was flushed and the view rebuilt from it: trustworthy again.
+	if fresh {
 		st.setStale(false)
 	}
 	m.batches.WithLabelValues(st.label).Inc()
 	if b.TS > 0 {
 		m.lag.Observe(now.Sub(time.Unix(0, int64(b.TS*1e9))).Seconds())
 	}
-	st.next = b.Seq + 1
 	st.update(func(s *Status) {
 		s.LastSeq, s.LastBatch = b.Seq, now
 		s.Batches++

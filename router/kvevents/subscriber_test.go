@@ -427,6 +427,7 @@ func TestStreamSequence(t *testing.T) {
 			s := newSubscriber(ix, Options{})
 			str := newStream(s, Endpoint{Target: "t", Pub: "tcp://h:1"})
 			if tc.replay != nil {
+				str.seq.Replay = true
 				str.replay = func(_ context.Context, from int64) ([]Message, error) {
 					var out []Message
 					for seq := from; seq < from+100; seq++ {
