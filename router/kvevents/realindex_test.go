@@ -37,14 +37,14 @@ func TestRealIndex(t *testing.T) {
 	p.waitSubscribed()
 	p.publish(0, false, stored(11, 12, 13))
 	p.publish(1, false, removed(13))
-	eventually(t, "seq 1", func() bool { return lastSeq(s, target) == 1 })
+	require.Eventually(t, func() bool { return lastSeq(s, target) == 1 }, waitWithin, pollEvery, "seq 1")
 	id := ix.Target(target)
 	got := ix.Match(nil, []kvindex.Hash{11, 12, 13}, []kvindex.TargetID{id}, time.Now())
 	assert.Equal(t, []int{2}, got)
 	assert.False(t, ix.Stale(id))
 
 	p.publish(3, false, stored(14)) // gap, no replay
-	eventually(t, "seq 3", func() bool { return lastSeq(s, target) == 3 })
+	require.Eventually(t, func() bool { return lastSeq(s, target) == 3 }, waitWithin, pollEvery, "seq 3")
 	assert.True(t, ix.Stale(id))
 	s.Remove(target)
 }
