@@ -16,12 +16,13 @@ import (
 // simulator hands each batch to every router replica after that replica's own draw of
 // Routing.KVEventsDelay, through the event queue: a replica's subscription is one ZeroMQ SUB per
 // (worker, rank), so its batches of one rank arrive in order (a later draw never overtakes an
-// earlier batch). Each replica applies what it receives to its own index exactly as the live
-// subscriber does (router/kvevents/subscriber.go stream.handle):
+// earlier batch). Each replica applies what it receives to its own index as the live
+// subscriber does, through the same sequence tracker (kvindex.SeqTracker, which
+// router/kvevents' stream.handle drives too), without a replay endpoint:
 //   - the first batch of a subscription clears the target and makes it fresh;
 //   - a batch whose sequence number skips one (a batch lost with Routing.KVEventsLoss) is a gap:
-//     without a replay endpoint the target goes stale (cache_aware routes it on the tree) and
-//     the batch is applied; an AllBlocksCleared in a later batch makes it fresh again.
+//     the target goes stale (cache_aware routes it on the tree) and the batch is applied; an
+//     AllBlocksCleared in a later batch makes it fresh again.
 // The index is a kvindex.PathIndex: it keeps the token paths the engines report rather than
 // their SGLang block hashes (which serve's kvindex.Index keeps) and answers every match as
 // that index would answer the hashes of the same tokens, without a SHA-256 and a map entry per
@@ -43,10 +44,9 @@ type kvStream struct {
 
 // kvSub is one replica's subscription to a stream.
 type kvSub struct {
-	id          kvindex.TargetID
-	established bool  // a batch arrived since the subscription started
-	next        int64 // the sequence number expected next
-	lastAt      int64 // delivery time of the latest batch scheduled (FIFO per stream)
+	id     kvindex.TargetID
+	seq    kvindex.SeqTracker // no replay endpoint
+	lastAt int64              // delivery time of the latest batch scheduled (FIFO per stream)
 }
 
 // kvBatch is one published batch: delivered to every replica that does not lose it.
@@ -156,28 +156,35 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 
 // deliverKV applies batch b to replica r's index, as the live subscriber handles a batch.
 func (x *sim) deliverKV(b *kvBatch, r int) {
-	ix := x.reps[r].ix
-	st := b.st
-	sub := &st.subs[r]
-	now := x.t()
-	switch {
-	case !sub.established:
-		sub.established = true
-		ix.Apply(sub.id, st.page, x.kv.clear, now)
-		ix.SetStale(sub.id, false)
-	case b.seq > sub.next:
-		x.stats.KV.Gaps++
-		ix.SetStale(sub.id, true)
-	}
-	ix.Apply(sub.id, st.page, b.events, now)
-	if b.cleared {
-		ix.SetStale(sub.id, false)
-	}
-	sub.next = b.seq + 1
-	x.stats.KV.Delivered++
+	b.st.subs[r].deliver(x.reps[r].ix, b, x.kv.clear, x.t(), &x.stats.KV)
 	if b.left--; b.left == 0 {
 		b.st = nil
 		x.kv.free = append(x.kv.free, b)
+	}
+}
+
+// deliver applies b to ix as its sequence tracker decides; clear is one AllBlocksCleared.
+func (sub *kvSub) deliver(ix *kvindex.PathIndex, b *kvBatch, clear []kvindex.PathEvent, now time.Time, stats *KVStats) {
+	d := sub.seq.Live(b.seq, b.cleared)
+	if d.Gap {
+		stats.Gaps++
+	}
+	if d.Clear {
+		ix.Apply(sub.id, b.st.page, clear, now)
+		ix.SetStale(sub.id, false)
+	}
+	if d.Stale {
+		ix.SetStale(sub.id, true)
+	}
+	switch d.Op {
+	case kvindex.SeqApply:
+		ix.Apply(sub.id, b.st.page, b.events, now)
+		if d.Fresh {
+			ix.SetStale(sub.id, false)
+		}
+		stats.Delivered++
+	case kvindex.SeqReplay:
+		panic("sim: a KV-event subscription without a replay endpoint was asked to replay")
 	}
 }
 
@@ -233,7 +240,7 @@ func (x *sim) setupKV(roles []router.Role) error {
 			}
 			st := &kvStream{name: name, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
 			for r, rep := range x.reps {
-				st.subs[r] = kvSub{id: rep.ix.Target(name), next: 0}
+				st.subs[r] = kvSub{id: rep.ix.Target(name)}
 			}
 			f.streams[sv.idx] = append(f.streams[sv.idx], st)
 		}
@@ -254,7 +261,7 @@ func (f *kvFeed) count(st *KVStats, reps []*replica) {
 		for _, s := range ts {
 			for r, sub := range s.subs {
 				switch {
-				case !sub.established:
+				case !sub.seq.Established():
 					st.Silent++
 				case reps[r].ix.Stale(sub.id):
 					st.StaleTargets++
