@@ -15,10 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// debianPython is Debian's python (another python3 may come first on PATH).
-const debianPython = "/usr/bin/python3"
+	"github.com/pdrouter/pdrouter/internal/testutil"
+)
 
 // kvSubscriberPy subscribes as an SGLang consumer would (pyzmq SUB + msgpack), prints
 // "ready", then one JSON line with the n messages it decoded and, given a replay port, what a
@@ -58,15 +57,6 @@ if replay:
     out["replay"] = seqs
 print(json.dumps(out), flush=True)
 `
-
-// requirePythonZMQ fails (not skips) when Debian's python lacks pyzmq or msgpack.
-func requirePythonZMQ(t *testing.T) {
-	t.Helper()
-	out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s with python3-zmq and python3-msgpack is needed for the KV-event interop test; install them with `make kvevents-python`: %v: %s", debianPython, err, out)
-	}
-}
 
 // expectedStored is the JSON of the events a request with input_ids [10,20,…,90] at page 2
 // publishes first: AllBlocksCleared, then four parent-chained BlockStored.
@@ -108,7 +98,7 @@ func canonical(t *testing.T, raw []byte) string {
 // and events from fakeworker, in both shapes, and its replay request gets the buffered batch
 // and the end marker.
 func TestKVEventsPythonInterop(t *testing.T) {
-	requirePythonZMQ(t)
+	python := testutil.Python(t, "kvevents-python", "zmq", "msgpack")
 	script := filepath.Join(t.TempDir(), "sub.py")
 	require.NoError(t, os.WriteFile(script, []byte(kvSubscriberPy), 0o600))
 	for _, shape := range []string{KVShapeArray, KVShapeMap} {
@@ -118,7 +108,7 @@ func TestKVEventsPythonInterop(t *testing.T) {
 			pub, replay := w.KVEventPorts()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, debianPython, script, fmt.Sprint(pub[0]), "kv@fake", "1", fmt.Sprint(replay[0]))
+			cmd := exec.CommandContext(ctx, python, script, fmt.Sprint(pub[0]), "kv@fake", "1", fmt.Sprint(replay[0]))
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			stdout, err := cmd.StdoutPipe()

@@ -42,8 +42,11 @@ func Python(t testing.TB, target string, modules ...string) string {
 	}
 	var err error
 	if out, runErr := exec.Command(py, "-c", "import "+strings.Join(modules, ", ")).CombinedOutput(); runErr != nil {
-		err = fmt.Errorf("%s cannot import %s (%w: %s; %s overrides the interpreter)",
-			py, strings.Join(modules, " and "), runErr, strings.TrimSpace(string(out)), pythonEnv)
+		// A traceback's last line names the missing module.
+		if out := strings.TrimSpace(string(out)); out != "" {
+			runErr = fmt.Errorf("%w: %s", runErr, out[strings.LastIndexByte(out, '\n')+1:])
+		}
+		err = fmt.Errorf("%s cannot import %s (%w; %s overrides the interpreter)", py, strings.Join(modules, " and "), runErr, pythonEnv)
 	}
 	NeedTool(t, target, err)
 	return py

@@ -6,26 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/kvindex"
 )
-
-// debianPython is Debian's interpreter, which python3-zmq and python3-msgpack install into
-// (another python3 may come first on PATH).
-const debianPython = "/usr/bin/python3"
 
 // TestInteropPythonPublisher: a Python publisher built on pyzmq and msgpack, framing batches
 // as SGLang's ZmqEventPublisher does, in both event shapes, with a batch recovered over its
 // ROUTER replay socket: the index holds exactly the blocks it published.
 func TestInteropPythonPublisher(t *testing.T) {
-	if out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import zmq and msgpack (%v: %s): run `make kvevents-python` (installs Debian's python3-zmq and python3-msgpack)",
-			debianPython, err, strings.TrimSpace(string(out)))
-	}
-	cmd := exec.Command(debianPython, "testdata/publisher.py")
+	cmd := exec.Command(testutil.Python(t, "kvevents-python", "zmq", "msgpack"), "testdata/publisher.py")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -60,5 +53,5 @@ func TestInteropPythonPublisher(t *testing.T) {
 	assert.False(t, st.Stale)
 	assert.Equal(t, uint64(1), st.Gaps)
 	assert.Equal(t, uint64(4), st.Batches)
-	assert.Equal(t, 1.0, testutil.ToFloat64(s.m.unknown.WithLabelValues(redact(target))))
+	assert.Equal(t, 1.0, promtest.ToFloat64(s.m.unknown.WithLabelValues(redact(target))))
 }
