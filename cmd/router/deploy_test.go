@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/kvevents"
 	"github.com/pdrouter/pdrouter/router/kvindex"
@@ -49,7 +51,8 @@ type serviceMonitor struct {
 }
 
 // kustomizeBin returns the kustomize binary `make kustomize` builds (PDROUTER_KUSTOMIZE
-// overrides), at the version the Makefile pins; the test fails, naming the target, without it.
+// overrides), at the version the Makefile pins; without it the test ends as testutil.NeedTool
+// says (skips on a fresh machine, fails under make's test targets).
 func kustomizeBin(t *testing.T) string {
 	t.Helper()
 	mk, err := os.ReadFile("../../Makefile")
@@ -63,7 +66,7 @@ func kustomizeBin(t *testing.T) string {
 		bin = filepath.Join(home, ".cache", "pdrouter", "kustomize-"+string(m[1]), "kustomize")
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("kustomize %s not found at %s (%v): run `make kustomize` (or set PDROUTER_KUSTOMIZE)", m[1], bin, err)
+		testutil.NeedTool(t, "kustomize", fmt.Errorf("kustomize %s not found at %s (%w; PDROUTER_KUSTOMIZE overrides)", m[1], bin, err))
 	}
 	return bin
 }
