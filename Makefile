@@ -57,19 +57,25 @@ demo: build
 # The whole suite: race-enabled unit tests (fuzz seed corpora included), integration tests over
 # real loopback HTTP without -race (they carry timing tolerances), the import-boundary test, and
 # the simulator against published SGLang measurements.
-test: kvevents-python tokenizer-oracle kustomize vet test-imports test-unit test-integration test-browser test-published
+test: vet test-imports test-unit test-integration test-browser test-published
+
+# A test that needs a tool a target here installs (kustomize, the tokenizer oracle, Debian's
+# python modules) skips in a plain `go test`, naming the target; the test targets install their
+# tools first, so under them PDROUTER_REQUIRE_TOOLS=1 makes a missing tool fail the test instead
+# (internal/testutil.NeedTool).
+test-imports test-unit test-integration test-browser: export PDROUTER_REQUIRE_TOOLS := 1
 
 # NORACE_TESTS are long single-goroutine simulations the race detector only slows ×10–15
 # (skipUnderRace in their packages): test-unit runs them once more, without -race.
 NORACE_TESTS := ^(TestCalibrateRecoversAKnownProfile|TestCalibrateHoldoutWithKnownCapacity|TestPublishedSuite|TestREADMETable)$$
-test-unit:
+test-unit: kvevents-python tokenizer-oracle kustomize
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./sim ./sim/validate
 
 # Integration tests carry timing tolerances (fidelity, bench accuracy), so packages run one at
 # a time (-p 1): two live clusters on two cores would skew each other. Their test binaries are
 # built first, in parallel.
-test-integration: uvicorn
+test-integration: uvicorn tokenizer-oracle
 	$(GO) test -count=1 -tags integration -run '^$$' $(PKGS) >/dev/null
 	$(GO) test -p 1 -count=1 -tags integration -run '^TestIntegration' $(PKGS)
 
