@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,8 +44,8 @@ func TestClusterStartDescribeStop(t *testing.T) {
 	require.Len(t, lines, 7, out.String())
 	cmds := c.ServeCommands()
 	require.Len(t, cmds, 2)
-	assert.Equal(t, "router serve --pd-disaggregation --prefill "+c.Workers()[0].URL()+" "+itoa(c.Workers()[0].BootstrapPort())+
-		" --prefill "+c.Workers()[1].URL()+" "+itoa(c.Workers()[1].BootstrapPort())+
+	assert.Equal(t, "router serve --pd-disaggregation --prefill "+c.Workers()[0].URL()+" "+strconv.Itoa(c.Workers()[0].BootstrapPort())+
+		" --prefill "+c.Workers()[1].URL()+" "+strconv.Itoa(c.Workers()[1].BootstrapPort())+
 		" --decode "+c.Workers()[2].URL()+" --decode "+c.Workers()[3].URL()+" --dp-aware", cmds[0])
 	assert.Equal(t, "router serve --worker-urls "+c.Workers()[4].URL()+" --dp-aware", cmds[1])
 	assert.Equal(t, cmds[0], "router serve "+strings.Join(c.ServeArgs(), " "))
@@ -81,5 +82,3 @@ func TestClusterErrors(t *testing.T) {
 		})
 	}
 }
-
-func itoa(n int) string { return string(appendInt(nil, n)) }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,7 +141,7 @@ func TestConstantAndInstantAreLoadIndependent(t *testing.T) {
 	const ttft, itl = 100 * time.Millisecond, 20 * time.Millisecond
 	for _, prof := range []Profile{ConstantProfile(ttft, itl), Instant()} {
 		for _, batch := range []int{1, 256} {
-			t.Run(prof.Name+"/batch="+itoa(batch), func(t *testing.T) {
+			t.Run(prof.Name+"/batch="+strconv.Itoa(batch), func(t *testing.T) {
 				wantTTFT, wantITL := prof.TTFT, prof.ITL
 				// Unified.
 				s := newServer(t, Config{Role: RoleUnified, DPSize: 2, Profile: prof})
@@ -185,15 +186,4 @@ func checkTimings(t *testing.T, c *cluster, batch int, start time.Time, ttft, it
 		}
 		require.Len(t, c.of(uint64(i), KindFinished), 1)
 	}
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
 }
