@@ -44,7 +44,7 @@ func (s *Server) passthrough(path string) http.HandlerFunc {
 			return
 		}
 		t := d.Regular
-		resp, ue := send(req.Context(), s.upstream(router.Regular), &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: path, body: raw, hdr: s.forwardHeaders(req), role: "regular"})
+		resp, ue := send(req.Context(), s.upstream(router.Regular), &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: path, body: raw, hdr: s.forwardHeaders(req), role: "regular"}, nil)
 		if ue != nil {
 			d.Done(router.Regular, legOutcome(ue))
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
@@ -88,7 +88,7 @@ func (s *Server) proxyGet(path string) http.HandlerFunc {
 			writeError(w, http.StatusServiceUnavailable, typeUnavailable, fmt.Sprintf("no healthy %s worker to answer %s", s.infoRole(), path))
 			return
 		}
-		resp, ue := send(req.Context(), clientDoer{s.admin}, &upstreamRequest{method: http.MethodGet, worker: u, path: path, hdr: s.forwardHeaders(req), role: s.infoRole().String()})
+		resp, ue := send(req.Context(), clientDoer{s.admin}, &upstreamRequest{method: http.MethodGet, worker: u, path: path, hdr: s.forwardHeaders(req), role: s.infoRole().String()}, nil)
 		if ue != nil {
 			writeError(w, ue.clientStatus(), wire.TypeUpstream, ue.Error())
 			return
@@ -176,7 +176,7 @@ func (s *Server) fanOut(ctx context.Context, method, path string, urls []string)
 			if method == http.MethodPost {
 				body = []byte("{}")
 			}
-			resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: method, worker: u, path: path, body: body, role: "worker"})
+			resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: method, worker: u, path: path, body: body, role: "worker"}, nil)
 			if ue == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

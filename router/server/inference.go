@@ -9,11 +9,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -42,45 +40,16 @@ var (
 )
 
 // exchange is one client request on its way through serve: the values every step of its path
-// reads (handler, route, attempt, relay), in one place.
+// reads (handler, route, attempt, relay), in one place. It lives for its handler's call.
 type exchange struct {
 	w     http.ResponseWriter
 	req   *http.Request
 	route wire.Route
 	start time.Time
-	id    string      // the client-visible request id; "" until the client's header or a rid sets it
-	body  *wire.Body  // the parsed request body
-	hdr   http.Header // the client headers forwarded to workers
-
-	// Storage that saves the hot path an allocation each (issue 29): the router's request,
-	// the regular attempt's upstream request, and the X-Request-Id header's value.
-	rreq  router.Request
-	up    upstreamRequest
-	idHdr [1]string
-	ctx   h1.Deadline // the request's context (requestContext)
-}
-
-// exchanges recycles exchanges (~440 B per request). A PD prefill leg, which may outlive its
-// handler (prefillGrace), refers to nothing in its exchange (its context is its own).
-var exchanges = sync.Pool{New: func() any { return new(exchange) }}
-
-// newExchange returns a zeroed exchange, recycled.
-func (s *Server) newExchange() *exchange {
-	return exchanges.Get().(*exchange)
-}
-
-// putExchange recycles x once its handler is done with it: nothing of the request refers to
-// it any more — its relay, upstream bodies and context watch have ended, a prefill leg still
-// running has a context of its own — but the response header's X-Request-Id (commitHeaders:
-// x.idHdr), which the access log reads after the handler: it gets a value of its own then.
-func (s *Server) putExchange(x *exchange) {
-	if s.access != nil && x.idHdr[0] != "" {
-		if h := x.w.Header(); len(h["X-Request-Id"]) == 1 && &h["X-Request-Id"][0] == &x.idHdr[0] {
-			h["X-Request-Id"] = []string{x.id}
-		}
-	}
-	*x = exchange{}
-	exchanges.Put(x)
+	id    string         // the client-visible request id; "" until the client's header or a rid sets it
+	body  *wire.Body     // the parsed request body
+	hdr   http.Header    // the client headers forwarded to workers
+	rreq  router.Request // the routing view, kept across retries (Avoid grows)
 }
 
 // attemptResult is how one routed attempt ended.
@@ -147,9 +116,7 @@ func (s *Server) clientRequestID(req *http.Request) string {
 // inference serves /generate, /v1/chat/completions and /v1/completions (SPEC §1.4, §1.5).
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		x := s.newExchange()
-		defer s.putExchange(x)
-		x.w, x.req, x.route, x.start, x.id = w, req, route, time.Now(), s.clientRequestID(req)
+		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
 		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
 		defer ch.release()
 		raw, err := s.readBody(w, req, ch)
@@ -178,7 +145,9 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		ctx := s.requestContext(req.Context(), x)
+		// The request ends at --request-timeout-secs from now, or when the client goes away.
+		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
+		defer cancel()
 		x.hdr = s.forwardHeaders(req)
 		code := s.route(ctx, x)
 		s.metrics.observeRequest(route.String(), code, time.Since(x.start).Seconds())
@@ -273,30 +242,16 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 }
 
-// requestContext returns the context of one routed request: parent, ending at
-// --request-timeout-secs from now. It carries the deadline without a timer
-// (h1.Deadline): the upstream connections' deadlines end the attempt instead, at no cost per
-// request, and every wait on it is bounded by its Deadline (sleep, PD's wait for prefill's
-// answer). It carries the memory budget (withBudget, in the same context, held in x).
-func (s *Server) requestContext(parent context.Context, x *exchange) context.Context {
-	dl := time.Now().Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
-	return x.ctx.Init(parent, dl, budgetKey{}, s.budget)
-}
-
-// sleep waits d, or until ctx ends (then it reports false): its Done, or its deadline.
+// sleep waits d, or until ctx ends (then it reports false).
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
-	}
-	cut := false // the deadline comes first
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		d, cut = max(time.Until(dl), 0), true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return !cut
+		return true
 	case <-ctx.Done():
 		return false
 	}
@@ -306,13 +261,24 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // --request-timeout-secs ran out and the client is still there (every accepted request gets
 // exactly one response), nothing when the client has gone.
 func (s *Server) ended(ctx context.Context, x *exchange) int {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && x.req.Context().Err() == nil {
+	if timedOut(ctx) && x.req.Context().Err() == nil {
 		s.metrics.Errors.WithLabelValues("timeout").Inc()
 		return s.reply(x, &wire.Error{Status: http.StatusGatewayTimeout, Type: typeTimeout,
 			Message: fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)})
 	}
 	s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 	return 499
+}
+
+// timedOut reports whether ctx's deadline has passed: its Err says so, or the clock does
+// before its timer has fired (the prefill leg's context has the same deadline on a timer of its
+// own, which may fire first).
+func timedOut(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func errorKind(ue *upstreamError) string {
@@ -334,10 +300,7 @@ func isEventStream(resp *http.Response, b *wire.Body) bool {
 func commitHeaders(x *exchange, resp *http.Response, stream bool) {
 	h := x.w.Header()
 	copyResponseHeaders(h, resp.Header)
-	// Assigned, not Set: the keys are canonical, and the values need no slice of their own
-	// (net/http copies the header when the head is written).
-	x.idHdr[0] = x.id
-	h["X-Request-Id"] = x.idHdr[:]
+	h["X-Request-Id"] = []string{x.id} // assigned, not Set: the key is canonical
 	if stream {
 		if len(h["Content-Type"]) == 0 || h["Content-Type"][0] == "" {
 			h["Content-Type"] = eventStreamType
@@ -354,17 +317,13 @@ var (
 )
 
 // relayStream copies an SSE body to the client event by event on the calling goroutine until
-// it ends or the client goes away, flushing when the upstream has nothing more buffered, and
-// releases sw (it must not be used after). It
+// it ends or the client goes away, flushing when the upstream has nothing more buffered. It
 // returns nil after a complete stream (a stream that ends without [DONE] is relayed as it
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
 // error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
 // end.
 func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
-	defer sw.release()
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	buf := *bp
+	buf := make([]byte, relayBufSize)
 	pb, _ := body.(pendingBody)
 	var err error
 	for err == nil {
@@ -481,7 +440,7 @@ func (s *Server) abort(urls []string, rids []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				body := fmt.Appendf(nil, `{"rid":%q}`, rid)
-				resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: http.MethodPost, worker: u, path: "/abort_request", body: body, role: "abort"})
+				resp, ue := send(ctx, clientDoer{s.admin}, &upstreamRequest{method: http.MethodPost, worker: u, path: "/abort_request", body: body, role: "abort"}, nil)
 				if ue == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

@@ -332,7 +332,7 @@ func TestLegClientSendsPieces(t *testing.T) {
 		copy(keep, tc.pieces)
 		for _, worker := range []string{plain.URL, tlsSrv.URL} {
 			for range 2 { // twice: the pieces are not consumed
-				resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: worker, path: "/generate", pieces: tc.pieces, role: "prefill"})
+				resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: worker, path: "/generate", pieces: tc.pieces, role: "prefill"}, nil)
 				require.Nil(t, ue, "%s %s", tc.name, worker)
 				assert.Equal(t, strconv.Itoa(len(want)), resp.Header.Get("X-Got-Length"), "%s %s", tc.name, worker)
 				assert.Equal(t, "application/json", resp.Header.Get("X-Got-Type"), "%s %s", tc.name, worker)

@@ -8,11 +8,9 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -32,111 +30,71 @@ type legResult struct {
 	err  *upstreamError
 }
 
-// pdAttempt is what one PD attempt shares with its prefill runner (runPrefill), which sends
-// the prefill leg, reports its Done and sends its result on result, once. Until decode's head
-// is committed, a prefill failure cancels decode with the failure as dcan's cause.
-//
-// Attempts are recycled (pdAttempts): refs counts who still uses one — the handler
-// (attemptPD), the prefill runner and, while armed, the prefill's grace timer — and the last
-// to let go (release) puts it back, with its result channel, its prefill leg's header map and
-// its legs' buffers (issue 29: ~2 KB and about eleven allocations a PD request).
+// pdAttempt is one PD attempt, shared for the call by its handler (attemptPD, which runs the
+// decode leg) and the goroutine of its prefill leg (runPrefill). Between the two,
+// router.PDAttempt decides who is charged, whether a failure cancels the other leg, and
+// whether decode's head may go to the client; it lives under mu.
 type pdAttempt struct {
-	refs            atomic.Int32
 	s               *Server
 	d               *router.Decision
-	legs            wire.PDLegs
+	rids            []string // the legs' rids, aborted on both workers when the request ends
 	prefill, decode upstreamRequest
-	result          chan legResult // prefill's result; buffered, as the handler may not wait for it
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
-	headOut         bool           // decode's head is (being) written to the client (the handler's)
+	result          chan legResult // prefill's result, sent once; buffered, as the handler may not wait for it
 
-	// The prefill leg does not end with the handler (see prefillGrace): it runs on pctx, which
-	// has the request's deadline (pdl: the prefill connection's deadline, no timer) and memory
-	// budget but not its cancellation, until pcan ends it; decode's runs on the request's
-	// context, and dcan ends it on prefill's failure. (h1.Cancel, not a context of their own
-	// per leg: a context.WithCancelCause and the transport's context.AfterFunc on it cost a
-	// children map, a channel and several allocations per leg.)
-	pctx       context.Context
-	pdl        h1.Deadline
-	pcan, dcan h1.Cancel
+	// The prefill leg may outlive the handler (prefillGrace): its context has the request's
+	// deadline but not its cancellation, and cancelPrefill ends it. Decode's context is the
+	// request's, and cancelDecode ends it with prefill's failure as the cause.
+	prefillCtx    context.Context
+	cancelPrefill context.CancelCauseFunc
+	decodeCtx     context.Context
+	cancelDecode  context.CancelCauseFunc
 
-	// Kept when the attempt is recycled: prefill's 2xx head is parsed into prefillHdr
-	// (h1.Request.Into, no map per answer), and small bodies' legs are written into scratch
-	// when h1 sends both (h1Sends; the net/http fallback may still read a body after it
-	// answered, so its legs get buffers of their own).
-	prefillHdr http.Header
-	scratch    wire.PDScratch
-	lr         io.LimitedReader // sendPrefill's bound on prefill's answer
-
-	// mu protects the fields below: what each leg's goroutine knows of the other when it fails,
-	// so the one that fails first is the one that decides who is charged (router.PDBlame).
-	mu             sync.Mutex
-	grace          *time.Timer // end's prefillGrace timer, when armed (it holds a ref)
-	committed      bool        // decode's head went to the client: prefill's failure no longer matters
-	decodeSettled  bool        // decode answered its first event or body, or failed
-	prefillSettled bool        // prefill answered or failed
-	chargeDecode   bool        // prefill's failure was decode's doing: decode's leg reports Failure
-	chargePrefill  bool        // decode's failure was prefill's doing: prefill's leg reports Failure
+	mu          sync.Mutex // protects the fields below
+	state       router.PDAttempt
+	firstErr    *upstreamError // the error of the leg whose failure ended the attempt (state.Failure)
+	prefillOver bool           // runPrefill has reported the leg's Done
+	grace       *time.Timer    // end's prefillGrace timer, when armed
 }
 
 // attemptPD runs one PD attempt (SPEC §1.4 steps 4–8). The decode leg runs here on the
 // handler's goroutine, from its send to the end of its relay, as attemptRegular; only the
 // prefill leg has a goroutine of its own. Decode's head is held until its first complete event
-// (stream) or its whole body (non-stream) has arrived and, when holdState says so, prefill's
+// (stream) or its whole body (non-stream) has arrived and, when needsPrefill says so, prefill's
 // answer too; then it is committed and the rest relayed event by event. A failure of either leg
-// before the commit cancels the other and fails the attempt (retryable); decode learns of
-// prefill's failure through its context's cause.
+// before the commit cancels the other and fails the attempt (retryable).
 func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision) (res attemptResult) {
 	a := s.startPD(ctx, x, d)
 	decode := router.Cancelled // decode's outcome: unless it answered, we cancelled it
 	defer func() {
 		d.Done(router.Decode, decode)
 		a.end(ctx)
-		a.release()
 	}()
-	resp, ue := send(ctx, s.upstream(router.Decode), &a.decode)
+	resp, ue := send(a.decodeCtx, s.upstream(router.Decode), &a.decode, s.budget)
 	if ue != nil {
 		res, decode = a.failed(ctx, ue)
 		return res
 	}
-	defer releaseResp(resp)
-	if into := a.decode.into; into != nil {
-		// Decode's head went straight into the client's (empty) header: an attempt that
-		// fails before its commit leaves it empty again, for the retry or the error answer.
-		defer func() {
-			if !a.headOut {
-				clear(into)
-			}
-		}()
-	}
+	defer resp.Body.Close()
 	stream := isEventStream(resp, x.body)
-	held, pooled, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
-	if pooled != nil { // held is read from it until the attempt returns
-		defer relayBufs.Put(pooled)
-	}
-	hs := holdState{stream: stream, logprobs: x.body.Logprobs, sawEvent: end == nil, ended: end != nil, readFailed: end != nil && end != io.EOF}
-	if ue := firstEventError(&a.decode, held, hs); ue != nil {
-		// Decode failed before its first token: nothing reached the client, so the attempt
-		// fails (retryable) as if decode had answered the error status, and is charged as
-		// router.PDBlame says (a decode whose KV never came from a silent prefill is the
-		// prefill's failure).
-		res, decode = a.failed(ctx, ue)
-		return res
-	}
-	if !hs.readFailed {
-		a.settleDecode()
-	}
-	if hs.readFailed { // before its first event: nothing reached the client, so retry
+	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
+	sawEvent := end == nil
+	if end != nil && end != io.EOF { // before its first event: nothing reached the client, so retry
 		res, decode = a.failed(ctx, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})
 		return res
 	}
+	if ue := firstEventError(&a.decode, held, stream); ue != nil {
+		// Decode failed before its first token: nothing reached the client, so the attempt
+		// fails (retryable) as if decode had answered the error status.
+		res, decode = a.failed(ctx, ue)
+		return res
+	}
+	a.answered()
 	var pref *legResult // prefill's answer, when the hold waited for it
-	if !hs.done() {
-		// The request's context ends at its deadline without a timer (requestContext), and so
-		// does the prefill leg (pctx): at the deadline its exchange fails and its result comes.
+	if needsPrefill(stream, sawEvent, x.body.Logprobs) {
 		select {
 		case pr := <-a.result:
-			if pr.err != nil { // it cancelled decode too
+			if pr.err != nil { // it failed, and cancelled decode
 				res, decode = a.failed(ctx, nil)
 				return res
 			}
@@ -153,7 +111,6 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	if x.body.Logprobs && pref != nil {
 		pre = wire.PrefillLogprobs(pref.body)
 	}
-	a.headOut = true
 	commitHeaders(x, resp, stream)
 	if !stream { // readFirst read it all
 		if pre != nil {
@@ -174,192 +131,87 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	return res
 }
 
+// needsPrefill reports whether decode's head must wait for prefill's answer before its
+// commit: to merge prefill's logprobs, or when a stream ended before any event (nothing to
+// commit until prefill has said how it went).
+func needsPrefill(stream, sawEvent, logprobs bool) bool {
+	return logprobs || stream && !sawEvent
+}
+
 // startPD builds both legs, logs the decision and starts the prefill leg on its own goroutine.
 // The client-visible id becomes the first rid when the client sent none.
 func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *pdAttempt {
 	pt, dt := d.Prefill, d.Decode
-	a := pdAttempts.Get().(*pdAttempt)
-	var scratch *wire.PDScratch
-	if s.h1Sends(pt.URL()) && s.h1Sends(dt.URL()) {
-		scratch = &a.scratch
-	}
-	legs := x.body.PDWith(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
-		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style}, scratch)
+	legs := x.body.PD(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
+		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style})
 	if x.id == "" {
 		x.id = legs.RIDs[0]
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a.refs.Store(2) // this handler and the prefill runner
-	a.s, a.d, a.legs, a.keepPrefill = s, d, legs, x.body.Logprobs
-	a.prefill = upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", into: a.prefillHdr}
-	a.decode = upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"}
-	if h := x.w.Header(); len(h) == 0 {
-		// A 2xx head may be parsed straight into the client's header (h1.Request.Into), as
-		// regular's is: attemptPD empties it again when the attempt fails before its commit.
-		// A header that holds fields already (CORS) is not: it could not be restored.
-		a.decode.into = h
-	}
-	// Not derived from ctx: the leg may outlive the handler, and ctx lives in the exchange,
-	// which is recycled when the handler returns (putExchange).
+	a := &pdAttempt{s: s, d: d, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
+		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
+		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"}}
+	// Not derived from ctx: the leg may outlive the handler.
+	var base context.Context
+	base, a.cancelPrefill = context.WithCancelCause(context.Background())
+	a.prefillCtx = base
+	stopDeadline := context.CancelFunc(func() {})
 	if dl, ok := ctx.Deadline(); ok {
-		a.pctx = a.pdl.Init(context.Background(), dl, budgetKey{}, budgetFrom(ctx))
-	} else {
-		a.pctx = withBudget(context.Background(), budgetFrom(ctx))
+		a.prefillCtx, stopDeadline = context.WithDeadline(base, dl)
 	}
-	a.prefill.cancel, a.decode.cancel = &a.pcan, &a.dcan
-	s.prefillRunners.run(a)
+	a.decodeCtx, a.cancelDecode = context.WithCancelCause(ctx)
+	go func() {
+		defer stopDeadline()
+		a.runPrefill()
+	}()
 	return a
 }
 
-// maxKeptScratch bounds the legs' buffer a recycled attempt keeps (two legs of a 4 KiB body
-// and a batch of a few hundred ids fit).
-const maxKeptScratch = 32 << 10
-
-// pdAttempts recycles PD attempts (see pdAttempt).
-var pdAttempts = sync.Pool{New: func() any {
-	return &pdAttempt{result: make(chan legResult, 1), prefillHdr: make(http.Header, 4)}
-}}
-
-// release lets a go for one of its users; the last puts it back in pdAttempts.
-func (a *pdAttempt) release() {
-	if a.refs.Add(-1) != 0 {
-		return
-	}
-	select {
-	case <-a.result: // the handler did not wait for it
-	default:
-	}
-	result, hdr, scratch := a.result, a.prefillHdr, a.scratch
-	clear(hdr)
-	if scratch.Bytes() > maxKeptScratch { // a large batch's: not kept for every attempt after
-		scratch = wire.PDScratch{}
-	}
-	*a = pdAttempt{result: result, prefillHdr: hdr, scratch: scratch}
-	pdAttempts.Put(a)
-}
-
-// h1Sends reports whether the h1 transport itself sends requests to url (see h1.Serves),
-// cached per worker URL.
-func (s *Server) h1Sends(url string) bool { return perURL(&s.h1URLs, url, h1.Serves) }
-
-// perURL returns f(url), computed once per url and kept in m: one entry per worker ever
-// routed to (workers come and go by the operator's hand, not per request).
-func perURL[T any](m *sync.Map, url string, f func(string) T) T {
-	if v, ok := m.Load(url); ok {
-		return v.(T)
-	}
-	v := f(url)
-	m.Store(url, v)
-	return v
-}
-
-// prefillRunners runs prefill legs on goroutines that outlive them: a goroutine started per
-// leg begins with the runtime's smallest stack and grows it by copying three or four times on
-// the way down the transport (~20 % of the leg's CPU in BenchmarkHotPath's profile); an idle
-// runner's stack has grown already. A runner waits runnerIdle for its next leg, and stops
-// after that or once the server has stopped (quit); legs that find no runner idle start one.
-// Like the goroutine per leg before them, runners are not waited for by Server.Wait.
-type prefillRunners struct {
-	work chan *pdAttempt // unbuffered: a send succeeds only when a runner is idle
-	quit chan struct{}   // closed when the server stops (Start's context ends)
-	stop sync.Once
-}
-
-// runnerIdle is how long an idle prefill runner waits for its next leg before it stops.
-const runnerIdle = 10 * time.Second
-
-func newPrefillRunners() *prefillRunners {
-	return &prefillRunners{work: make(chan *pdAttempt), quit: make(chan struct{})}
-}
-
-// run runs a's prefill leg on an idle runner, or a new one.
-func (p *prefillRunners) run(a *pdAttempt) {
-	select {
-	case p.work <- a:
-	default:
-		go p.runner(a)
-	}
-}
-
-// runner runs a's prefill leg, then the legs it is handed, until it idles for a whole
-// runnerIdle tick (so it stops after runnerIdle to twice that without legs; the timer is not
-// reset per leg) or the server stops.
-func (p *prefillRunners) runner(a *pdAttempt) {
-	t := time.NewTicker(runnerIdle)
-	defer t.Stop()
-	for busy := false; ; {
-		if a != nil {
-			a.runPrefill()
-			a.release()
-			a, busy = nil, true
-		}
-		select {
-		case a = <-p.work:
-		case <-t.C:
-			if !busy {
-				return
-			}
-			busy = false
-		case <-p.quit:
-			return
-		}
-	}
-}
-
-// close stops the idle runners, and each busy one when its leg ends.
-func (p *prefillRunners) close() { p.stop.Do(func() { close(p.quit) }) }
-
-// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL.
+// bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL: one entry
+// per worker ever routed to (workers come and go by the operator's hand, not per request).
 func (s *Server) bootstrapHost(prefillURL string) string {
-	return perURL(&s.bootHosts, prefillURL, wire.BootstrapHost)
+	if v, ok := s.bootHosts.Load(prefillURL); ok {
+		return v.(string)
+	}
+	h := wire.BootstrapHost(prefillURL)
+	s.bootHosts.Store(prefillURL, h)
+	return h
 }
 
-// runPrefill runs the prefill leg on a goroutine of its own (a prefill runner): it sends it, reads its answer, reports
-// its Done, cancels decode when it failed (before the commit), and sends its result. A failure
-// is charged as router.PDBlame says: a bootstrap timeout while decode was still silent is
-// decode's (its Done reports Failure in failed), not this worker's.
+// runPrefill sends the prefill leg, reads its answer, reports its Done, cancels decode when its
+// failure ends the attempt (before the commit), and sends its result.
 func (a *pdAttempt) runPrefill() {
-	var res legResult
-	outcome, failed := router.Cancelled, false
-	defer func() {
-		a.d.Done(router.Prefill, outcome)
-		a.pcan.Cancel(nil) // the leg is over: end finds nothing left to cancel
-		if failed {
-			a.cancelDecode(res.err)
-		}
-		a.mu.Lock()
-		t := a.grace
-		a.mu.Unlock()
-		if t != nil && t.Stop() {
-			a.release() // the timer's ref
-		}
-		a.result <- res
-	}()
-	res.body, res.err = a.sendPrefill()
+	body, ue := a.sendPrefill()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.prefillSettled = true
+	outcome, cancelDecode := router.Success, false
 	switch {
-	case res.err == nil:
-		outcome = router.Success
-	case res.err.Status == 0 && (a.pcan.Err() != nil || a.pctx.Err() != nil):
-		// We cancelled it, or the request's deadline ended it (as the request's end would
-		// cancel it): that says nothing of the worker, and decode has ended or is ending
-		// already — unless decode's failure was this worker's doing (it never delivered the
-		// KV).
-		if a.chargePrefill {
-			outcome = router.Failure
-		}
+	case ue == nil:
+		a.state.Answered(router.Prefill)
+	case ue.Status == 0 && a.prefillCtx.Err() != nil:
+		// We cancelled it, or the request's deadline ended it: that says nothing of the worker
+		// (unless decode's failure was its doing: the state says).
+		outcome = a.state.Outcome(router.Prefill)
 	default:
-		var peer router.Outcome
-		outcome, peer = router.PDBlame(router.PDFailure{Role: router.Prefill, Attempt: attemptOf(res.err), PeerOpen: !a.decodeSettled})
-		a.chargeDecode = peer == router.Failure
-		failed = true
-		if res.err.Status == 0 && connFailure(res.err.Err) {
-			a.s.hc.suspect(a.prefill.worker)
+		if cancelDecode = a.state.Failed(router.Prefill, attemptOf(ue)); cancelDecode {
+			a.firstErr = ue
 		}
+		outcome = a.state.Outcome(router.Prefill)
 	}
+	a.prefillOver = true
+	if a.grace != nil {
+		a.grace.Stop()
+	}
+	a.mu.Unlock()
+	a.d.Done(router.Prefill, outcome)
+	a.cancelPrefill(nil) // the leg is over: release its context
+	if cancelDecode {
+		a.cancelDecode(ue)
+	}
+	if ue != nil && ue.Status == 0 && outcome == router.Failure && connFailure(ue.Err) {
+		a.s.hc.suspect(a.prefill.worker)
+	}
+	a.result <- legResult{body: body, err: ue}
 }
 
 // attemptOf describes a failed leg for the router's rules (nil: a failure without an answer).
@@ -373,8 +225,8 @@ func attemptOf(ue *upstreamError) router.Attempt {
 // firstEventError returns decode's failure when the first event of its stream is an error
 // event (SGLang and fakeworker answer a room that failed before its first token so, with 200
 // and the event), nil otherwise.
-func firstEventError(r *upstreamRequest, held []byte, hs holdState) *upstreamError {
-	if !hs.stream || hs.readFailed {
+func firstEventError(r *upstreamRequest, held []byte, stream bool) *upstreamError {
+	if !stream {
 		return nil
 	}
 	var p wire.Parser
@@ -391,34 +243,33 @@ func firstEventError(r *upstreamRequest, held []byte, hs holdState) *upstreamErr
 	return nil
 }
 
-// settleDecode notes that decode answered its first event or body: from now on a prefill
-// failure is not decode's silence.
-func (a *pdAttempt) settleDecode() {
+// answered notes that decode answered its first event or body: from now on a prefill failure
+// is not decode's silence.
+func (a *pdAttempt) answered() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.decodeSettled = true
+	a.state.Answered(router.Decode)
 }
 
 // sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody. The answer
 // is kept only when the client asked for logprobs (merged into decode's); otherwise it is
 // read through and dropped (nil).
 func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
-	resp, ue := send(a.pctx, a.s.upstream(router.Prefill), &a.prefill)
+	resp, ue := send(a.prefillCtx, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
 	if ue != nil {
 		return nil, ue
 	}
-	defer releaseResp(resp)
+	defer resp.Body.Close()
 	var body []byte
 	var n int64
 	var err error
-	a.lr = io.LimitedReader{R: resp.Body, N: maxPrefillBody + 1} // in a: no allocation of its own
+	lr := io.LimitReader(resp.Body, maxPrefillBody+1)
 	if a.keepPrefill {
-		body, err = io.ReadAll(&a.lr)
+		body, err = io.ReadAll(lr)
 		n = int64(len(body))
 	} else {
-		n, err = io.Copy(io.Discard, &a.lr)
+		n, err = io.Copy(io.Discard, lr)
 	}
-	a.lr.R = nil
 	if err == nil && n > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)
 	}
@@ -428,59 +279,64 @@ func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	return body, nil
 }
 
-// cancelDecode cancels decode with prefill's failure as the cause, unless decode's head has
-// already gone to the client.
-func (a *pdAttempt) cancelDecode(ue *upstreamError) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.committed {
-		a.dcan.Cancel(ue)
-	}
-}
-
-// commit marks decode's head as going to the client, unless decode was cancelled first.
+// commit reports whether decode's head may go to the client, and records that it does:
+// unless the request ended or prefill failed first.
 func (a *pdAttempt) commit(ctx context.Context) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.committed = ctx.Err() == nil && a.dcan.Err() == nil
-	return a.committed
+	return ctx.Err() == nil && a.state.Commit()
 }
 
-// failed ends an attempt before the commit, when decode failed (ue) or was cancelled (ue nil):
-// gone when the request ended. When prefill's failure cancelled decode (the cause), the attempt
-// fails with prefill's error — or, when that failure was decode's doing (runPrefill set
-// chargeDecode), with an error naming decode, which is charged. Otherwise decode failed first:
-// the prefill leg is cancelled and router.PDBlame charges decode, or prefill when decode gave
-// up waiting for a prefill still silent. It returns decode's outcome.
+// failed ends an attempt before the commit, when decode failed (ue) or was cancelled (ue nil,
+// or ue the cancellation's error): gone when the request ended. Otherwise the leg that failed
+// first decides (router.PDAttempt): the attempt fails with that leg's error, or — when it gave
+// up waiting for its peer, still silent — with an error naming the peer, which is charged. A
+// decode failure cancels the prefill leg. It returns decode's outcome.
 func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResult, router.Outcome) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || timedOut(ctx) {
 		return attemptResult{gone: true}, router.Cancelled
 	}
-	if pe, ok := a.dcan.Cause().(*upstreamError); ok {
-		a.mu.Lock()
-		charge := a.chargeDecode
-		a.mu.Unlock()
-		if charge {
-			a.s.metrics.DecodeFailures.Inc()
-			return attemptResult{failed: &upstreamError{Worker: a.decode.worker, Role: "decode",
-				Err: fmt.Errorf("never completed the bootstrap with its prefill: %w", pe)}}, router.Failure
-		}
-		a.s.metrics.PrefillFailures.Inc()
-		return attemptResult{failed: pe}, router.Cancelled
-	}
 	a.mu.Lock()
-	a.decodeSettled = true
-	mine, peer := router.PDBlame(router.PDFailure{Role: router.Decode, Attempt: attemptOf(ue), PeerOpen: !a.prefillSettled})
-	a.chargePrefill = peer == router.Failure
-	a.mu.Unlock()
-	a.pcan.Cancel(ue)
-	if peer == router.Failure {
-		a.s.metrics.PrefillFailures.Inc()
-		return attemptResult{failed: &upstreamError{Worker: a.prefill.worker, Role: "prefill",
-			Err: fmt.Errorf("never delivered the KV: %w", ue)}}, mine
+	cancelPrefill := false
+	// A decode leg that failed on its own account (not cut by prefill's failure) is the state's
+	// to judge.
+	if ue != nil && (ue.Status != 0 || a.decodeCtx.Err() == nil) {
+		if cancelPrefill = a.state.Failed(router.Decode, attemptOf(ue)); cancelPrefill {
+			a.firstErr = ue
+		}
 	}
-	a.s.metrics.DecodeFailures.Inc()
-	return attemptResult{failed: ue}, mine
+	f, ok := a.state.Failure()
+	first := a.firstErr
+	decode := a.state.Outcome(router.Decode)
+	a.mu.Unlock()
+	if cancelPrefill {
+		a.cancelPrefill(ue)
+	}
+	if !ok || first == nil { // cannot happen: a failure before the commit was recorded
+		first = &upstreamError{Worker: a.decode.worker, Role: "decode", Err: errors.New("attempt failed before its commit")}
+		f = router.PDFailureReport{Failed: router.Decode, Blamed: router.Decode}
+	}
+	return attemptResult{failed: a.blame(f, first)}, decode
+}
+
+// blame returns the error a failed attempt answers (and its retry avoids), naming the worker
+// f blames, and counts it.
+func (a *pdAttempt) blame(f router.PDFailureReport, first *upstreamError) *upstreamError {
+	m := a.s.metrics
+	switch {
+	case f.Blamed == f.Failed && f.Failed == router.Prefill:
+		m.PrefillFailures.Inc()
+		return first
+	case f.Blamed == f.Failed:
+		m.DecodeFailures.Inc()
+		return first
+	case f.Blamed == router.Prefill: // decode waited for a prefill still silent
+		m.PrefillFailures.Inc()
+		return &upstreamError{Worker: a.prefill.worker, Role: "prefill", Err: fmt.Errorf("never delivered the KV: %w", first)}
+	default: // prefill waited for a decode still silent
+		m.DecodeFailures.Inc()
+		return &upstreamError{Worker: a.decode.worker, Role: "decode", Err: fmt.Errorf("never completed the bootstrap with its prefill: %w", first)}
+	}
 }
 
 // end lets the prefill leg go once the attempt is over. When the request ended (client gone or
@@ -488,51 +344,15 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
-	a.dcan.Cancel(nil)
-	if err := ctx.Err(); err != nil {
-		cause := err // the deadline passed (its context has no cancel of its own) …
-		if c := context.Cause(ctx); c != nil && !errors.Is(err, context.DeadlineExceeded) {
-			cause = c // … or the client went away
-		}
-		a.pcan.Cancel(cause)
-		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.legs.RIDs)
+	a.cancelDecode(nil)
+	if ctx.Err() != nil {
+		a.cancelPrefill(context.Cause(ctx))
+		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.rids)
 		return
 	}
-	if a.pcan.Err() != nil { // it answered, or was cancelled
-		return
-	}
-	grace := prefillGrace
-	if dl, ok := ctx.Deadline(); ok {
-		grace = min(grace, time.Until(dl))
-	}
-	// The timer holds a ref until it has fired or the runner stopped it; a runner that
-	// finished before the timer was set leaves it to fire on a leg already over (a no-op).
-	a.refs.Add(1)
-	t := time.AfterFunc(grace, func() {
-		a.pcan.Cancel(errPrefillGrace)
-		a.release()
-	})
 	a.mu.Lock()
-	a.grace = t
-	a.mu.Unlock()
-}
-
-// holdState is what the PD path knows while it holds decode's head (before attemptPD commits it).
-type holdState struct {
-	stream      bool // decode answers an event stream
-	logprobs    bool // the client asked for logprobs: prefill's answer must be merged in
-	prefillDone bool // prefill answered (successfully: a failure ends the attempt at once)
-	sawEvent    bool // the reader stopped after decode's first complete event
-	ended       bool // decode's body ended (EOF) or broke while held
-	readFailed  bool // it broke (a read error), rather than ended
-}
-
-// done is the hold loop's exit rule: stop holding once the reader has stopped (first event
-// seen, or the body over) and either what the commit needs is there — the first event (stream)
-// or the whole body (non-stream), plus prefill's answer when logprobs must be merged — or the
-// body is over and nothing more can come: prefill has answered, or decode broke.
-func (h holdState) done() bool {
-	stopped := h.sawEvent || h.ended
-	ready := (h.prefillDone && !h.stream || h.sawEvent || h.ended && !h.stream && !h.readFailed) && (!h.logprobs || h.prefillDone)
-	return stopped && (ready || h.ended && (h.prefillDone || h.readFailed))
+	defer a.mu.Unlock()
+	if !a.prefillOver {
+		a.grace = time.AfterFunc(prefillGrace, func() { a.cancelPrefill(errPrefillGrace) })
+	}
 }

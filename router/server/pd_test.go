@@ -154,33 +154,27 @@ func TestPDClientRIDKept(t *testing.T) {
 	require.Nil(t, line["regular"])
 }
 
-// The PD hold loop's exit rule, case by case.
-func TestPDHoldDone(t *testing.T) {
+// When decode's held head waits for prefill's answer before its commit, case by case: the
+// states the hold can be in once decode's first event or whole body is read (a read that broke
+// fails the attempt before).
+func TestPDNeedsPrefill(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		h    holdState
-		want bool
+		name                       string
+		stream, sawEvent, logprobs bool
+		want                       bool
 	}{
-		{"nothing yet", holdState{stream: true}, false},
-		{"stream: first event", holdState{stream: true, sawEvent: true}, true},
-		{"stream: first event, logprobs, prefill pending", holdState{stream: true, logprobs: true, sawEvent: true}, false},
-		{"stream: first event, logprobs, prefill answered", holdState{stream: true, logprobs: true, sawEvent: true, prefillDone: true}, true},
-		{"stream: ended without an event, prefill pending", holdState{stream: true, ended: true}, false},
-		{"stream: ended without an event, prefill answered", holdState{stream: true, ended: true, prefillDone: true}, true},
-		{"stream: broke, prefill pending", holdState{stream: true, ended: true, readFailed: true}, true},
-		{"body: whole, prefill pending", holdState{ended: true}, true},
-		{"body: whole, logprobs, prefill pending", holdState{ended: true, logprobs: true}, false},
-		{"body: whole, logprobs, prefill answered", holdState{ended: true, logprobs: true, prefillDone: true}, true},
-		{"body: broke, logprobs, prefill pending", holdState{ended: true, readFailed: true, logprobs: true}, true},
-		{"body: still reading, prefill answered", holdState{prefillDone: true}, false},
+		{"stream: first event", true, true, false, false},
+		{"stream: first event, logprobs", true, true, true, true},
+		{"stream: ended without an event", true, false, false, true},
+		{"body: whole", false, false, false, false},
+		{"body: whole, logprobs", false, false, true, true},
 	} {
-		assert.Equal(t, tc.want, tc.h.done(), tc.name)
+		assert.Equal(t, tc.want, needsPrefill(tc.stream, tc.sawEvent, tc.logprobs), tc.name)
 	}
 }
 
-// Decode's head goes straight into the client's header (h1.Request.Into) while it is held: an
-// attempt that fails before its commit leaves no field of it behind, neither in the retry's
-// answer nor in the error answer when there is no retry.
+// An attempt that fails before its commit leaves no field of decode's held head behind, neither
+// in the retry's answer nor in the error answer when there is no retry.
 func TestPDFailedAttemptLeavesNoDecodeHeader(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -218,11 +212,10 @@ func TestPDFailedAttemptLeavesNoDecodeHeader(t *testing.T) {
 	}
 }
 
-// PD attempts are recycled (pdAttempts) while prefill legs outlive their responses: every
-// prefill leg still carries its own request (the text and room its decode leg carried), and
-// every leg's Done lands on its own decision (the loads return to zero). Under -race, an
-// attempt recycled while its runner or grace timer still used it shows as a data race.
-func TestPDRecycledAttemptsKeepLegsApart(t *testing.T) {
+// Prefill legs that outlive their responses each carry their own request (the text and room
+// its decode leg carried), and every leg's Done lands on its own decision (the loads return to
+// zero).
+func TestPDAttemptsKeepLegsApart(t *testing.T) {
 	t.Parallel()
 	const held, after = 8, 24
 	release := make(chan struct{})

@@ -15,15 +15,12 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	t := d.Regular
 	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
 	defer func() { d.Done(router.Regular, out) }()
-	r := &x.up
-	// A 2xx answer is always committed (commitHeaders): its header fields may go straight into
-	// the client's response header.
-	*r = upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", into: x.w.Header()}
+	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular"}
 	if rank, ok := t.Rank(); ok { // the prompt is referred to, not copied
 		r.body, r.pieces = nil, x.body.DPRankPieces(rank)
 	}
 	s.logDecision(wire.DecisionLine{ID: x.id, Route: r.path}, d)
-	resp, ue := send(ctx, s.upstream(router.Regular), r)
+	resp, ue := send(ctx, s.upstream(router.Regular), r, s.budget)
 	if ue != nil {
 		if ctx.Err() != nil {
 			return attemptResult{gone: true}
@@ -31,7 +28,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 		out = legOutcome(ue)
 		return attemptResult{failed: ue}
 	}
-	defer releaseResp(resp)
+	defer resp.Body.Close()
 	stream := isEventStream(resp, x.body)
 	commitHeaders(x, resp, stream)
 	if stream {

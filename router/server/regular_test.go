@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
@@ -429,10 +430,9 @@ func TestWorkerAPIIDsTotalAndStats(t *testing.T) {
 	assert.Equal(t, 1, list.Total)
 }
 
-// The access log names each request's own id, concurrent requests included: the exchanges
-// regular mode recycles (putExchange) hold the X-Request-Id value the response header refers
-// to, and the access log reads it after the handler.
-func TestRegularAccessLogIDsWithRecycledExchanges(t *testing.T) {
+// The access log names each request's own id, concurrent requests included (it reads the
+// response header's X-Request-Id after the handler).
+func TestRegularAccessLogIDs(t *testing.T) {
 	t.Parallel()
 	w := newWorker(t, sseReply([]string{`data: {"choices":[{"delta":{"content":"a"}}]}`, "data: [DONE]"}, nil))
 	cfg := regularConfig(w)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -19,26 +19,16 @@ import (
 // flushing "when the upstream has nothing more buffered" (SPEC §1.4).
 const relayBufSize = 16 << 10
 
-var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
-
 // readFirst reads the part of decode's reply that the PD path holds before it commits the
 // head: for a stream, up to its first complete event with data; otherwise all of it, failing
 // past limit bytes. end is nil when it stopped after the first event, io.EOF when the body
-// ended, or the error that broke it. The held part is read into a pooled relay buffer while it
-// fits (usually: a first event, a short reply), with no copy; then pooled is that buffer, which
-// the caller puts back in relayBufs once done with held. A longer held part moves to a buffer
-// of its own (pooled nil).
-func readFirst(body io.Reader, stream bool, limit int64) (held []byte, pooled *[]byte, end error) {
-	pooled = relayBufs.Get().(*[]byte)
-	held = (*pooled)[:0]
+// ended, or the error that broke it.
+func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error) {
+	held = make([]byte, 0, relayBufSize)
 	var probe wire.Parser
 	for {
-		if len(held) == cap(held) { // the pooled buffer is full: go on in one of our own
-			held = append(make([]byte, 0, 2*cap(held)), held...)
-			if pooled != nil {
-				relayBufs.Put(pooled)
-				pooled = nil
-			}
+		if len(held) == cap(held) {
+			held = slices.Grow(held, cap(held))
 		}
 		n, err := body.Read(held[len(held):cap(held)])
 		chunk := held[len(held) : len(held)+n]
@@ -65,10 +55,10 @@ func readFirst(body io.Reader, stream bool, limit int64) (held []byte, pooled *[
 			}
 		}
 		if err != nil {
-			return held, pooled, err
+			return held, err
 		}
 		if first {
-			return held, pooled, nil
+			return held, nil
 		}
 	}
 }
@@ -153,33 +143,11 @@ type streamWriter struct {
 	errEvent []byte
 }
 
-// streamWriters recycles stream writers and their buffers (a read's split event, merged
-// events, the usage event) from one stream to the next.
-var streamWriters = sync.Pool{New: func() any { return new(streamWriter) }}
-
-// maxPooledBuffer bounds the buffers a pooled streamWriter keeps (larger ones are dropped).
-const maxPooledBuffer = 64 << 10
-
-// newStreamWriter returns a pooled stream writer to w; pre is as in streamWriter. Release it
-// with release once the stream is over.
+// newStreamWriter returns a stream writer to w; pre is as in streamWriter.
 func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time) *streamWriter {
-	sw := streamWriters.Get().(*streamWriter)
-	sw.w, sw.pre, sw.started = w, pre, started
+	sw := &streamWriter{w: w, pre: pre, started: started}
 	sw.flusher, _ = w.(http.Flusher)
 	return sw
-}
-
-// release returns s to the pool; s must not be used after.
-func (s *streamWriter) release() {
-	s.parser.Reset(maxPooledBuffer)
-	keep := func(b []byte) []byte {
-		if cap(b) > maxPooledBuffer {
-			return nil
-		}
-		return b[:0]
-	}
-	*s = streamWriter{parser: s.parser, out: keep(s.out), usage: keep(s.usage), errEvent: keep(s.errEvent)}
-	streamWriters.Put(s)
 }
 
 // newStreamWriter returns the stream writer of x's relayed response from a worker of role,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router/wire"
@@ -68,18 +67,14 @@ func (s *Server) Handler() http.Handler {
 	}
 	// /workers/{url}: before the mux, whose path cleaning answers a raw "http://…" with 307.
 	routed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := statusWriters.Get().(*statusWriter)
-		sw.ResponseWriter = w
+		sw := &statusWriter{ResponseWriter: w}
 		w = sw
 		defer func() {
-			route := routeOf(r.URL.Path)
 			code := sw.status
 			if code == 0 {
 				code = http.StatusOK
 			}
-			s.metrics.countResponse(route, code)
-			*sw = statusWriter{}
-			statusWriters.Put(sw)
+			s.metrics.countResponse(routeOf(r.URL.Path), code)
 		}()
 		if rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/workers/"); found && rest != "" {
 			r.SetPathValue("url", rest)
@@ -157,9 +152,6 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
-
-// statusWriters recycles the statusWriter of every request (one allocation less each).
-var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {

@@ -74,9 +74,7 @@ type Server struct {
 
 	kv *kvRouting // cache_aware on the workers' KV events; nil when off
 
-	bootHosts      sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
-	h1URLs         sync.Map // worker URL → whether h1 sends to it itself (h1Sends)
-	prefillRunners *prefillRunners
+	bootHosts sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
 
 	budget   *budget        // --body-memory-budget: bodies in flight across requests
 	limits   *limitsMetrics // open connections, rejections, budget gauges
@@ -119,22 +117,21 @@ func New(opts Options) (*Server, error) {
 	}
 	idle := time.Duration(cfg.UpstreamIdleTimeoutMs) * time.Millisecond
 	s := &Server{
-		prefillRunners: newPrefillRunners(),
-		cfg:            cfg,
-		seed:           seed,
-		r:              r,
-		ids:            wire.NewIDGen(wire.NewRand(seed), host),
-		reqIDs:         wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
-		style:          style,
-		ridKeys:        cfg.requestIDKeys(),
-		admin:          &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
-		adm:            newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
-		metrics:        newMetrics(reg, r),
-		reg:            reg,
-		log:            newRedactLogger(logger), // no URL credentials in any log line
-		dlog:           opts.DecisionLog,
-		access:         opts.AccessLog,
-		flushEach:      opts.FlushEachEvent,
+		cfg:       cfg,
+		seed:      seed,
+		r:         r,
+		ids:       wire.NewIDGen(wire.NewRand(seed), host),
+		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
+		style:     style,
+		ridKeys:   cfg.requestIDKeys(),
+		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
+		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
+		metrics:   newMetrics(reg, r),
+		reg:       reg,
+		log:       newRedactLogger(logger), // no URL credentials in any log line
+		dlog:      opts.DecisionLog,
+		access:    opts.AccessLog,
+		flushEach: opts.FlushEachEvent,
 
 		lastAttemptLog: map[string]time.Time{},
 	}
@@ -230,7 +227,6 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
-	context.AfterFunc(ctx, s.prefillRunners.close)
 	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.hc.Run(ctx) }()
 	go func() {

@@ -34,7 +34,7 @@ func newLegClient(idle time.Duration, tc *tls.Config) legClient {
 }
 
 func (c legClient) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
-	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr, Into: r.into, Cancel: r.cancel})
+	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr})
 }
 
 // CloseIdleConnections closes both transports' idle connections (Server.Wait).

@@ -120,7 +120,7 @@ func TestUpstreamEarlyResponseWhileTheBodyIsWritten(t *testing.T) {
 				_ = tc.SetLinger(0) // reset: the unread body must not keep the socket alive
 			}
 		})
-		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: url, path: "/generate", body: []byte(strings.Repeat("x", 8<<20)), role: "regular"})
+		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: url, path: "/generate", body: []byte(strings.Repeat("x", 8<<20)), role: "regular"}, nil)
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -180,7 +180,7 @@ func TestUpstreamDoesNotFollowRedirects(t *testing.T) {
 			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
 		}))
 		t.Cleanup(srv.Close)
-		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: srv.URL, path: "/generate", body: []byte("{}"), role: "regular"})
+		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: srv.URL, path: "/generate", body: []byte("{}"), role: "regular"}, nil)
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -226,7 +226,7 @@ func TestUpstreamCloseWithoutAnswerIsATransportError(t *testing.T) {
 				_ = tc.SetLinger(0)
 			}
 		})
-		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: url, path: "/generate", body: []byte(strings.Repeat("x", 8<<20)), role: "regular"})
+		resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: url, path: "/generate", body: []byte(strings.Repeat("x", 8<<20)), role: "regular"}, nil)
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -262,7 +262,7 @@ func TestLegClientH1ForHTTPNetHTTPForHTTPS(t *testing.T) {
 	assert.False(t, isPending, "https:// goes through net/http")
 	assert.Equal(t, `"tls"`, readAll(t, resp))
 
-	resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, path: "/redirect", body: []byte("{}"), role: "regular"})
+	resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, path: "/redirect", body: []byte("{}"), role: "regular"}, nil)
 	if resp != nil {
 		resp.Body.Close()
 	}
@@ -278,7 +278,7 @@ func TestLegClientRejectsInvalidHeaderValues(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	c := newLegClient(3*time.Second, nil)
-	_, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: srv.URL, path: "/generate", body: []byte("{}"), hdr: http.Header{"Traceparent": {"a\r\nX-Injected: 1"}}, role: "regular"})
+	_, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: srv.URL, path: "/generate", body: []byte("{}"), hdr: http.Header{"Traceparent": {"a\r\nX-Injected: 1"}}, role: "regular"}, nil)
 	require.NotNil(t, ue)
 	assert.Contains(t, ue.Error(), "Traceparent")
 }

@@ -9,12 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -87,12 +85,6 @@ type upstreamRequest struct {
 	pieces [][]byte    // when not nil, the body instead of body: their concatenation (PD legs, wire.Pieces)
 	hdr    http.Header // forwarded client headers; may be nil
 	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
-	// into, when set, is the client's response header: a 2xx answer's header fields may be
-	// parsed straight into it (h1.Request.Into; the response's Header is then into).
-	into http.Header
-	// cancel, when set, ends the exchange besides its context (h1.Request.Cancel): PD's legs,
-	// which end each other.
-	cancel *h1.Cancel
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
@@ -157,8 +149,9 @@ func piecesReader(pieces [][]byte) io.Reader {
 }
 
 // send sends r and returns the response once its headers arrived. A non-2xx answer is
-// returned as an *upstreamError with its body read (bounded) and closed.
-func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *upstreamError) {
+// returned as an *upstreamError with its body read (bounded) and closed. A reply the router
+// holds whole (heldWhole) is charged to b (nil: none) as it is read, until its body is closed.
+func send(ctx context.Context, d doer, r *upstreamRequest, b *budget) (*http.Response, *upstreamError) {
 	resp, reused, err := d.roundTrip(ctx, r)
 	if err != nil {
 		return nil, &upstreamError{Worker: r.worker, Role: r.role, Err: err, reused: reused}
@@ -166,23 +159,13 @@ func send(ctx context.Context, d doer, r *upstreamRequest) (*http.Response, *ups
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ue := &upstreamError{Worker: r.worker, Role: r.role, Status: resp.StatusCode, reused: reused}
 		ue.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		releaseResp(resp)
+		resp.Body.Close()
 		return nil, ue
 	}
-	if b := budgetFrom(ctx); b != nil && heldWhole(r.role, resp) {
+	if b != nil && heldWhole(r.role, resp) {
 		resp.Body = &budgetedBody{ReadCloser: resp.Body, c: charge{b: b}}
 	}
 	return resp, nil
-}
-
-// releaseResp closes resp's body (releasing what budgetedBody charged) and hands resp back to
-// the transport for reuse (h1.Release): resp, its Body and Header must not be used after.
-func releaseResp(resp *http.Response) {
-	if bb, ok := resp.Body.(*budgetedBody); ok {
-		bb.c.release()
-		resp.Body = bb.ReadCloser
-	}
-	h1.Release(resp)
 }
 
 // heldWhole reports whether the router holds a worker's reply whole before relaying it, so it
@@ -192,31 +175,8 @@ func heldWhole(role string, resp *http.Response) bool {
 	return (role == "prefill" || role == "decode") && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 }
 
-// budgetKey carries the memory budget in a request's context to send, which charges the
-// replies held whole to it.
-type budgetKey struct{}
-
-// withBudget returns ctx carrying b.
-func withBudget(ctx context.Context, b *budget) context.Context {
-	return context.WithValue(ctx, budgetKey{}, b)
-}
-
-// budgetFrom returns the budget ctx carries, or nil.
-func budgetFrom(ctx context.Context) *budget {
-	b, _ := ctx.Value(budgetKey{}).(*budget)
-	return b
-}
-
 // copyResponseHeaders copies a worker's response headers to the client, minus hop-by-hop ones.
-// When src is dst (the worker's fields were parsed into it, upstreamRequest.into), it only
-// removes the hop-by-hop ones.
 func copyResponseHeaders(dst, src http.Header) {
-	if reflect.ValueOf(dst).UnsafePointer() == reflect.ValueOf(src).UnsafePointer() {
-		for k := range hopHeaders {
-			delete(dst, k)
-		}
-		return
-	}
 	for k, v := range src {
 		if !hopHeaders[k] {
 			dst[k] = v

@@ -358,50 +358,18 @@ type PDLegs struct {
 // The legs are the bytes Append would write, as Pieces that refer to the original body's long
 // runs instead of copying them (so a PD request costs about its body once, not three times);
 // a batch's list values are written once and shared by both legs.
-func (b *Body) PD(g *IDGen, o PDOptions) PDLegs { return b.PDWith(g, o, nil) }
-
-// PDScratch is where PDWith writes an attempt's ids, injected values and (for a small body)
-// both legs whole, for a caller that recycles it across attempts: the legs, their RIDs and
-// Rooms slices alias it until its next use (the rid strings do not).
-type PDScratch struct {
-	buf   []byte // both legs of a small body
-	two   [2][]byte
-	vals  []byte // the injected values (pdFieldsInto)
-	gen   []byte // generated rids, before they become one string
-	rids  []string
-	rooms []uint64
-}
-
-// Bytes returns about how many bytes s holds on to, for a caller deciding whether to keep it.
-func (s *PDScratch) Bytes() int {
-	return cap(s.buf) + cap(s.vals) + cap(s.gen) + 16*cap(s.rids) + 8*cap(s.rooms)
-}
-
-// reuse returns b emptied when it can hold n bytes, a new buffer otherwise.
-func reuse(b []byte, n int) []byte {
-	if cap(b) < n {
-		return make([]byte, 0, n)
-	}
-	return b[:0]
-}
-
-// PDWith is PD writing its ids, values and a small body's legs into s (nil: a scratch of their
-// own; see PDScratch); legs of a body over smallBody are Pieces of the original, as PD's.
-func (b *Body) PDWith(g *IDGen, o PDOptions, s *PDScratch) PDLegs {
-	if s == nil {
-		s = new(PDScratch)
-	}
+// A body up to smallBody is written whole for each leg, both legs in one buffer.
+func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
 	var pfa, dfa [6]Field // on the stack: the fields are written, not kept
-	legs, np, nd := b.pdFieldsInto(g, o, &pfa, &dfa, s)
+	legs, np, nd := b.pdFieldsInto(g, o, &pfa, &dfa)
 	pf, df := pfa[:np], dfa[:nd]
 	if len(b.Raw) <= smallBody { // both legs whole, in one buffer
-		buf := reuse(s.buf, rewriteSize(b, pf)+rewriteSize(b, df))
+		buf := make([]byte, 0, rewriteSize(b, pf)+rewriteSize(b, df))
 		buf = b.Append(buf, pf...)
 		np := len(buf)
 		buf = b.Append(buf, df...)
-		s.buf = buf
-		s.two = [2][]byte{buf[:np:np], buf[np:len(buf):len(buf)]}
-		legs.Prefill, legs.Decode = s.two[0:1:1], s.two[1:2:2]
+		two := [][]byte{buf[:np:np], buf[np:len(buf):len(buf)]}
+		legs.Prefill, legs.Decode = two[0:1:1], two[1:2:2]
 		return legs
 	}
 	legs.Prefill = b.Pieces(pf...)
@@ -435,24 +403,21 @@ func quotedLen(s string) int {
 // leg sets, their values in one scratch buffer; PD writes them as Pieces.
 func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
 	var pf, df [6]Field
-	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df, new(PDScratch))
+	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df)
 	return legs, pf[:np], df[:nd]
 }
 
-// pdFieldsInto is pdFields writing the fields into pf and df, and ids and values into s: it
-// returns how many fields each leg sets.
-func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field, s *PDScratch) (legs PDLegs, np, nd int) {
+// pdFieldsInto is pdFields writing the fields into pf and df: it returns how many fields each
+// leg sets.
+func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLegs, np, nd int) {
 	n := b.Size()
-	if cap(s.rids) < n {
-		s.rids, s.rooms = make([]string, n), make([]uint64, n)
-	}
-	legs = PDLegs{RIDs: s.rids[:n], Rooms: s.rooms[:n]}
+	legs = PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
 	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
 	// allocation per batch, not one per element.
 	var gen []byte
 	generated := !(b.Batch > 0 && b.RIDs != nil) && !(b.Batch == 0 && b.HasRID)
 	if generated {
-		gen = reuse(s.gen, n*g.ridLen(b.Route))
+		gen = make([]byte, 0, n*g.ridLen(b.Route))
 	}
 	g.mu.Lock()
 	for i := range n {
@@ -468,7 +433,6 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field, s *PDScratc
 	}
 	g.mu.Unlock()
 	if generated {
-		s.gen = gen
 		all, w := string(gen), len(gen)/n
 		for i := range n {
 			legs.RIDs[i] = all[i*w : (i+1)*w]
@@ -477,7 +441,7 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field, s *PDScratc
 
 	// All injected values live in one scratch buffer; fields slice into it.
 	batch := b.Batch > 0
-	vals := reuse(s.vals, n*(len(legs.RIDs[0])+len(o.Host)+40)+64)
+	vals := make([]byte, 0, n*(len(legs.RIDs[0])+len(o.Host)+40)+64)
 	mark := func() int { return len(vals) }
 	open := func() {
 		if batch {
@@ -527,7 +491,6 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field, s *PDScratc
 	dr0 := mark()
 	vals = appendOptInt(vals, o.DecodeRank)
 	end := mark()
-	s.vals = vals
 
 	common := [4]Field{
 		{"rid", vals[r0:h0]},

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -369,32 +368,4 @@ func TestRewriteSizeBoundsAppend(t *testing.T) {
 	plain := []Field{{"bootstrap_room", []byte(`12345`)}, {"data_parallel_rank", []byte(`null`)}}
 	out := body.Append(nil, plain...)
 	assert.LessOrEqual(t, rewriteSize(body, plain)-len(out), 2*len(plain)+2, "a tight bound for plain keys")
-}
-
-// PDWith writes the same legs as PD, reusing its scratch buffer once it is large enough; a
-// body over smallBody still goes out as Pieces of the original.
-func TestPDWithReusesItsScratch(t *testing.T) {
-	t.Parallel()
-	o := PDOptions{Host: "10.0.0.1", Port: ip(8998), PrefillRank: ip(1), DecodeRank: ip(0)}
-	var s PDScratch
-	for _, raw := range []string{`{"text":"short","stream":true}`, `{"text":"a longer prompt than the first one","rid":"mine"}`, `{"text":"x"}`} {
-		body, err := Parse(Generate, []byte(raw))
-		require.NoError(t, err)
-		want := body.PD(newGen(), o)
-		got := body.PDWith(newGen(), o, &s)
-		assert.Equal(t, want.Prefill.Bytes(), got.Prefill.Bytes(), raw)
-		assert.Equal(t, want.Decode.Bytes(), got.Decode.Bytes(), raw)
-		assert.Equal(t, want.RIDs, got.RIDs, raw)
-	}
-	body, err := Parse(Generate, []byte(`{"text":"x"}`))
-	require.NoError(t, err)
-	g := newGen()
-	before := &s.buf[:1][0]
-	legs := body.PDWith(g, o, &s)
-	assert.Same(t, before, &legs.Prefill[0][0], "a scratch large enough is reused")
-	big, err := Parse(Generate, []byte(`{"text":"`+strings.Repeat("y", smallBody)+`"}`))
-	require.NoError(t, err)
-	legs = big.PDWith(g, o, &s)
-	assert.Greater(t, len(legs.Prefill), 1, "a large body's legs are pieces of the original")
-	assert.Same(t, before, &s.buf[:1][0], "and leave the scratch alone")
 }

@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
-	"slices"
 	"strconv"
-	"sync"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -26,24 +24,6 @@ type response struct {
 	b     body        // the body the caller reads (set by exchange)
 	fixed fixedBody   // a Content-Length body (fast path)
 	chunk chunkedBody // a chunked body (fast path)
-}
-
-// responses recycles the responses Release is given back (~270 B per exchange).
-var responses = sync.Pool{New: func() any { return new(response) }}
-
-// Release closes resp's body and, when resp is one of the transport's own (not the
-// fallback's), recycles it for a later exchange: the caller must not use resp, its Body or
-// (unless it was the request's Into) its Header after. Responses not released are simply
-// left to the garbage collector.
-func Release(resp *http.Response) {
-	_ = resp.Body.Close()
-	b, ok := resp.Body.(*body)
-	if !ok || b.x == nil || &b.x.resp != resp {
-		return
-	}
-	x := b.x
-	*x = response{}
-	responses.Put(x)
 }
 
 // chunkedTE is Response.TransferEncoding of a chunked response (shared: nobody modifies it).
@@ -68,11 +48,7 @@ const maxFastHeaders = 64
 
 // fastHead parses the response head buffered in c.br if it is one the fast path takes
 // (see response), consuming it; nil leaves c.br untouched for http.ReadResponse.
-//
-// With into (not nil) and a 2xx status, the fields go into into instead of a map of their own
-// (saving the map per request when the caller copies them there anyway): each name the head
-// carries replaces into's values for it, repeats add to them, and Response.Header is into.
-func (c *conn) fastHead(method string, into http.Header) *response {
+func (c *conn) fastHead(method string) *response {
 	if method == http.MethodHead {
 		return nil
 	}
@@ -111,8 +87,6 @@ func (c *conn) fastHead(method string, into http.Header) *response {
 		r = next
 	}
 	head := string(buf[:end]) // the one copy: status and values are substrings of it
-	// Every field is checked before any goes into a map: a head the fast path gives up on
-	// leaves into as it was.
 	var keys, vals [maxFastHeaders + 1]string
 	nf := 0
 	var cl, te string
@@ -159,7 +133,7 @@ func (c *conn) fastHead(method string, into http.Header) *response {
 		keys[nf], vals[nf] = key, val
 		nf++
 	}
-	x := responses.Get().(*response)
+	x := new(response)
 	switch {
 	case nte == 1 && ncl == 0 && asciiEqualFold(te, "chunked"):
 		x.resp.ContentLength = -1
@@ -169,29 +143,18 @@ func (c *conn) fastHead(method string, into http.Header) *response {
 	case nte == 0 && ncl == 1:
 		length, ok := parseLength(cl)
 		if !ok {
-			responses.Put(x)
 			return nil
 		}
 		x.resp.ContentLength = length
 		x.fixed = fixedBody{br: c.br, left: length}
 		x.resp.Body = &x.fixed
 	default:
-		responses.Put(x)
 		return nil // a body to the connection's close, or framing ReadResponse judges
 	}
-	if code/100 != 2 {
-		into = nil
-	}
-	h := into
-	if h == nil {
-		h = make(http.Header, nf)
-	}
+	h := make(http.Header, nf)
 	slab := make([]string, nf)
 	for i, key := range keys[:nf] {
 		vv := h[key]
-		if into != nil && !slices.Contains(keys[:i], key) {
-			vv = nil // into's own values for the name: replaced
-		}
 		if vv == nil {
 			vv, slab = slab[:1:1], slab[1:]
 			vv[0] = vals[i]

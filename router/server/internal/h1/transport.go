@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,13 +30,6 @@ type Request struct {
 	// Pieces, when not nil, is the body instead of Body (which must then be nil): their
 	// concatenation, sent as Body is, without joining them (one writev). Not modified.
 	Pieces [][]byte
-	// Into, when not nil, receives a 2xx response's header fields (a head the transport parses
-	// itself; see fastHead): each field name replaces Into's values for it, and Response.Header
-	// is Into. A caller that would copy the fields into a map of its own (a proxy's response
-	// header) saves a map per request. Otherwise Response.Header is a map of its own.
-	Into http.Header
-	// Cancel, when not nil, ends the exchange besides ctx (see Cancel).
-	Cancel *Cancel
 }
 
 // bodyLen is the length of r's body.
@@ -76,9 +68,7 @@ type conn struct {
 	head   *headCap // bounds the bytes read for a response head
 	br     *bufio.Reader
 	idleAt time.Time
-	// deadline is set when the connection carries the deadline of its last timed exchange.
-	deadline bool
-	abort    func() // unblocks the connection's reads and writes (a cancelled request), made once
+	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
 }
 
 // MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
@@ -128,84 +118,11 @@ func New(idle time.Duration, fallback Doer) *Transport {
 	}
 }
 
-// WithDeadline returns a context whose deadline is dl, without a timer: Done is parent's, and Err
-// reports context.DeadlineExceeded once dl has passed. The transport ends an exchange sent with
-// it at dl through the connection's deadline (one per exchange, where context.WithDeadline
-// costs a timer, a goroutine-free AfterFunc and several allocations per request), and gives its
-// fallback a context that ends at dl. Anything else that waits on it must bound its wait by its
-// Deadline.
-func WithDeadline(parent context.Context, dl time.Time) context.Context {
-	return &timerless{Context: parent, deadline: dl}
-}
-
-// Deadline holds a WithDeadline context that also carries one value (as context.WithValue
-// would) inside a longer-lived struct, so that it costs no allocation of its own: Init returns
-// it.
-type Deadline struct{ c timerless }
-
-// Init sets d up as WithDeadline(parent, dl) carrying val under key (comparable; nil: no value)
-// and returns it as a context; d must not be re-initialised while the context is in use.
-func (d *Deadline) Init(parent context.Context, dl time.Time, key, val any) context.Context {
-	d.c = timerless{Context: parent, deadline: dl, key: key, val: val}
-	return &d.c
-}
-
-// timerless is WithDeadline's context.
-type timerless struct {
-	context.Context
-	deadline time.Time
-	key, val any // Deadline's value (key nil: none)
-}
-
-// timerlessKey marks a timerless context, found through contexts derived from it.
-type timerlessKey struct{}
-
-func (c *timerless) Deadline() (time.Time, bool) { return c.deadline, true }
-
-func (c *timerless) Err() error {
-	if err := c.Context.Err(); err != nil {
-		return err
-	}
-	if !time.Now().Before(c.deadline) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-func (c *timerless) Value(key any) any {
-	if key == (timerlessKey{}) {
-		return true
-	}
-	if c.key != nil && key == c.key {
-		return c.val
-	}
-	return c.Context.Value(key)
-}
-
-// connDeadline returns the deadline the transport must enforce itself: ctx's, when ctx is (or
-// derives from) a WithDeadline context.
-func connDeadline(ctx context.Context) (time.Time, bool) {
-	if ctx.Value(timerlessKey{}) == nil {
-		return time.Time{}, false
-	}
-	return ctx.Deadline()
-}
-
 // aLongTimeAgo is a deadline that makes blocked reads and writes return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
 // noStop is the stop of an exchange whose context is never done.
 func noStop() bool { return true }
-
-// reqBufs hold requests being serialized (head and body, one write).
-var reqBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-// putReqBuf recycles a request buffer unless a large body grew it.
-func putReqBuf(bp *[]byte) {
-	if cap(*bp) <= 64<<10 {
-		reqBufs.Put(bp)
-	}
-}
 
 // target is where a request goes, split from its URL.
 type target struct {
@@ -280,66 +197,12 @@ func Serves(url string) bool {
 	return ok
 }
 
-// fallbackDo sends r through the fallback. The fallback only watches Done: a context with a
-// timer-less deadline (WithDeadline, Deadline) is given one of its own that ends at the
-// deadline or when ctx does, and a request with a Cancel one that the Cancel ends, until the
-// body is closed or read to its end.
+// fallbackDo sends r through the fallback.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
 	if r.Path != "" {
 		r.URL, r.Path = r.URL+r.Path, ""
 	}
-	dl, timed := connDeadline(ctx)
-	if !timed && r.Cancel == nil {
-		return t.fallback.Do(ctx, &r)
-	}
-	var cancel context.CancelFunc
-	if timed {
-		// A context of its own, not derived from ctx: net/http may use its context after Do
-		// returned (a dial it started goes on, to pool the connection), and ctx may be an
-		// h1.Deadline whose memory the caller recycles then. ctx's cancellation reaches it
-		// through an AfterFunc; its values do not (the fallback reads none of ours).
-		fctx, cancelDL := context.WithDeadline(context.Background(), dl)
-		stop := context.AfterFunc(ctx, cancelDL)
-		ctx, cancel = fctx, func() { stop(); cancelDL() }
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
-	}
-	rc := r.Cancel
-	if !rc.watch(cancel) {
-		cancel()
-		return nil, false, context.Canceled
-	}
-	done := func() {
-		rc.unwatch()
-		cancel()
-	}
-	resp, reused, err := t.fallback.Do(ctx, &r)
-	if err != nil {
-		done()
-		return resp, reused, err
-	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: done}
-	return resp, reused, nil
-}
-
-// cancelBody cancels its request's context once read to its end or closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+	return t.fallback.Do(ctx, &r)
 }
 
 // exchange sends r to tg on a pooled connection and reads the response head.
@@ -347,67 +210,42 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	if err := r.Cancel.err(); err != nil {
-		return nil, false, err
-	}
 	head, err := serialize(r, tg)
 	if err != nil {
 		return nil, false, err
 	}
-	defer putReqBuf(head)
-	c, reused, err := t.get(ctx, tg.addr, r.Cancel)
+	c, reused, err := t.get(ctx, tg.addr)
 	if err != nil {
 		return nil, false, err
 	}
-	// A timer-less deadline (WithDeadline) is the connection's, set once for the whole
-	// exchange; a cancelled context cuts it short.
-	dl, timed := connDeadline(ctx)
-	switch {
-	case timed:
-		_ = c.nc.SetDeadline(dl)
-		c.deadline = true
-	case c.deadline: // the last exchange's, left in place when it ended
-		_ = c.nc.SetDeadline(time.Time{})
-		c.deadline = false
-	}
+	// A context that ends (cancelled, or at its deadline) unblocks the connection's reads and
+	// writes; the exchange then fails with the context's error.
 	stop := noStop // a context that is never done (context.WithoutCancel) needs no watch
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, c.abort)
 	}
-	if !r.Cancel.watch(c.abort) {
-		stop()
-		c.nc.Close()
-		return nil, reused, context.Canceled
-	}
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
-		r.Cancel.unwatch()
 		c.nc.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, reused, cerr
-		}
-		if cerr := r.Cancel.err(); cerr != nil {
-			return nil, reused, cerr
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && timed {
-			return nil, reused, context.DeadlineExceeded
 		}
 		return nil, reused, err
 	}
 	var werr error
 	if r.bodyLen() > inlineBody {
-		bufs := append(make(net.Buffers, 0, 2+len(r.Pieces)), *head) // WriteTo consumes its own copy
+		bufs := append(make(net.Buffers, 0, 2+len(r.Pieces)), head) // WriteTo consumes its own copy
 		if r.Body != nil {
 			bufs = append(bufs, r.Body)
 		}
 		bufs = append(bufs, r.Pieces...)
 		_, werr = bufs.WriteTo(c.nc)
 	} else {
-		_, werr = c.nc.Write(*head)
+		_, werr = c.nc.Write(head)
 	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
-	x, err := c.readHead(r.Method, r.Into)
+	x, err := c.readHead(r.Method)
 	if werr != nil && err != nil {
 		return fail(werr)
 	}
@@ -417,7 +255,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, cancel: r.Cancel, keep: keep, chunked: chunked, timed: timed, x: x}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked}
 	resp.Body = &x.b
 	return resp, reused, nil
 }
@@ -425,11 +263,11 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 // readHead reads the final response head, skipping informational ones (100 Continue, 103
 // Early Hints), within MaxResponseHead bytes in all. The returned response's Body reads the
 // body as its framing says (exchange wraps it).
-func (c *conn) readHead(method string, into http.Header) (*response, error) {
+func (c *conn) readHead(method string) (*response, error) {
 	c.head.armed, c.head.left = true, MaxResponseHead
 	defer func() { c.head.armed = false }()
 	for {
-		if x := c.fastHead(method, into); x != nil {
+		if x := c.fastHead(method); x != nil {
 			return x, nil
 		}
 		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
@@ -489,15 +327,18 @@ func validate(r *Request, tg *target) error {
 }
 
 // serialize validates r and writes its head, and its body unless it is over inlineBody, into a
-// pooled buffer.
-func serialize(r *Request, tg *target) (*[]byte, error) {
+// buffer of its own.
+func serialize(r *Request, tg *target) ([]byte, error) {
 	if err := validate(r, tg); err != nil {
 		return nil, err
 	}
 	json := r.Body != nil || r.Pieces != nil
 	size := r.bodyLen()
-	bp := reqBufs.Get().(*[]byte)
-	w := (*bp)[:0]
+	inline := 0
+	if size <= inlineBody {
+		inline = size
+	}
+	w := make([]byte, 0, 512+len(tg.host)+len(tg.uri)+len(tg.path)+inline)
 	w = append(w, r.Method...)
 	w = append(w, ' ')
 	w = appendTarget(w, tg)
@@ -538,8 +379,7 @@ func serialize(r *Request, tg *target) (*[]byte, error) {
 			w = append(w, p...)
 		}
 	}
-	*bp = w
-	return bp, nil
+	return w, nil
 }
 
 // appendTarget appends tg's request target: the URL's path, then Request.Path (which starts
@@ -562,11 +402,8 @@ type body struct {
 	body    io.ReadCloser
 	stop    func() bool
 	ctx     context.Context
-	cancel  *Cancel   // Request.Cancel (may be nil)
-	x       *response // the response this body is part of (Release)
-	keep    bool      // the connection may be reused after a complete body
+	keep    bool // the connection may be reused after a complete body
 	chunked bool
-	timed   bool // the connection carries the request's deadline
 
 	mu   sync.Mutex
 	done bool // the connection went back to the pool or was closed
@@ -589,16 +426,10 @@ func (b *body) Read(p []byte) (int, error) {
 		return n, err
 	}
 	b.done = true
-	// stop reports whether the cancel func had not run: only then is the deadline intact.
+	// stop reports whether the context's abort had not run: only then is the connection's
+	// deadline intact.
 	intact := b.stop()
-	if !b.cancel.unwatch() {
-		intact = false
-	}
 	if err == io.EOF && intact && b.keep && b.c.br.Buffered() == 0 {
-		// A timed exchange's deadline stays on the idle connection (the next exchange sets
-		// or clears it: one deadline call per exchange, not two). The request timeout it is
-		// normally outlasts the pool's idle timeout; a connection whose deadline passed
-		// fails alive's check and is closed, not reused.
 		b.c.t.put(b.c)
 		return n, err
 	}
@@ -606,10 +437,6 @@ func (b *body) Read(p []byte) (int, error) {
 	if err != io.EOF {
 		if cerr := b.ctx.Err(); cerr != nil {
 			err = cerr
-		} else if cerr := b.cancel.err(); cerr != nil {
-			err = cerr
-		} else if b.timed && errors.Is(err, os.ErrDeadlineExceeded) {
-			err = context.DeadlineExceeded
 		}
 	}
 	return n, err
@@ -622,7 +449,6 @@ func (b *body) Close() error {
 	if !b.done {
 		b.done = true
 		b.stop()
-		b.cancel.unwatch()
 		b.c.nc.Close()
 	}
 	return nil
@@ -650,9 +476,8 @@ func (b *body) Pending() bool {
 	return bytes.IndexByte(buf, '\n') >= 0
 }
 
-// get returns an idle connection to addr that is still open, or dials a new one; cancel (may
-// be nil) ends the dial as ctx does.
-func (t *Transport) get(ctx context.Context, addr string, cancel *Cancel) (*conn, bool, error) {
+// get returns an idle connection to addr that is still open, or dials a new one.
+func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 	for {
 		t.mu.Lock()
 		pool := t.pools[addr]
@@ -670,20 +495,8 @@ func (t *Transport) get(ctx context.Context, addr string, cancel *Cancel) (*conn
 		}
 		c.nc.Close()
 	}
-	if cancel != nil {
-		dctx, stop := context.WithCancel(ctx) // a dial is rare: its context may cost
-		defer stop()
-		if !cancel.watch(stop) {
-			return nil, false, context.Canceled
-		}
-		defer cancel.unwatch()
-		ctx = dctx
-	}
 	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		if cerr := cancel.err(); cerr != nil {
-			return nil, false, cerr
-		}
 		return nil, false, err
 	}
 	nc = Raw(nc)

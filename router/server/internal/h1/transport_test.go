@@ -592,58 +592,14 @@ func TestH1FallbackForURLsItDoesNotServe(t *testing.T) {
 	assert.Equal(t, []string{"https://w:1/generate", "http:///generate", "http://u:p@/x", "HTTP://w:1/"}, seen)
 }
 
-// The fallback may use its context after Do returned (net/http's dial goes on to pool the
-// connection) while the caller recycles a Deadline's memory: the fallback's context is not
-// backed by it (under -race, reading ctx through it while the Deadline is re-initialised is a
-// race), and it still ends at the deadline and when the caller's context is cancelled.
-func TestH1FallbackContextOutlivesARecycledDeadline(t *testing.T) {
-	got := make(chan context.Context, 1)
-	tr := New(time.Second, doerFunc(func(ctx context.Context, r *Request) (*http.Response, bool, error) {
-		got <- ctx
-		if r.Method == http.MethodGet { // an answer, whose body is still to be read
-			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("x"))}, false, nil
-		}
-		return nil, false, errors.New("fallback")
-	}))
-	parent, cancel := context.WithCancel(context.Background())
-	var d Deadline
-	dl := time.Now().Add(time.Hour)
-	_, _, err := tr.Do(d.Init(parent, dl, "k", "v"), &Request{Method: "POST", URL: "https://w:1/generate", Cancel: new(Cancel)})
-	require.EqualError(t, err, "fallback")
-	fctx := <-got
-	read := make(chan struct{})
-	go func() { // the fallback's leftover goroutine
-		defer close(read)
-		_ = fctx.Value("k")
-		_ = fctx.Err()
-	}()
-	d.Init(context.Background(), time.Time{}, nil, nil) // the caller recycles it
-	<-read
-	fdl, ok := fctx.Deadline()
-	assert.True(t, ok && fdl.Equal(dl), "the fallback's context ends at the deadline")
-
-	// A live answer: cancelling the caller's context ends the fallback's.
-	resp, _, err := tr.Do(d.Init(parent, dl, nil, nil), &Request{Method: http.MethodGet, URL: "https://w:1/x", Cancel: new(Cancel)})
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	fctx = <-got
-	require.NoError(t, fctx.Err(), "live while its body is unread")
-	cancel()
-	select {
-	case <-fctx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the fallback's context did not end with the caller's")
-	}
-}
-
 type doerFunc func(context.Context, *Request) (*http.Response, bool, error)
 
 func (f doerFunc) Do(ctx context.Context, r *Request) (*http.Response, bool, error) { return f(ctx, r) }
 
-// A WithDeadline context's deadline is the connection's: a stalled body ends there with
-// context.DeadlineExceeded though no timer closes Done; a connection that finished in time goes
-// back to the pool without the deadline (it passes the liveness check and is reused).
-func TestH1DeadlineWithoutTimer(t *testing.T) {
+// A context's deadline ends the exchange: a stalled body ends there with
+// context.DeadlineExceeded; a connection that finished in time goes back to the pool (it passes
+// the liveness check and is reused after that deadline has passed).
+func TestH1Deadline(t *testing.T) {
 	hold := make(chan struct{})
 	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/fast" {
@@ -664,25 +620,24 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	})
 	host := strings.TrimPrefix(srv.URL, "http://")
 
-	first := WithDeadline(context.Background(), time.Now().Add(100*time.Millisecond))
+	first, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
 	resp, _, err := h1Do(first, tr, srv.URL+"/fast", "{}", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "ok", readAll(t, resp))
 	require.Len(t, pooled(tr, host), 1)
 	// Once the first exchange's deadline has passed, and idle past peekAfter: reuse runs the
-	// liveness check, which must pass with that deadline still on the idle connection (the
-	// next exchange replaces it).
-	dl, _ := first.Deadline()
-	<-time.After(time.Until(dl))
+	// liveness check, which the connection passes.
+	<-first.Done()
 	idledSince(tr, host, 0, time.Now().Add(-2*peekAfter))
-	ctx := WithDeadline(context.Background(), time.Now().Add(time.Hour))
-	resp, reused, err := h1Do(ctx, tr, srv.URL+"/fast", "{}", nil)
+	resp, reused, err := h1Do(context.Background(), tr, srv.URL+"/fast", "{}", nil)
 	require.NoError(t, err)
-	assert.True(t, reused, "the connection came back without the deadline")
+	assert.True(t, reused, "the connection came back after its exchange's deadline")
 	assert.Equal(t, "ok", readAll(t, resp))
 	assert.EqualValues(t, 1, conns.Load())
 
-	short := WithDeadline(context.Background(), time.Now().Add(50*time.Millisecond))
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
 	resp, _, err = h1Do(short, tr, srv.URL+"/stall", "{}", nil)
 	require.NoError(t, err)
 	_, err = io.ReadAll(resp.Body)
@@ -691,23 +646,8 @@ func TestH1DeadlineWithoutTimer(t *testing.T) {
 	assert.Empty(t, pooled(tr, host), "a connection cut at its deadline is not pooled")
 
 	// Past the deadline before the exchange: it fails at once.
-	_, _, err = h1Do(WithDeadline(context.Background(), time.Now().Add(-time.Second)), tr, srv.URL+"/fast", "{}", nil)
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, _, err = h1Do(past, tr, srv.URL+"/fast", "{}", nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-}
-
-func TestH1DeadlineCarriesAValue(t *testing.T) {
-	type key struct{}
-	parent := context.WithValue(context.Background(), "p", 1)
-	var d Deadline
-	dl := time.Now().Add(time.Hour)
-	ctx := d.Init(parent, dl, key{}, "v")
-	assert.Equal(t, "v", ctx.Value(key{}))
-	assert.Equal(t, 1, ctx.Value("p"), "the parent's values pass through")
-	got, ok := ctx.Deadline()
-	assert.True(t, ok)
-	assert.Equal(t, dl, got)
-	c, ok := connDeadline(ctx)
-	assert.True(t, ok, "the transport sees it as its own deadline")
-	assert.Equal(t, dl, c)
-	assert.Nil(t, (&Deadline{}).Init(parent, dl, nil, nil).Value(key{}))
 }
