@@ -3,11 +3,15 @@ package sim
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
 // regularConfig is a small regular-mode run: multiturn at concurrency 8 on 4 servers.
@@ -172,4 +176,62 @@ func TestSweepVariesTheRoutingLayer(t *testing.T) {
 	require.NoError(t, err, "values are checked when the point runs")
 	_, err = Run(func() Config { c := regularConfig(); c.Routing.ReplicaAffinity = "sticky"; return c }())
 	require.ErrorContains(t, err, "--replica-affinity")
+}
+
+// TestKVSubSequenceParity runs the KV-event sequence parity table (router/kvindex's
+// testdata/seqparity.json, which serve's stream.handle runs too: router/kvevents
+// TestStreamSequenceParity) through a replica's kvSub.deliver. The simulator has no replay
+// endpoint, so every row gives its no-replay outcome; the table's "sim" column says per row
+// how that relates to serve's.
+func TestKVSubSequenceParity(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../router/kvindex/testdata/seqparity.json")
+	require.NoError(t, err)
+	var table struct {
+		Rows []struct {
+			Name  string
+			Live  []int64
+			Clear []int64
+			Want  map[string]kvParityOutcome // by variant; the simulator's is "no_replay"
+		}
+	}
+	require.NoError(t, json.Unmarshal(raw, &table))
+	require.NotEmpty(t, table.Rows)
+	clearEv := []kvindex.PathEvent{{Kind: kvindex.AllBlocksCleared}}
+	for _, row := range table.Rows {
+		want, ok := row.Want["no_replay"]
+		require.True(t, ok, "%q has no no_replay outcome", row.Name)
+		t.Run(row.Name+"/no_replay", func(t *testing.T) {
+			t.Parallel()
+			ix := kvindex.NewPathIndex(kvindex.Config{})
+			st := &kvStream{name: "t", page: 1}
+			sub := kvSub{id: ix.Target("t")}
+			var stats KVStats
+			var got kvParityOutcome
+			for i, seq := range row.Live {
+				// Live batch i stores block i: a one-token page of its own.
+				b := &kvBatch{st: st, seq: seq, cleared: slices.Contains(row.Clear, seq)}
+				if b.cleared {
+					b.events = append(b.events, clearEv...)
+				}
+				b.events = append(b.events, kvindex.PathEvent{Kind: kvindex.BlockStored, Path: []uint32{uint32(i + 1)}, New: 1})
+				before := stats.Delivered
+				sub.deliver(ix, b, clearEv, Epoch, &stats)
+				if stats.Delivered > before {
+					got.Applied = append(got.Applied, seq)
+				}
+			}
+			got.Stale, got.Gaps, got.Blocks = ix.Stale(sub.id), int(stats.Gaps), ix.Blocks(sub.id)
+			assert.Equal(t, want, got)
+			assert.Equal(t, got.Stale, sub.seq.Stale(), "the index is told what the tracker says")
+		})
+	}
+}
+
+// kvParityOutcome is what a subscriber ends a row of the sequence parity table with.
+type kvParityOutcome struct {
+	Applied []int64
+	Stale   bool
+	Gaps    int
+	Blocks  int
 }

@@ -1,6 +1,9 @@
 package kvindex
 
 import (
+	"encoding/json"
+	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -147,4 +150,94 @@ func TestSeqTrackerMisuse(t *testing.T) {
 	tr.Live(0, false)
 	require.Equal(t, SeqReplay, tr.Live(2, false).Op)
 	assert.PanicsWithValue(t, "kvindex: SeqTracker.Live during a replay", func() { tr.Live(3, false) })
+}
+
+// seqParityRow is one row of testdata/seqparity.json, the table serve's and the simulator's
+// drivers of SeqTracker run too (router/kvevents TestStreamSequenceParity, sim
+// TestKVSubSequenceParity); the file's doc says what each field means. replay_fails is not read
+// here: the tracker sees what a replay returned, whether the request then failed or not.
+type seqParityRow struct {
+	Name   string
+	Sim    string
+	Live   []int64
+	Replay []int64 // nil: no replay endpoint
+	Clear  []int64
+	Want   map[string]seqOutcome // by variant: "replay", "no_replay"
+}
+
+type seqOutcome struct {
+	Applied []int64
+	Stale   bool
+	Gaps    int
+	Blocks  int
+}
+
+// TestSeqTrackerParity runs the parity table through the tracker alone: the reference the
+// two drivers are held to. Blocks are named as the drivers name them: live batch i stores
+// block i, replayed batch s stores block 100+s.
+func TestSeqTrackerParity(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/seqparity.json")
+	require.NoError(t, err)
+	var table struct{ Rows []seqParityRow }
+	require.NoError(t, json.Unmarshal(raw, &table))
+	require.NotEmpty(t, table.Rows)
+	names := map[string]bool{}
+	for _, row := range table.Rows {
+		require.False(t, names[row.Name], "row names are unique: %q", row.Name)
+		names[row.Name] = true
+		require.NotEmpty(t, row.Sim, "%q: the row says how the simulator's run relates to serve's", row.Name)
+		_, withReplay := row.Want["replay"]
+		require.Equal(t, row.Replay != nil, withReplay, "%q: a replay outcome iff a replay buffer", row.Name)
+		require.Contains(t, row.Want, "no_replay", "%q: every row has the outcome the simulator must give", row.Name)
+		for variant, want := range row.Want {
+			t.Run(row.Name+"/"+variant, func(t *testing.T) {
+				assert.Equal(t, want, trackRow(row, variant == "replay"))
+			})
+		}
+	}
+}
+
+// trackRow drives a SeqTracker through row as a subscriber would, with or without the row's
+// replay endpoint.
+func trackRow(row seqParityRow, replay bool) seqOutcome {
+	tr := SeqTracker{Replay: replay}
+	var out seqOutcome
+	held := map[int]bool{}
+	apply := func(seq int64, block int) {
+		if slices.Contains(row.Clear, seq) {
+			clear(held)
+		}
+		held[block] = true
+		out.Applied = append(out.Applied, seq)
+	}
+	for i, seq := range row.Live {
+		d := tr.Live(seq, slices.Contains(row.Clear, seq))
+		if d.Gap {
+			out.Gaps++
+		}
+		if d.Clear {
+			clear(held)
+		}
+		if d.Op == SeqReplay {
+			for _, s := range row.Replay {
+				if s < d.From {
+					continue
+				}
+				r := tr.Replayed(s, slices.Contains(row.Clear, s))
+				if r.Op == SeqStop {
+					break
+				}
+				if r.Op == SeqApply {
+					apply(s, 100+int(s))
+				}
+			}
+			d = tr.ReplayDone()
+		}
+		if d.Op == SeqApply {
+			apply(seq, i)
+		}
+	}
+	out.Stale, out.Blocks = tr.Stale(), len(held)
+	return out
 }
