@@ -2,7 +2,9 @@
 // rank), msgpack decoding of both event shapes (tagged arrays and, since sglang PR #37482,
 // maps with a type field), sequence-gap detection with replay when a replay endpoint exists
 // (otherwise the target is marked stale until its cache is rebuilt), and reconnection with
-// backoff. Decoded batches feed router/kvindex.
+// backoff. Decoded batches feed router/kvindex; what to do with each batch's sequence number
+// is kvindex.SeqTracker's decision (the simulator's feed asks the same tracker), the replay's
+// I/O is this package's.
 //
 // Serve builds [Endpoint]s per worker with [Config.Endpoints] (from --kv-events-config) or
 // [ServerInfo.Endpoints] (from /server_info), then calls [Subscriber.Add] when a worker is
