@@ -51,6 +51,9 @@ type attempt struct {
 	startedAt        int64  // when it did (router time)
 	over             bool   // the router is done with this attempt
 	preWhy, decWhy   string // the engine's reason for a failed leg
+	// pd decides, as in serve, who a PD leg's failure charges, whether it cancels the other
+	// leg, and how the attempt fails (router.PDAttempt).
+	pd router.PDAttempt
 }
 
 // ended reports whether role's engine leg ended.
@@ -317,7 +320,13 @@ func (x *sim) token(a *attempt, at int64) {
 func (x *sim) legEnd(ev *event) {
 	a := ev.att
 	role := router.Role(ev.role)
+	if x.pd {
+		x.syncDecode(a)
+	}
 	if ev.ok {
+		if x.pd {
+			a.pd.Answered(role)
+		}
 		a.d.Done(role, router.Success)
 		if role == router.Prefill || a.over {
 			return
@@ -328,8 +337,8 @@ func (x *sim) legEnd(ev *event) {
 		return
 	}
 	// As the worker answers: a dead server sends nothing (a transport error); a live one
-	// answers 500 with the engine's reason, as fakeworker does. router.LegOutcome and
-	// router.Retryable decide, as in serve.
+	// answers 500 with the engine's reason, as fakeworker does. router.PDAttempt,
+	// router.LegOutcome and router.Retryable decide, as in serve.
 	why := a.decWhy
 	if role == router.Prefill {
 		why = a.preWhy
@@ -338,23 +347,29 @@ func (x *sim) legEnd(ev *event) {
 	if a.server(role).eng.Dead() {
 		outcome = router.Attempt{Transport: true}
 	}
-	// Whose breaker is charged is router.PDBlame's call, as in serve: a leg that gave up
-	// waiting for a peer still silent on the request charges the peer.
-	mine, peer := router.LegOutcome(outcome), router.Cancelled
-	other := router.Decode
-	if role == router.Decode {
-		other = router.Prefill
-	}
-	if x.pd {
-		answered := a.ended(other) || other == router.Decode && a.started && a.startedAt <= x.clock.now
-		mine, peer = router.PDBlame(router.PDFailure{Role: role, Attempt: outcome, PeerOpen: !answered})
-	}
-	a.d.Done(role, mine)
-	if a.over {
-		return
-	}
-	if x.pd { // serve cancels the paired leg
-		if !a.ended(other) {
+	x.legFailed(a, role, outcome, why)
+}
+
+// legFailed is the router seeing role's leg of a fail as outcome says (why: the worker's
+// reason, for the client's error).
+func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, why string) {
+	fail := pdFailure{Failed: role, Blamed: role, Attempt: outcome}
+	switch {
+	case !x.pd || role == router.Decode && a.pd.Committed():
+		// A regular leg, or a decode stream cut after its head went out (serve's relay
+		// judges that one: the leg's own outcome).
+		a.d.Done(role, router.LegOutcome(outcome))
+	default:
+		cancelPeer := a.pd.Failed(role, outcome)
+		a.d.Done(role, a.pd.Outcome(role))
+		if !cancelPeer { // the attempt goes on (its head went out), or failed already
+			return
+		}
+		other := router.Decode
+		if role == router.Decode {
+			other = router.Prefill
+		}
+		if !a.ended(other) { // serve cancels the paired leg
 			if other == router.Prefill {
 				a.preEnded = true
 			} else {
@@ -364,24 +379,56 @@ func (x *sim) legEnd(ev *event) {
 			sv.eng.Abort(x.t(), a.room, role.String()+" leg failed")
 			x.touch(sv)
 		}
-		a.d.Done(other, peer)
+		a.d.Done(other, a.pd.Outcome(other))
+		f, _ := a.pd.Failure()
+		fail = pdFailure(f)
+	}
+	if a.over {
+		return
 	}
 	a.over = true
 	delete(x.rooms, a.room)
 	r := a.req
-	// As serve: the retry avoids the worker that failed, if another is available.
-	r.rreq.Avoid = append(r.rreq.Avoid, a.server(role).url)
-	outcome.Started = a.started && a.startedAt <= x.clock.now
-	wait, retry := r.retrier.Next(outcome)
+	// As serve: the retry avoids the worker at fault, if another is available.
+	blamed := a.server(fail.Blamed)
+	r.rreq.Avoid = append(r.rreq.Avoid, blamed.url)
+	fail.Attempt.Started = a.started && a.startedAt <= x.clock.now
+	wait, retry := r.retrier.Next(fail.Attempt)
 	if retry {
 		x.push(x.clock.now+int64(wait), event{kind: evRetry, req: r})
 		return
 	}
-	msg := role.String() + " " + a.server(role).url + ": " + why
-	if outcome.Started {
+	msg := fail.Failed.String() + " " + a.server(fail.Failed).url + ": " + why
+	switch {
+	case fail.Blamed == router.Prefill && fail.Failed == router.Decode:
+		msg = "prefill " + blamed.url + ": never delivered the KV: " + msg
+	case fail.Blamed == router.Decode && fail.Failed == router.Prefill:
+		msg = "decode " + blamed.url + ": never completed the bootstrap with its prefill: " + msg
+	}
+	// The status serve answers: the worker's own, or 502 for a transport error and for a
+	// failure charged to the peer that caused it.
+	status := 502
+	if fail.Blamed == fail.Failed && !fail.Attempt.Transport {
+		status = fail.Attempt.Status
+	}
+	if fail.Attempt.Started {
 		r.errMsg = reports.FormatError(reports.ErrKindStreamCut, msg)
 	} else {
-		r.errMsg = reports.FormatError(reports.HTTPErrorKind(502), msg)
+		r.errMsg = reports.FormatError(reports.HTTPErrorKind(status), msg)
 	}
 	x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+}
+
+// pdFailure is how an attempt failed: router.PDFailureReport, which a regular attempt's
+// failure fills in too (Failed and Blamed its own leg).
+type pdFailure router.PDFailureReport
+
+// syncDecode tells a's PD state that decode's first token has reached the router, once it has
+// by now (the token was relayed at startedAt): its head is committed there, as serve commits
+// it at the first event.
+func (x *sim) syncDecode(a *attempt) {
+	if a.started && a.startedAt <= x.clock.now && !a.pd.Committed() {
+		a.pd.Answered(router.Decode)
+		a.pd.Commit()
+	}
 }

@@ -5,19 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
-// waitFor polls cond until it holds or a generous deadline passes (no fixed sleeps).
+// waitFor polls cond until it holds, for at most 5 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, cond, "the condition")
 }
 
 func TestAdmissionLimitQueueAndTimeout(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -209,7 +209,7 @@ func TestWorkerEventsLogged(t *testing.T) {
 			if tc.ev.To == router.WorkerGone {
 				series = 0
 			}
-			assert.Equal(t, series, testutil.CollectAndCount(s.metrics.WorkerErrors), "worker_errors_total series")
+			assert.Equal(t, series, promtest.CollectAndCount(s.metrics.WorkerErrors), "worker_errors_total series")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -37,7 +38,7 @@ func TestReadinessWaitsForTheKVEventIndex(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL()}
 	// The workers' own config: rank 0 publishes on a port where nothing answers yet.
-	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, freePort(t))
+	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, testutil.FreePort(t, "127.0.0.1"))
 	tr := startRouter(t, cfg)
 
 	waitKVReadiness(t, tr, func(_ int, kv *kvReadiness) bool { return kv != nil && kv.Subscriptions == 1 })
@@ -78,7 +79,7 @@ func TestNoPromptIDsWhileNoWorkerIsFollowed(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{newWorker(t, jsonReply(`{"text":"x"}`)).URL()}
-	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, freePort(t))
+	cfg.KVEventsConfig = fmt.Sprintf(`{"publisher":"zmq","endpoint":"tcp://*:%d","topic":"kv"}`, testutil.FreePort(t, "127.0.0.1"))
 	tr = startRouter(t, cfg)
 	waitKVReadiness(t, tr, func(_ int, kv *kvReadiness) bool { return kv != nil && kv.Subscriptions == 1 })
 	assert.Equal(t, []uint32{7, 8, 9}, tr.s.kv.tokens(body), "a followed worker: the index matches the ids")

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -250,7 +251,7 @@ func chunkedPost(addr string, size int64) int {
 func TestIntegrationConcurrentChunkedBodiesShareBudget(t *testing.T) {
 	const size, budget = 400 << 20, 512 << 20
 	w := discardWorker(t)
-	mport := freePort(t)
+	mport := testutil.FreePort(t, "127.0.0.1")
 	p := startRouterProc(t, "--worker-urls", w.URL, "--body-memory-budget", strconv.Itoa(budget),
 		"--prometheus-port", strconv.Itoa(mport))
 	addr := strings.TrimPrefix(p.url, "http://")
@@ -394,7 +395,7 @@ func TestIntegrationConnectionCap(t *testing.T) {
 	require.NoError(t, err)
 	round := max(min(1000, somaxconn/(2*holders)), 1)
 	w := discardWorker(t)
-	mport := freePort(t)
+	mport := testutil.FreePort(t, "127.0.0.1")
 	p := startRouterProc(t, "--worker-urls", w.URL, "--max-connections", strconv.Itoa(capConns),
 		"--prometheus-port", strconv.Itoa(mport))
 	addr := strings.TrimPrefix(p.url, "http://")

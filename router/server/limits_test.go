@@ -19,8 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -134,7 +135,7 @@ func TestBodiesShareMemoryBudget(t *testing.T) {
 	status, _, _ = tr.post(t, "/generate", body(90<<10), nil)
 	assert.Equal(t, http.StatusOK, status)
 	// The announced body counted; the chunked one too unless the client saw the close first.
-	assert.GreaterOrEqual(t, testutil.ToFloat64(tr.s.metrics.Errors.WithLabelValues("over_budget")), 1.0)
+	assert.GreaterOrEqual(t, promtest.ToFloat64(tr.s.metrics.Errors.WithLabelValues("over_budget")), 1.0)
 }
 
 // A decode reply the router must hold whole (non-streaming, PD) that goes over the budget is
@@ -269,7 +270,7 @@ func TestCapListenerClosesOverCap(t *testing.T) {
 	go func() { c, _ := l.Accept(); done <- c }()
 	fl.accepts <- conns[2] // over the cap: closed on accept
 	fl.accepts <- conns[3]
-	waitFor(t, func() bool { return testutil.ToFloat64(m.rejected) == 2 })
+	waitFor(t, func() bool { return promtest.ToFloat64(m.rejected) == 2 })
 	assert.True(t, conns[2].closed.Load())
 	assert.True(t, conns[3].closed.Load())
 	require.NoError(t, a.Close())
@@ -336,7 +337,7 @@ func TestLegClientSendsPieces(t *testing.T) {
 				require.Nil(t, ue, "%s %s", tc.name, worker)
 				assert.Equal(t, strconv.Itoa(len(want)), resp.Header.Get("X-Got-Length"), "%s %s", tc.name, worker)
 				assert.Equal(t, "application/json", resp.Header.Get("X-Got-Type"), "%s %s", tc.name, worker)
-				assert.Equal(t, want, readAll(t, resp), "%s %s", tc.name, worker)
+				assert.Equal(t, want, testutil.ReadAll(t, resp), "%s %s", tc.name, worker)
 			}
 		}
 		assert.Equal(t, keep, tc.pieces, "%s: pieces unchanged", tc.name)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,17 +37,17 @@ pdrouter_target_load{role="decode",target="http://d:1@0"} 1
 pdrouter_target_load{role="prefill",target="http://p:1@0"} 1
 pdrouter_target_load{role="prefill",target="http://p:1@1"} 0
 `
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pdrouter_target_load"))
+	require.NoError(t, promtest.GatherAndCompare(reg, strings.NewReader(want), "pdrouter_target_load"))
 	d.Done(router.Prefill, router.Success)
 	d.Done(router.Decode, router.Success)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(strings.ReplaceAll(want, "} 1", "} 0")), "pdrouter_target_load"))
+	require.NoError(t, promtest.GatherAndCompare(reg, strings.NewReader(strings.ReplaceAll(want, "} 1", "} 0")), "pdrouter_target_load"))
 
-	require.Equal(t, 1.0, testutil.ToFloat64(m.PolicyDecisions.WithLabelValues("cache_aware", "prefill", "cache_miss")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/generate", "200")))
-	n, err := testutil.GatherAndCount(reg, "pdrouter_tree_chars", "pdrouter_worker_healthy", "pdrouter_cb_state", "pdrouter_prefix_match_ratio")
+	require.Equal(t, 1.0, promtest.ToFloat64(m.PolicyDecisions.WithLabelValues("cache_aware", "prefill", "cache_miss")))
+	require.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("/generate", "200")))
+	n, err := promtest.GatherAndCount(reg, "pdrouter_tree_chars", "pdrouter_worker_healthy", "pdrouter_cb_state", "pdrouter_prefix_match_ratio")
 	require.NoError(t, err)
 	require.Equal(t, 2+2+2+1, n)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+	require.NoError(t, promtest.GatherAndCompare(reg, strings.NewReader(`
 # HELP pdrouter_tree_chars Characters held by the cache-aware tree.
 # TYPE pdrouter_tree_chars gauge
 pdrouter_tree_chars{role="decode"} 5

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/wire"
 )
 
@@ -288,15 +289,6 @@ func startRouterProcEnv(tb testing.TB, bin string, env []string, args ...string)
 	return proc{}
 }
 
-func freePort(tb testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startNginx runs nginx in the foreground with workers worker processes (master_process off
 // with one: a single process), proxying to upstream.
 func startNginx(tb testing.TB, upstream string, workers int) proc {
@@ -309,7 +301,7 @@ func startNginx(tb testing.TB, upstream string, workers int) proc {
 		bin = "/usr/sbin/nginx"
 	}
 	dir := tb.TempDir()
-	port := freePort(tb)
+	port := testutil.FreePort(tb, "127.0.0.1")
 	master := "off"
 	if workers > 1 {
 		master = "on" // nginx runs several workers only under a master

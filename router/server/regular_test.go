@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
@@ -307,11 +307,11 @@ func TestEveryResponseCountedAndProcessMetrics(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, get("/generate", true))
 	require.Equal(t, http.StatusOK, get("/health", false))
 	m := tr.s.metrics
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/get_loads", "401")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/get_loads", "200")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("other", "404")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/generate", "405")))
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Requests.WithLabelValues("/health", "200")))
+	assert.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("/get_loads", "401")))
+	assert.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("/get_loads", "200")))
+	assert.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("other", "404")))
+	assert.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("/generate", "405")))
+	assert.Equal(t, 1.0, promtest.ToFloat64(m.Requests.WithLabelValues("/health", "200")))
 
 	rec := httptest.NewRecorder()
 	tr.s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/server/internal/h1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,46 +39,17 @@ func eachLegClient(t *testing.T, test func(t *testing.T, c legDoer)) {
 	}
 }
 
-func readAll(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	return string(b)
-}
-
 // rawWorker accepts connections and hands each to serve after reading a request's head; it
 // reads the body after serve when drain is set (to take the next request on the connection),
 // else it leaves the body unread.
 func rawWorker(t *testing.T, drain bool, serve func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					serve(c)
-					if !drain {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-				}
-			}()
+	return testutil.RawServer(t, func(c net.Conn, _ *bufio.Reader, req *http.Request) bool {
+		serve(c)
+		if drain {
+			_, _ = io.Copy(io.Discard, req.Body)
 		}
-	}()
-	return "http://" + ln.Addr().String()
+		return drain
+	})
 }
 
 // A POST goes out as JSON with its own Content-Length and the caller's headers; the next
@@ -97,13 +69,13 @@ func TestUpstreamSendsJSONAndReportsReuse(t *testing.T) {
 		resp, reused, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: srv.URL + "/generate?x=1", body: []byte(`{"a":1}`), hdr: hdr})
 		require.NoError(t, err)
 		assert.False(t, reused)
-		assert.Equal(t, "ok", readAll(t, resp))
+		assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 		assert.Equal(t, seen{"POST", "/generate?x=1", "application/json", "Bearer k", `{"a":1}`, "7"}, <-got)
 
 		resp, reused, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodGet, worker: srv.URL})
 		require.NoError(t, err)
 		assert.True(t, reused)
-		assert.Equal(t, "ok", readAll(t, resp))
+		assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 		assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
 	})
 }
@@ -143,7 +115,7 @@ func TestUpstreamSkipsInformationalResponses(t *testing.T) {
 			resp, reused, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: url, body: []byte("{}")})
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
-			assert.Equal(t, "ok", readAll(t, resp))
+			assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 			assert.Equal(t, i == 1, reused)
 		}
 	})
@@ -204,14 +176,14 @@ func TestUpstreamUserinfoBecomesBasicAuth(t *testing.T) {
 		u := strings.Replace(srv.URL, "http://", "http://us%3Aer:p%40ss@", 1)
 		resp, _, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}")})
 		require.NoError(t, err)
-		readAll(t, resp)
+		testutil.ReadAll(t, resp)
 		g := <-got
 		assert.Equal(t, "us:er:p@ss", g[0])
 		assert.Equal(t, strings.TrimPrefix(srv.URL, "http://"), g[1], "no credentials in Host")
 
 		resp, _, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}"), hdr: http.Header{"Authorization": {"Bearer client"}}})
 		require.NoError(t, err)
-		readAll(t, resp)
+		testutil.ReadAll(t, resp)
 		assert.Equal(t, ":", (<-got)[0], "the request's own Authorization is kept")
 	})
 }
@@ -254,13 +226,13 @@ func TestLegClientH1ForHTTPNetHTTPForHTTPS(t *testing.T) {
 	require.NoError(t, err)
 	_, isPending := resp.Body.(pendingBody)
 	assert.True(t, isPending, "http:// goes through h1")
-	assert.Equal(t, `"plain"`, readAll(t, resp))
+	assert.Equal(t, `"plain"`, testutil.ReadAll(t, resp))
 
 	resp, _, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, body: []byte(`"tls"`)})
 	require.NoError(t, err)
 	_, isPending = resp.Body.(pendingBody)
 	assert.False(t, isPending, "https:// goes through net/http")
-	assert.Equal(t, `"tls"`, readAll(t, resp))
+	assert.Equal(t, `"tls"`, testutil.ReadAll(t, resp))
 
 	resp, ue := send(context.Background(), c, &upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, path: "/redirect", body: []byte("{}"), role: "regular"}, nil)
 	if resp != nil {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/server"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/stretchr/testify/assert"
@@ -42,14 +43,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
-
-func freePort(t *testing.T, host string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // startProcess runs bin with args until the test ends, its output in dir/name.log.
 func startProcess(t *testing.T, dir, name, bin string, args ...string) {
@@ -80,7 +73,7 @@ func testAPIServer(t *testing.T) (*kubernetes.Clientset, string) {
 		t.Fatal("PDROUTER_K8S_BIN is not set: run make test-k8s, which builds kube-apiserver and etcd")
 	}
 	dir := t.TempDir()
-	client, peer, api := freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1")
+	client, peer, api := testutil.FreePort(t, "127.0.0.1"), testutil.FreePort(t, "127.0.0.1"), testutil.FreePort(t, "127.0.0.1")
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", client)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
 	startProcess(t, dir, "etcd", filepath.Join(bin, "etcd"), "--data-dir", filepath.Join(dir, "etcd"),
@@ -182,7 +175,7 @@ current-context: test
 	var port int
 	var prefill, decode *fakeworker.Worker
 	for try := 0; try < 20 && decode == nil; try++ {
-		port = freePort(t, "127.0.0.2")
+		port = testutil.FreePort(t, "127.0.0.2")
 		prefill, err = fakeworker.Start(wctx, fakeworker.Config{Mode: engine.RolePrefill, Host: "127.0.0.2", Port: port})
 		if err != nil {
 			continue

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -83,14 +84,6 @@ func newTransport(idle time.Duration) *Transport {
 	return New(idle, clientDoer{http.DefaultClient})
 }
 
-func readAll(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	return string(b)
-}
-
 func TestH1SendsTheRequestAndReusesTheConnection(t *testing.T) {
 	type seen struct {
 		host, ua, trace, ctype, body string
@@ -119,7 +112,7 @@ func TestH1SendsTheRequestAndReusesTheConnection(t *testing.T) {
 		if strings.Contains(path, "stream") {
 			want = "xxxxxx"
 		}
-		assert.Equal(t, want, readAll(t, resp))
+		assert.Equal(t, want, testutil.ReadAll(t, resp))
 		s := <-got
 		assert.Equal(t, seen{strings.TrimPrefix(srv.URL, "http://"), "pdrouter", "00-abc-01", "application/json", `{"n":1}`, 7}, s)
 	}
@@ -143,41 +136,22 @@ func TestH1ConnectionNotReusedAfterEarlyCloseOrConnectionClose(t *testing.T) {
 	resp, reused, err := h1Do(context.Background(), tr, srv.URL+"/close", "{}", nil)
 	require.NoError(t, err)
 	assert.False(t, reused)
-	assert.Len(t, readAll(t, resp), 10000)
+	assert.Len(t, testutil.ReadAll(t, resp), 10000)
 	resp, reused, err = h1Do(context.Background(), tr, srv.URL+"/", "{}", nil)
 	require.NoError(t, err)
 	assert.False(t, reused, "the worker said Connection: close")
-	readAll(t, resp)
+	testutil.ReadAll(t, resp)
 	assert.Equal(t, int32(3), conns.Load())
 }
 
-// rawWorker accepts one connection at a time and hands it to serve after reading a request head.
+// rawWorker accepts connections and hands each to serve after reading a request (head and
+// body), request after request.
 func rawWorker(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					serve(c, br)
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	return testutil.RawServer(t, func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+		_, _ = io.Copy(io.Discard, req.Body)
+		serve(c, br)
+		return true
+	})
 }
 
 func TestH1IdleConnectionClosedByTheWorker(t *testing.T) {
@@ -190,14 +164,14 @@ func TestH1IdleConnectionClosedByTheWorker(t *testing.T) {
 	tr := newTransport(3 * time.Second)
 	resp, _, err := h1Do(context.Background(), tr, url, "{}", nil)
 	require.NoError(t, err)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	<-closed
 	// Idle long enough to be checked: the close is seen and a new connection is dialled.
 	idledSince(tr, strings.TrimPrefix(url, "http://"), 0, time.Now().Add(-time.Second))
 	resp, reused, err := h1Do(context.Background(), tr, url, "{}", nil)
 	require.NoError(t, err)
 	assert.False(t, reused)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	<-closed
 	// Reused at once, unchecked: the request fails on a reused connection, which the retry
 	// loop retries once (SPEC §1.6).
@@ -214,7 +188,7 @@ func TestH1IdleTimeoutRetiresConnections(t *testing.T) {
 		resp, reused, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
 		require.NoError(t, err)
 		assert.False(t, reused)
-		readAll(t, resp)
+		testutil.ReadAll(t, resp)
 		require.Len(t, pooled(tr, host), 1)
 		idledSince(tr, host, 0, time.Now().Add(-4*time.Second))
 	}
@@ -229,7 +203,7 @@ func TestH1IdleTimeoutRetiresConnections(t *testing.T) {
 
 	resp, _, err := h1Do(context.Background(), tr, srv.URL, "{}", nil)
 	require.NoError(t, err)
-	readAll(t, resp)
+	testutil.ReadAll(t, resp)
 	assert.True(t, sweepPending(tr), "a pooled connection schedules a sweep")
 	tr.CloseIdleConnections()
 	assert.Zero(t, poolHosts(tr))
@@ -379,7 +353,7 @@ func TestH1FallsBackForHTTPS(t *testing.T) {
 	require.NoError(t, err)
 	_, isH1 := resp.Body.(*body)
 	assert.False(t, isH1)
-	assert.Equal(t, "streamed", readAll(t, resp))
+	assert.Equal(t, "streamed", testutil.ReadAll(t, resp))
 }
 
 func TestH1DialErrorIsReturned(t *testing.T) {
@@ -407,13 +381,13 @@ func TestH1DoSendsJSONAndReportsReuse(t *testing.T) {
 	resp, reused, err := tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL + "/generate?x=1", Body: []byte(`{"a":1}`), Header: hdr})
 	require.NoError(t, err)
 	assert.False(t, reused)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	assert.Equal(t, seen{"POST", "/generate?x=1", "application/json", "Bearer k", `{"a":1}`, "7"}, <-got)
 
 	resp, reused, err = tr.Do(context.Background(), &Request{Method: http.MethodGet, URL: srv.URL})
 	require.NoError(t, err)
 	assert.True(t, reused)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
 }
 
@@ -451,12 +425,12 @@ func TestH1SkipsInformationalResponses(t *testing.T) {
 	resp, _, err := h1Do(context.Background(), tr, url, "{}", nil)
 	require.NoError(t, err)
 	assert.Equal(t, 200, resp.StatusCode)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	// The connection is still in step: a second request on it works.
 	resp, reused, err := h1Do(context.Background(), tr, url, "{}", nil)
 	require.NoError(t, err)
 	assert.True(t, reused)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 }
 
 // A worker that answers 413 before reading an 8 MiB body and closes: the router gets the 413,
@@ -473,7 +447,7 @@ func TestH1EarlyResponseWhileTheBodyIsWritten(t *testing.T) {
 	resp, _, err := h1Do(context.Background(), tr, url, strings.Repeat("x", 8<<20), nil)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
-	assert.Equal(t, `{"error":"large"}`, readAll(t, resp))
+	assert.Equal(t, `{"error":"large"}`, testutil.ReadAll(t, resp))
 	assert.Empty(t, pooled(tr, strings.TrimPrefix(url, "http://")), "the connection is not reused")
 }
 
@@ -505,14 +479,14 @@ func TestH1UserinfoBecomesBasicAuth(t *testing.T) {
 	tr := newTransport(3 * time.Second)
 	resp, _, err := h1Do(context.Background(), tr, u, "{}", nil)
 	require.NoError(t, err)
-	readAll(t, resp)
+	testutil.ReadAll(t, resp)
 	g := <-got
 	assert.Equal(t, "us:er:p@ss", g[0])
 	assert.Equal(t, strings.TrimPrefix(srv.URL, "http://"), g[1], "no credentials in Host")
 
 	resp, _, err = h1Do(context.Background(), tr, u, "{}", http.Header{"Authorization": {"Bearer client"}})
 	require.NoError(t, err)
-	readAll(t, resp)
+	testutil.ReadAll(t, resp)
 	assert.Equal(t, ":", (<-got)[0], "the request's own Authorization is kept")
 }
 
@@ -548,7 +522,7 @@ func TestH1RejectsInvalidHeaders(t *testing.T) {
 	srv2, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get("X-Ok") })
 	resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", URL: srv2.URL, Header: http.Header{"X-Ok": {"  a\tb "}}})
 	require.NoError(t, err)
-	readAll(t, resp)
+	testutil.ReadAll(t, resp)
 	assert.Equal(t, "a\tb", <-got)
 }
 
@@ -560,7 +534,7 @@ func TestH1RequestTarget(t *testing.T) {
 	for url, want := range map[string]string{srv.URL + "?x=1": "/?x=1", srv.URL + "/a?b=2#frag": "/a?b=2"} {
 		resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", URL: url})
 		require.NoError(t, err)
-		readAll(t, resp)
+		testutil.ReadAll(t, resp)
 		assert.Equal(t, want, <-got)
 	}
 	// Path is sent as if joined to URL (a worker's base URL and a route).
@@ -573,7 +547,7 @@ func TestH1RequestTarget(t *testing.T) {
 	} {
 		resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", URL: c.base, Path: c.path})
 		require.NoError(t, err)
-		readAll(t, resp)
+		testutil.ReadAll(t, resp)
 		assert.Equal(t, c.want, <-got, "%s + %s", c.base, c.path)
 	}
 }
@@ -624,7 +598,7 @@ func TestH1Deadline(t *testing.T) {
 	defer cancel()
 	resp, _, err := h1Do(first, tr, srv.URL+"/fast", "{}", nil)
 	require.NoError(t, err)
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	require.Len(t, pooled(tr, host), 1)
 	// Once the first exchange's deadline has passed, and idle past peekAfter: reuse runs the
 	// liveness check, which the connection passes.
@@ -633,7 +607,7 @@ func TestH1Deadline(t *testing.T) {
 	resp, reused, err := h1Do(context.Background(), tr, srv.URL+"/fast", "{}", nil)
 	require.NoError(t, err)
 	assert.True(t, reused, "the connection came back after its exchange's deadline")
-	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 	assert.EqualValues(t, 1, conns.Load())
 
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
