@@ -39,7 +39,7 @@ var importRules = map[string]importRule{
 	// Live KV-event subscription: ZeroMQ (pure Go) and msgpack.
 	"router/kvevents": {repo: []string{"router/kvindex"}, external: append([]string{"github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...), forbidStd: noHTTP},
 	// The real tokenizer and chat templates (a Jinja engine).
-	"router/tokenize": {external: []string{"github.com/ardanlabs/jinja"}, forbidStd: noHTTP},
+	"router/tokenize": {external: []string{"github.com/ardanlabs/jinja", "golang.org/x/text/"}, forbidStd: noHTTP},
 	"workloads":       {repo: []string{"router/wire"}, external: gonum},
 	"reports":         {external: []string{"gonum.org/v1/gonum/", "gonum.org/v1/plot"}},
 	// sim/internal/heapq is the (at, seq) min-heap of sim and sim/engine: stdlib only.

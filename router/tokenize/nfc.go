@@ -3,148 +3,93 @@ package tokenize
 import (
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
-//go:generate go run gen_nfc.go
-
-// nfc returns s in Unicode Normalization Form C (tokenizer.json's "NFC" normalizer): canonical
-// decomposition, canonical ordering of combining marks, canonical composition (UAX #15), over the
-// tables in nfc_tables.go.
+// nfc returns s in Unicode Normalization Form C, as tokenizer.json's "NFC" normalizer computes
+// it (TestNFCMatchesOracle). norm.NFC does the work but for two kinds of segment (a code point
+// and the marks that may combine or reorder with it), where golang.org/x/text v0.36.0 answers
+// otherwise and nfcSegment composes instead:
+//   - a code point above U+FFFF with marks: norm's composition lookup keeps the low 16 bits of a
+//     code point, so U+11F41 U+0301 U+0323 becomes U+1F45 U+0323 (golang/go#81028);
+//   - more than 30 marks: norm inserts U+034F after the 30th (UAX #15's Stream-Safe Text Format),
+//     which tokenizers and String.prototype.normalize do not.
 func nfc(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0xCC { // U+0300 and up: the first code point that NFC can change
-			return nfcSlow(s, i)
-		}
+	// Nothing below U+0300 (UTF-8 lead byte 0xCC) changes under NFC.
+	k := 0
+	for k < len(s) && s[k] < 0xCC {
+		k++
 	}
-	return s
-}
-
-// nfcFlag marks the code points below nfcFlagMax that NFC may change or that may combine with
-// what precedes them: decomposable, a non-zero combining class, or the second of a composition
-// pair. A string without one is already in NFC.
-const nfcFlagMax = 0x30000
-
-var nfcFlag = func() *[nfcFlagMax / 64]uint64 {
-	var f [nfcFlagMax / 64]uint64
-	set := func(r rune) {
-		if r < nfcFlagMax {
-			f[r/64] |= 1 << (r % 64)
-		}
-	}
-	for r := range nfcCCC {
-		set(r)
-	}
-	for r := range nfcDecomp {
-		set(r)
-	}
-	for k := range nfcComp {
-		set(rune(uint32(k)))
-	}
-	for r := rune(hangulV); r < hangulV+hangulVCount; r++ {
-		set(r)
-	}
-	for r := rune(hangulT + 1); r < hangulT+hangulTCount; r++ {
-		set(r)
-	}
-	return &f
-}()
-
-func flagged(r rune) bool { return r < nfcFlagMax && nfcFlag[r/64]&(1<<(r%64)) != 0 }
-
-// Hangul syllable arithmetic (Unicode §3.12).
-const (
-	hangulS      = 0xAC00
-	hangulL      = 0x1100
-	hangulV      = 0x1161
-	hangulT      = 0x11A7
-	hangulLCount = 19
-	hangulVCount = 21
-	hangulTCount = 28
-	hangulNCount = hangulVCount * hangulTCount
-	hangulSCount = hangulLCount * hangulNCount
-)
-
-func nfcSlow(s string, from int) string {
-	// Quick check: nothing flagged, nothing to do.
-	i := from
-	for i < len(s) {
-		r, w := utf8.DecodeRuneInString(s[i:])
-		if flagged(r) {
-			break
-		}
-		i += w
-	}
-	if i == len(s) {
+	if k == len(s) {
 		return s
 	}
-	// Normalize from the last starter before the first flagged code point (a code point that is
-	// not flagged has combining class 0).
-	start := i
-	for start > 0 {
-		r, w := utf8.DecodeLastRuneInString(s[:start])
-		start -= w
-		if nfcCCC[r] == 0 {
-			break
-		}
+	// norm's quick check: s[:n] is in NFC and s[n] starts a segment.
+	n := norm.NFC.QuickSpanString(s)
+	if n == len(s) {
+		return s
 	}
-	var d []rune
-	for _, r := range s[start:] {
-		d = decompose(d, r)
-	}
-	order(d)
-	d = compose(d)
 	var b strings.Builder
-	b.Grow(len(s))
-	b.WriteString(s[:start])
-	for _, r := range d {
-		b.WriteRune(r)
+	done := 0 // s[:done] is in b
+	for i := n; i < len(s); {
+		j, exact := nextSegment(s, i)
+		if exact {
+			b.WriteString(norm.NFC.String(s[done:i]))
+			b.WriteString(nfcSegment(s[i:j]))
+			done = j
+		}
+		i = j
 	}
+	if done == 0 {
+		return norm.NFC.String(s)
+	}
+	b.WriteString(norm.NFC.String(s[done:]))
 	return b.String()
 }
 
-func decompose(d []rune, r rune) []rune {
-	if hangulS <= r && r < hangulS+hangulSCount {
-		si := r - hangulS
-		d = append(d, hangulL+si/hangulNCount, hangulV+(si%hangulNCount)/hangulTCount)
-		if t := si % hangulTCount; t != 0 {
-			d = append(d, hangulT+t)
+// nextSegment returns the end of the segment that starts at s[i] and whether it needs
+// nfcSegment. A code point decomposes to at most 3 marks, so norm's 30-mark limit needs more
+// than 10 code points.
+func nextSegment(s string, i int) (end int, exact bool) {
+	r, w := utf8.DecodeRuneInString(s[i:])
+	wide, n := r > 0xFFFF, 1
+	for end = i + w; end < len(s); end += w {
+		p := norm.NFC.PropertiesString(s[end:])
+		if p.BoundaryBefore() || p.Size() == 0 { // Size 0: not UTF-8
+			break
 		}
-		return d
+		w = p.Size()
+		wide = wide || w == 4
+		n++
 	}
-	if dec, ok := nfcDecomp[r]; ok {
-		for _, x := range dec {
-			d = append(d, x)
-		}
-		return d
-	}
-	return append(d, r)
+	return end, (n > 10 || wide && n > 1) && utf8.ValidString(s[i:end]) // nfcSegment takes runes
 }
 
-// order sorts each run of non-starters by combining class, stably.
-func order(d []rune) {
-	for i := 1; i < len(d); i++ {
-		c := nfcCCC[d[i]]
-		if c == 0 {
-			continue
-		}
-		for j := i; j > 0; j-- {
-			p := nfcCCC[d[j-1]]
-			if p == 0 || p <= c {
-				break
-			}
-			d[j-1], d[j] = d[j], d[j-1]
+// nfcSegment composes one segment as UAX #15 does, asking norm only about one or two code
+// points at a time: decompositions, combining classes, and primary composites.
+func nfcSegment(seg string) string {
+	d := make([]rune, 0, 2*len(seg))
+	for _, r := range seg {
+		d = append(d, []rune(norm.NFD.String(string(r)))...)
+	}
+	ccc := make([]uint8, len(d))
+	for k, r := range d {
+		ccc[k] = norm.NFD.PropertiesString(string(r)).CCC()
+	}
+	// Canonical ordering: a stable sort of each run of marks by combining class.
+	for k := 1; k < len(d); k++ {
+		for m := k; m > 0 && ccc[m] != 0 && ccc[m-1] > ccc[m]; m-- {
+			d[m-1], d[m] = d[m], d[m-1]
+			ccc[m-1], ccc[m] = ccc[m], ccc[m-1]
 		}
 	}
-}
-
-// compose applies canonical composition in place.
-func compose(d []rune) []rune {
+	// Canonical composition: a mark joins the last starter unless blocked by a starter or a mark
+	// of the same or a higher class between them.
 	out := d[:0]
-	starter := -1
-	lastCC := -1
-	for _, r := range d {
-		cc := int(nfcCCC[r])
-		if starter >= 0 && (len(out)-1 == starter || (lastCC != 0 && lastCC < cc)) {
+	starter, lastCC := -1, -1
+	for k, r := range d {
+		cc := int(ccc[k])
+		if starter >= 0 && (len(out)-1 == starter || lastCC != 0 && lastCC < cc) {
 			if c, ok := composePair(out[starter], r); ok {
 				out[starter] = c
 				continue
@@ -156,16 +101,16 @@ func compose(d []rune) []rune {
 		lastCC = cc
 		out = append(out, r)
 	}
-	return out
+	return string(out)
 }
 
+// composePair returns the primary composite of a and b, if there is one: what norm composes
+// them to, unless that is not canonically equivalent to them (golang/go#81028).
 func composePair(a, b rune) (rune, bool) {
-	if hangulL <= a && a < hangulL+hangulLCount && hangulV <= b && b < hangulV+hangulVCount {
-		return hangulS + ((a-hangulL)*hangulVCount+(b-hangulV))*hangulTCount, true
+	s := norm.NFC.String(string(a) + string(b))
+	c, n := utf8.DecodeRuneInString(s)
+	if n != len(s) || norm.NFD.String(s) != norm.NFD.String(string(a))+string(b) {
+		return 0, false
 	}
-	if hangulS <= a && a < hangulS+hangulSCount && (a-hangulS)%hangulTCount == 0 && hangulT < b && b < hangulT+hangulTCount {
-		return a + (b - hangulT), true
-	}
-	c, ok := nfcComp[uint64(a)<<32|uint64(b)]
-	return c, ok
+	return c, true
 }

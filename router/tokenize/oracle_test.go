@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/pdrouter/pdrouter/internal/testutil"
+	"golang.org/x/text/unicode/norm"
 )
 
 // The oracle: node running testdata/oracle.js over the npm packages `make tokenizer-oracle`
@@ -403,8 +404,8 @@ func equalIDs(a, b []uint32) bool {
 // strings of them mixed with plain letters, Hangul jamo and syllables.
 func nfcCorpus() []string {
 	var pool []rune
-	for r := rune(0); r < nfcFlagMax; r++ {
-		if flagged(r) {
+	for r := rune(0); r < 0x30000; r++ { // no canonical decomposition or combining mark lies above
+		if p := norm.NFC.PropertiesString(string(r)); !p.BoundaryBefore() || p.Decomposition() != nil {
 			pool = append(pool, r)
 		}
 	}
