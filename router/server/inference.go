@@ -322,8 +322,13 @@ var (
 // came), errClientGone, errRequestTimeout (after an error event and [DONE]), or the upstream
 // error naming r's worker (after an error event and [DONE]); a failure after [DONE] is a clean
 // end.
-func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest) error {
-	buf := make([]byte, relayBufSize)
+//
+// buf is the read buffer (nil: one of relayBufSize is made); it may be the one body's first
+// bytes were held in (heldBody), which the reads then overwrite as they are relayed.
+func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest, buf []byte) error {
+	if buf == nil {
+		buf = make([]byte, relayBufSize)
+	}
 	pb, _ := body.(pendingBody)
 	var err error
 	for err == nil {

@@ -21,9 +21,6 @@ const prefillGrace = 10 * time.Second
 // maxPrefillBody bounds a prefill answer (one JSON object or one SSE event).
 const maxPrefillBody = 64 << 20
 
-// errPrefillGrace cancels a prefill leg that outlived its response by prefillGrace.
-var errPrefillGrace = fmt.Errorf("prefill leg still running %s after its response ended", prefillGrace)
-
 // legResult is how a prefill leg ended: its answer, or its error.
 type legResult struct {
 	body []byte
@@ -44,11 +41,12 @@ type pdAttempt struct {
 
 	// The prefill leg may outlive the handler (prefillGrace): its context has the request's
 	// deadline but not its cancellation, and cancelPrefill ends it. Decode's context is the
-	// request's, and cancelDecode ends it with prefill's failure as the cause.
+	// request's, and cancelDecode ends it (prefill failed first). Why a leg was cancelled is
+	// the state's to say (router.PDAttempt), not the contexts'.
 	prefillCtx    context.Context
-	cancelPrefill context.CancelCauseFunc
+	cancelPrefill context.CancelFunc
 	decodeCtx     context.Context
-	cancelDecode  context.CancelCauseFunc
+	cancelDecode  context.CancelFunc
 
 	mu          sync.Mutex // protects the fields below
 	state       router.PDAttempt
@@ -124,7 +122,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		decode = router.Success
 		return attemptResult{status: resp.StatusCode}
 	}
-	err := s.relayStream(ctx, s.newStreamWriter(x, pre, router.Decode), &heldBody{held: held, end: end, body: resp.Body}, &a.decode)
+	// The relay reads into held's buffer: held is relayed first, in place.
+	err := s.relayStream(ctx, s.newStreamWriter(x, pre, router.Decode), &heldBody{held: held, end: end, body: resp.Body}, &a.decode, held[:cap(held)])
 	if res, decode = s.streamEnd(err, resp.StatusCode); decode == router.Failure {
 		s.metrics.DecodeFailures.Inc()
 	}
@@ -153,18 +152,13 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"}}
 	// Not derived from ctx: the leg may outlive the handler.
-	var base context.Context
-	base, a.cancelPrefill = context.WithCancelCause(context.Background())
-	a.prefillCtx = base
-	stopDeadline := context.CancelFunc(func() {})
 	if dl, ok := ctx.Deadline(); ok {
-		a.prefillCtx, stopDeadline = context.WithDeadline(base, dl)
+		a.prefillCtx, a.cancelPrefill = context.WithDeadline(context.Background(), dl)
+	} else {
+		a.prefillCtx, a.cancelPrefill = context.WithCancel(context.Background())
 	}
-	a.decodeCtx, a.cancelDecode = context.WithCancelCause(ctx)
-	go func() {
-		defer stopDeadline()
-		a.runPrefill()
-	}()
+	a.decodeCtx, a.cancelDecode = context.WithCancel(ctx)
+	go a.runPrefill()
 	return a
 }
 
@@ -204,9 +198,9 @@ func (a *pdAttempt) runPrefill() {
 	}
 	a.mu.Unlock()
 	a.d.Done(router.Prefill, outcome)
-	a.cancelPrefill(nil) // the leg is over: release its context
+	a.cancelPrefill() // the leg is over: release its context
 	if cancelDecode {
-		a.cancelDecode(ue)
+		a.cancelDecode()
 	}
 	if ue != nil && ue.Status == 0 && outcome == router.Failure && connFailure(ue.Err) {
 		a.s.hc.suspect(a.prefill.worker)
@@ -310,7 +304,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	decode := a.state.Outcome(router.Decode)
 	a.mu.Unlock()
 	if cancelPrefill {
-		a.cancelPrefill(ue)
+		a.cancelPrefill()
 	}
 	if !ok || first == nil { // cannot happen: a failure before the commit was recorded
 		first = &upstreamError{Worker: a.decode.worker, Role: "decode", Err: errors.New("attempt failed before its commit")}
@@ -344,15 +338,15 @@ func (a *pdAttempt) blame(f router.PDFailureReport, first *upstreamError) *upstr
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
-	a.cancelDecode(nil)
+	a.cancelDecode()
 	if ctx.Err() != nil {
-		a.cancelPrefill(context.Cause(ctx))
+		a.cancelPrefill()
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.rids)
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.prefillOver {
-		a.grace = time.AfterFunc(prefillGrace, func() { a.cancelPrefill(errPrefillGrace) })
+		a.grace = time.AfterFunc(prefillGrace, a.cancelPrefill)
 	}
 }

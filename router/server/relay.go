@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// relayBufSize is the read buffer of one relayed stream. One read returns everything the
-// upstream connection has buffered (up to this size), so flushing after each read is
-// flushing "when the upstream has nothing more buffered" (SPEC §1.4).
-const relayBufSize = 16 << 10
+// relayBufSize is the read buffer of one relayed stream: the h1 transport's read buffer, so
+// that one read returns everything the upstream connection has buffered, and flushing after
+// each read is flushing "when the upstream has nothing more buffered" (SPEC §1.4).
+const relayBufSize = 4 << 10
 
 // readFirst reads the part of decode's reply that the PD path holds before it commits the
 // head: for a stream, up to its first complete event with data; otherwise all of it, failing

@@ -338,7 +338,16 @@ func serialize(r *Request, tg *target) ([]byte, error) {
 	if size <= inlineBody {
 		inline = size
 	}
-	w := make([]byte, 0, 512+len(tg.host)+len(tg.uri)+len(tg.path)+inline)
+	// The head's size, so that it takes one allocation: the fixed lines (request line, Host,
+	// User-Agent, Authorization, Content-Type, Content-Length and the blank line) in 160
+	// bytes beside their variable parts, and each header line.
+	n := 160 + len(r.Method) + len(tg.uri) + len(tg.path) + len(tg.host) + len(tg.auth) + inline
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	w := make([]byte, 0, n)
 	w = append(w, r.Method...)
 	w = append(w, ' ')
 	w = appendTarget(w, tg)

@@ -625,3 +625,21 @@ func TestH1Deadline(t *testing.T) {
 	_, _, err = h1Do(past, tr, srv.URL+"/fast", "{}", nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// serialize writes a request's head and small body in one allocation of the right size.
+func TestSerializeAllocatesOnce(t *testing.T) {
+	r := &Request{Method: http.MethodPost, URL: "http://u:p@127.0.0.1:9/", Path: "/generate",
+		Header: http.Header{"Traceparent": {"00-" + strings.Repeat("a", 50)}, "X-Request-Id": {"abc"}},
+		Pieces: [][]byte{[]byte(`{"text":"`), []byte(strings.Repeat("x", 900)), []byte(`"}`)}}
+	tg, ok := parseURL(r.URL)
+	require.True(t, ok)
+	tg.path = r.Path
+	var head []byte
+	allocs := testing.AllocsPerRun(10, func() {
+		var err error
+		head, err = serialize(r, &tg)
+		require.NoError(t, err)
+	})
+	assert.Equal(t, 1.0, allocs)
+	assert.LessOrEqual(t, cap(head)-len(head), 160+len(tg.auth), "sized to the head, not rounded up to a guess")
+}
