@@ -73,22 +73,19 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 	if p.kv == nil || len(req.Tokens) == 0 {
 		idx, reason, rate := p.choose(req, ts)
 		p.tree.Insert(req.Text, ts[idx].name)
-		return Pick{Index: idx, Reason: reason, MatchRate: rate}, nil
+		return Pick{Index: idx, Reason: reason, MatchRate: rate, Signal: reasonSignal(reason, req.loads)}, nil
 	}
 	pk := p.chooseKV(now, req, ts)
+	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
 	p.tree.Insert(req.Text, ts[pk.Index].name)
 	return pk, nil
 }
 
-// imbalanced reports whether the loads of ts are imbalanced (max−min > abs and max > min·rel).
-func (p *CacheAware) imbalanced(ts []*Target) bool {
-	minL, maxL := ts[0].Load(), ts[0].Load()
-	for _, t := range ts[1:] {
-		l := t.Load()
-		minL, maxL = min(minL, l), max(maxL, l)
-	}
-	return maxL-minL > p.cfg.BalanceAbsThreshold && float64(maxL) > float64(minL)*p.cfg.BalanceRelThreshold
+// imbalanced reports whether the loads of ts, compared as c says, are imbalanced
+// (max−min > abs and max > min·rel).
+func (p *CacheAware) imbalanced(c loadCmp, ts []*Target) bool {
+	return imbalancedBy(c, ts, p.cfg.BalanceAbsThreshold, p.cfg.BalanceRelThreshold)
 }
 
 // chooseKV is choose with the KV event index (see Pick).
@@ -97,8 +94,8 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	for _, t := range ts {
 		p.ids = append(p.ids, t.kvID)
 	}
-	if p.imbalanced(ts) {
-		i := leastLoaded(ts)
+	if p.imbalanced(req.loads, ts) {
+		i := leastBy(req.loads, ts)
 		p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, p.ids[i:i+1], now)
 		return p.kvPick(i, ReasonImbalance, 0, p.matched[0])
 	}
@@ -128,14 +125,14 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 		if m := p.matched[i]; m >= 0 {
 			rate = float64(m*p.page) / float64(len(req.Tokens))
 		}
-		if best < 0 || rate > bestRate || (rate == bestRate && t.Load() < ts[best].Load()) {
+		if best < 0 || rate > bestRate || (rate == bestRate && req.loads.less(t, ts[best])) {
 			best, bestRate = i, rate
 		}
 	}
 	if bestRate > p.cfg.CacheThreshold {
 		return p.kvPick(best, ReasonCacheHit, bestRate, p.matched[best])
 	}
-	i := leastLoaded(ts)
+	i := leastBy(req.loads, ts)
 	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i])
 }
 
@@ -234,8 +231,8 @@ func (m tokenMatcher) addPending(id kvindex.TargetID, q *Request, page int, now 
 }
 
 func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
-	if p.imbalanced(ts) {
-		return leastLoaded(ts), ReasonImbalance, 0
+	if p.imbalanced(req.loads, ts) {
+		return leastBy(req.loads, ts), ReasonImbalance, 0
 	}
 	var matched int
 	matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
@@ -244,31 +241,39 @@ func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
 		rate = float64(matched) / float64(n)
 	}
 	if rate > p.cfg.CacheThreshold {
-		if i := p.bestTenant(ts); i >= 0 {
+		if i := p.bestTenant(req.loads, ts); i >= 0 {
 			return i, ReasonCacheHit, rate
 		}
 	}
-	return leastLoaded(ts), ReasonCacheMiss, rate
+	return leastBy(req.loads, ts), ReasonCacheMiss, rate
 }
 
-// bestTenant returns the index in ts of the least-loaded available target among the matched
-// tenants (ties: lowest index), or -1 if none of them is available. Targets are stamped with
-// their index for this Pick, so the cost is O(len(ts) + tenants), not their product.
-func (p *CacheAware) bestTenant(ts []*Target) int {
+// bestTenant returns the index in ts of the least-loaded (by c) available target among the
+// matched tenants (ties: lowest index), or -1 if none of them is available. Targets are stamped
+// with their index for this Pick, so the cost is O(len(ts) + tenants), not their product.
+func (p *CacheAware) bestTenant(c loadCmp, ts []*Target) int {
 	p.stamp(ts)
 	best := -1
-	var bestLoad int64
 	for _, name := range p.tenants {
 		t := p.byName[name]
 		if t == nil || t.pickEpoch != p.epoch {
 			continue // not available now, or no longer registered
 		}
-		i, l := t.pickIndex, t.Load()
-		if best < 0 || l < bestLoad || (l == bestLoad && i < best) {
-			best, bestLoad = i, l
+		i := t.pickIndex
+		if best < 0 || c.less(t, ts[best]) || (!c.less(ts[best], t) && i < best) {
+			best = i
 		}
 	}
 	return best
+}
+
+// reasonSignal is the Signal of a cache_aware choice made for reason, loads compared by c: the
+// match for a hit, the loads otherwise.
+func reasonSignal(reason Reason, c loadCmp) Signal {
+	if reason == ReasonCacheHit {
+		return SignalCacheMatch
+	}
+	return c.signal()
 }
 
 // stamp marks ts with their index for the Pick in progress (a new epoch), so a tenant name

@@ -14,10 +14,11 @@ const (
 	PolicyRoundRobin = "round_robin"
 	PolicyPowerOfTwo = "power_of_two"
 	PolicyCacheAware = "cache_aware"
+	PolicyLeastLoad  = "least_load"
 )
 
 // PolicyNames lists the policies in the order --help shows them.
-var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo}
+var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad}
 
 // DP rank field styles for --dp-rank-fields (SPEC §1.4).
 const (
@@ -55,7 +56,7 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random or power_of_two"`                                                                                                                        // default cache_aware
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two or least_load"`                                                                                                                        // default cache_aware
 	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                      // "" = --policy
 	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                         // "" = --policy
 	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"` // default 0.3
@@ -68,6 +69,13 @@ type Config struct {
 	// MaxTreeTotalChars bounds the characters held by one tree overall
 	// (--max-tree-total-chars, default 2^30).
 	MaxTreeTotalChars int `json:"max_tree_total_chars" yaml:"max_tree_total_chars" help:"cache_aware: characters one tree may hold in all before LRU eviction (memory guard)"`
+
+	// Engine load: what the workers' engines report of their load (SGLang's /v1/loads, or
+	// its Prometheus gauges), read by the policies when fresh for every candidate (SPEC §1.2,
+	// "loads"), and the overload bounds under which a worker is passed over.
+	LoadReportMaxAgeMs           int     `json:"load_report_max_age_ms" yaml:"load_report_max_age_ms" help:"engine load reports older than this count as absent (the policies fall back to the router's in-flight counts), ms; 0: never use them"` // default 1000
+	WorkerOverloadTokenUsage      float64 `json:"worker_overload_token_usage" yaml:"worker_overload_token_usage" help:"a worker whose engine reports KV token usage at or above this, in (0,1], is passed over while another is below it; all over: 503 with Retry-After; 0: off"`
+	WorkerOverloadWaitingRequests int     `json:"worker_overload_waiting_requests" yaml:"worker_overload_waiting_requests" help:"a worker whose engine reports this many waiting requests or more is passed over while another has fewer; all over: 503 with Retry-After; 0: off"`
 
 	// DP awareness.
 	DPAware      bool   `json:"dp_aware" yaml:"dp_aware"`
@@ -125,6 +133,7 @@ func DefaultConfig() Config {
 		HealthFailureThreshold:  3,
 		HealthSuccessThreshold:  2,
 		HealthCheckEndpoint:     "/health",
+		LoadReportMaxAgeMs:      1000,
 	}
 }
 
@@ -295,8 +304,19 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("max_tree_size", "--max-tree-size %d must be ≥ 1", c.MaxTreeSize)
 	case c.MaxTreeTotalChars < 1:
 		return SettingErrorf("max_tree_total_chars", "--max-tree-total-chars %d must be ≥ 1", c.MaxTreeTotalChars)
+	case c.LoadReportMaxAgeMs < 0:
+		return SettingErrorf("load_report_max_age_ms", "--load-report-max-age-ms %d must be ≥ 0", c.LoadReportMaxAgeMs)
+	case !(c.WorkerOverloadTokenUsage >= 0 && c.WorkerOverloadTokenUsage <= 1):
+		return SettingErrorf("worker_overload_token_usage", "--worker-overload-token-usage %g is outside [0,1] (0: off)", c.WorkerOverloadTokenUsage)
+	case c.WorkerOverloadWaitingRequests < 0:
+		return SettingErrorf("worker_overload_waiting_requests", "--worker-overload-waiting-requests %d must be ≥ 0 (0: off)", c.WorkerOverloadWaitingRequests)
 	}
 	return nil
+}
+
+// LoadReportMaxAge is LoadReportMaxAgeMs as a duration.
+func (c Config) LoadReportMaxAge() time.Duration {
+	return time.Duration(c.LoadReportMaxAgeMs) * time.Millisecond
 }
 
 func (c Config) validateReliability() error {

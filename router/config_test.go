@@ -40,7 +40,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"decode without pd", func(c *Config) { c.Decode = []string{"http://a:1"} }, "--decode needs --pd-disaggregation"},
 		{"prefill policy without pd", func(c *Config) { c.PrefillPolicy = PolicyRandom }, "--prefill-policy needs --pd-disaggregation"},
 		{"worker urls with pd", func(c *Config) { c.PDDisaggregation = true; c.WorkerURLs = []string{"http://a:1"} }, "--worker-urls is for regular mode"},
-		{"bad policy", func(c *Config) { c.Policy = "least_load" }, `--policy "least_load" is not one of cache_aware, round_robin, random, power_of_two`},
+		{"bad policy", func(c *Config) { c.Policy = "bucket" }, `--policy "bucket" is not one of cache_aware, round_robin, random, power_of_two, least_load`},
 		{"bad decode policy", func(c *Config) { c.PDDisaggregation = true; c.DecodePolicy = "x" }, `--decode-policy "x"`},
 		{"bad url", func(c *Config) { c.WorkerURLs = []string{"localhost:30000"} }, "--worker-urls: worker URL"},
 		{"duplicate url", func(c *Config) {

@@ -55,11 +55,11 @@ func TestCacheAwareKVIndexFindsWhatTheTreeCannot(t *testing.T) {
 	plain := cacheAware(0.3, 5, 2, ts)
 	pk, err := plain.Pick(epoch, &Request{Text: req.Text, Tokens: prompt}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, Signal: SignalInFlight}, pk)
 
 	pk, err = p.Pick(epoch, req, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 32.0 / 40, KVIndex: true, PredictedCachedTokens: 32}, pk)
+	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 32.0 / 40, KVIndex: true, PredictedCachedTokens: 32, Signal: SignalCacheMatch}, pk)
 
 	// A prefix below the threshold (8 of 40 tokens = 0.2) does not attract it.
 	ts2 := mkTargets(0, 1)
@@ -67,7 +67,7 @@ func TestCacheAwareKVIndexFindsWhatTheTreeCannot(t *testing.T) {
 	store(ix2, ts2[1], prompt[:8])
 	pk, err = p2.Pick(epoch, &Request{Text: "x", Tokens: prompt}, ts2)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 0.2, KVIndex: true}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 0.2, KVIndex: true, Signal: SignalInFlight}, pk)
 
 	// Equal matches: the least loaded, then the lowest index.
 	ts3 := mkTargets(3, 2, 2)
@@ -77,7 +77,7 @@ func TestCacheAwareKVIndexFindsWhatTheTreeCannot(t *testing.T) {
 	}
 	pk, err = p3.Pick(epoch, &Request{Text: "x", Tokens: prompt}, ts3)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 1, KVIndex: true, PredictedCachedTokens: 40}, pk)
+	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 1, KVIndex: true, PredictedCachedTokens: 40, Signal: SignalCacheMatch}, pk)
 }
 
 func TestCacheAwareKVIndexStaleTargetUsesTree(t *testing.T) {
@@ -91,7 +91,7 @@ func TestCacheAwareKVIndexStaleTargetUsesTree(t *testing.T) {
 	pk, err := p.Pick(epoch, req, ts)
 	require.NoError(t, err)
 	// Target 1 is fresh and holds nothing in the index (rate 0); target 0's tree rate wins.
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheHit, MatchRate: 30.0 / float64(len(text))}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheHit, MatchRate: 30.0 / float64(len(text)), Signal: SignalCacheMatch}, pk)
 	require.Zero(t, ix.Pending(ts[0].kvID), "a stale target takes no pending entries")
 
 	// A better index match on a fresh target beats the stale one's tree match (32 of 38 runes).
@@ -99,7 +99,7 @@ func TestCacheAwareKVIndexStaleTargetUsesTree(t *testing.T) {
 	text2 := text[:30] + " another"
 	pk, err = p.Pick(epoch, &Request{Text: text2, Tokens: req.Tokens}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 0.9, KVIndex: true, PredictedCachedTokens: 36}, pk)
+	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 0.9, KVIndex: true, PredictedCachedTokens: 36, Signal: SignalCacheMatch}, pk)
 	// The tree was kept warm for both picks: the fallback knows what each was sent.
 	matched, tenants := p.tree.PrefixMatch(text2, nil)
 	require.Equal(t, len(text2), matched)
@@ -108,7 +108,7 @@ func TestCacheAwareKVIndexStaleTargetUsesTree(t *testing.T) {
 	// Without tokens the index is not consulted: today's rule, byte for byte.
 	pk, err = p.Pick(epoch, &Request{Text: text}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheHit, MatchRate: 1}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheHit, MatchRate: 1, Signal: SignalCacheMatch}, pk)
 }
 
 func TestCacheAwareKVIndexImbalanceWins(t *testing.T) {
@@ -120,7 +120,7 @@ func TestCacheAwareKVIndexImbalanceWins(t *testing.T) {
 	store(ix, ts[1], prompt[:12])
 	pk, err := p.Pick(epoch, &Request{Text: "x", Tokens: prompt}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonImbalance, KVIndex: true, PredictedCachedTokens: 12}, pk)
+	require.Equal(t, Pick{Index: 1, Reason: ReasonImbalance, KVIndex: true, PredictedCachedTokens: 12, Signal: SignalInFlight}, pk)
 }
 
 // TestCacheAwareKVIndexPendingBurst routes a burst of siblings through a Router: the pending

@@ -15,6 +15,8 @@ type Pick struct {
 	// KVIndex: the chosen target's cache was predicted from the KV event index (cache_aware
 	// with an index and a request with tokens, the target's view not stale).
 	KVIndex bool
+	// Signal is what the choice rested on (see Leg.Signal).
+	Signal Signal
 	// PredictedCachedTokens: with KVIndex, the chosen target's matched blocks · page size.
 	PredictedCachedTokens int
 }
@@ -49,6 +51,8 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 		return &RoundRobin{}, nil
 	case PolicyPowerOfTwo:
 		return &PowerOfTwo{rng: rng}, nil
+	case PolicyLeastLoad:
+		return &LeastLoad{}, nil
 	case PolicyCacheAware:
 		return NewCacheAware(CacheAwareConfig{
 			CacheThreshold:      cfg.CacheThreshold,
@@ -61,16 +65,6 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))
 }
 
-// leastLoaded returns the index of the target with the lowest load, the lowest index on ties.
-func leastLoaded(ts []*Target) int {
-	best, bestLoad := 0, ts[0].Load()
-	for i := 1; i < len(ts); i++ {
-		if l := ts[i].Load(); l < bestLoad {
-			best, bestLoad = i, l
-		}
-	}
-	return best
-}
 
 // Random picks uniformly among the available targets.
 type Random struct{ rng *rand.Rand }
@@ -110,8 +104,9 @@ var _ Policy = (*PowerOfTwo)(nil)
 // Name returns "power_of_two".
 func (*PowerOfTwo) Name() string { return PolicyPowerOfTwo }
 
-// Pick draws two distinct indices and keeps the lower load.
-func (p *PowerOfTwo) Pick(_ time.Time, _ *Request, ts []*Target) (Pick, error) {
+// Pick draws two distinct indices and keeps the lower load (engine reports when fresh for
+// every candidate, else in-flight counts: see loadCmp).
+func (p *PowerOfTwo) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
 	if len(ts) == 1 {
 		return Pick{Index: 0, Reason: ReasonOnlyTarget}, nil
 	}
@@ -120,8 +115,58 @@ func (p *PowerOfTwo) Pick(_ time.Time, _ *Request, ts []*Target) (Pick, error) {
 	if b >= a {
 		b++
 	}
-	if ts[b].Load() < ts[a].Load() {
+	if req.loads.less(ts[b], ts[a]) {
 		a = b
 	}
-	return Pick{Index: a, Reason: ReasonPowerOfTwo}, nil
+	return Pick{Index: a, Reason: ReasonPowerOfTwo, Signal: req.loads.signal()}, nil
+}
+
+// LeastLoad picks the target with the least expected wait when every candidate has a fresh
+// engine report (smg's least_load), and the least in-flight requests otherwise (lowest index
+// on ties):
+//   - prefill and regular targets by queued uncached prompt tokens (the engine's, plus those
+//     routed since its report) ÷ the target's prefill rate, learned from its reports (uncached
+//     tokens worked off per second); while a candidate's rate is unknown, by the tokens alone;
+//   - decode targets by their fullness: the larger of requests (running, waiting and routed
+//     since) ÷ max_running_requests, and KV token usage.
+//
+// Ties are broken as loadCmp compares (waiting requests, then in-flight).
+type LeastLoad struct{}
+
+var _ Policy = (*LeastLoad)(nil)
+
+// Name returns "least_load".
+func (*LeastLoad) Name() string { return PolicyLeastLoad }
+
+// Pick returns the least loaded target as LeastLoad's doc says.
+func (*LeastLoad) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
+	if !req.loads.engine {
+		return Pick{Index: leastBy(req.loads, ts), Reason: ReasonLeastLoad, Signal: SignalInFlight}, nil
+	}
+	decode := ts[0].worker.role == Decode
+	rates := !decode
+	for _, t := range ts {
+		rates = rates && t.engine.rate > 0
+	}
+	score := func(t *Target) float64 {
+		e := &t.engine
+		switch {
+		case decode:
+			full := e.load.TokenUsage
+			if e.load.MaxRunningRequests > 0 {
+				full = max(full, float64(int64(e.load.RunningReqs+e.load.WaitingReqs)+e.sentReqs)/float64(e.load.MaxRunningRequests))
+			}
+			return full
+		case rates:
+			return float64(t.uncached()) / e.rate
+		}
+		return float64(t.uncached())
+	}
+	best, bestScore := 0, score(ts[0])
+	for i := 1; i < len(ts); i++ {
+		if s := score(ts[i]); s < bestScore || s == bestScore && req.loads.less(ts[i], ts[best]) {
+			best, bestScore = i, s
+		}
+	}
+	return Pick{Index: best, Reason: ReasonLeastLoad, Signal: SignalEngineLoad}, nil
 }

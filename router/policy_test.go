@@ -133,7 +133,7 @@ func TestCacheAwareImbalanceGoesToIdleTarget(t *testing.T) {
 	// Imbalance ties go to the lowest index.
 	pk, err = p.Pick(epoch, &Request{Text: "test"}, mkTargets(20, 0, 7, 0))
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonImbalance}, pk)
+	require.Equal(t, Pick{Index: 1, Reason: ReasonImbalance, Signal: SignalInFlight}, pk)
 }
 
 func TestCacheAwareHitMissAndTies(t *testing.T) {
@@ -144,7 +144,7 @@ func TestCacheAwareHitMissAndTies(t *testing.T) {
 	// Cold tree: a miss, tie → lowest index; the text is inserted for it.
 	pk, err := p.Pick(epoch, &Request{Text: "hello world"}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 0}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 0, Signal: SignalInFlight}, pk)
 
 	// A hit above the threshold goes to the matching target even when it is busier (but
 	// balanced), and "hello" follows "hello world".
@@ -162,7 +162,7 @@ func TestCacheAwareHitMissAndTies(t *testing.T) {
 	ts[1].load.Store(4)
 	pk, err = p.Pick(epoch, &Request{Text: "completely different"}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 2, Reason: ReasonCacheMiss, MatchRate: 0}, pk)
+	require.Equal(t, Pick{Index: 2, Reason: ReasonCacheMiss, MatchRate: 0, Signal: SignalInFlight}, pk)
 
 	// The rate must be strictly above the threshold: 3 of 10 chars is a miss at 0.3.
 	qs := mkTargets(0, 0)
@@ -183,7 +183,7 @@ func TestCacheAwareHitMissAndTies(t *testing.T) {
 	// Empty text: rate 0, a miss.
 	pk, err = q.Pick(epoch, &Request{Text: ""}, qs)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, Signal: SignalInFlight}, pk)
 }
 
 func TestCacheAwareTenantTiesFollowTargetOrder(t *testing.T) {
@@ -196,7 +196,7 @@ func TestCacheAwareTenantTiesFollowTargetOrder(t *testing.T) {
 	}
 	pk, err := p.Pick(epoch, &Request{Text: "shared prefix"}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 1}, pk, "t1 and t2 tie at load 1; t3 is idle but has no match")
+	require.Equal(t, Pick{Index: 1, Reason: ReasonCacheHit, MatchRate: 1, Signal: SignalCacheMatch}, pk, "t1 and t2 tie at load 1; t3 is idle but has no match")
 
 	// A matched tenant that is not available (not in ts) is skipped.
 	pk, err = p.Pick(epoch, &Request{Text: "shared prefix"}, []*Target{ts[0], ts[3]})
@@ -207,12 +207,12 @@ func TestCacheAwareTenantTiesFollowTargetOrder(t *testing.T) {
 	// If no matched tenant is available, it falls back to the least-loaded target.
 	pk, err = p.Pick(epoch, &Request{Text: "shared prefix"}, []*Target{ts[3]})
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 1}, pk)
+	require.Equal(t, Pick{Index: 0, Reason: ReasonCacheMiss, MatchRate: 1, Signal: SignalInFlight}, pk)
 	r := cacheAware(0.3, 64, 1.5, ts)
 	r.tree.Insert("only here", "http://gone:1")
 	pk, err = r.Pick(epoch, &Request{Text: "only here"}, ts)
 	require.NoError(t, err)
-	require.Equal(t, Pick{Index: 3, Reason: ReasonCacheMiss, MatchRate: 1}, pk)
+	require.Equal(t, Pick{Index: 3, Reason: ReasonCacheMiss, MatchRate: 1, Signal: SignalInFlight}, pk)
 }
 
 func TestCacheAwareRouterPDSeparateTreesAndEviction(t *testing.T) {
@@ -265,8 +265,8 @@ func TestNewPolicyNames(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, n, p.Name())
 	}
-	_, err := NewPolicy("least_load", DefaultConfig(), rng)
-	require.EqualError(t, err, `router: unknown policy "least_load" (want cache_aware, round_robin, random, power_of_two)`)
+	_, err := NewPolicy("bucket", DefaultConfig(), rng)
+	require.EqualError(t, err, `router: unknown policy "bucket" (want cache_aware, round_robin, random, power_of_two, least_load)`)
 }
 
 func TestRouteDeterministicPerSeed(t *testing.T) {

@@ -76,5 +76,6 @@ const (
 	ReasonRandom     Reason = "random"      // random policy
 	ReasonRoundRobin Reason = "round_robin" // round_robin policy
 	ReasonPowerOfTwo Reason = "power_of_two"
+	ReasonLeastLoad  Reason = "least_load"  // least_load policy
 	ReasonOnlyTarget Reason = "only_target" // power_of_two with a single available target
 )

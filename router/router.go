@@ -38,6 +38,16 @@ type Request struct {
 	runes    int            // len(Text) in runes, counted at most once per Route for every role's policy
 	hashes   []kvindex.Hash // block hashes of Tokens for page size hashPage
 	hashPage int            // 0: hashes not computed in this Route
+	loads    loadCmp        // how the role being picked compares loads (set by Route)
+}
+
+// promptTokens is the request's prompt length in tokens: Tokens', or estimated from the text
+// (four characters a token) when the router has no tokens.
+func (q *Request) promptTokens() int {
+	if len(q.Tokens) > 0 {
+		return len(q.Tokens)
+	}
+	return (q.textRunes() + 3) / 4
 }
 
 // textRunes returns the routing text's length in runes, counting it at most once.
@@ -156,12 +166,19 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		if len(r.avail[role]) == 0 {
 			return nil, &NoTargetError{Role: role, Registered: len(r.targets[role])}
 		}
+		if r.cfg.WorkerOverloadTokenUsage > 0 || r.cfg.WorkerOverloadWaitingRequests > 0 {
+			var shed bool
+			if r.avail[role], shed = r.notOverloaded(r.avail[role], now); shed {
+				return nil, &OverloadError{Role: role, Targets: len(r.avail[role]), RetryAfter: shedRetryAfter}
+			}
+		}
 	}
 	d := &Decision{r: r}
 	req.runes = req.TextRunes // 0: counted when a policy needs it (the text may have changed since a previous Route)
 	req.hashPage = 0          // hashed when a policy needs it (the tokens may have changed too)
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
+		req.loads = newLoadCmp(now, ts, r.cfg.LoadReportMaxAge())
 		p, err := r.policies[role].Pick(now, req, ts)
 		if err != nil {
 			return nil, fmt.Errorf("router: %s policy %s: %w", role, r.policies[role].Name(), err)
@@ -171,7 +188,13 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 		t := ts[p.Index]
 		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate,
-			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens}
+			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens, signal: p.Signal}
+		if p.Signal == SignalEngineLoad {
+			d.legs[role].loadAge = req.loads.age
+		}
+		if !t.engine.at.IsZero() { // the report does not hold this request yet
+			t.engine.sent(int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1))))
+		}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
 			d.KVIndex, d.PredictedCachedTokens = p.KVIndex, p.PredictedCachedTokens
@@ -184,6 +207,36 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 	}
 	d.Regular, d.Prefill, d.Decode = d.legs[Regular].target, d.legs[Prefill].target, d.legs[Decode].target
 	return d, nil
+}
+
+// shedRetryAfter is the Retry-After of a request shed because every worker was overloaded:
+// about ten load reports later.
+const shedRetryAfter = time.Second
+
+// notOverloaded removes the overloaded targets from ts in place (fresh reports over
+// --worker-overload-token-usage or --worker-overload-waiting-requests), unless that would
+// leave none: then it returns ts whole and shed.
+func (r *Router) notOverloaded(ts []*Target, now time.Time) (_ []*Target, shed bool) {
+	maxAge, usage, waiting := r.cfg.LoadReportMaxAge(), r.cfg.WorkerOverloadTokenUsage, r.cfg.WorkerOverloadWaitingRequests
+	keep := 0
+	for _, t := range ts {
+		if !t.overloaded(now, maxAge, usage, waiting) {
+			keep++
+		}
+	}
+	switch keep {
+	case len(ts):
+		return ts, false
+	case 0:
+		return ts, true
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if !t.overloaded(now, maxAge, usage, waiting) {
+			out = append(out, t)
+		}
+	}
+	return out, false
 }
 
 // avoid removes targets of the avoided workers from ts in place, unless that would leave none.
@@ -439,6 +492,8 @@ type leg struct {
 	// kvIndex and predictedCached are Pick.KVIndex and Pick.PredictedCachedTokens.
 	kvIndex         bool
 	predictedCached int
+	signal          Signal
+	loadAge         time.Duration
 	done            atomic.Bool
 	// trial is set when the leg's worker was half-open at Route: the leg holds one of its
 	// breaker's probation slots (of half-open spell spell) until Done.
@@ -459,6 +514,11 @@ type Leg struct {
 	// tokens the worker reports.
 	KVIndex               bool
 	PredictedCachedTokens int
+	// Signal is what the choice rested on (cache match, engine load or in-flight counts;
+	// SignalNone when loads were not looked at), and LoadAge, with SignalEngineLoad, the
+	// oldest engine report's age then.
+	Signal  Signal
+	LoadAge time.Duration
 }
 
 // Decision is what Route chose. Each leg's load stays incremented until [Decision.Done] is
@@ -486,7 +546,7 @@ func (d *Decision) Leg(role Role) (Leg, bool) {
 	}
 	l := &d.legs[role]
 	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate,
-		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached}, true
+		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached, Signal: l.signal, LoadAge: l.loadAge}, true
 }
 
 // Done reports that role's leg finished with outcome o: it decrements the leg's target load

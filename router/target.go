@@ -73,6 +73,8 @@ type Target struct {
 	// kvID is the target's handle in its policy's KV event index, interned from its name when
 	// the index is attached or the target registered; guarded by the router's mutex.
 	kvID kvindex.TargetID
+	// engine is its engine's latest load report (ReportLoad); guarded by the router's mutex.
+	engine engineView
 }
 
 // Name returns "url" or "url@rank": the tenant name in the cache-aware tree.

@@ -1,0 +1,190 @@
+package router
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// engineRouter is a regular-mode router on a manual clock with workers a, b, c and the
+// policy given.
+func engineRouter(t *testing.T, policy string, tweak func(*Config)) (*Router, *ManualClock) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Policy = policy
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	clk := NewManualClock(epoch)
+	r, err := New(cfg, clk, NewRand(1))
+	require.NoError(t, err)
+	for _, u := range []string{"http://a", "http://b", "http://c"} {
+		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
+	}
+	return r, clk
+}
+
+func report(t *testing.T, r *Router, at time.Time, loads map[string]EngineLoad) {
+	t.Helper()
+	for name, l := range loads {
+		require.NoError(t, r.ReportLoad(name, l, at))
+	}
+}
+
+// With fresh engine reports for every candidate, cache_aware's balance check and fallback look
+// at the engines: a worker that another router replica (or a client behind the router's back)
+// has queued up loses traffic though this router sent it nothing.
+func TestCacheAwareRoutesOnEngineLoadWhenFresh(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyCacheAware, nil)
+	now := clk.Now()
+	report(t, r, now, map[string]EngineLoad{
+		"http://a": {RunningReqs: 40, WaitingReqs: 100, WaitingUncachedTokens: 40000},
+		"http://b": {RunningReqs: 4, WaitingReqs: 0},
+		"http://c": {RunningReqs: 6, WaitingReqs: 0},
+	})
+	d, err := r.Route(&Request{Text: "hello"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d.Regular.URL(), "imbalanced on the engines' counts: least loaded by the comparator")
+	assert.Equal(t, ReasonImbalance, d.Reason)
+	leg, _ := d.Leg(Regular)
+	assert.Equal(t, SignalEngineLoad, leg.Signal)
+	assert.Zero(t, leg.LoadAge)
+
+	// A report that is too old counts as absent: back on in-flight counts (b has one now).
+	clk.Advance(1500 * time.Millisecond)
+	d2, err := r.Route(&Request{Text: "other"})
+	require.NoError(t, err)
+	leg, _ = d2.Leg(Regular)
+	assert.Equal(t, SignalInFlight, leg.Signal)
+	assert.Equal(t, "http://a", d2.Regular.URL(), "least in-flight, lowest index")
+}
+
+// One candidate without a fresh report makes the whole Pick fall back to in-flight counts: the
+// comparator never mixes the two scales.
+func TestEngineLoadNeedsEveryCandidate(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyCacheAware, nil)
+	report(t, r, clk.Now(), map[string]EngineLoad{
+		"http://a": {WaitingReqs: 500, WaitingUncachedTokens: 1 << 20},
+		"http://b": {WaitingReqs: 500, WaitingUncachedTokens: 1 << 20},
+	})
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	leg, _ := d.Leg(Regular)
+	assert.Equal(t, SignalInFlight, leg.Signal)
+	assert.Equal(t, "http://a", d.Regular.URL())
+}
+
+// The comparator's order of precision: queued uncached tokens, then waiting requests, then
+// in-flight; requests routed since a report count until the next one replaces it.
+func TestLoadComparatorOrder(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyLeastLoad, nil)
+	now := clk.Now()
+	report(t, r, now, map[string]EngineLoad{
+		"http://a": {WaitingReqs: 9, WaitingUncachedTokens: 100},
+		"http://b": {WaitingReqs: 1, WaitingUncachedTokens: 100},
+		"http://c": {WaitingReqs: 0, WaitingUncachedTokens: 5000},
+	})
+	d, err := r.Route(&Request{Text: "abcd"}) // one token
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d.Regular.URL(), "tokens tie, fewer waiting")
+	// b now has one more token queued than a, as the router knows: a wins.
+	d, err = r.Route(&Request{Text: "abcd"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://a", d.Regular.URL(), "what was routed since the report counts")
+	// A new report replaces what was routed since.
+	report(t, r, now.Add(10*time.Millisecond), map[string]EngineLoad{"http://b": {WaitingReqs: 1, WaitingUncachedTokens: 10}})
+	d, err = r.Route(&Request{Text: "abcd"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d.Regular.URL())
+}
+
+// least_load divides queued tokens by each worker's prefill rate, learned from its reports: a
+// worker that works off its queue twice as fast takes twice the queue.
+func TestLeastLoadUsesLearnedPrefillRate(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyLeastLoad, nil)
+	t0 := clk.Now()
+	report(t, r, t0, map[string]EngineLoad{"http://a": {WaitingUncachedTokens: 4000}, "http://b": {WaitingUncachedTokens: 4000}, "http://c": {WaitingUncachedTokens: 4000}})
+	report(t, r, t0.Add(time.Second), map[string]EngineLoad{"http://a": {WaitingUncachedTokens: 3000}, "http://b": {WaitingUncachedTokens: 2000}, "http://c": {WaitingUncachedTokens: 2500}})
+	clk.Set(t0.Add(time.Second))
+	// In that second a worked off 1000 tokens, b 2000, c 1500: waits of 3 s, 1 s and 1.67 s.
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d.Regular.URL())
+	leg, _ := d.Leg(Regular)
+	assert.Equal(t, SignalEngineLoad, leg.Signal)
+	assert.Equal(t, ReasonLeastLoad, leg.Reason)
+}
+
+// Overload protection: an overloaded worker is passed over while another is not; when every
+// one is, the request is shed with a typed error carrying Retry-After.
+func TestOverloadedWorkersArePassedOverThenShed(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyRoundRobin, func(c *Config) {
+		c.WorkerOverloadTokenUsage = 0.95
+		c.WorkerOverloadWaitingRequests = 50
+	})
+	now := clk.Now()
+	report(t, r, now, map[string]EngineLoad{
+		"http://a": {TokenUsage: 0.97},
+		"http://b": {WaitingReqs: 60},
+		"http://c": {TokenUsage: 0.5, WaitingReqs: 3},
+	})
+	for range 3 {
+		d, err := r.Route(&Request{Text: "x"})
+		require.NoError(t, err)
+		assert.Equal(t, "http://c", d.Regular.URL())
+	}
+	report(t, r, now, map[string]EngineLoad{"http://c": {TokenUsage: 0.99}})
+	_, err := r.Route(&Request{Text: "x"})
+	var oe *OverloadError
+	require.True(t, errors.As(err, &oe), "%v", err)
+	assert.Equal(t, Regular, oe.Role)
+	assert.Equal(t, 3, oe.Targets)
+	assert.Positive(t, oe.RetryAfter)
+	assert.Contains(t, err.Error(), "--worker-overload")
+	// Stale reports say nothing: overloaded workers whose reports aged out take traffic again.
+	clk.Advance(2 * time.Second)
+	_, err = r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+}
+
+// A report older than the one kept is dropped; an unknown target is an error; a whole worker's
+// ranks add up.
+func TestReportLoad(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyCacheAware, nil)
+	now := clk.Now()
+	require.NoError(t, r.ReportLoad("http://a", EngineLoad{WaitingReqs: 5}, now))
+	require.NoError(t, r.ReportLoad("http://a", EngineLoad{WaitingReqs: 1}, now.Add(-time.Second)))
+	ts := r.targets[Regular]
+	assert.Equal(t, 5, ts[0].engine.load.WaitingReqs, "a late, older report is dropped")
+	require.Error(t, r.ReportLoad("http://nope", EngineLoad{}, now))
+	require.Error(t, r.ReportLoad("http://a@3", EngineLoad{}, now), "no such rank")
+
+	sum := EngineLoad{RunningReqs: 1, WaitingReqs: 2, WaitingUncachedTokens: 30, UsedTokens: 100, MaxTotalTokens: 1000, TokenUsage: 0.1, MaxRunningRequests: 8}.
+		Add(EngineLoad{RunningReqs: 3, WaitingReqs: 4, WaitingUncachedTokens: -1, UsedTokens: 700, MaxTotalTokens: 1000, TokenUsage: 0.7, MaxRunningRequests: 8})
+	assert.Equal(t, EngineLoad{RunningReqs: 4, WaitingReqs: 6, WaitingUncachedTokens: -1, UsedTokens: 800, MaxTotalTokens: 2000, TokenUsage: 0.4, MaxRunningRequests: 16}, sum)
+}
+
+func TestEngineLoadConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		set  func(*Config)
+		flag string
+	}{
+		{func(c *Config) { c.LoadReportMaxAgeMs = -1 }, "--load-report-max-age-ms"},
+		{func(c *Config) { c.WorkerOverloadTokenUsage = 1.5 }, "--worker-overload-token-usage"},
+		{func(c *Config) { c.WorkerOverloadWaitingRequests = -2 }, "--worker-overload-waiting-requests"},
+	} {
+		cfg := DefaultConfig()
+		tc.set(&cfg)
+		assert.ErrorContains(t, cfg.Validate(), tc.flag)
+	}
+}
