@@ -74,7 +74,7 @@ func (w *Worker) loads(ctx context.Context) []engine.RankLoad {
 	var out []engine.RankLoad
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	if !w.loop.query(ctx, func(l *loop, _ time.Time) { out = l.srv.Loads() }) {
+	if !w.loop.query(ctx, func(l *loop, now time.Time) { out = l.srv.Loads(now) }) {
 		return nil
 	}
 	return out

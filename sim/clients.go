@@ -320,7 +320,7 @@ func (x *sim) endLevel() {
 // prefill batch so far) over every server and rank.
 func (x *sim) batchCounters() (hit, nw int64) {
 	for _, sv := range x.servers {
-		for _, l := range sv.eng.Loads() {
+		for _, l := range sv.eng.Loads(x.t()) {
 			hit += l.BatchHitTokens
 			nw += l.BatchNewTokens
 		}

@@ -172,6 +172,7 @@ func (s *Server) clipNew(r *request) int {
 func (s *Server) joinRun(rk *rank, r *request) {
 	rk.running = append(rk.running, r)
 	r.inRun = true
+	rk.nRun++
 	rk.runRemain += int64(s.clipNew(r))
 	rk.runSeq += int64(len(r.prompt) + r.generated)
 	if !rk.runMaxStale {
@@ -186,6 +187,7 @@ func (s *Server) leaveRun(r *request) {
 	}
 	r.inRun = false
 	rk := r.rk
+	rk.nRun--
 	rk.runRemain -= int64(s.clipNew(r))
 	rk.runSeq -= int64(len(r.prompt) + r.generated)
 	if runNeed(r) == rk.runMax && !rk.runMaxStale {
@@ -332,10 +334,12 @@ func (s *Server) retract(rk *rank, r *request) {
 }
 
 func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
+	decoded := 0
 	for _, r := range rk.running {
 		if r.done {
 			continue
 		}
+		decoded++
 		// One token each: the running sums move with it (min(remaining, clip) shrinks unless
 		// the remainder is above the clip).
 		if r.maxNew-r.generated <= ClipMaxNewTokens {
@@ -347,6 +351,7 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 			s.complete(r, t)
 		}
 	}
+	rk.gen.add(t, decoded)
 	// process_batch_result_decode: log_decode_stats (which publishes) every decode_log_interval
 	// decode batches.
 	if rk.decodeSteps++; rk.decodeSteps%DecodeLogInterval == 0 {

@@ -71,7 +71,7 @@ func TestGapsEqualPerTokenOutputs(t *testing.T) {
 					}
 					seen = len(c.outs)
 				}
-				for _, l := range s.Loads() {
+				for _, l := range s.Loads(time.Time{}) {
 					retractions += l.Retractions
 				}
 				return c.outs, sinks

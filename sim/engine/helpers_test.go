@@ -17,6 +17,7 @@ func (s *Server) checkInvariants() error {
 	locks := map[*node]int32{}
 	alloc := make([]int, len(s.ranks))
 	counts := make([][QueueInflight + 1]int, len(s.ranks))
+	nRun, bootTok, preTok := make([]int, len(s.ranks)), make([]int, len(s.ranks)), make([]int, len(s.ranks))
 	nlive := 0
 	for r := s.live.next; r != &s.live; r = r.next {
 		nlive++
@@ -28,6 +29,15 @@ func (s *Server) checkInvariants() error {
 		}
 		alloc[r.rk.id] += r.alloc
 		counts[r.rk.id][r.queue]++
+		if r.inRun {
+			nRun[r.rk.id]++
+		}
+		switch r.queue {
+		case QueueBootstrap:
+			bootTok[r.rk.id] += len(r.prompt)
+		case QueuePrealloc:
+			preTok[r.rk.id] += len(r.prompt)
+		}
 		if r.alloc < 0 {
 			return fmt.Errorf("room %d: negative alloc %d", r.room, r.alloc)
 		}
@@ -44,6 +54,10 @@ func (s *Server) checkInvariants() error {
 		}
 		if rk.n != counts[i] {
 			return fmt.Errorf("rank %d: queue counters %v != recount %v", i, rk.n, counts[i])
+		}
+		if rk.nRun != nRun[i] || rk.bootTok != bootTok[i] || rk.preTok != preTok[i] {
+			return fmt.Errorf("rank %d: running/bootstrap tokens/prealloc tokens %d/%d/%d, recount %d/%d/%d",
+				i, rk.nRun, rk.bootTok, rk.preTok, nRun[i], bootTok[i], preTok[i])
 		}
 		used := rk.private
 		if c := rk.cache; c != nil {

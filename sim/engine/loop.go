@@ -241,12 +241,25 @@ func (s *Server) setQueue(r *request, q Queue) {
 	if r.queue == QueueInflight && q != QueueInflight {
 		r.rk.polled = true // the prefill scheduler's inflight poll took it out
 	}
+	rk := r.rk
 	if r.queue != 0 {
-		r.rk.n[r.queue]--
+		rk.n[r.queue]--
+		rk.queueTokens(r, -1)
 	}
 	r.queue = q
 	if q != 0 {
-		r.rk.n[q]++
+		rk.n[q]++
+		rk.queueTokens(r, 1)
+	}
+}
+
+// queueTokens adds sign × r's prompt to the token sum of its queue, if that queue keeps one.
+func (rk *rank) queueTokens(r *request, sign int) {
+	switch r.queue {
+	case QueueBootstrap:
+		rk.bootTok += sign * len(r.prompt)
+	case QueuePrealloc:
+		rk.preTok += sign * len(r.prompt)
 	}
 }
 

@@ -30,6 +30,9 @@ func (s *Server) admitParallel(r *request) {
 
 // parallelToken emits r's next token at t and schedules the one after, or finishes r.
 func (s *Server) parallelToken(r *request, t time.Time) {
+	if r.generated > 0 { // the first token is prefill's
+		r.rk.gen.add(t, 1)
+	}
 	s.token(r, t)
 	if r.generated >= r.maxNew {
 		s.complete(r, t)

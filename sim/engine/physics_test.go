@@ -117,7 +117,7 @@ func TestDecodePressureHoldsPrefillInBootstrap(t *testing.T) {
 		dec.Submit(at(0), r)
 	}
 	c.runUntil(at(0))
-	assert.Equal(t, 3, pre.Loads()[0].Queued, "three rooms wait in bootstrap")
+	assert.Equal(t, 3, pre.Loads(time.Time{})[0].Queued, "three rooms wait in bootstrap")
 	for i := 2; i < 5; i++ {
 		_, q, _ := pre.Room(uint64(i))
 		assert.Equal(t, QueueBootstrap, q, "room %d", i)

@@ -25,6 +25,12 @@ type rank struct {
 
 	n [QueueInflight + 1]int // live requests per queue
 
+	// The load report's running sums (RankLoad).
+	nRun    int       // requests in the running sums (inRun): SGLang's running batch
+	bootTok int       // Σ prompt tokens of the bootstrap queue (prefill)
+	preTok  int       // Σ prompt tokens of the prealloc queue (decode)
+	gen     genWindow // decoded tokens over the last second
+
 	promptTokens, cachedTokens int64 // prefix-hit accounting of admitted requests
 	batchHit, batchNew         int64 // SGLang's per-batch hit accounting (formPrefillBatch)
 	retractions                int
@@ -175,3 +181,53 @@ type timerHeap struct{ heapq.Heap[timer] }
 func (h *timerHeap) push(t timer) { h.Push(t.at.UnixNano(), t) }
 
 func (h *timerHeap) pop() timer { return h.Pop().V }
+
+// genWindow counts a rank's decoded tokens per GenWindowSlot of server time over the last
+// GenWindowSlots slots (RankLoad.GenThroughput). Slots are aligned on Unix time, so the
+// count does not depend on when the driver calls.
+type genWindow struct {
+	tok  [GenWindowSlots]int64 // tokens per slot, ring-indexed by slot number
+	last int64                 // slot number of the newest count
+}
+
+func genSlotOf(t time.Time) int64 {
+	ns, w := t.UnixNano(), int64(GenWindowSlot)
+	k := ns / w
+	if ns%w < 0 {
+		k--
+	}
+	return k
+}
+
+func genRing(k int64) int { return int((k%GenWindowSlots + GenWindowSlots) % GenWindowSlots) }
+
+// add counts n tokens produced at t (times do not decrease).
+func (g *genWindow) add(t time.Time, n int) {
+	k := genSlotOf(t)
+	if k > g.last {
+		if k-g.last >= GenWindowSlots {
+			clear(g.tok[:])
+		} else {
+			for j := g.last + 1; j <= k; j++ {
+				g.tok[genRing(j)] = 0
+			}
+		}
+		g.last = k
+	}
+	g.tok[genRing(g.last)] += int64(n)
+}
+
+// rate is the tokens per second from the start of the slot GenWindowSlots−1 before now's to
+// now.
+func (g *genWindow) rate(now time.Time) float64 {
+	k := genSlotOf(now)
+	lo := k - GenWindowSlots + 1
+	var n int64
+	for j := max(lo, g.last-GenWindowSlots+1); j <= min(k, g.last); j++ {
+		n += g.tok[genRing(j)]
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(n) / now.Sub(time.Unix(0, lo*int64(GenWindowSlot))).Seconds()
+}

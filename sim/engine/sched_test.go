@@ -229,7 +229,7 @@ func TestRetractionRecompute(t *testing.T) {
 	assert.Equal(t, 100, r.prefilled, "the whole prompt is a hit")
 	assert.Equal(t, 7, r.alloc)
 	assert.Equal(t, int64(7), rk.recomputed)
-	assert.Equal(t, int64(7), s.Loads()[0].RecomputedTokens)
+	assert.Equal(t, int64(7), s.Loads(time.Time{})[0].RecomputedTokens)
 }
 
 // transfers runs rooms of 1000-token prompts submitted at once to a prefill server (link
@@ -300,7 +300,7 @@ func TestDecodePreallocReserve(t *testing.T) {
 	outs := s.Advance(at(0))
 	require.NoError(t, s.checkInvariants())
 	assert.Equal(t, []Kind{KindPreallocated, KindPreallocated, KindPreallocated}, kinds(outs))
-	l := s.Loads()[0]
+	l := s.Loads(time.Time{})[0]
 	assert.Equal(t, 600, l.KVTokens)
 	assert.Equal(t, 5, l.Queued, "three in transfer, two in prealloc")
 	_, q, _ := s.Room(3)

@@ -193,7 +193,7 @@ func TestSGLangCacheHitRateCountsChunkContinuations(t *testing.T) {
 	c := &cluster{t: t, single: s, check: true}
 	s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 20000), MaxNew: 1})
 	c.runAll()
-	l := s.Loads()[0]
+	l := s.Loads(time.Time{})[0]
 	assert.Zero(t, l.CacheHitRate)
 	assert.Equal(t, int64(8192+16384), l.BatchHitTokens)
 	assert.Equal(t, int64(20000), l.BatchNewTokens)

@@ -407,17 +407,33 @@ func (s *Server) Room(room uint64) (state State, queue Queue, ok bool) {
 // Live returns the number of live (not yet finished or failed) rooms.
 func (s *Server) Live() int { return len(s.rooms) }
 
-// Loads returns a snapshot of every rank, in rank order.
-func (s *Server) Loads() []RankLoad {
+// Loads returns a snapshot of every rank, in rank order, as of the latest call: it processes
+// nothing, so a driver wanting the state at now calls it after Advance(now). now (clamped to
+// the latest time seen, so a zero now means that) only ends RankLoad.GenThroughput's window. Its cost is linear in the
+// waiting queues' lengths, like one batch formation.
+func (s *Server) Loads(now time.Time) []RankLoad {
+	if now.Before(s.last) {
+		now = s.last
+	}
 	out := make([]RankLoad, len(s.ranks))
 	for i, rk := range s.ranks {
+		held := rk.private
 		used := rk.private
 		if t := rk.tree(); t != nil {
-			used += t.size
+			held += t.size
+			used += t.size - t.evictable
 		}
-		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting],
-			Inflight: rk.n[QueueInflight], KVTokens: used, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),
-			Retractions: rk.retractions, RecomputedTokens: rk.recomputed}
+		waiting := rk.n[QueueBootstrap] + rk.n[QueuePrealloc] + rk.n[QueueTransfer] + rk.n[QueueWaiting]
+		uncached, pending := s.pendingPrefill(rk)
+		l := RankLoad{Rank: i, Running: rk.n[QueueRunning], Queued: waiting, Inflight: rk.n[QueueInflight],
+			KVTokens: held, KVCapacity: rk.capacity, TokenUsage: float64(used) / float64(rk.capacity),
+			Retractions: rk.retractions, RecomputedTokens: rk.recomputed,
+			RunningReqs: rk.nRun, WaitingReqs: waiting, WaitingUncachedTokens: uncached, UsedTokens: used,
+			TotalTokens: used + pending, MaxTotalTokens: rk.capacity, MaxRunningRequests: s.cfg.MaxRunningRequests,
+			GenThroughput: rk.gen.rate(now), ByQueue: rk.n, RetractedReqs: rk.nRetracted}
+		if s.parallel {
+			l.RunningReqs = rk.n[QueueRunning]
+		}
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
 		}
@@ -428,6 +444,40 @@ func (s *Server) Loads() []RankLoad {
 		out[i] = l
 	}
 	return out
+}
+
+// pendingPrefill returns rk's RankLoad.WaitingUncachedTokens, and the tokens of its requests
+// whose KV is not allocated yet (TotalTokens − UsedTokens).
+func (s *Server) pendingPrefill(rk *rank) (uncached, pending int) {
+	if s.cfg.Role == RoleDecode {
+		pending = rk.preTok
+		for _, r := range rk.retracted.items[rk.retracted.head:] {
+			if !r.done && r.retractedQ {
+				pending += len(r.prompt) + r.generated
+			}
+		}
+		return 0, pending
+	}
+	for _, r := range rk.waiting.items[rk.waiting.head:] {
+		if !r.done && r.queue == QueueWaiting {
+			uncached += max(r.target-r.matched, 0)
+			pending += r.target
+		}
+	}
+	uncached += rk.bootTok
+	pending += rk.bootTok
+	if c := rk.chunked; c != nil && !c.done {
+		left := c.target - c.prefilled
+		if rk.stepKind == stepPrefill { // the chunk in flight counts as done, as in SGLang's prefix_indices
+			for _, ch := range rk.batch {
+				if ch.r == c {
+					left -= ch.n
+				}
+			}
+		}
+		uncached += max(left, 0)
+	}
+	return uncached, pending
 }
 
 // NextEvent returns the model time of the next thing the server will do on its own (a step

@@ -50,7 +50,7 @@ func TestUnifiedRequestLifecycle(t *testing.T) {
 	fin := c.of(2, KindFinished)
 	require.Len(t, fin, 1)
 	assert.Equal(t, 999, fin[0].Usage.CachedTokens)
-	assert.InDelta(t, 999.0/2000, s.Loads()[0].CacheHitRate, 1e-9)
+	assert.InDelta(t, 999.0/2000, s.Loads(time.Time{})[0].CacheHitRate, 1e-9)
 }
 
 func TestChunkedPrefill(t *testing.T) {
@@ -97,7 +97,7 @@ func TestPrefillQueues(t *testing.T) {
 	st, q, _ = s.Room(7)
 	assert.Equal(t, StateTransferring, st)
 	assert.Equal(t, QueueInflight, q)
-	assert.Equal(t, 1, s.Loads()[0].Inflight)
+	assert.Equal(t, 1, s.Loads(time.Time{})[0].Inflight)
 
 	transfer := p.TransferTime(1000, 1e9) // 1 ms + 1000·1e5 B / 1 GB/s = 101 ms
 	assert.Equal(t, 101*time.Millisecond, transfer)
@@ -125,7 +125,7 @@ func TestDecodeQueues(t *testing.T) {
 	st, q, _ = s.Room(5)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueTransfer, q)
-	assert.Equal(t, 100, s.Loads()[0].KVTokens, "the prompt's KV is allocated; outputs are only reserved (SGLang _pre_alloc)")
+	assert.Equal(t, 100, s.Loads(time.Time{})[0].KVTokens, "the prompt's KV is allocated; outputs are only reserved (SGLang _pre_alloc)")
 
 	s.KVArrived(at(time.Millisecond), 5, 42)
 	st, q, _ = s.Room(5)
@@ -142,7 +142,7 @@ func TestDecodeQueues(t *testing.T) {
 	require.Equal(t, []Kind{KindToken, KindToken, KindFinished}, kinds(outs))
 	assert.Equal(t, at(time.Millisecond+p.DecodeTime(1, 101)), outs[0].At)
 	assert.Equal(t, Usage{PromptTokens: 100, CompletionTokens: 3, CachedTokens: 42}, outs[2].Usage, "decode reports the prefill's hit")
-	assert.Equal(t, 0, s.Loads()[0].KVTokens)
+	assert.Equal(t, 0, s.Loads(time.Time{})[0].KVTokens)
 }
 
 func TestEarlyMessages(t *testing.T) {
@@ -208,7 +208,7 @@ func TestTimeouts(t *testing.T) {
 			assert.Contains(t, failed[0].Reason, "room 1")
 			assert.Empty(t, c.of(1, KindFinished))
 			assert.Equal(t, 0, s.Live())
-			assert.Equal(t, 0, s.Loads()[0].KVTokens-s.ranksCacheSize(0))
+			assert.Equal(t, 0, s.Loads(time.Time{})[0].KVTokens-s.ranksCacheSize(0))
 		})
 	}
 }
@@ -290,7 +290,7 @@ func TestKillAndRestart(t *testing.T) {
 	f := c.of(99, KindFailed)
 	require.Len(t, f, 1)
 	assert.Contains(t, f[0].Reason, "server is dead")
-	for _, l := range s.Loads() {
+	for _, l := range s.Loads(time.Time{}) {
 		assert.Zero(t, l.KVTokens, "a dead server lost its KV")
 	}
 	s.Restart(at(time.Second))
@@ -407,7 +407,7 @@ func TestDecodeRetractionFinishes(t *testing.T) {
 		}
 		outs = append(outs, o...)
 	}
-	assert.Positive(t, s.Loads()[0].Retractions)
+	assert.Positive(t, s.Loads(time.Time{})[0].Retractions)
 	fin := 0
 	tokens := map[uint64]int{}
 	for _, o := range outs {
@@ -435,7 +435,7 @@ func TestUnifiedRetraction(t *testing.T) {
 		s.Submit(at(time.Duration(i/2)*5*time.Millisecond), Req{Room: uint64(i), Rank: -1, Prompt: prompt(uint32(i)*1000, 100), MaxNew: 60})
 	}
 	c.runAll()
-	assert.Positive(t, s.Loads()[0].Retractions)
+	assert.Positive(t, s.Loads(time.Time{})[0].Retractions)
 	for i := range 3 {
 		fin := c.of(uint64(i), KindFinished)
 		require.Len(t, fin, 1, "room %d", i)
@@ -451,9 +451,9 @@ func TestFlushCache(t *testing.T) {
 	assert.False(t, s.FlushCache(), "refused while a request is live")
 	c := &cluster{t: t, single: s}
 	c.runAll()
-	require.Equal(t, 100, s.Loads()[0].KVTokens)
+	require.Equal(t, 100, s.Loads(time.Time{})[0].KVTokens)
 	assert.True(t, s.FlushCache())
-	assert.Equal(t, 0, s.Loads()[0].KVTokens)
+	assert.Equal(t, 0, s.Loads(time.Time{})[0].KVTokens)
 }
 
 func TestConfigValidation(t *testing.T) {

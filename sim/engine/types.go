@@ -199,15 +199,23 @@ func (q Queue) String() string {
 	return fmt.Sprintf("Queue(%d)", uint8(q))
 }
 
-// RankLoad is a snapshot of one DP rank, what SGLang's /get_load and metrics report.
+// RankLoad is a snapshot of one DP rank: what SGLang's scheduler reports of it (GET /v1/loads,
+// built by managers/scheduler_components/load_inquirer.py SchedulerLoadInquirer.get_loads; the
+// deprecated /get_load; the Prometheus gauges of /metrics), plus the engine's own counters.
 type RankLoad struct {
-	Rank         int
-	Running      int     // requests being prefilled or decoded (sglang:num_running_reqs)
-	Queued       int     // requests in bootstrap, prealloc, transfer and waiting queues (sglang:num_queue_reqs)
-	Inflight     int     // prefill: requests whose KV is being transferred
-	KVTokens     int     // KV tokens in use: cached tree plus request-private (num_tokens)
-	KVCapacity   int     // max_total_num_tokens of the rank
-	TokenUsage   float64 // KVTokens / KVCapacity (sglang:token_usage)
+	Rank int
+	// Running counts the requests in the running set: being prefilled (the chunked one
+	// included) or in the decode batch. SGLang's num_running_reqs is RunningReqs.
+	Running int
+	// Queued is WaitingReqs under its older name.
+	Queued   int
+	Inflight int // prefill: requests whose KV is being transferred
+	// KVTokens is the KV held on the rank: the whole prefix cache, its evictable part
+	// included, plus the requests' private KV. SGLang's num_used_tokens is UsedTokens.
+	KVTokens int
+	// KVCapacity is MaxTotalTokens under its older name.
+	KVCapacity   int
+	TokenUsage   float64 // UsedTokens / MaxTotalTokens (SGLang's token_usage; in [0,1])
 	CacheHitRate float64 // cumulative cached / prompt tokens admitted on this rank
 	// BatchHitTokens and BatchNewTokens are SGLang's per-prefill-batch hit accounting summed
 	// over every batch of the rank: cached tokens before each chunk (prefix hit and earlier
@@ -217,4 +225,60 @@ type RankLoad struct {
 	SGLangCacheHitRate             float64
 	Retractions                    int   // cumulative requests retracted from the running batch for lack of KV
 	RecomputedTokens               int64 // cumulative tokens prefilled again after retractions (unified)
+
+	// The rest is SGLang's load report, one field per entry of /v1/loads (named in
+	// parentheses), as its load inquirer computes it.
+
+	// RunningReqs (num_running_reqs) is the decode running batch: unified and decode servers'
+	// requests past their prefill, not yet finished. Always 0 on a prefill server, whose
+	// prefilled requests go to the inflight queue, never to a running batch (Constant
+	// profiles: the requests past their handshake or KV arrival, whose tokens are due).
+	RunningReqs int
+	// WaitingReqs (num_waiting_reqs) counts the requests queued before the running set: the
+	// waiting queue, plus on a prefill server the bootstrap queue and on a decode server the
+	// prealloc, transfer and retracted queues. Requests still on the host path
+	// (Profile.HostOverhead) count already.
+	WaitingReqs int
+	// WaitingUncachedTokens (num_waiting_uncached_tokens) is the prefill work queued on the
+	// rank, in tokens: over the waiting queue, and on a prefill server the bootstrap queue,
+	// each request's tokens to prefill (its prompt, plus its outputs after a retraction) less
+	// its matched prefix, plus the chunked request's tokens past the chunk in flight (SGLang
+	// reports after its prefix_indices took that chunk in). A request's
+	// matched prefix is what the lpm policy measured when it last ordered the waiting queue
+	// (SGLang's num_matched_prefix_tokens), so it is 0 for requests that arrived since, for
+	// bootstrap-queue requests, under fcfs and past LPMQueueLimit waiting requests. Always 0 on
+	// a decode server.
+	WaitingUncachedTokens int
+	// UsedTokens (num_used_tokens) is the KV held by requests, as SGLang counts it:
+	// max_total_num_tokens − (free + evictable), i.e. KVTokens without the cache's
+	// evictable (unreferenced) part. Constant profiles hold no request KV: 0.
+	UsedTokens int
+	// TotalTokens (num_total_tokens) is UsedTokens plus the tokens of the requests whose KV
+	// is not allocated yet: the waiting queue's (prefill, unified; no prefix deducted) and
+	// the bootstrap queue's (prefill), the prealloc and retracted queues' (decode).
+	TotalTokens int
+	// MaxTotalTokens (max_total_num_tokens) is the rank's KV capacity in tokens.
+	MaxTotalTokens int
+	// MaxRunningRequests (max_running_requests) is the rank's Config.MaxRunningRequests.
+	MaxRunningRequests int
+	// GenThroughput (gen_throughput) is the rank's decode rate in tokens per second of server
+	// time: the output tokens its decode steps produced (one per running request per step,
+	// SGLang's num_generated_tokens; not the first token, which prefill produces) from the
+	// start of the GenWindowSlot-aligned slot GenWindowSlots−1 slots before now's, to now,
+	// divided by that span (0.9 to 1 s). SGLang's is the tokens of its last 40 decode steps
+	// over their duration, refreshed every 40 steps; this one is deterministic in model time
+	// and falls to 0 within a second of the rank going idle.
+	GenThroughput float64
+	// ByQueue counts the rank's live requests per Queue (index: the Queue; 0 unused).
+	ByQueue [QueueInflight + 1]int
+	// RetractedReqs counts the decode server's requests in its retracted queue (counted in
+	// WaitingReqs and ByQueue[QueueWaiting]); 0 on other roles, whose retracted requests
+	// rejoin the waiting queue.
+	RetractedReqs int
 }
+
+// The GenThroughput window: GenWindowSlots slots of GenWindowSlot each.
+const (
+	GenWindowSlot  = 100 * time.Millisecond
+	GenWindowSlots = 10
+)
