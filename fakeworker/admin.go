@@ -29,6 +29,9 @@ func (w *Worker) routes() http.Handler {
 	mux.HandleFunc("GET /model_info", w.serveModelInfo)
 	mux.HandleFunc("GET /v1/models", w.serveModels)
 	mux.HandleFunc("GET /get_load", w.serveLoad)
+	if !w.cfg.NoLoadReports {
+		mux.HandleFunc("GET /v1/loads", w.serveV1Loads)
+	}
 	mux.HandleFunc("/flush_cache", w.serveFlush)
 	mux.HandleFunc("POST /abort_request", w.serveAbort)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
@@ -151,7 +154,7 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"profile":                         ec.Profile.Name,
 		"gpu":                             gpu,
 		"speedup":                         w.cfg.Speedup,
-		"version":                         "pdrouter-fakeworker",
+		"version":                         serverVersion,
 		"internal_states":                 states,
 		"kv_events_config":                nullIfEmpty(w.kvEventsConfigJSON()),
 		"kv_events":                       w.kvEventsInfo(),
@@ -233,32 +236,6 @@ func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
 		"id": w.cfg.ModelPath, "object": "model", "created": w.started.Unix(), "owned_by": "sglang",
 		"root": w.cfg.ModelPath, "max_model_len": w.maxTotalTokens(),
 	}}})
-	writeJSON(rw, http.StatusOK, body)
-}
-
-// loadEntry is one DP rank in /get_load, as SGLang reports it.
-type loadEntry struct {
-	DPRank         int `json:"dp_rank"`
-	NumReqs        int `json:"num_reqs"`         // running + queued
-	NumWaitingReqs int `json:"num_waiting_reqs"` // queued (bootstrap, prealloc, transfer, waiting)
-	NumTokens      int `json:"num_tokens"`       // KV tokens in use
-}
-
-func loadEntries(ls []engine.RankLoad) []loadEntry {
-	out := make([]loadEntry, len(ls))
-	for i, l := range ls {
-		out[i] = loadEntry{DPRank: l.Rank, NumReqs: l.Running + l.Queued + l.Inflight, NumWaitingReqs: l.Queued, NumTokens: l.KVTokens}
-	}
-	return out
-}
-
-func (w *Worker) serveLoad(rw http.ResponseWriter, r *http.Request) {
-	ls := w.loads(r.Context())
-	if ls == nil {
-		writeError(rw, http.StatusServiceUnavailable, "fakeworker: engine is not running")
-		return
-	}
-	body, _ := json.Marshal(loadEntries(ls))
 	writeJSON(rw, http.StatusOK, body)
 }
 

@@ -80,6 +80,12 @@ type Config struct {
 	TokenizerPath string
 	ChatTemplate  string
 
+	// NoLoadReports makes the worker report no engine load, as an SGLang from before
+	// /v1/loads started without --enable-metrics: GET /v1/loads answers 404 and /metrics has
+	// no per-rank sglang gauges (the counters and histograms stay; so does the deprecated
+	// /get_load). For testing a router's fallback to its own in-flight counts.
+	NoLoadReports bool
+
 	Failures Failures
 	Logger   *slog.Logger // nil: discard
 	// TLS, when set, makes the worker serve HTTPS (URL https://…), requiring client

@@ -12,10 +12,16 @@
 //     client and bursts of tokens coalesce into one wake-up and one flush. The loop sleeps until
 //     the engine's NextEvent or the next command; it passes the wall clock to the engine
 //     (Config.Speedup and Failures.SlowFactor scale model time inside the engine).
-//   - Routes (admin.go, inference.go): /generate, /v1/chat/completions, /v1/completions,
-//     /v1/models, /health, /health_generate, /get_server_info, /get_model_info, /get_load,
-//     /flush_cache, /abort_request, /metrics. Prompt tokens come from workloads.PromptIDs and the
-//     reply text from workloads.ReplyText, exactly as the simulator and the bench count them.
+//   - Routes (admin.go, inference.go, loads.go): /generate, /v1/chat/completions,
+//     /v1/completions, /v1/models, /health, /health_generate, /get_server_info, /get_model_info,
+//     /v1/loads, /get_load, /flush_cache, /abort_request, /metrics. Prompt tokens come from
+//     workloads.PromptIDs and the reply text from workloads.ReplyText, exactly as the simulator
+//     and the bench count them.
+//   - Load reports (loads.go, metrics.go): GET /v1/loads answers as SGLang's (JSON or, with
+//     format=prometheus, gauges; dp_rank and include filters) and /metrics carries SGLang's
+//     per-rank scheduler gauges (sglang:num_running_reqs, num_queue_reqs, token_usage,
+//     gen_throughput, …, with a dp_rank label), both read from the engine's Loads snapshot
+//     when asked, never on a timer. Config.NoLoadReports turns both off.
 //   - Bodies (respond.go): OpenAI chat/completions objects and SSE chunks (role chunk, one
 //     content chunk per token, a final chunk with finish_reason "length", and a usage chunk with
 //     prompt_tokens_details.cached_tokens when stream_options.include_usage), SGLang /generate

@@ -3,15 +3,15 @@ package fakeworker
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // metrics are one worker's Prometheus metrics, on its own registry, under SGLang's names
-// (sglang:*), with a model_name label like SGLang's and a dp_rank label on per-rank gauges.
+// (sglang:*), with a model_name label like SGLang's and SGLang's scheduler labels plus
+// dp_rank on the per-rank gauges.
 type metrics struct {
 	reg       *prometheus.Registry
 	ttft      prometheus.Histogram
@@ -44,7 +44,10 @@ func newMetrics(w *Worker) *metrics {
 	m.generated = counter("sglang:generation_tokens_total", "Output tokens of finished requests.")
 	m.cached = counter("sglang:cached_tokens_total", "Prompt tokens served from the prefix cache (in PD: the prefill's hit).")
 	m.injected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fakeworker_injected_failures_total", Help: "Failures injected by the failure flags, by kind.", ConstLabels: labels}, []string{"kind"})
-	m.reg.MustRegister(m.ttft, m.tpot, m.e2e, m.requests, m.prompt, m.generated, m.cached, m.injected, &gauges{w: w})
+	m.reg.MustRegister(m.ttft, m.tpot, m.e2e, m.requests, m.prompt, m.generated, m.cached, m.injected, cacheConfig{w})
+	if !w.cfg.NoLoadReports {
+		m.reg.MustRegister(gauges{w})
+	}
 	if kv := w.kv; kv != nil {
 		m.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fakeworker_kv_event_batches_published_total",
@@ -73,54 +76,85 @@ func (m *metrics) observe(start, first, end time.Time, u usage, _ int) {
 	}
 }
 
-// gauges collects the per-rank engine gauges from one Loads snapshot per scrape.
-type gauges struct {
-	w *Worker
+// cacheConfig collects sglang:cache_config_info, the KV cache's configuration.
+type cacheConfig struct{ w *Worker }
 
-	mu       sync.Mutex // protects the previous scrape's generated tokens and time
-	lastGen  float64
-	lastTime time.Time
+var descCacheConfig = prometheus.NewDesc("sglang:cache_config_info", "KV cache configuration (value 1).", []string{"model_name", "page_size", "num_pages", "max_total_num_tokens"}, nil)
+
+func (c cacheConfig) Describe(ch chan<- *prometheus.Desc) { ch <- descCacheConfig }
+
+func (c cacheConfig) Collect(ch chan<- prometheus.Metric) {
+	total, page := c.w.maxTotalTokens(), c.w.pageSize()
+	ch <- prometheus.MustNewConstMetric(descCacheConfig, prometheus.GaugeValue, 1, c.w.cfg.ModelPath, strconv.Itoa(page), strconv.Itoa(total/page), strconv.Itoa(total))
 }
 
-var (
-	rankLabels      = []string{"model_name", "dp_rank"}
-	descRunning     = prometheus.NewDesc("sglang:num_running_reqs", "Requests being prefilled or decoded.", rankLabels, nil)
-	descQueued      = prometheus.NewDesc("sglang:num_queue_reqs", "Requests waiting (bootstrap, prealloc, transfer and waiting queues).", rankLabels, nil)
-	descUsedTokens  = prometheus.NewDesc("sglang:num_used_tokens", "KV tokens in use.", rankLabels, nil)
-	descTokenUsage  = prometheus.NewDesc("sglang:token_usage", "KV tokens in use / max_total_num_tokens.", rankLabels, nil)
-	descCacheHit    = prometheus.NewDesc("sglang:cache_hit_rate", "Prefix cache hit rate as SGLang's scheduler logs it: per prefill batch cached / (cached + new) tokens, summed over the batches so far.", rankLabels, nil)
-	descGenTput     = prometheus.NewDesc("sglang:gen_throughput", "Output tokens per second since the previous scrape (SGLang: the decode log's gen throughput).", []string{"model_name"}, nil)
-	descCacheConfig = prometheus.NewDesc("sglang:cache_config_info", "KV cache configuration (value 1).", []string{"model_name", "page_size", "num_pages", "max_total_num_tokens"}, nil)
-)
+// gauges collects the per-rank gauges SGLang's schedulers export (metrics/collector.py
+// SchedulerMetricsCollector), from one engine Loads snapshot per scrape. Labels are
+// SGLang's: model_name, engine_type, tp_rank, pp_rank and moe_ep_rank of the scheduler that
+// reports for the rank, plus dp_rank (SGLang adds it only with DP > 1; here always).
+// Unlike SGLang's, which refresh at its log points (every prefill batch, every 40 decode
+// steps), the values are the engine's at the scrape.
+type gauges struct{ w *Worker }
 
-func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range [...]*prometheus.Desc{descRunning, descQueued, descUsedTokens, descTokenUsage, descCacheHit, descGenTput, descCacheConfig} {
-		ch <- d
+var rankLabels = []string{"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"}
+
+// rankGauges are the gauges and how each reads a rank's load.
+var rankGauges = []struct {
+	desc  *prometheus.Desc
+	value func(l *engine.RankLoad) float64
+}{
+	{prometheus.NewDesc("sglang:num_running_reqs", "Requests in the running (decode) batch; 0 on a prefill server.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.RunningReqs) }},
+	{prometheus.NewDesc("sglang:num_queue_reqs", "Requests in the waiting queue (not the PD bootstrap, prealloc, transfer or retracted queues).", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(waitingQueue(*l)) }},
+	{prometheus.NewDesc("sglang:num_used_tokens", "KV tokens held by requests (the evictable prefix cache excluded).", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.UsedTokens) }},
+	{prometheus.NewDesc("sglang:token_usage", "num_used_tokens / max_total_num_tokens.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return l.TokenUsage }},
+	{prometheus.NewDesc("sglang:max_total_num_tokens", "KV cache capacity of the rank, tokens.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.MaxTotalTokens) }},
+	{prometheus.NewDesc("sglang:gen_throughput", "Tokens decoded per second over the last second.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return l.GenThroughput }},
+	{prometheus.NewDesc("sglang:cache_hit_rate", "Prefix cache hit rate as SGLang's scheduler logs it: per prefill batch cached / (cached + new) tokens, summed over the batches so far.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return l.SGLangCacheHitRate }},
+	{prometheus.NewDesc("sglang:num_prefill_bootstrap_queue_reqs", "Requests in the prefill bootstrap queue.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.ByQueue[engine.QueueBootstrap]) }},
+	{prometheus.NewDesc("sglang:num_prefill_inflight_queue_reqs", "Requests in the prefill inflight (KV transfer) queue.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.ByQueue[engine.QueueInflight]) }},
+	{prometheus.NewDesc("sglang:num_decode_prealloc_queue_reqs", "Requests in the decode prealloc queue.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.ByQueue[engine.QueuePrealloc]) }},
+	{prometheus.NewDesc("sglang:num_decode_transfer_queue_reqs", "Requests in the decode transfer queue.", rankLabels, nil),
+		func(l *engine.RankLoad) float64 { return float64(l.ByQueue[engine.QueueTransfer]) }},
+}
+
+func (g gauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, rg := range rankGauges {
+		ch <- rg.desc
 	}
 }
 
-func (g *gauges) Collect(ch chan<- prometheus.Metric) {
+func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	w := g.w
-	model := w.cfg.ModelPath
-	total, page := w.maxTotalTokens(), w.pageSize()
-	ch <- prometheus.MustNewConstMetric(descCacheConfig, prometheus.GaugeValue, 1, model, strconv.Itoa(page), strconv.Itoa(total/page), strconv.Itoa(total))
-	var m dto.Metric
-	_ = w.metrics.generated.Write(&m)
-	gen, now := m.GetCounter().GetValue(), time.Now()
-	g.mu.Lock()
-	tput := 0.0
-	if dt := now.Sub(g.lastTime).Seconds(); !g.lastTime.IsZero() && dt > 0 {
-		tput = (gen - g.lastGen) / dt
+	engineType := "unified"
+	if w.cfg.Mode != engine.RoleUnified {
+		engineType = w.cfg.Mode.String()
 	}
-	g.lastGen, g.lastTime = gen, now
-	g.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(descGenTput, prometheus.GaugeValue, tput, model)
 	for _, l := range w.loads(context.Background()) {
-		rank := strconv.Itoa(l.Rank)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(l.Running), model, rank)
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Queued), model, rank)
-		ch <- prometheus.MustNewConstMetric(descUsedTokens, prometheus.GaugeValue, float64(l.KVTokens), model, rank)
-		ch <- prometheus.MustNewConstMetric(descTokenUsage, prometheus.GaugeValue, l.TokenUsage, model, rank)
-		ch <- prometheus.MustNewConstMetric(descCacheHit, prometheus.GaugeValue, l.SGLangCacheHitRate, model, rank)
+		tp, ep := w.reportingRanks(l.Rank)
+		labels := []string{w.cfg.ModelPath, engineType, strconv.Itoa(tp), "0", strconv.Itoa(ep), strconv.Itoa(l.Rank)}
+		for _, rg := range rankGauges {
+			ch <- prometheus.MustNewConstMetric(rg.desc, prometheus.GaugeValue, rg.value(&l), labels...)
+		}
 	}
+}
+
+// reportingRanks are the tp_rank and moe_ep_rank of the scheduler that reports DP rank dp:
+// under DP attention the first GPU of the rank's attention group (tp_rank dp·TP/DP, its
+// expert-parallel rank tp_rank·EP/TP); without it each DP replica's TP rank 0.
+func (w *Worker) reportingRanks(dp int) (tp, ep int) {
+	if !w.cfg.DPAttention {
+		return 0, 0
+	}
+	tp = dp * max(w.cfg.TPSize/w.cfg.DPSize, 1)
+	return tp, tp * w.cfg.EPSize / w.cfg.TPSize
 }

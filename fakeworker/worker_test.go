@@ -16,8 +16,6 @@ import (
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -477,11 +475,7 @@ func TestMetricsParse(t *testing.T) {
 	w := startWorker(t, Config{DPSize: 2})
 	status, _ := post(t, w.URL()+"/v1/completions", compBody)
 	require.Equal(t, http.StatusOK, status)
-	status, raw := get(t, w.URL()+"/metrics")
-	require.Equal(t, http.StatusOK, status)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
-	require.NoError(t, err)
+	fams := scrape(t, w)
 	for _, name := range []string{"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
 		"sglang:cache_hit_rate", "sglang:cache_config_info", "sglang:time_to_first_token_seconds",
 		"sglang:time_per_output_token_seconds", "sglang:e2e_request_latency_seconds", "sglang:prompt_tokens_total",
