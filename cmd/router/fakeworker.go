@@ -52,6 +52,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.KVEventsShape, "kv-events-shape", fakeworker.KVShapeArray, "KV event wire shape: array (SGLang's tagged arrays) or map (tagged maps with a \"type\" field, sglang PR #37482)")
 	fs.StringVar(&c.TokenizerPath, "tokenizer-path", "", "tokenize prompts with this tokenizer (a tokenizer.json file or a model directory), as SGLang; default: the approximate built-in tokenizer")
 	fs.StringVar(&c.ChatTemplate, "chat-template", "", "a Jinja chat template file replacing the tokenizer's (needs --tokenizer-path)")
+	fs.BoolVar(&c.NoLoadReports, "no-load-reports", false, "report no engine load, as an SGLang without /v1/loads or --enable-metrics: GET /v1/loads answers 404 and /metrics has no per-rank sglang gauges (to test a router's fallback to in-flight counts)")
 	fl := &c.Failures
 	fs.Float64Var(&fl.ErrorRate, "error-rate", 0, "failure: fraction of inference requests answered at once with --error-status")
 	fs.IntVar(&fl.ErrorStatus, "error-status", 500, "failure: HTTP status of injected errors")
