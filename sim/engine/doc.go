@@ -58,6 +58,7 @@
 //	s.Abort(now, room, "client went away")
 //	t, ok := s.NextEvent()
 //	outs := s.Advance(t)            // Preallocated, TransferDone, Token, Finished, Failed
+//	ls := s.Loads(t)                // per DP rank, what SGLang's /v1/loads reports (RankLoad)
 //
 // A PD driver forwards Preallocated (decode) as Handshake to the prefill server and TransferDone
 // (prefill) as KVArrived, with its CachedTokens, to the decode server. Every submitted room ends
