@@ -327,7 +327,9 @@ var (
 // bytes were held in (heldBody), which the reads then overwrite as they are relayed.
 func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest, buf []byte) error {
 	if buf == nil {
-		buf = make([]byte, relayBufSize)
+		bp := relayBufs.Get().(*[]byte)
+		defer relayBufs.Put(bp)
+		buf = *bp
 	}
 	pb, _ := body.(pendingBody)
 	var err error

@@ -75,7 +75,9 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	defer resp.Body.Close()
 	stream := isEventStream(resp, x.body)
-	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize)
+	bp := relayBufs.Get().(*[]byte) // held, then the relay's reads, until the attempt returns
+	defer relayBufs.Put(bp)
+	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize, *bp)
 	sawEvent := end == nil
 	if end != nil && end != io.EOF { // before its first event: nothing reached the client, so retry
 		res, decode = a.failed(ctx, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})

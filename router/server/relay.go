@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -19,12 +20,22 @@ import (
 // each read is flushing "when the upstream has nothing more buffered" (SPEC §1.4).
 const relayBufSize = 4 << 10
 
+// relayBufs recycles relay buffers (relayBufSize each) from one relayed stream to the next,
+// as httputil.ReverseProxy's BufferPool does. Measured (BenchmarkProxy, this build with and
+// without it, 8 interleaved rounds, benchstat): router CPU per request −3.6 % geomean over
+// the 12 points, beyond noise for PD at GOMAXPROCS=2 (closed loop 1: −4.8 %, p=0.005; open loop
+// 1,000 req/s: −4.0 %, p=0.022), the others within it; heap bytes per request −38 % (regular)
+// and −27 % (PD). The last pool left in router/server.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+
 // readFirst reads the part of decode's reply that the PD path holds before it commits the
 // head: for a stream, up to its first complete event with data; otherwise all of it, failing
 // past limit bytes. end is nil when it stopped after the first event, io.EOF when the body
 // ended, or the error that broke it.
-func readFirst(body io.Reader, stream bool, limit int64) (held []byte, end error) {
-	held = make([]byte, 0, relayBufSize)
+//
+// held is read into buf (emptied) while it fits, then into a buffer of its own.
+func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byte, end error) {
+	held = buf[:0]
 	var probe wire.Parser
 	for {
 		if len(held) == cap(held) {

@@ -98,7 +98,7 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 	assert.NotContains(t, rec.Body.String(), "aaaa", "nothing of the unended event was relayed")
 
 	// The first-event probe of the PD path stops at the same bound.
-	_, end := readFirst(&endlessEvent{}, true, 1<<40)
+	_, end := readFirst(&endlessEvent{}, true, 1<<40, make([]byte, relayBufSize))
 	require.ErrorIs(t, end, errSSEEventTooLarge)
 }
 
@@ -106,15 +106,15 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 // across reads of any size.
 func TestReadFirstHolds(t *testing.T) {
 	event := "data: {\"text\":\"a\"}\n\n"
-	held, end := readFirst(iotest.OneByteReader(strings.NewReader(event+event)), true, 1<<20)
+	held, end := readFirst(iotest.OneByteReader(strings.NewReader(event+event)), true, 1<<20, make([]byte, relayBufSize))
 	require.NoError(t, end)
 	assert.Equal(t, event, string(held), "held up to the first event with data")
 
 	long := strings.Repeat("x", 3*relayBufSize+17)
-	held, end = readFirst(iotest.HalfReader(strings.NewReader(long)), false, 1<<20)
+	held, end = readFirst(iotest.HalfReader(strings.NewReader(long)), false, 1<<20, make([]byte, relayBufSize))
 	require.ErrorIs(t, end, io.EOF)
 	assert.Equal(t, long, string(held))
 
-	_, end = readFirst(strings.NewReader(long), false, relayBufSize)
+	_, end = readFirst(strings.NewReader(long), false, relayBufSize, make([]byte, relayBufSize))
 	require.ErrorContains(t, end, "--max-payload-size")
 }
