@@ -27,6 +27,8 @@ var serveFlagAliases = map[string]string{
 	"spill-abs-threshold":   "balance-abs-threshold",
 	"spill-rel-threshold":   "balance-rel-threshold",
 	"model":                 "model-path",
+	// smg's name of the KV-usage overload bound.
+	"overload-token-usage-threshold": "worker-overload-token-usage",
 	// smg drains in-flight requests for --shutdown-grace-period-secs on SIGTERM: our
 	// --shutdown-timeout-secs. Its default stays 30 s, not smg's 180 s: Kubernetes kills a pod
 	// 30 s after SIGTERM unless its terminationGracePeriodSeconds says otherwise, so a longer
@@ -43,6 +45,16 @@ var scaledServeFlags = []struct {
 }{
 	{"upstream-pool-idle-timeout-secs", "upstream-idle-timeout-ms", 1000,
 		"smg's spelling of --upstream-idle-timeout-ms, in seconds (its default 3 is ours)"},
+	{"load-monitor-interval", "load-poll-interval-ms", 1000,
+		"smg's interval of its worker load monitor, in seconds (ours: --load-poll-interval-ms, default 100 ms)"},
+	{"worker-load-check-interval", "load-poll-interval-ms", 1000,
+		"the SGLang Model Gateway's spelling of --load-monitor-interval, in seconds"},
+}
+
+// switchServeFlags are sgl-router switches that set one of our settings: the switch, and the
+// flag=value it stands for.
+var switchServeFlags = map[string]string{
+	"disable-load-monitoring": "load-poll-interval-ms=0", // the policies then use in-flight counts
 }
 
 // scaledFlag is one of scaledServeFlags on a flag set: Set sets its target flag.
@@ -76,7 +88,6 @@ func (f scaledFlag) Set(v string) error {
 // accepted, and they change nothing (README lists them).
 var noEffectSGLangFlags = map[string]string{
 	"disable-tokenizer-autoload": "pdrouter loads a tokenizer only from --model-path or --tokenizer-path, never from the workers",
-	"disable-load-monitoring":    "pdrouter never polls the workers' loads: it counts its own in-flight requests",
 }
 
 // Reasons pdrouter does not implement an sgl-router flag (README's table gives the same).
@@ -85,8 +96,9 @@ const (
 	whyStorage     = "the Responses/conversation history storage"
 	whyAuth        = "control-plane authentication (pdrouter has one --api-key)"
 	whyMesh        = "multi-router mesh state sharing"
+	whyLeastLoad   = "least_load's tuning knobs (pdrouter's least_load learns each prefill's rate from its reports)"
 	whyPolicy      = "a routing policy pdrouter does not have: "
-	whyOverload    = "load monitoring from the workers' own metrics (pdrouter routes on its in-flight counts)"
+	whyOverload    = "smg's other load-balancing knobs (pdrouter reads the engines' loads every --load-poll-interval-ms and bounds them with --worker-overload-token-usage and --worker-overload-waiting-requests)"
 	whyEPD         = "encode/prefill/decode (EPD) disaggregation"
 	whyTokenizer   = "tokenizer caches and parsers of the gRPC path (pdrouter proxies HTTP)"
 	whyWorkerMgmt  = "worker management pdrouter does differently: "
@@ -140,10 +152,10 @@ var ignoredSGLangFlags = map[string]struct {
 	"prefix-token-count":                {1, whyPolicy + "prefix_hash"},
 	"prefix-hash-load-factor":           {1, whyPolicy + "prefix_hash"},
 	"prefix-hash-balance-abs-threshold": {1, whyPolicy + "prefix_hash"},
-	"least-load-kv-pressure-weight":     {1, whyPolicy + "least_load"},
-	"least-load-default-throughput":     {1, whyPolicy + "least_load"},
-	"least-load-mean-prefill-tokens":    {1, whyPolicy + "least_load"},
-	"least-load-max-waiting-requests":   {1, whyPolicy + "least_load"},
+	"least-load-kv-pressure-weight":     {1, whyLeastLoad},
+	"least-load-default-throughput":     {1, whyLeastLoad},
+	"least-load-mean-prefill-tokens":    {1, whyLeastLoad},
+	"least-load-max-waiting-requests":   {1, whyLeastLoad},
 	"bucket-adjust-interval-secs":       {1, whyPolicy + "bucket"},
 	"assignment-mode":                   {1, whyPolicy + "manual's routing keys"},
 	"max-idle-secs":                     {1, whyPolicy + "manual's idle routing keys"},
@@ -158,12 +170,7 @@ var ignoredSGLangFlags = map[string]struct {
 	"cache-boundaries":                  {1, whyPolicy + "smg's cache index variants"},
 	"dp-minimum-tokens-scheduler":       {0, whyOverload},
 	"balance-token-usage-threshold":     {1, whyOverload},
-	"overload-token-usage-threshold":    {1, whyOverload},
-	"worker-overload-waiting-requests":  {1, whyOverload},
-	"worker-overload-token-usage":       {1, whyOverload},
 	"worker-overload-protection":        {0, whyOverload},
-	"load-monitor-interval":             {1, whyOverload},
-	"worker-load-check-interval":        {1, whyOverload}, // the SGLang Model Gateway's name
 
 	// Tokenizer caches (the gRPC path).
 	"tokenizer-cache-enable-l0":      {0, whyTokenizer},
@@ -232,6 +239,10 @@ func normalizeServeArgs(args []string) (out, ignored []string) {
 		}
 		if _, ok := noEffectSGLangFlags[name]; ok && !hasValue {
 			continue // a switch off of something pdrouter never does
+		}
+		if set, ok := switchServeFlags[name]; ok && !hasValue {
+			out = append(out, "--"+set)
+			continue
 		}
 		if ig, ok := ignoredSGLangFlags[name]; ok {
 			ignored = append(ignored, "--"+name)

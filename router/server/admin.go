@@ -265,6 +265,11 @@ type workerJSON struct {
 	State     string `json:"state"`      // starting, healthy, unhealthy, breaker_open or draining: the one verdict every view shows
 	Load      int64  `json:"load"`
 	Breaker   string `json:"circuit_breaker"`
+	// LoadSource is where the router reads the worker's engine load (v1_loads, metrics or
+	// none; absent before the first poll or with polling off) and LoadReportAgeMs how old its
+	// latest report is.
+	LoadSource      string   `json:"load_source,omitempty"`
+	LoadReportAgeMs *float64 `json:"load_report_age_ms,omitempty"`
 }
 
 func toWorkerJSON(wi router.WorkerInfo) workerJSON {
@@ -290,21 +295,33 @@ func toRankJSON(wi router.WorkerInfo, rank int, load int64) workerJSON {
 // rank of a DP-aware worker (so its total matches /readiness and /get_loads).
 func (s *Server) workerEntries() []workerJSON {
 	workers := s.r.Workers()
+	now := time.Now()
 	var loads map[string]int64
 	out := make([]workerJSON, 0, len(workers))
 	for _, wi := range workers {
+		start := len(out)
 		if wi.DPSize == 0 {
 			out = append(out, toWorkerJSON(wi))
-			continue
-		}
-		if loads == nil {
-			loads = map[string]int64{}
-			for _, t := range s.r.Targets() {
-				loads[t.Name] = t.Load
+		} else {
+			if loads == nil {
+				loads = map[string]int64{}
+				for _, t := range s.r.Targets() {
+					loads[t.Name] = t.Load
+				}
+			}
+			for rank := range wi.DPSize {
+				out = append(out, toRankJSON(wi, rank, loads[router.TargetName(wi.URL, rank)]))
 			}
 		}
-		for rank := range wi.DPSize {
-			out = append(out, toRankJSON(wi, rank, loads[router.TargetName(wi.URL, rank)]))
+		if s.loads != nil {
+			source, age := s.loads.status(wi.URL, now)
+			for i := start; i < len(out); i++ {
+				out[i].LoadSource = source
+				if age >= 0 {
+					ms := float64(age.Microseconds()) / 1000
+					out[i].LoadReportAgeMs = &ms
+				}
+			}
 		}
 	}
 	return out

@@ -61,6 +61,9 @@ type Config struct {
 	// UpstreamIdleTimeoutMs recycles idle upstream connections before SGLang's keep-alive
 	// (5 s) closes them (--upstream-idle-timeout-ms, default 3000).
 	UpstreamIdleTimeoutMs int `json:"upstream_idle_timeout_ms" yaml:"upstream_idle_timeout_ms" help:"close idle upstream connections after this many ms (keep it below the workers' keep-alive)"`
+	// LoadPollIntervalMs is how often each worker's engine load is read (GET /v1/loads, else
+	// its sglang gauges) for the policies (--load-poll-interval-ms, default 100; 0: never).
+	LoadPollIntervalMs int `json:"load_poll_interval_ms" yaml:"load_poll_interval_ms" help:"read each worker's engine load (GET /v1/loads, else its sglang gauges on /metrics) every this many ms, for the policies; 0: never (they use in-flight counts)"`
 
 	// Admission.
 	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests" help:"requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue"` // ≤ 0 = no limit (default -1), as sgl-router
@@ -142,6 +145,7 @@ func DefaultConfig() Config {
 		MaxBatchSize:               1024,
 		MaxConnections:             10000,
 		UpstreamIdleTimeoutMs:      3000,
+		LoadPollIntervalMs:         100,
 		MaxConcurrentRequests:      -1,
 		QueueSize:                  100,
 		QueueTimeoutSecs:           60,
@@ -261,6 +265,9 @@ func (c Config) validateLimits() error {
 	}
 	if c.UpstreamIdleTimeoutMs < 0 {
 		return router.SettingErrorf("upstream_idle_timeout_ms", "--upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)
+	}
+	if c.LoadPollIntervalMs < 0 {
+		return router.SettingErrorf("load_poll_interval_ms", "--load-poll-interval-ms %d must be ≥ 0 (0: never)", c.LoadPollIntervalMs)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "warning", "error":

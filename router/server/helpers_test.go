@@ -36,6 +36,9 @@ type testWorker struct {
 	handle func(w http.ResponseWriter, r *http.Request, c call)
 	// cancelled counts inference requests whose context ended before the handler returned.
 	cancelled int
+	// loads, when set, answers the router's engine load polls (GET /v1/loads and /metrics);
+	// without it both answer 404, as a worker that reports no load. Polls are not recorded.
+	loads func(w http.ResponseWriter, r *http.Request)
 }
 
 func newWorker(t *testing.T, handle func(w http.ResponseWriter, r *http.Request, c call)) *testWorker {
@@ -53,6 +56,16 @@ func newWorker(t *testing.T, handle func(w http.ResponseWriter, r *http.Request,
 			return
 		case "/health", "/health_generate":
 			return
+		case "/v1/loads", "/metrics":
+			tw.mu.Lock()
+			loads := tw.loads
+			tw.mu.Unlock()
+			if loads == nil {
+				http.NotFound(w, r)
+				return
+			}
+			loads(w, r)
+			return
 		}
 		tw.mu.Lock()
 		tw.calls = append(tw.calls, c)
@@ -69,6 +82,13 @@ func newWorker(t *testing.T, handle func(w http.ResponseWriter, r *http.Request,
 }
 
 func (tw *testWorker) URL() string { return tw.srv.URL }
+
+// setLoads makes the worker answer the router's load polls with serve.
+func (tw *testWorker) setLoads(serve func(w http.ResponseWriter, r *http.Request)) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	tw.loads = serve
+}
 
 // callsTo returns the recorded calls to path.
 func (tw *testWorker) callsTo(path string) []call {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -186,7 +188,11 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
-		if err != nil {
+		var overloaded *router.OverloadError
+		switch {
+		case errors.As(err, &overloaded):
+			return s.shed(x, overloaded)
+		case err != nil:
 			s.metrics.Errors.WithLabelValues("no_workers").Inc()
 			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
 		}
@@ -240,6 +246,22 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			return s.ended(ctx, x)
 		}
 	}
+}
+
+// shed answers a request that no worker of a role could take without going over its overload
+// bound: 503 with Retry-After, counted (requests_shed_total, errors_total{kind="overloaded"})
+// and written to the decision log (reason "overloaded"), never queued.
+func (s *Server) shed(x *exchange, e *router.OverloadError) int {
+	s.metrics.Shed.WithLabelValues(e.Role.String()).Inc()
+	s.metrics.Errors.WithLabelValues("overloaded").Inc()
+	if x.id == "" {
+		x.id = s.reqIDs.RID(x.route)
+	}
+	if s.dlog != nil {
+		s.writeDecision(&wire.DecisionLine{ID: x.id, Route: x.route.String(), Reason: "overloaded"})
+	}
+	x.w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(e.RetryAfter.Seconds())))))
+	return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: e.Error()})
 }
 
 // sleep waits d, or until ctx ends (then it reports false).

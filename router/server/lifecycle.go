@@ -76,6 +76,9 @@ func (s *Server) workerGone(u string) {
 	if s.kv != nil {
 		s.kv.workerGone(u)
 	}
+	if s.loads != nil {
+		s.loads.forget(u)
+	}
 	// Its series go with it: discovery churn must not grow /metrics without bound.
 	s.metrics.WorkerErrors.DeletePartialMatch(prometheus.Labels{"worker": router.RedactURL(u)})
 	s.logMu.Lock()

@@ -35,6 +35,9 @@ type Metrics struct {
 	WorkerCachedRatio prometheus.Histogram     // worker_cached_token_ratio: cached_tokens/prompt_tokens reported
 	DiscoveryEvents   *prometheus.CounterVec   // discovery_events_total{role,event}: Kubernetes pods added, removed, skipped
 	WorkerErrors      *prometheus.CounterVec   // worker_errors_total{worker,role,kind}: failed attempts per worker
+	LoadSource        *prometheus.GaugeVec     // worker_load_source{worker,source}: 1 for where each worker's engine load comes from
+	LoadReports       *prometheus.CounterVec   // load_reports_total{result}: engine load polls, ok or failed
+	Shed              *prometheus.CounterVec   // requests_shed_total{role}: 503s because every worker of a role was overloaded
 	// The router's own measure of the token stream of every streamed response, by the role of
 	// the worker that streamed it (regular, or decode in PD mode): every token passes through it.
 	RoleTTFT *prometheus.HistogramVec // stream_ttft_seconds{role}: request arrival to the first event with text
@@ -183,6 +186,15 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 		WorkerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_worker_errors_total", Help: "Failed attempts by worker, role and kind (upstream_status, upstream_transport, timeout, …); retried or not."},
 			[]string{"worker", "role", "kind"}),
+		LoadSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_worker_load_source", Help: "1 for where each worker's engine load comes from: v1_loads (GET /v1/loads), metrics (its sglang gauges) or none (the policies use in-flight counts)."},
+			[]string{"worker", "source"}),
+		LoadReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_load_reports_total", Help: "Engine load polls of the workers, by result (ok, failed)."},
+			[]string{"result"}),
+		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_requests_shed_total", Help: "Requests answered 503 with Retry-After because every available worker of the role was overloaded (--worker-overload-*)."},
+			[]string{"role"}),
 		RoleTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "pdrouter_stream_ttft_seconds", Help: "Router-measured time from a streamed request's arrival to its first event with text, by the role of the worker streaming it (regular, decode).",
 			Buckets: durationBuckets}, []string{"role"}),
@@ -222,6 +234,7 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	m.TPOT.WithLabelValues(streaming.String())
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state,
+		m.LoadSource, m.LoadReports, m.Shed,
 		m.RoleTTFT, m.ITL, m.TPOT)
 	reg.MustRegister(m.sgl.collectors()...)
 	return m
@@ -333,5 +346,16 @@ func (m *Metrics) countResponse(route string, code int) {
 	rs.sglRequests.Inc()
 	if rs.sglErrors != nil {
 		rs.sglErrors.Inc()
+	}
+}
+
+// loadSource moves worker url's load source series from prev to next ("" none).
+func (m *Metrics) loadSource(url, prev, next string) {
+	w := router.RedactURL(url)
+	if prev != "" {
+		m.LoadSource.DeleteLabelValues(w, prev)
+	}
+	if next != "" {
+		m.LoadSource.WithLabelValues(w, next).Set(1)
 	}
 }

@@ -56,8 +56,12 @@ func newInstantWorker(tb testing.TB, prefill bool) (*instantWorker, string) {
 	chunks = append(chunks, []byte(`data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`+"\n\n"), []byte("data: [DONE]\n\n"))
 	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		if r.URL.Path == "/get_server_info" {
+		switch r.URL.Path {
+		case "/get_server_info":
 			_, _ = io.WriteString(rw, `{"dp_size":1}`)
+			return
+		case "/v1/loads": // an idle engine's report, as SGLang writes it
+			_, _ = io.WriteString(rw, idleLoads)
 			return
 		}
 		if prefill {
@@ -88,6 +92,9 @@ func newInstantWorker(tb testing.TB, prefill bool) (*instantWorker, string) {
 	tb.Cleanup(func() { _ = w.srv.Close() })
 	return w, "http://" + ln.Addr().String()
 }
+
+// idleLoads is SGLang's GET /v1/loads?include=core answer of an idle single-rank engine.
+const idleLoads = `{"timestamp":"2026-11-29T00:00:00.000000+00:00","version":"0.5.5","loads":[{"dp_rank":0,"num_running_reqs":0,"num_waiting_reqs":0,"num_waiting_uncached_tokens":0,"num_used_tokens":0,"num_total_tokens":0,"max_total_num_tokens":524288,"max_running_requests":256,"token_usage":0.0,"gen_throughput":0.0,"cache_hit_rate":0.0,"utilization":0.0}]}`
 
 // proc is a proxy under test running as its own process.
 type proc struct {
@@ -611,5 +618,59 @@ func BenchmarkProxy(b *testing.B) {
 			b.ReportMetric(float64(started.Load()), "streams")
 			b.ReportMetric(float64(during-before)/float64(max(1, started.Load())), "B/stream")
 		})
+	}
+}
+
+// BenchmarkLoadPolling measures what reading the workers' engine loads costs the router (as
+// its own process, GOMAXPROCS=1, 64 instant workers that answer GET /v1/loads): router CPU per
+// worker per second while idle, polling every 100 ms (the default) against polling off, and
+// then, side by side, the proxy figures of BenchmarkProxy at closed loop 64 and open loop
+// 1,000 req/s for both (round_robin over the 64 workers).
+func BenchmarkLoadPolling(b *testing.B) {
+	const n = 64
+	urls := make([]string, n)
+	for i := range urls {
+		_, urls[i] = newInstantWorker(b, false)
+	}
+	bin := buildRouter(b)
+	env := []string{"GOMAXPROCS=1"}
+	args := append([]string{"--policy", "round_robin", "--worker-urls"}, urls...)
+	off := startRouterProcEnv(b, bin, env, append(args, "--load-poll-interval-ms", "0")...)
+	on := startRouterProcEnv(b, bin, env, append(args, "--load-poll-interval-ms", "100")...)
+	targets := []target{{"router-64", 1, off.url, &off}, {"router-64-polled", 1, on.url, &on}}
+	lc := newLoadClient()
+	for _, t := range targets {
+		lc.closed(t.url, 8, 300*time.Millisecond)
+	}
+	idle := 5 * time.Second
+	b.Run("load=idle", func(b *testing.B) {
+		cpu0 := [2]time.Duration{off.cpu(b), on.cpu(b)}
+		time.Sleep(idle) // the measured span: both idle, one polling
+		b.ReportMetric(0, "ns/op")
+		for i, t := range targets {
+			per := float64((t.proc.cpu(b) - cpu0[i]).Microseconds()) / idle.Seconds() / n
+			b.ReportMetric(per, "cpu-µs/worker/s-"+t.name)
+		}
+	})
+	for _, ph := range []struct {
+		name string
+		run  func(url string) result
+	}{
+		{"closed64", func(u string) result { return lc.closed(u, 64, 3*time.Second) }},
+		{"open1000", func(u string) result { return lc.open(u, 1000, 3*time.Second) }},
+	} {
+		for _, t := range targets {
+			b.Run(fmt.Sprintf("load=%s/target=%s", ph.name, t.name), func(b *testing.B) {
+				cpu0 := t.proc.cpu(b)
+				r := ph.run(t.url)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(float64(r.pct(0.5).Microseconds()), "ttft-p50-µs")
+				b.ReportMetric(float64(r.pct(0.99).Microseconds()), "ttft-p99-µs")
+				b.ReportMetric(float64(r.errors), "errors")
+				if r.requests > 0 {
+					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/float64(r.requests), "cpu-µs/req")
+				}
+			})
+		}
 	}
 }

@@ -72,7 +72,8 @@ type Server struct {
 	amu  sync.Mutex // protects access writes
 	bg   sync.WaitGroup
 
-	kv *kvRouting // cache_aware on the workers' KV events; nil when off
+	kv    *kvRouting  // cache_aware on the workers' KV events; nil when off
+	loads *loadPoller // the workers' engine loads; nil when off (--load-poll-interval-ms 0)
 
 	bootHosts sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
 
@@ -162,6 +163,11 @@ func New(opts Options) (*Server, error) {
 	h := cfg.Health()
 	s.hc = &healthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
 		APIKey: cfg.APIKey, Now: time.Now}
+	if every := time.Duration(cfg.LoadPollIntervalMs) * time.Millisecond; every > 0 && cfg.LoadReportMaxAgeMs > 0 {
+		// A poll may take as long as its report stays fresh: one slower than that is useless.
+		s.loads = &loadPoller{Router: s.r, Client: s.admin, Interval: every, Timeout: max(every, cfg.LoadReportMaxAge()),
+			APIKey: cfg.APIKey, DPAware: cfg.DPAware, Log: s.log, Metrics: s.metrics, Now: time.Now}
+	}
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
@@ -227,6 +233,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
 	}
+	if s.loads != nil {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.loads.Run(ctx) }()
+	}
 	s.bg.Add(2)
 	go func() { defer s.bg.Done(); s.hc.Run(ctx) }()
 	go func() {
@@ -289,14 +299,20 @@ func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 		dst  **wire.DecisionTarget
 	}{{router.Regular, &line.Regular}, {router.Prefill, &line.Prefill}, {router.Decode, &line.Decode}} {
 		if l, ok := d.Leg(leg.role); ok {
-			*leg.dst = &wire.DecisionTarget{Worker: router.RedactURL(l.Target.URL()), Index: l.WorkerIndex, Rank: l.Target.RankPtr()}
+			*leg.dst = &wire.DecisionTarget{Worker: router.RedactURL(l.Target.URL()), Index: l.WorkerIndex, Rank: l.Target.RankPtr(),
+				Signal: string(l.Signal), LoadAgeMs: float64(l.LoadAge.Microseconds()) / 1000}
 		}
 	}
+	s.writeDecision(&line)
+}
+
+// writeDecision numbers line and writes it to the decision log.
+func (s *Server) writeDecision(line *wire.DecisionLine) {
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
 	s.dseq++
 	line.Seq = s.dseq
-	s.dbuf = wire.AppendDecisionLine(s.dbuf[:0], &line)
+	s.dbuf = wire.AppendDecisionLine(s.dbuf[:0], line)
 	if _, err := s.dlog.Write(s.dbuf); err != nil {
 		s.log.Error("decision log write failed", "err", err)
 	}

@@ -10,6 +10,11 @@ type DecisionTarget struct {
 	Worker string // worker base URL
 	Index  int    // the worker's position within its role in the target order
 	Rank   *int   // DP rank; nil without --dp-aware (written as null)
+	// Signal is what the choice rested on: cache_match, engine_load or in_flight ("" when
+	// the policy looked at no load: not written); LoadAgeMs, with engine_load, the oldest
+	// engine report's age then, in ms.
+	Signal    string
+	LoadAgeMs float64
 }
 
 // DecisionLine is one line of --decision-log (SPEC §2). It is a plain struct so that serve and
@@ -29,7 +34,7 @@ type DecisionLine struct {
 
 // AppendDecisionLine appends d to dst as one JSON line, newline-terminated, with the keys in the
 // order seq, id, rid, room, route, prefill, decode, regular, reason, match_rate; each target is
-// {"worker","index","rank"}.
+// {"worker","index","rank"} and, when set, "signal" (and with engine_load "load_age_ms").
 func AppendDecisionLine(dst []byte, d *DecisionLine) []byte {
 	dst = append(dst, `{"seq":`...)
 	dst = strconv.AppendUint(dst, d.Seq, 10)
@@ -68,5 +73,13 @@ func appendTarget(dst []byte, t *DecisionTarget) []byte {
 	dst = strconv.AppendInt(dst, int64(t.Index), 10)
 	dst = append(dst, `,"rank":`...)
 	dst = appendOptInt(dst, t.Rank)
+	if t.Signal != "" {
+		dst = append(dst, `,"signal":`...)
+		dst = appendQuote(dst, t.Signal)
+		if t.Signal == "engine_load" {
+			dst = append(dst, `,"load_age_ms":`...)
+			dst = strconv.AppendFloat(dst, t.LoadAgeMs, 'f', 3, 64)
+		}
+	}
 	return append(dst, '}')
 }
