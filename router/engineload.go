@@ -136,7 +136,9 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 //  1. queued uncached prompt tokens (the engine's, plus those routed to it since its report;
 //     skipped on decode targets, whose engines report 0);
 //  2. waiting requests (the engine's, plus those routed since);
-//  3. the router's in-flight requests;
+//  3. running requests (the engine's: a rank decoding for other clients is busier than an
+//     idle one, though neither queues);
+//  4. the router's in-flight requests;
 //
 // and otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise,
 // the engine's running and waiting requests plus those routed since, or in-flight requests.
@@ -184,6 +186,9 @@ func (c loadCmp) less(a, b *Target) bool {
 		}
 		if wa, wb := a.engine.load.WaitingReqs+int(a.engine.sentReqs), b.engine.load.WaitingReqs+int(b.engine.sentReqs); wa != wb {
 			return wa < wb
+		}
+		if ra, rb := a.engine.load.RunningReqs, b.engine.load.RunningReqs; ra != rb {
+			return ra < rb
 		}
 	}
 	return a.Load() < b.Load()

@@ -1,0 +1,188 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/internal/testutil"
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/server"
+	"github.com/pdrouter/pdrouter/sim/engine"
+)
+
+// TestIntegrationEngineLoadSteersTraffic: 4 regular fakeworkers of 2 DP ranks (llama3-8b-h100
+// timings) behind serve (DP-aware, cache_aware, engine loads polled every 100 ms). A client
+// behind the router's back queues long requests on worker 0's rank 0, straight at the worker.
+// From the first decision whose engine reports were all taken after that queue showed on the
+// worker's own /v1/loads, the router sends the rank nothing more; that decision comes within
+// two poll intervals (the interval the router actually kept in this run) of the queue showing;
+// and the decision log names the engine signal.
+func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Regular: 4, Worker: fakeworker.Config{
+		Host: "127.0.0.1", Seed: 1, DPSize: 2, Profile: prof}})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
+	ws := cl.Workers()
+	require.Len(t, ws, 4)
+
+	const interval = 100 * time.Millisecond
+	rc := server.DefaultConfig()
+	rc.DPAware, rc.LoadPollIntervalMs, rc.Seed = true, int(interval/time.Millisecond), new(int64(1))
+	for _, w := range ws {
+		rc.WorkerURLs = append(rc.WorkerURLs, w.URL())
+	}
+	log := &syncBuffer{}
+	srv, err := server.New(server.Options{Config: rc, DecisionLog: log})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	hot := router.TargetName(ws[0].URL(), 0)
+	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front.URL, 2*len(ws)) },
+		"every rank's first load report")
+
+	// The router's own traffic: one short request after another, each decision logged with
+	// the time it was sent.
+	type sent struct{ at time.Time }
+	var sends []sent
+	generate := func(i int) {
+		body, _ := json.Marshal(map[string]any{"text": fmt.Sprintf("%d: a question of its own, %d", i, i*7919),
+			"sampling_params": map[string]any{"max_new_tokens": 4}})
+		sends = append(sends, sent{time.Now()})
+		resp, err := http.Post(front.URL+"/generate", "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	i := 0
+	for ; i < 10; i++ { // before: the idle ranks tie, and the rank that will be hot takes its share
+		generate(i)
+	}
+
+	// Behind the router's back: long requests straight at worker 0's rank 0.
+	var direct sync.WaitGroup
+	dctx, stopDirect := context.WithCancel(ctx)
+	defer stopDirect()
+	for range 24 {
+		direct.Add(1)
+		go func() {
+			defer direct.Done()
+			body, _ := json.Marshal(map[string]any{"text": string(bytes.Repeat([]byte("behind the router's back "), 1200)),
+				"data_parallel_rank": 0, "sampling_params": map[string]any{"max_new_tokens": 600, "ignore_eos": true}})
+			req, _ := http.NewRequestWithContext(dctx, http.MethodPost, ws[0].URL()+"/generate", bytes.NewReader(body))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	defer direct.Wait()
+	var queued time.Time // when the worker's own report first showed the queue
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		at := time.Now()
+		if rankWaiting(t, ws[0].URL(), 0) > 0 {
+			queued = at
+			return true
+		}
+		return false
+	}, "the direct requests queued on worker 0's rank 0")
+	deadline := queued.Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		generate(i)
+		i++
+	}
+	stopDirect()
+
+	lines := decisionLines(t, log)
+	require.Len(t, lines, len(sends))
+	hotBefore, firstAfter, maxAgeBefore := 0, -1, 0.0
+	for k, line := range lines {
+		reg := line["regular"].(map[string]any)
+		target := router.TargetName(reg["worker"].(string), int(reg["rank"].(float64)))
+		signal, _ := reg["signal"].(string)
+		age, _ := reg["load_age_ms"].(float64)
+		if sends[k].at.Before(queued) {
+			if target == hot {
+				hotBefore++
+			}
+			maxAgeBefore = max(maxAgeBefore, age)
+			continue
+		}
+		reportsAt := sends[k].at.Add(-time.Duration(age * float64(time.Millisecond)))
+		if signal != "engine_load" && signal != "cache_match" || !reportsAt.After(queued) {
+			continue // decided on reports (possibly) taken before the queue showed
+		}
+		if firstAfter < 0 {
+			firstAfter = k
+		}
+		assert.NotEqual(t, hot, target, "decision %d, on reports taken after the queue showed (%s), went to the queued rank", k+1, signal)
+	}
+	require.Positive(t, hotBefore, "before the queue, the rank took its share")
+	require.GreaterOrEqual(t, firstAfter, 0, "no decision was made on reports taken after the queue showed")
+	// The router's own poll period in this run: the oldest report any decision used before.
+	period := time.Duration(max(maxAgeBefore, float64(interval/time.Millisecond)) * float64(time.Millisecond))
+	lag := sends[firstAfter].at.Sub(queued)
+	t.Logf("queue showed at the worker; the first decision on later reports came %s after (poll period seen %s); %d decisions before, %d after",
+		lag, period, hotBefore, len(lines)-firstAfter)
+	assert.LessOrEqual(t, lag, 2*period, "the queued rank lost its traffic within two poll intervals")
+}
+
+// reportsFresh reports whether /workers shows a v1_loads report for every one of n workers'
+// ranks.
+func reportsFresh(t *testing.T, url string, n int) bool {
+	resp, err := http.Get(url + "/workers")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var list struct {
+		Workers []struct {
+			URL        string   `json:"url"`
+			LoadSource string   `json:"load_source"`
+			AgeMs      *float64 `json:"load_report_age_ms"`
+		} `json:"workers"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	fresh := 0
+	for _, w := range list.Workers {
+		if w.LoadSource == "v1_loads" && w.AgeMs != nil {
+			fresh++
+		}
+	}
+	return fresh >= n
+}
+
+// rankWaiting reads a worker's own /v1/loads and returns rank's num_waiting_reqs.
+func rankWaiting(t *testing.T, url string, rank int) int {
+	resp, err := http.Get(fmt.Sprintf("%s/v1/loads?include=core&dp_rank=%d", url, rank))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var doc struct {
+		Loads []struct {
+			Waiting int `json:"num_waiting_reqs"`
+		} `json:"loads"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	if len(doc.Loads) == 0 {
+		return 0
+	}
+	return doc.Loads[0].Waiting
+}
