@@ -56,7 +56,7 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two or least_load"`                                                                                                                        // default cache_aware
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two or least_load"`                                                                                                            // default cache_aware
 	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                      // "" = --policy
 	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                         // "" = --policy
 	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"` // default 0.3
@@ -73,7 +73,7 @@ type Config struct {
 	// Engine load: what the workers' engines report of their load (SGLang's /v1/loads, or
 	// its Prometheus gauges), read by the policies when fresh for every candidate (SPEC §1.2,
 	// "loads"), and the overload bounds under which a worker is passed over.
-	LoadReportMaxAgeMs           int     `json:"load_report_max_age_ms" yaml:"load_report_max_age_ms" help:"engine load reports older than this count as absent (the policies fall back to the router's in-flight counts), ms; 0: never use them"` // default 1000
+	LoadReportMaxAgeMs            int     `json:"load_report_max_age_ms" yaml:"load_report_max_age_ms" help:"engine load reports older than this count as absent (the policies fall back to the router's in-flight counts), ms; 0: never use them"` // default 1000
 	WorkerOverloadTokenUsage      float64 `json:"worker_overload_token_usage" yaml:"worker_overload_token_usage" help:"a worker whose engine reports KV token usage at or above this, in (0,1], is passed over while another is below it; all over: 503 with Retry-After; 0: off"`
 	WorkerOverloadWaitingRequests int     `json:"worker_overload_waiting_requests" yaml:"worker_overload_waiting_requests" help:"a worker whose engine reports this many waiting requests or more is passed over while another has fewer; all over: 503 with Retry-After; 0: off"`
 

@@ -65,7 +65,6 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))
 }
 
-
 // Random picks uniformly among the available targets.
 type Random struct{ rng *rand.Rand }
 
