@@ -104,13 +104,14 @@ func (w *Worker) rankReport(l engine.RankLoad) rankReport {
 func waitingQueue(l engine.RankLoad) int { return l.ByQueue[engine.QueueWaiting] - l.RetractedReqs }
 
 // includeSet is /v1/loads' include parameter: nil for every section (absent, empty or "all"
-// among them), else the sections named. Names outside loadSections are an error with
-// SGLang's wording.
-func includeSet(q string) (map[string]bool, error) {
+// among them), else the sections named. Names outside loadSections give a non-empty detail,
+// the 400 body's text in SGLang's wording (capitalised and punctuated as SGLang writes it, so
+// it is a response body, not a Go error).
+func includeSet(q string) (set map[string]bool, detail string) {
 	if q == "" {
-		return nil, nil
+		return nil, ""
 	}
-	set := map[string]bool{}
+	set = map[string]bool{}
 	var bad []string
 	for _, s := range strings.Split(q, ",") {
 		s = strings.TrimSpace(s)
@@ -129,12 +130,12 @@ func includeSet(q string) (map[string]bool, error) {
 		for i, s := range loadSections {
 			valid[i] = pyRepr(s)
 		}
-		return nil, fmt.Errorf("Invalid include sections: {%s}. Valid options: [%s]", strings.Join(quoted, ", "), strings.Join(valid, ", "))
+		return nil, fmt.Sprintf("Invalid include sections: {%s}. Valid options: [%s]", strings.Join(quoted, ", "), strings.Join(valid, ", "))
 	}
 	if set["all"] {
-		return nil, nil
+		return nil, ""
 	}
-	return set, nil
+	return set, ""
 }
 
 // pyRepr quotes s as Python's repr does (single quotes unless s holds one and no double).
@@ -281,9 +282,9 @@ func (w *Worker) serveV1Loads(rw http.ResponseWriter, r *http.Request) {
 		}
 		rank, filter = n, true
 	}
-	inc, err := includeSet(q.Get("include"))
-	if err != nil {
-		writeDetail(rw, http.StatusBadRequest, err.Error())
+	inc, detail := includeSet(q.Get("include"))
+	if detail != "" {
+		writeDetail(rw, http.StatusBadRequest, detail)
 		return
 	}
 	ls := w.loads(r.Context())
