@@ -212,7 +212,7 @@ func TestIncumbentDPAwareExpansionAndAPIKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, string(raw))
 	assert.NotContains(t, string(raw), "dp_rank", "the worker itself, not a rank")
 
-	status, raw = do(http.MethodDelete, "/workers/"+rankID, nil)
+	status, _ = do(http.MethodDelete, "/workers/"+rankID, nil)
 	assert.Equal(t, http.StatusUnauthorized, status, "the worker API wants the key too")
 	status, raw = do(http.MethodDelete, "/workers/"+rankID, auth)
 	require.Equal(t, http.StatusAccepted, status, string(raw))

@@ -180,7 +180,7 @@ current-context: test
 		if err != nil {
 			continue
 		}
-		decode, err = fakeworker.Start(wctx, fakeworker.Config{Mode: engine.RoleDecode, Host: "127.0.0.3", Port: port})
+		decode, _ = fakeworker.Start(wctx, fakeworker.Config{Mode: engine.RoleDecode, Host: "127.0.0.3", Port: port}) // nil on a taken port: the loop tries another
 	}
 	require.NotNil(t, decode, "no port free on 127.0.0.2 and 127.0.0.3")
 
