@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,28 +48,6 @@ func startFake(t testing.TB, f *fakeSSE) *httptest.Server {
 		srv.Close()
 	})
 	return srv
-}
-
-// takeFirsts returns the server-side times to first event recorded so far, sorted, and
-// forgets them.
-func (f *fakeSSE) takeFirsts() []time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.firsts
-	f.firsts = nil
-	slices.Sort(out)
-	return out
-}
-
-// takeTPOTs returns the server-side time per output token of the streams recorded so far,
-// sorted, and forgets them.
-func (f *fakeSSE) takeTPOTs() []time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.tpots
-	f.tpots = nil
-	slices.Sort(out)
-	return out
 }
 
 func (f *fakeSSE) requests() [][]byte {

@@ -129,3 +129,25 @@ func durationsMs(ds []time.Duration) []float64 {
 	}
 	return out
 }
+
+// takeFirsts returns the server-side times to first event recorded so far, sorted, and
+// forgets them.
+func (f *fakeSSE) takeFirsts() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.firsts
+	f.firsts = nil
+	slices.Sort(out)
+	return out
+}
+
+// takeTPOTs returns the server-side time per output token of the streams recorded so far,
+// sorted, and forgets them.
+func (f *fakeSSE) takeTPOTs() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.tpots
+	f.tpots = nil
+	slices.Sort(out)
+	return out
+}

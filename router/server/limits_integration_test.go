@@ -28,6 +28,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// startRouterProc starts the router built from this tree as `serve` with args (see
+// startRouterProcEnv); the integration tests' way in, so it lives under their build tag.
+func startRouterProc(tb testing.TB, args ...string) proc {
+	tb.Helper()
+	return startRouterProcEnv(tb, buildRouter(tb), nil, args...)
+}
+
 // discardWorker answers every request with a small JSON reply after reading (and dropping) its
 // body, so a test's worker costs nothing whatever the body.
 func discardWorker(t *testing.T) *httptest.Server {

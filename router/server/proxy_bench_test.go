@@ -261,16 +261,6 @@ func buildRouter(tb testing.TB) string {
 
 var listenLine = regexp.MustCompile(`router listening on (http://\S+) \(metrics on (http://\S+)\)`)
 
-func startRouterProc(tb testing.TB, args ...string) proc {
-	tb.Helper()
-	return startRouterProcBin(tb, buildRouter(tb), args...)
-}
-
-func startRouterProcBin(tb testing.TB, bin string, args ...string) proc {
-	tb.Helper()
-	return startRouterProcEnv(tb, bin, nil, args...)
-}
-
 // startRouterProcEnv starts bin serve with env added to the environment (GOMAXPROCS=…).
 func startRouterProcEnv(tb testing.TB, bin string, env []string, args ...string) proc {
 	tb.Helper()
