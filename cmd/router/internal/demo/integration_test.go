@@ -38,7 +38,7 @@ func TestIntegrationDecisionParity(t *testing.T) {
 	for _, policy := range []string{"cache_aware", "random", "power_of_two", "round_robin"} {
 		t.Run("policy="+policy, func(t *testing.T) {
 			sc := DefaultScenario()
-			sc.Policy, sc.Seed = policy, 42
+			sc.Policy, sc.Seed, sc.LoadReports = policy, 42, 0 // decisions on in-flight counts alone (see Scenario.LoadReports)
 			sc.Workload.Conversations, sc.Workload.Turns, sc.Workload.OutputLen = 8, 3, 8
 			sc.Workload.ThinkTime = 50 * time.Millisecond
 			sc.Load.Concurrency, sc.Load.Requests, sc.Load.Warmup, sc.Load.FlushCache = []int{1}, 0, 0, false

@@ -46,6 +46,11 @@ type Scenario struct {
 	NetLatency time.Duration
 	// Policy is the routing policy of both roles.
 	Policy string
+	// LoadReports is how often the live router reads the workers' engine loads
+	// (--load-poll-interval-ms); 0 turns engine load reports off, so the policies compare
+	// in-flight counts alone. Exact decision parity holds only then: when a report is taken
+	// relative to a request is the driver's own timing.
+	LoadReports time.Duration
 	// Seed seeds the router's policies and the rid/room source in both runs (--seed), and the
 	// workload (Workload.Seed is overwritten with it).
 	Seed int64
@@ -82,7 +87,7 @@ func DefaultScenario() Scenario {
 	return Scenario{
 		Prefill: 2, Decode: 2, DPSize: 4, DPAttention: true,
 		Profile: DefaultProfile, Speedup: DefaultSpeedup, NetLatency: DefaultNetLatency,
-		Policy: "cache_aware", Seed: DefaultSeed, Workload: p, Load: l,
+		Policy: "cache_aware", Seed: DefaultSeed, Workload: p, Load: l, LoadReports: 100 * time.Millisecond,
 	}
 }
 
@@ -137,6 +142,7 @@ func (sc Scenario) ServeConfig(cl *fakeworker.Cluster) server.Config {
 	c := server.DefaultConfig()
 	c.Config = sc.RouterConfig(cl)
 	c.Host, c.Port = "127.0.0.1", 0
+	c.LoadPollIntervalMs = int(sc.LoadReports / time.Millisecond)
 	return c
 }
 
