@@ -44,7 +44,7 @@ func TestInteropPythonPublisher(t *testing.T) {
 	s := newSubscriber(ix, fastOpts(nil))
 	defer s.Close()
 	require.NoError(t, s.Add(Endpoint{Target: target, Pub: addr["PUB"], Replay: addr["REPLAY"], Topic: "kv"}))
-	eventually(t, "seq 3", func() bool { return lastSeq(s, target) == 3 })
+	require.Eventually(t, func() bool { return lastSeq(s, target) == 3 }, waitWithin, pollEvery, "seq 3")
 
 	// 1,2,3 stored; -5 and 2^63+11 stored, 2 removed; (replayed) 40, 41 stored, 1 removed;
 	// 50 stored, 3 removed.

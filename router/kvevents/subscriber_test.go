@@ -104,13 +104,6 @@ func (f *fakeIndex) isStale(name string) bool {
 // waitWithin and pollEvery bound require.Eventually's polls (only where no event can tell).
 const waitWithin, pollEvery = 10 * time.Second, 2 * time.Millisecond
 
-// eventually is require.Eventually under the name interop_test.go still calls (that file is
-// being changed elsewhere); delete it once nothing calls it.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, waitWithin, pollEvery, "waiting for %s", what)
-}
-
 func stored(hs ...int64) []any {
 	l := make([]any, len(hs))
 	for i, h := range hs {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -79,10 +80,10 @@ func byteVocab(extra map[string]int) string {
 		if c > 0 {
 			b.WriteString(",")
 		}
-		b.WriteString(quote(string(bytesToUnicode[c])) + ":" + itoa(c))
+		b.WriteString(quote(string(bytesToUnicode[c])) + ":" + strconv.Itoa(c))
 	}
 	for k, v := range extra {
-		b.WriteString("," + quote(k) + ":" + itoa(v))
+		b.WriteString("," + quote(k) + ":" + strconv.Itoa(v))
 	}
 	b.WriteString("}")
 	return b.String()
@@ -90,17 +91,6 @@ func byteVocab(extra map[string]int) string {
 
 func quote(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var d []byte
-	for ; n > 0; n /= 10 {
-		d = append([]byte{byte('0' + n%10)}, d...)
-	}
-	return string(d)
 }
 
 const tinyPre = `{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":` + "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"" + `},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]}`
