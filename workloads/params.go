@@ -15,11 +15,12 @@ const (
 	WorkloadAzure            = "azure"
 	WorkloadShareGPT         = "sharegpt"       // ShareGPT-like lengths (sharegpt.go), --num-prompts requests
 	WorkloadCachePressure    = "cache-pressure" // groups sharing long prefixes under KV pressure (pressure.go)
+	WorkloadHotspot          = "hotspot"        // bursts of a few hot prefixes over a cold background (hotspot.go)
 )
 
 // Workloads lists every workload name, generators first.
 var Workloads = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom,
-	WorkloadShareGPT, WorkloadCachePressure, WorkloadMooncake, WorkloadAzure, WorkloadCustom}
+	WorkloadShareGPT, WorkloadCachePressure, WorkloadHotspot, WorkloadMooncake, WorkloadAzure, WorkloadCustom}
 
 // Params are the workload options of SPEC §7 (and the request form of §4/§5): everything a
 // Source needs. Lengths are content tokens of the shared tokenizer. Build with DefaultParams and
@@ -73,6 +74,16 @@ type Params struct {
 	CPQuestionLen     int // --cp-question-len: default 1200
 	CPOutputLen       int // --cp-output-len: default 1000
 	CPRequests        int // --cp-requests: requests drawn from the groups' prompts; default 3000
+
+	// hotspot (hotspot.go)
+	HSRequests    int // --hs-requests: number of requests; default 4000
+	HSHotGroups   int // --hs-hot-groups: hot prefix groups; default 3
+	HSPrefixLen   int // --hs-prefix-len: each hot group's shared system prompt; default 4096
+	HSQuestionLen int // --hs-question-len: a hot request's own question; default 512
+	HSColdLen     int // --hs-cold-len: a cold request's prompt (no shared prefix); default 1024
+	HSOutputLen   int // --hs-output-len: output tokens of every request; default 128
+	HSBurst       int // --hs-burst: requests of one hot group per burst; default 200
+	HSGap         int // --hs-gap: cold requests before each burst (0: hot only); default 200
 }
 
 // DefaultParams returns the documented defaults (multiturn over chat, seed 1).
@@ -88,6 +99,9 @@ func DefaultParams() Params {
 		LSPPrompts:   1024, LSPSystemPromptLen: 16384, LSPQuestionLen: 32, LSPOutputLen: 128,
 		CPGroups: DefaultCPGroups, CPPromptsPerGroup: DefaultCPPromptsPerGroup, CPPrefixLen: DefaultCPPrefixLen,
 		CPQuestionLen: DefaultCPQuestionLen, CPOutputLen: DefaultCPOutputLen, CPRequests: DefaultCPRequests,
+		HSRequests: DefaultHSRequests, HSHotGroups: DefaultHSHotGroups, HSPrefixLen: DefaultHSPrefixLen,
+		HSQuestionLen: DefaultHSQuestionLen, HSColdLen: DefaultHSColdLen, HSOutputLen: DefaultHSOutputLen,
+		HSBurst: DefaultHSBurst, HSGap: DefaultHSGap,
 	}
 }
 
@@ -149,6 +163,9 @@ func (p Params) Validate() error {
 		{"cp-groups", p.CPGroups, 1}, {"cp-prompts-per-group", p.CPPromptsPerGroup, 1},
 		{"cp-prefix-len", p.CPPrefixLen, 1}, {"cp-question-len", p.CPQuestionLen, 1},
 		{"cp-output-len", p.CPOutputLen, 1}, {"cp-requests", p.CPRequests, 1},
+		{"hs-requests", p.HSRequests, 1}, {"hs-hot-groups", p.HSHotGroups, 1}, {"hs-prefix-len", p.HSPrefixLen, 1},
+		{"hs-question-len", p.HSQuestionLen, 1}, {"hs-cold-len", p.HSColdLen, 1}, {"hs-output-len", p.HSOutputLen, 1},
+		{"hs-burst", p.HSBurst, 1}, {"hs-gap", p.HSGap, 0},
 	} {
 		if err := atLeast(c.flag, c.v, c.min); err != nil {
 			return err
@@ -176,6 +193,8 @@ func (p Params) ConversationCount() int {
 		return p.NumPrompts
 	case WorkloadCachePressure:
 		return p.CPRequests
+	case WorkloadHotspot:
+		return p.HSRequests
 	}
 	return 0
 }

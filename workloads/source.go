@@ -43,6 +43,8 @@ func NewSource(p Params) (Source, error) {
 		return newShareGPT(p), nil
 	case WorkloadCachePressure:
 		return newCachePressure(p), nil
+	case WorkloadHotspot:
+		return newHotspot(p), nil
 	case WorkloadMooncake:
 		r, err := OpenMooncake(p.TraceFile, p.Seed)
 		if err != nil {

@@ -21,6 +21,7 @@ func smallParams(w string, api API) Params {
 	p.InputLen, p.NumPrompts = 100, 5
 	p.GSPNumGroups, p.GSPPromptsPerGroup, p.GSPSystemPromptLen, p.GSPQuestionLen, p.GSPOutputLen = 4, 3, 64, 16, 8
 	p.LSPPrompts, p.LSPSystemPromptLen, p.LSPQuestionLen, p.LSPOutputLen = 4, 300, 10, 5
+	p.HSRequests, p.HSHotGroups, p.HSPrefixLen, p.HSQuestionLen, p.HSColdLen, p.HSOutputLen, p.HSBurst, p.HSGap = 12, 2, 80, 12, 40, 6, 4, 2
 	return p
 }
 
@@ -64,7 +65,7 @@ func collect(t *testing.T, p Params) [][]Turn {
 	}
 }
 
-var generators = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom}
+var generators = []string{WorkloadMultiTurn, WorkloadGSP, WorkloadLongSystemPrompt, WorkloadRandom, WorkloadHotspot}
 var apis = []API{APIChat, APICompletions, APIGenerate}
 
 func TestGeneratorsBodiesAndTokenCounts(t *testing.T) {

@@ -29,6 +29,10 @@ func (p Params) Summary() map[string]any {
 		m["cp_groups"], m["cp_prompts_per_group"] = p.CPGroups, p.CPPromptsPerGroup
 		m["cp_prefix_len"], m["cp_question_len"] = p.CPPrefixLen, p.CPQuestionLen
 		m["cp_output_len"], m["cp_requests"] = p.CPOutputLen, p.CPRequests
+	case WorkloadHotspot:
+		m["hs_requests"], m["hs_hot_groups"], m["hs_prefix_len"] = p.HSRequests, p.HSHotGroups, p.HSPrefixLen
+		m["hs_question_len"], m["hs_cold_len"], m["hs_output_len"] = p.HSQuestionLen, p.HSColdLen, p.HSOutputLen
+		m["hs_burst"], m["hs_gap"] = p.HSBurst, p.HSGap
 	case WorkloadMooncake, WorkloadAzure:
 		m["trace_file"], m["time_scale"] = p.TraceFile, p.TimeScale
 	}

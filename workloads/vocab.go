@@ -138,6 +138,10 @@ const (
 	domCPPrefix
 	domCPQuestion
 	domCPPick
+	domHSPrefix
+	domHSQuestion
+	domHSCold
+	domHSPick
 )
 
 // genText returns n generated tokens of text keyed by (seed, dom, a, b).

@@ -74,6 +74,16 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	fs.IntVar(&p.CPOutputLen, "cp-output-len", p.CPOutputLen, "cache-pressure: output tokens per request")
 	fs.IntVar(&p.CPRequests, "cp-requests", p.CPRequests, "cache-pressure: number of requests")
 
+	// hotspot
+	fs.IntVar(&p.HSRequests, "hs-requests", p.HSRequests, "hotspot: number of requests, in periods of --hs-gap cold requests then a burst of --hs-burst requests of one hot group (at --rate R a burst puts R req/s on one prefix: cache_aware without load signals piles it onto the worker that caches it)")
+	fs.IntVar(&p.HSHotGroups, "hs-hot-groups", p.HSHotGroups, "hotspot: hot prefix groups; each burst draws one")
+	fs.IntVar(&p.HSPrefixLen, "hs-prefix-len", p.HSPrefixLen, "hotspot: tokens of each hot group's shared system prompt")
+	fs.IntVar(&p.HSQuestionLen, "hs-question-len", p.HSQuestionLen, "hotspot: tokens of a hot request's own question (uncached)")
+	fs.IntVar(&p.HSColdLen, "hs-cold-len", p.HSColdLen, "hotspot: tokens of a cold request's prompt (shares no prefix)")
+	fs.IntVar(&p.HSOutputLen, "hs-output-len", p.HSOutputLen, "hotspot: output tokens per request")
+	fs.IntVar(&p.HSBurst, "hs-burst", p.HSBurst, "hotspot: requests per burst of one hot group")
+	fs.IntVar(&p.HSGap, "hs-gap", p.HSGap, "hotspot: cold requests before each burst (0: bursts only)")
+
 	// load
 	fs.IntSliceVar(&l.Concurrency, "concurrency", l.Concurrency, "closed-loop levels: comma-separated client counts, e.g. 1,2,4,8 (with neither --concurrency nor --rate: 1 client; traces replay their timestamps)")
 	fs.Var((*rateList)(&l.Rates), "rate", "open-loop levels: comma-separated requests/s, or inf (every request at t=0)")
@@ -159,7 +169,7 @@ func printLevelWarnings(w io.Writer, res *reports.Results, p workloads.Params, l
 
 // fitRequests grows a generated workload so that each level holds the --warmup + --requests
 // requests asked for: more conversations (multiturn), groups (gsp) or prompts (random,
-// sharegpt, long-system-prompt) of the same shape, drawn from the same seed (the first ones
+// sharegpt, long-system-prompt, cache-pressure, hotspot) of the same shape, drawn from the same seed (the first ones
 // are the ones a smaller run sends). It returns a note for stderr saying what it drew, or ""
 // when the workload already holds enough or cannot grow (traces and --dataset-path files hold
 // what they hold; printLevelWarnings then says the level ran short).
@@ -199,6 +209,13 @@ func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
 		p.CPRequests = need
 		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d cache-pressure requests instead of --cp-requests %d",
 			l.Requests, l.Warmup, need, held)
+	case workloads.WorkloadHotspot:
+		if held >= need {
+			return ""
+		}
+		p.HSRequests = need
+		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d hotspot requests instead of --hs-requests %d",
+			l.Requests, l.Warmup, need, held)
 	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
 		if held >= need || p.DatasetPath != "" {
 			return ""
@@ -226,6 +243,8 @@ func moreRequestsHint(p workloads.Params) string {
 		return "raise --num-prompts"
 	case workloads.WorkloadCachePressure:
 		return "raise --cp-requests"
+	case workloads.WorkloadHotspot:
+		return "raise --hs-requests"
 	}
 	return "a trace holds what it holds"
 }
