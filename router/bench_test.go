@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+
+	"github.com/pdrouter/pdrouter/internal/testutil"
 )
 
 // benchCorpus returns groups×perGroup prompts: each group shares a prefixLen-char random
@@ -34,7 +36,7 @@ func benchCorpus(groups, perGroup, prefixLen, suffixLen int) []string {
 func benchRouter(b *testing.B, targets int) *Router {
 	b.Helper()
 	cfg := DefaultConfig()
-	r, err := New(cfg, NewManualClock(epoch), rand.New(rand.NewPCG(1, 2)))
+	r, err := New(cfg, testutil.NewManualClock(epoch), rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -309,7 +309,3 @@ func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTota
 
 // TreeStats returns the runes stored in the tree's edges and its node count.
 func (p *CacheAware) TreeStats() (chars, nodes int) { return p.tree.TotalChars(), p.tree.Nodes() }
-
-// Tree exposes the policy's tree for inspection in tests and metrics. Callers must hold no
-// expectations of thread safety: use it only when the router is idle.
-func (p *CacheAware) Tree() *tree.Tree { return p.tree }

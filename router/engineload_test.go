@@ -5,20 +5,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // engineRouter is a regular-mode router on a manual clock with workers a, b, c and the
 // policy given.
-func engineRouter(t *testing.T, policy string, tweak func(*Config)) (*Router, *ManualClock) {
+func engineRouter(t *testing.T, policy string, tweak func(*Config)) (*Router, *testutil.ManualClock) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Policy = policy
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	clk := NewManualClock(epoch)
+	clk := testutil.NewManualClock(epoch)
 	r, err := New(cfg, clk, NewRand(1))
 	require.NoError(t, err)
 	for _, u := range []string{"http://a", "http://b", "http://c"} {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router/kvindex"
 	"github.com/stretchr/testify/require"
 )
@@ -141,7 +142,7 @@ func TestCacheAwareKVIndexPendingBurst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := NewManualClock(epoch)
+			clock := testutil.NewManualClock(epoch)
 			r, err := New(DefaultConfig(), clock, rand.New(rand.NewPCG(1, 2)))
 			require.NoError(t, err)
 			ix := kvindex.New(kvindex.Config{PendingTTL: tc.ttl})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -220,7 +221,7 @@ func TestCacheAwareRouterPDSeparateTreesAndEviction(t *testing.T) {
 	cfg := pdConfig()
 	cfg.MaxTreeSize = 10
 	cfg.EvictionIntervalSecs = 60
-	clock := NewManualClock(epoch)
+	clock := testutil.NewManualClock(epoch)
 	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 1)))
 	require.NoError(t, err)
 	for i := range 2 {
@@ -248,12 +249,12 @@ func TestCacheAwareRouterPDSeparateTreesAndEviction(t *testing.T) {
 	r.Tick(epoch.Add(60 * time.Second))
 	pc, _, _ = r.TreeStats(Prefill)
 	require.LessOrEqual(t, pc, 20, "each of the 2 tenants is cut to ≤ 10 chars")
-	require.NoError(t, r.Policy(Prefill).(*CacheAware).Tree().Check())
+	require.NoError(t, r.Policy(Prefill).(*CacheAware).tree.Check())
 
 	// Removing a worker removes its tenant.
 	_, err = r.RemoveWorker("http://d0:1", Removal{})
 	require.NoError(t, err)
-	counts := r.Policy(Decode).(*CacheAware).Tree().TenantCounts()
+	counts := r.Policy(Decode).(*CacheAware).tree.TenantCounts()
 	assert.NotContains(t, counts, "http://d0:1")
 }
 
@@ -274,7 +275,7 @@ func TestRouteDeterministicPerSeed(t *testing.T) {
 	run := func(seed uint64) []string {
 		cfg := DefaultConfig()
 		cfg.Policy = PolicyPowerOfTwo
-		r, err := New(cfg, NewManualClock(epoch), rand.New(rand.NewPCG(seed, seed)))
+		r, err := New(cfg, testutil.NewManualClock(epoch), rand.New(rand.NewPCG(seed, seed)))
 		require.NoError(t, err)
 		for i := range 8 {
 			require.NoError(t, r.AddWorker(WorkerSpec{URL: fmt.Sprintf("http://w%d:1", i), Role: Regular}))

@@ -137,9 +137,6 @@ func (rt *Retrier) Next(a Attempt) (wait time.Duration, retry bool) {
 	return rt.r.backoff(rt.cfg, rt.attempts-1), true
 }
 
-// Attempts returns how many attempts have been recorded as failed.
-func (rt *Retrier) Attempts() int { return rt.attempts }
-
 // peerWaitPhrases are what a PD leg's error says when its worker gave up waiting for the other
 // worker of the pair, by the role that says it (matched case-insensitively). Such a failure is
 // the symptom, on this leg, of the other side's fault: the worker that reports it was fine.

@@ -110,9 +110,6 @@ func New(cfg Config, clock Clock, rng *rand.Rand) (*Router, error) {
 	return r, nil
 }
 
-// Config returns the configuration the router was built with.
-func (r *Router) Config() Config { return r.cfg }
-
 // PD reports whether the router runs in prefill/decode mode.
 func (r *Router) PD() bool { return r.cfg.PDDisaggregation }
 
@@ -336,9 +333,9 @@ func (r *Router) recordLocked(w *Worker, success bool) {
 	r.noteLocked(w, before, now, reason)
 }
 
-// RecordOutcome feeds an outcome that is not tied to a decision (e.g. a proxied GET) into the
-// breaker of the worker with url. Unknown URLs are ignored.
-func (r *Router) RecordOutcome(url string, o Outcome) {
+// recordOutcome feeds an outcome that is not tied to a decision into the breaker of the
+// worker with url (tests' shortcut to a breaker state). Unknown URLs are ignored.
+func (r *Router) recordOutcome(url string, o Outcome) {
 	if o == Cancelled {
 		return
 	}
@@ -422,8 +419,8 @@ func (r *Router) Workers() []WorkerInfo {
 	return out
 }
 
-// Worker returns the worker with url — registered, or else draining — and a snapshot of it.
-func (r *Router) Worker(url string) (*Worker, WorkerInfo, bool) {
+// worker returns the worker with url — registered, or else draining — and a snapshot of it.
+func (r *Router) worker(url string) (*Worker, WorkerInfo, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.lookupLocked(url)
@@ -579,8 +576,8 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	return true
 }
 
-// Finished reports whether every leg of the decision has been reported done.
-func (d *Decision) Finished() bool {
+// finished reports whether every leg of the decision has been reported done.
+func (d *Decision) finished() bool {
 	for i := range d.legs {
 		if d.legs[i].target != nil && !d.legs[i].done.Load() {
 			return false

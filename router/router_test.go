@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func newTestRouter(t testing.TB, cfg Config) *Router {
 	t.Helper()
-	r, err := New(cfg, NewManualClock(epoch), rand.New(rand.NewPCG(1, 2)))
+	r, err := New(cfg, testutil.NewManualClock(epoch), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	return r
 }
@@ -125,11 +126,11 @@ func TestDecisionDoneExactlyOnce(t *testing.T) {
 	require.True(t, d1.Done(Prefill, Success))
 	require.False(t, d1.Done(Prefill, Success), "second Done on a leg is a detectable no-op")
 	require.False(t, d1.Done(Regular, Success), "no such leg")
-	require.False(t, d1.Finished())
+	require.False(t, d1.finished())
 	require.Equal(t, int64(1), d1.Prefill.Load())
 	require.Equal(t, int64(2), d1.Decode.Load(), "decode leg still running")
 	require.True(t, d1.Done(Decode, Cancelled))
-	require.True(t, d1.Finished())
+	require.True(t, d1.finished())
 	require.True(t, d2.Done(Decode, Failure))
 	require.True(t, d2.Done(Prefill, Success))
 	for _, ti := range r.Targets() {
@@ -167,7 +168,7 @@ func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Policy = PolicyRoundRobin
-	clock := NewManualClock(epoch)
+	clock := testutil.NewManualClock(epoch)
 	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	var events []WorkerEvent
@@ -182,7 +183,7 @@ func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 	require.NoError(t, err)
 	events = nil
 
-	w, info, ok := r.Worker("http://a:1")
+	w, info, ok := r.worker("http://a:1")
 	require.True(t, ok)
 	assert.Equal(t, WorkerInfo{URL: "http://a:1", Role: Regular, State: WorkerHealthy, Healthy: true, Breaker: BreakerClosed}, info)
 	d, err := r.Route(&Request{Text: "x"})
@@ -197,7 +198,7 @@ func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 		Reason: "removed through the API", Source: "api", InFlight: 1}}, events)
 
 	// Every view shows it draining, after the registered workers, with its load.
-	_, info, ok = r.Worker("http://a:1")
+	_, info, ok = r.worker("http://a:1")
 	require.True(t, ok)
 	assert.Equal(t, WorkerDraining, info.State)
 	assert.False(t, info.Healthy)
@@ -229,7 +230,7 @@ func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 	require.Zero(t, w.Load())
 	assert.Equal(t, WorkerEvent{URL: "http://a:1", Role: Regular, From: WorkerDraining, To: WorkerGone,
 		Reason: "drained in 1.5s after it was removed through the API", Source: "api"}, events[1])
-	_, _, ok = r.Worker("http://a:1")
+	_, _, ok = r.worker("http://a:1")
 	assert.False(t, ok)
 	assert.Len(t, r.Workers(), 1)
 	assert.Len(t, r.Targets(), 1)
@@ -269,7 +270,7 @@ func TestWorkerReAddedWhileDraining(t *testing.T) {
 	d.Done(Regular, Failure)
 	assert.Zero(t, old.Load())
 	assert.Len(t, events, 2, "the old registration ends unshown")
-	_, info, _ := r.Worker("http://a:1")
+	_, info, _ := r.worker("http://a:1")
 	assert.Equal(t, BreakerClosed, info.Breaker, "the old registration's outcome does not feed the new breaker")
 }
 
@@ -363,7 +364,7 @@ func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 	clock.Advance(30 * time.Second)
 	require.Equal(t, "http://a:1", route())
 	require.True(t, r.Ready())
-	r.RecordOutcome("http://a:1", Success)
+	r.recordOutcome("http://a:1", Success)
 	require.Equal(t, BreakerClosed, r.Workers()[0].Breaker)
 	_, err = r.ObserveHealth("http://nope:1", true, clock.Now())
 	require.Error(t, err)
@@ -393,7 +394,7 @@ func TestLoadsNeverDrift(t *testing.T) {
 		d := live[j]
 		d.Done(Role(1+rng.IntN(2)), Outcome(rng.IntN(3)))
 		d.Done(Role(rng.IntN(3)), Cancelled) // repeats and unknown legs are no-ops
-		if d.Finished() {
+		if d.finished() {
 			live = append(live[:j], live[j+1:]...)
 		}
 	}
@@ -410,7 +411,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.CacheThreshold = 2
-	_, err := New(cfg, NewManualClock(epoch), rand.New(rand.NewPCG(1, 1)))
+	_, err := New(cfg, testutil.NewManualClock(epoch), rand.New(rand.NewPCG(1, 1)))
 	require.ErrorContains(t, err, "--cache-threshold")
 	_, err = New(DefaultConfig(), nil, nil)
 	require.Error(t, err)
@@ -518,7 +519,7 @@ func TestCheckWorkerURL(t *testing.T) {
 func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
 	t.Parallel()
 	r, clock := breakerRouter(t, 1, 2, "http://a:1", "http://b:1")
-	r.RecordOutcome("http://a:1", Failure)
+	r.recordOutcome("http://a:1", Failure)
 	require.Equal(t, BreakerOpen, r.Workers()[0].Breaker)
 	clock.Advance(30 * time.Second)
 
@@ -571,7 +572,7 @@ func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
 // breakerRouter is a round-robin router over regular workers urls whose breakers open after
 // failures consecutive failures and close after successes, half-opening 30 s after opening;
 // one probe flips health either way.
-func breakerRouter(t *testing.T, failures, successes int, urls ...string) (*Router, *ManualClock) {
+func breakerRouter(t *testing.T, failures, successes int, urls ...string) (*Router, *testutil.ManualClock) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Policy = PolicyRoundRobin
@@ -580,7 +581,7 @@ func breakerRouter(t *testing.T, failures, successes int, urls ...string) (*Rout
 	cfg.CBTimeoutDurationSecs = 30
 	cfg.HealthFailureThreshold = 1
 	cfg.HealthSuccessThreshold = 1
-	clock := NewManualClock(epoch)
+	clock := testutil.NewManualClock(epoch)
 	r, err := New(cfg, clock, rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	for _, u := range urls {

@@ -157,7 +157,7 @@ func TestRetrierBudget(t *testing.T) {
 	require.Equal(t, 75*time.Millisecond, w)
 	_, ok = rt.Next(Attempt{Status: 503})
 	require.False(t, ok, "3 attempts made: budget spent")
-	require.Equal(t, 3, rt.Attempts())
+	require.Equal(t, 3, rt.attempts)
 
 	_, ok = r.NewRetrier().Next(Attempt{Status: 400})
 	require.False(t, ok, "400 is not retryable")

@@ -2,7 +2,6 @@ package router
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,21 +31,8 @@ type Worker struct {
 	removal    Removal
 }
 
-// URL returns the worker's base URL as registered.
-func (w *Worker) URL() string { return w.url }
-
-// Role returns the worker's role.
-func (w *Worker) Role() Role { return w.role }
-
 // BootstrapPort returns the prefill bootstrap port, nil for none (sent as JSON null).
 func (w *Worker) BootstrapPort() *int { return w.bootstrapPort }
-
-// DPSize returns the number of DP ranks the router addresses (0 when not DP-aware).
-func (w *Worker) DPSize() int { return w.dpSize }
-
-// Targets returns the worker's targets (fixed at registration). Their loads stay live after
-// the worker is removed, until the requests routed to them finish.
-func (w *Worker) Targets() []*Target { return slices.Clone(w.targets) }
 
 // Load returns the requests routed to the worker and not yet finished: the sum over its
 // targets. Safe to call without the router's lock, and after the worker is removed.
@@ -85,9 +71,6 @@ func (t *Target) Worker() *Worker { return t.worker }
 
 // URL returns the worker's base URL (requests go there, with the rank in the body).
 func (t *Target) URL() string { return t.worker.url }
-
-// Role returns the worker's role.
-func (t *Target) Role() Role { return t.worker.role }
 
 // Rank returns the DP rank and whether the target has one.
 func (t *Target) Rank() (int, bool) { return t.rank, t.rank >= 0 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,7 +32,7 @@ func TestHealthCheckerFlipsAtThresholds(t *testing.T) {
 
 	cfg := router.DefaultConfig()
 	cfg.HealthFailureThreshold, cfg.HealthSuccessThreshold = 2, 2
-	clock := router.NewManualClock(time.Unix(0, 0))
+	clock := testutil.NewManualClock(time.Unix(0, 0))
 	r, err := router.New(cfg, clock, rand.New(rand.NewPCG(1, 1)))
 	require.NoError(t, err)
 	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: sick.URL, Role: router.Regular}))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,7 +18,7 @@ func TestMetricsMirrorRouterState(t *testing.T) {
 	cfg := router.DefaultConfig()
 	cfg.PDDisaggregation = true
 	cfg.DPAware = true
-	r, err := router.New(cfg, router.NewManualClock(time.Unix(0, 0)), rand.New(rand.NewPCG(1, 1)))
+	r, err := router.New(cfg, testutil.NewManualClock(time.Unix(0, 0)), rand.New(rand.NewPCG(1, 1)))
 	require.NoError(t, err)
 	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: "http://p:1", Role: router.Prefill, DPSize: 2}))
 	require.NoError(t, r.AddWorker(router.WorkerSpec{URL: "http://d:1", Role: router.Decode, DPSize: 1}))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 )
 
@@ -21,7 +22,7 @@ import (
 type recoveryRig struct {
 	r      *router.Router
 	h      *healthChecker
-	clock  *router.ManualClock
+	clock  *testutil.ManualClock
 	url    string
 	up     atomic.Bool  // /health answers 200 (else 503)
 	probes atomic.Int64 // /health requests received
@@ -29,7 +30,7 @@ type recoveryRig struct {
 
 func newRecoveryRig(t *testing.T) *recoveryRig {
 	t.Helper()
-	rig := &recoveryRig{clock: router.NewManualClock(time.Unix(1000, 0))}
+	rig := &recoveryRig{clock: testutil.NewManualClock(time.Unix(1000, 0))}
 	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rig.probes.Add(1)
 		if !rig.up.Load() {
@@ -102,7 +103,9 @@ func TestBreakerOpenWorkerHalfOpensOnlyAfterComingBack(t *testing.T) {
 	rig := newRecoveryRig(t)
 	rig.up.Store(true)
 	for range router.DefaultConfig().CBFailureThreshold {
-		rig.r.RecordOutcome(rig.url, router.Failure)
+		d, err := rig.r.Route(&router.Request{})
+		require.NoError(t, err)
+		d.Done(router.Regular, router.Failure)
 	}
 	require.Equal(t, router.WorkerBreakerOpen, rig.state())
 	for range 20 {
