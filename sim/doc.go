@@ -30,11 +30,12 @@
 // Virtual time starts at Epoch. One goroutine pops events from a typed binary heap ordered by
 // (time, sequence number): client sends, arrivals at the router, submissions, handshakes, leg
 // ends, client receptions, one wake-up per server at its engine's NextEvent, Router.Tick every
-// virtual second and, with --kill, health probes. Every network hop (client ↔ router ↔ server,
-// decode → prefill registration) costs Cluster.NetLatency. The router reads the virtual clock
-// only. Nothing reads the wall clock, iterates a map in a decision path or uses a global random
-// source: the same Config gives byte-identical results. Config.Progress is the only hook the
-// caller may use to look at wall time.
+// virtual second, with --kill health probes, and with load reports each replica's polls and
+// their answers. Every network hop (client ↔ router ↔ server, decode → prefill registration)
+// costs Cluster.NetLatency. The router reads the virtual clock only. Nothing reads the wall
+// clock, iterates a map in a decision path or uses a global random source: the same Config
+// gives byte-identical results. Config.Progress is the only hook the caller may use to look at
+// wall time.
 //
 // A second goroutine prepares conversations ahead of the event loop, in the source's order:
 // every turn's body built, parsed and tokenized, and the reply appended. That is exact because a
@@ -57,6 +58,19 @@
 // counts, index); a request reaches one by ReplicaAffinity and stays on it for its retries.
 // Replica 0 draws from the run's seed, the others and the delay and loss draws from seeds
 // derived from it, so replicas and delays keep runs byte-identical.
+//
+// # Engine load reports and overload
+//
+// With Routing.LoadReportInterval > 0 each replica polls every live server that often, as
+// serve's load poller does: the poll samples the server's ranks (engine.Server.Loads) when it
+// starts, and its answer reaches the replica after the replica's draw of LoadReportDelay,
+// through the event queue, to be handed to Router.ReportLoad stamped with the poll's start (per
+// url@rank when DP-aware, else the ranks' sum). A replica's ticker starts at an offset of its
+// own; a poll still unanswered at the next tick makes the replica skip that server, and a
+// killed server answers nothing, so its report ages out. The router's policies then compare
+// what the reports say while they are fresh (router.Config.LoadReportMaxAgeMs). A request that
+// Route sheds (router.OverloadError: every available target over a --worker-overload-* bound)
+// ends at once as serve answers it, 503 with Retry-After, and is not retried.
 //
 // # Sweeps
 //

@@ -4,20 +4,22 @@ package sim
 type evKind uint8
 
 const (
-	evWake      evKind = iota + 1 // server srv's next engine event is due: Advance it
-	evSend                        // conversation conv sends its pending turn (client side)
-	evArrive                      // request req reaches the router: first attempt
-	evRetry                       // request req is routed again after a failed attempt
-	evSubmit                      // attempt att reaches its worker(s): Submit
-	evHandshake                   // the decode side of att registered: Handshake to the prefill server
-	evKVArrived                   // att's KV and first token reach the decode server: KVArrived
-	evLegEnd                      // the router sees leg role of att end (ok or failed)
-	evClientEnd                   // the client receives the end of req's response
-	evArrival                     // open loop: the next arrival of the level
-	evTick                        // Router.Tick, every second of virtual time
-	evProbe                       // health probes of every worker
-	evKill                        // server srv dies
-	evKVBatch                     // KV-event batch kv reaches router replica srv
+	evWake       evKind = iota + 1 // server srv's next engine event is due: Advance it
+	evSend                         // conversation conv sends its pending turn (client side)
+	evArrive                       // request req reaches the router: first attempt
+	evRetry                        // request req is routed again after a failed attempt
+	evSubmit                       // attempt att reaches its worker(s): Submit
+	evHandshake                    // the decode side of att registered: Handshake to the prefill server
+	evKVArrived                    // att's KV and first token reach the decode server: KVArrived
+	evLegEnd                       // the router sees leg role of att end (ok or failed)
+	evClientEnd                    // the client receives the end of req's response
+	evArrival                      // open loop: the next arrival of the level
+	evTick                         // Router.Tick, every second of virtual time
+	evProbe                        // health probes of every worker
+	evKill                         // server srv dies
+	evKVBatch                      // KV-event batch kv reaches router replica srv
+	evLoadPoll                     // router replica srv polls every server's engine load
+	evLoadReport                   // the answer of load poll slot srv reaches its replica
 )
 
 // event is what happens at one instant of the event queue (heapq.Heap[event]: the time is
@@ -26,7 +28,7 @@ type event struct {
 	kind evKind
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
-	srv  int32 // evWake, evKill: server index; evKVBatch: replica index
+	srv  int32 // evWake, evKill: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot
 	conv *conv
 	kv   *kvBatch
 	req  *request

@@ -129,7 +129,7 @@ func TestParseDelay(t *testing.T) {
 			got, err := ParseDelay(tc.in)
 			if tc.bad {
 				require.Error(t, err)
-				assert.Contains(t, err.Error(), "--kv-events-delay")
+				assert.Contains(t, err.Error(), tc.in, "the error quotes the text (pflag names the flag)")
 				return
 			}
 			require.NoError(t, err)

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"hash/fnv"
+	"math"
 	"time"
 
 	"github.com/pdrouter/pdrouter/reports"
@@ -133,12 +134,16 @@ func (x *sim) route(r *request) {
 	d, err := x.reps[r.rep].rt.Route(&r.rreq)
 	if err != nil {
 		var nt *router.NoTargetError
-		if !errors.As(err, &nt) {
+		var ov *router.OverloadError
+		switch {
+		case errors.As(err, &ov):
+			x.shed(r, ov)
+		case errors.As(err, &nt):
+			r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
+			x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+		default:
 			x.err = err
-			return
 		}
-		r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
-		x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
 		return
 	}
 	x.stats.Attempts++
@@ -177,6 +182,29 @@ func (x *sim) route(r *request) {
 	}
 	x.push(x.clock.now+x.lat, event{kind: evSubmit, att: a})
 }
+
+// shed is the router shedding r because every available target of a role is overloaded, as
+// serve's shed does (router/server/inference.go): 503 with Retry-After at once, whatever
+// attempt this was, never queued and not retried by the client (the bench's does not retry
+// either), with a decision-log line of reason "overloaded".
+func (x *sim) shed(r *request, ov *router.OverloadError) {
+	x.stats.Shed++
+	x.stats.ShedRetryAfter += time.Duration(max(1, math.Ceil(ov.RetryAfter.Seconds()))) * time.Second
+	if w := x.cfg.DecisionLog; w != nil {
+		x.logSeq++
+		line := wire.DecisionLine{Seq: x.logSeq, ID: r.id, Route: r.turn.Path, Reason: reasonOverloaded}
+		x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
+		if _, err := w.Write(x.logBuf); err != nil {
+			x.err = err
+		}
+	}
+	r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), ov.Error())
+	x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+}
+
+// reasonOverloaded is the decision-log reason of a shed request: serve's (router/server/
+// inference.go shed).
+const reasonOverloaded = "overloaded"
 
 func (x *sim) logDecision(r *request, a *attempt) {
 	x.logSeq++

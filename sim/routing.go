@@ -12,9 +12,10 @@ import (
 )
 
 // Routing is the shape of the routing layer beyond one router's settings (router.Config): how
-// many router replicas run and how clients reach them, and whether cache_aware routes on the
-// engines' KV events (serve's precise mode) and how late and lossy those reach the routers.
-// The zero value is today's simulator: one router, the approximate tree only. JSON keys are
+// many router replicas run and how clients reach them, whether cache_aware routes on the
+// engines' KV events (serve's precise mode) and how late and lossy those reach the routers, and
+// how often and how late the engines' load reports reach them. The zero value is one router on
+// its approximate tree and in-flight counts alone. JSON keys are
 // the flag names with underscores (sweep keys; results.json meta.router carries them beside
 // the router's settings).
 type Routing struct {
@@ -41,7 +42,29 @@ type Routing struct {
 	// to the next replica, as a Kubernetes Service spreads new connections) or "session"
 	// (sticky: every turn of a conversation to the replica its session id hashes to).
 	ReplicaAffinity string `json:"replica_affinity" yaml:"replica_affinity"`
+	// LoadReportInterval is how often each router replica reads every server's engine load,
+	// per DP rank, as serve polls GET /v1/loads every --load-poll-interval-ms (loads.go). 0 (the
+	// zero value; `router sim` defaults to DefaultLoadReportInterval): no reports, the policies
+	// compare the router's in-flight counts. Reports are used only while router.Config.LoadReportMaxAgeMs
+	// says they are fresh.
+	LoadReportInterval time.Duration `json:"load_report_interval" yaml:"load_report_interval"`
+	// LoadReportDelay is the time from a poll's start (the report's timestamp) to the replica
+	// holding its answer (the request, the engine's answer, the parse): a fixed duration or a
+	// distribution (ParseDelay), drawn per poll and replica. Zero: at once (`router sim`
+	// defaults to DefaultLoadReportDelay).
+	LoadReportDelay Delay `json:"load_report_delay" yaml:"load_report_delay"`
 }
+
+// Defaults of `router sim`'s load-report flags (Routing's zero value has no reports).
+const (
+	// DefaultLoadReportInterval is serve's --load-poll-interval-ms default.
+	DefaultLoadReportInterval = 100 * time.Millisecond
+	// DefaultLoadReportDelay is the age of a report's numbers when the router holds them: the
+	// answer's network hop and JSON parse. SGLang's scheduler answers between two forward
+	// steps, which delays the answer but not its freshness, so the wait for the step is not
+	// part of it.
+	DefaultLoadReportDelay = time.Millisecond
+)
 
 // Replica affinities (Routing.ReplicaAffinity).
 const (
@@ -71,7 +94,13 @@ func (r Routing) Validate() error {
 	if !(r.KVEventsLoss >= 0 && r.KVEventsLoss <= 1) {
 		return fmt.Errorf("sim: --kv-events-loss %g is outside [0,1]", r.KVEventsLoss)
 	}
-	if err := r.KVEventsDelay.validate(); err != nil {
+	if err := r.KVEventsDelay.validate("kv-events-delay"); err != nil {
+		return err
+	}
+	if r.LoadReportInterval < 0 || r.LoadReportInterval > 0 && r.LoadReportInterval < time.Millisecond {
+		return fmt.Errorf("sim: --load-report-interval %v must be 0 (no engine load reports) or at least 1ms (serve polls in whole milliseconds)", r.LoadReportInterval)
+	}
+	if err := r.LoadReportDelay.validate("load-report-delay"); err != nil {
 		return err
 	}
 	if r.Replicas < 0 {
@@ -100,7 +129,7 @@ type Delay struct {
 func ParseDelay(s string) (Delay, error) {
 	s = strings.TrimSpace(s)
 	bad := func() (Delay, error) {
-		return Delay{}, fmt.Errorf("sim: --kv-events-delay %q: want a duration (10ms), exp:MEAN (exp:10ms) or uniform:LO-HI (uniform:0-20ms)", s)
+		return Delay{}, fmt.Errorf("sim: delay %q: want a duration (10ms), exp:MEAN (exp:10ms) or uniform:LO-HI (uniform:0-20ms)", s)
 	}
 	dur := func(v string) (time.Duration, bool) {
 		v = strings.TrimSpace(v)
@@ -133,7 +162,7 @@ func ParseDelay(s string) (Delay, error) {
 			return bad()
 		}
 		if hi < lo {
-			return Delay{}, fmt.Errorf("sim: --kv-events-delay %q: the high bound is below the low one", s)
+			return Delay{}, fmt.Errorf("sim: delay %q: the high bound is below the low one", s)
 		}
 		return Delay{Kind: "uniform", Lo: lo, Hi: hi}, nil
 	}
@@ -151,14 +180,19 @@ func (d Delay) String() string {
 	return d.Fixed.String()
 }
 
-func (d Delay) validate() error {
+// validate checks d, naming flag in its error ("" for a delay of no flag).
+func (d Delay) validate(flag string) error {
+	name := "delay"
+	if flag != "" {
+		name = "--" + flag
+	}
 	switch d.Kind {
 	case "", "exp", "uniform":
 	default:
-		return fmt.Errorf("sim: --kv-events-delay: unknown distribution %q (exp, uniform)", d.Kind)
+		return fmt.Errorf("sim: %s: unknown distribution %q (exp, uniform)", name, d.Kind)
 	}
 	if d.Fixed < 0 || d.Mean < 0 || d.Lo < 0 || d.Hi < d.Lo {
-		return fmt.Errorf("sim: --kv-events-delay %s: delays must be ≥ 0 (and uniform's low ≤ high)", d)
+		return fmt.Errorf("sim: %s %s: delays must be ≥ 0 (and uniform's low ≤ high)", name, d)
 	}
 	return nil
 }
@@ -183,10 +217,10 @@ func (d *Delay) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] != '"' {
 		var ns int64
 		if err := json.Unmarshal(b, &ns); err != nil {
-			return fmt.Errorf("sim: kv_events_delay %s: want a duration or a distribution", b)
+			return fmt.Errorf("sim: delay %s: want a duration or a distribution", b)
 		}
 		*d = Delay{Fixed: time.Duration(ns)}
-		return d.validate()
+		return d.validate("")
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -203,7 +237,7 @@ func (d *Delay) UnmarshalJSON(b []byte) error {
 // MarshalYAML writes the text form.
 func (d Delay) MarshalYAML() (any, error) { return d.String(), nil }
 
-// Set implements pflag.Value (--kv-events-delay).
+// Set implements pflag.Value (--kv-events-delay, --load-report-delay).
 func (d *Delay) Set(s string) error {
 	v, err := ParseDelay(s)
 	if err != nil {
@@ -255,7 +289,8 @@ func (x *sim) routerMeta() (json.RawMessage, error) {
 		aff = AffinityRoundRobin
 	}
 	for k, v := range map[string]any{"kv_events": kv, "kv_events_delay": r.KVEventsDelay, "kv_events_loss": r.KVEventsLoss,
-		"router_replicas": r.replicas(), "replica_affinity": aff} {
+		"router_replicas": r.replicas(), "replica_affinity": aff,
+		"load_report_interval": r.LoadReportInterval.String(), "load_report_delay": r.LoadReportDelay} {
 		if m[k], err = json.Marshal(v); err != nil {
 			return nil, err
 		}

@@ -72,6 +72,14 @@ type Stats struct {
 	LiveRooms int
 	// KV counts the KV-event traffic (Routing.KVEvents on).
 	KV KVStats
+	// Loads counts the engine load reports (Routing.LoadReportInterval > 0).
+	Loads LoadStats
+	// Shed counts the requests shed because every available target of a role was over its
+	// --worker-overload-* bound (router.OverloadError; warm-up included): each ends as an
+	// http_503 error, not retried, as serve answers 503 and the bench's client does not retry.
+	// ShedRetryAfter sums the Retry-After serve's answers would carry (whole seconds, ≥ 1).
+	Shed           int
+	ShedRetryAfter time.Duration
 	// BreakerOpens counts, by worker URL, how often a router's circuit breaker opened on the
 	// worker (summed over the router replicas; warm-up included). Nil when none did.
 	BreakerOpens map[string]int
@@ -91,6 +99,7 @@ type sim struct {
 	reps                  []*replica        // the router replicas (Routing.Replicas)
 	nextRep               int               // round-robin affinity: the next request's replica
 	kv                    *kvFeed           // nil without KV events
+	loads                 *loadFeed         // nil without engine load reports
 	ids                   *wire.IDGen
 	servers               []*server
 	byURL                 map[string]*server  // lookups only
@@ -222,6 +231,7 @@ func newSim(cfg Config) (*sim, error) {
 			return nil, err
 		}
 	}
+	x.loads = x.newLoadFeed(seed)
 	for _, k := range cfg.Kills {
 		if _, ok := x.byURL[k.Worker]; !ok {
 			return nil, fmt.Errorf("sim: --kill %s: no simulated worker %q (names look like %s)", k, k.Worker, x.servers[0].url)
@@ -284,6 +294,7 @@ func (x *sim) run() error {
 		x.push(x.probeInterval(), event{kind: evProbe})
 	}
 	x.push(int64(time.Second), event{kind: evTick})
+	x.startLoadPolls()
 	x.startLevel()
 	for !x.finished && x.err == nil && x.q.Len() > 0 {
 		e := x.q.Pop()
@@ -319,6 +330,9 @@ func (x *sim) run() error {
 	}
 	if x.kv != nil {
 		x.kv.count(&x.stats.KV, x.reps)
+	}
+	if x.loads != nil {
+		x.stats.Loads = x.loads.stats
 	}
 	return x.err
 }
@@ -387,6 +401,10 @@ func (x *sim) dispatch(ev *event) {
 		x.touch(sv)
 	case evKVBatch:
 		x.deliverKV(ev.kv, int(ev.srv))
+	case evLoadPoll:
+		x.pollLoads(int(ev.srv))
+	case evLoadReport:
+		x.deliverLoads(int(ev.srv))
 	}
 }
 
