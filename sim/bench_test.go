@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,9 +13,11 @@ import (
 
 // speedConfig is the issue's speed acceptance run, scaled by conversations: multiturn at
 // concurrency 512 (4 turns, 1,000-token system prompts shared by groups of 16, 200-token
-// questions, 128-token replies) on 16 prefill + 16 decode servers with dp 8.
+// questions, 128-token replies) on 16 prefill + 16 decode servers with dp 8, with engine load
+// reports as `router sim` runs by default (every 100ms, 1ms late).
 func speedConfig(conversations int) Config {
 	cfg := baseConfig()
+	cfg.Routing.LoadReportInterval, cfg.Routing.LoadReportDelay = DefaultLoadReportInterval, Delay{Fixed: DefaultLoadReportDelay}
 	cfg.Cluster.Prefill, cfg.Cluster.Decode, cfg.Cluster.DPSize = 16, 16, 8
 	p := &cfg.Workload
 	p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen = conversations, 4, 1000, 200, 128
@@ -34,6 +37,23 @@ func BenchmarkRun(b *testing.B) {
 				b.Skip("large run")
 			}
 			benchRuns(b, speedConfig(tc.convs))
+		})
+	}
+}
+
+// BenchmarkRunLoadReports is BenchmarkRun/requests=10000 with engine load reports polled
+// every 10ms, 100ms (the default) and 1s, and off: what the polls cost (they change the routing
+// too, so part of a difference is another simulation, not the polls' own work).
+func BenchmarkRunLoadReports(b *testing.B) {
+	for _, every := range []time.Duration{0, 10 * time.Millisecond, DefaultLoadReportInterval, time.Second} {
+		name := "interval=off"
+		if every > 0 {
+			name = "interval=" + every.String()
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := speedConfig(2500)
+			cfg.Routing.LoadReportInterval = every
+			benchRuns(b, cfg)
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +23,10 @@ import (
 // argument (chunked_prefill_size, max_running_requests, max_total_tokens, page_size,
 // cuda_graph_max_bs, mem_fraction_static, schedule_conservativeness; prefixed prefill_ or
 // decode_ for one pool) or a routing-layer key (Routing: kv_events — off/on, or approximate/
-// precise —, kv_events_delay, kv_events_loss, router_replicas, replica_affinity). Values are
-// JSON scalars (numbers, true/false) or bare strings; durations take Go syntax ("100us").
+// precise —, kv_events_delay, kv_events_loss, router_replicas, replica_affinity,
+// load_report_interval — or serve's load_poll_interval_ms in whole milliseconds —,
+// load_report_delay). Values are JSON scalars (numbers, true/false) or bare strings; durations
+// take Go syntax ("100us").
 type Vary struct {
 	Key    string
 	Values []string
@@ -181,11 +184,33 @@ func apply(c Config, key, val string) (Config, error) {
 		}
 		return true, nil
 	}
-	if key == "kv_events_delay" { // a distribution's text ("exp:10ms") or a duration
+	switch key {
+	case "kv_events_delay", "load_report_delay": // a distribution's text ("exp:10ms") or a duration
 		if d, err := ParseDelay(val); err == nil {
-			c.Routing.KVEventsDelay = d
+			if key == "kv_events_delay" {
+				c.Routing.KVEventsDelay = d
+			} else {
+				c.Routing.LoadReportDelay = d
+			}
 			return c, nil
 		}
+	case "load_report_interval": // a bare number would be nanoseconds: ask for a unit
+		d, err := time.ParseDuration(val)
+		if val == "0" {
+			d, err = 0, nil
+		}
+		if err != nil {
+			return c, fmt.Errorf("sim: --vary %s=%s: want a duration such as 100ms (0: off)", key, val)
+		}
+		c.Routing.LoadReportInterval = d
+		return c, nil
+	case "load_poll_interval_ms": // serve's setting: whole milliseconds
+		ms, err := strconv.Atoi(val)
+		if err != nil || ms < 0 {
+			return c, fmt.Errorf("sim: --vary %s=%s: want whole milliseconds ≥ 0", key, val)
+		}
+		c.Routing.LoadReportInterval = time.Duration(ms) * time.Millisecond
+		return c, nil
 	}
 	rt := c.Routing
 	if ok, err := set(&rt); ok || err != nil {
