@@ -74,10 +74,26 @@ batches stay in order) and --kv-events-loss how often one is lost: like serve's 
 without a replay endpoint, the target then routes on the approximate tree until its cache is
 flushed. --router-replicas N runs N routers, each with its own tree, in-flight counts and event
 index; --replica-affinity round-robin spreads requests over them as a Kubernetes Service does,
-session keeps a conversation on one. The workers' load stream is not modelled: each replica
-balances on its own in-flight counts, as serve does. With --vary kv_events=off,on
+session keeps a conversation on one. With --vary kv_events=off,on
 --vary router_replicas=1,2,4 --vary kv_events_delay=0,100ms, 'router sim sweep' answers what
 precise routing wins and what replicas cost on a workload (try --workload cache-pressure).
+
+Engine load reports: every --load-report-interval (default 100ms, serve's
+--load-poll-interval-ms) each router replica reads every server's load per DP rank — running and
+waiting requests, queued uncached prompt tokens, KV token usage, as SGLang's GET /v1/loads
+reports them — and the answer reaches it --load-report-delay later (default 1ms; a duration,
+exp:MEAN or uniform:LO-HI). As in serve, cache_aware's balance check and fallback, power_of_two
+and least_load then compare queued uncached tokens, then waiting requests, then in-flight
+requests while every candidate's report is younger than --load-report-max-age-ms, and in-flight
+counts otherwise; a DP-aware router gets each rank's report, any other the ranks' sum. Reports
+count every replica's requests, which a replica's own in-flight counts miss.
+--load-report-interval 0 routes on in-flight counts alone (serve without load reports).
+--worker-overload-waiting-requests N (or --worker-overload-token-usage U) passes over a worker
+whose report says it is over the bound and, when every worker is, sheds the request: it ends at
+once as an http_503 error with Retry-After, counted on stderr, never queued, and the client does
+not retry it (as the bench's does not). 'router sim sweep --vary load_report_interval=10ms,100ms,1s'
+shows what report age costs (try --workload hotspot, whose bursts of hot prefixes pile
+cache_aware onto one worker).
 
 Same flags and seed give byte-identical results. Results: the metrics table of 'router bench'
 plus the engine-side cache hit rate beside the router's predicted match rate, the per-target
@@ -318,6 +334,7 @@ func newSimCmd() *cobra.Command {
 			return err
 		}
 		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
+		printLoadStats(cmd.ErrOrStderr(), res.Stats)
 		printBreakerOpens(cmd.ErrOrStderr(), res.Stats.BreakerOpens)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
@@ -344,7 +361,8 @@ product; KEY is a router setting under its config-file name, e.g. cache_threshol
 balance_abs_threshold, balance_rel_threshold, policy, dp_aware, a cluster key such as dp_size,
 tp_size or gpu, or an SGLang engine argument such as chunked_prefill_size or max_running_requests,
 prefixed prefill_ or decode_ for one pool, or a routing-layer key: kv_events (off/on, or
-approximate/precise), kv_events_delay, kv_events_loss, router_replicas, replica_affinity),
+approximate/precise), kv_events_delay, kv_events_loss, router_replicas, replica_affinity,
+load_report_interval (a duration, 0: off; or serve's load_poll_interval_ms), load_report_delay),
 in parallel on all cores, each run deterministic, and prints the configurations ranked by
 --objective over all levels, each point scored by its worst level:
 
@@ -367,6 +385,7 @@ is sim's.`,
 		Example: `  router sim sweep --vary cache_threshold=0.1,0.3,0.5 --vary balance_abs_threshold=8,32,64 --write-config best.yaml
   router sim sweep --objective goodput --slo ttft=500,tpot=50 --rate 4,8 --vary policy=cache_aware,round_robin
   router sim sweep --workload cache-pressure --regular 8 --rate 6 --vary kv_events=approximate,precise --vary router_replicas=1,2,4 --vary kv_events_delay=0,10ms,100ms,1s
+  router sim sweep --workload hotspot --regular 8 --rate 110 --router-replicas 4 --objective p99-ttft --vary load_report_interval=0,10ms,100ms,1s
   router sim sweep --model-path llama3-8b --gpu h100-sxm --vary chunked_prefill_size=2048,4096,8192 --vary decode_max_running_requests=64,256
   router sim sweep --shard 0/3 --out runs/shard-0 --vary cache_threshold=0.1,0.3,0.5
   router sim sweep --merge runs/shard-0 runs/shard-1 runs/shard-2 --write-config best.yaml`,
@@ -777,10 +796,13 @@ func printExtrapolationWarnings(w io.Writer, cfg sim.Config, res *sim.Result) {
 func routingLayerFlags(fs *pflag.FlagSet, r *sim.Routing) {
 	r.KVEvents, r.Replicas, r.ReplicaAffinity = "off", 1, sim.AffinityRoundRobin
 	fs.StringVar(&r.KVEvents, "kv-events", r.KVEvents, "on: cache_aware routes on the workers' KV events (serve's precise mode; the servers publish as SGLang with --kv-events-config); off: on its approximate tree")
-	fs.Var(&r.KVEventsDelay, "kv-events-delay", "time from a worker's publish to a router applying the batch: a duration (10ms), exp:MEAN (exponential, e.g. exp:10ms) or uniform:LO-HI (e.g. uniform:0-20ms), drawn per batch and router (default 0)")
+	fs.Var(&r.KVEventsDelay, "kv-events-delay", "time from a worker's publish to a router applying the batch: a duration (10ms), exp:MEAN (exponential, e.g. exp:10ms) or uniform:LO-HI (e.g. uniform:0-20ms), drawn per batch and router")
 	fs.Float64Var(&r.KVEventsLoss, "kv-events-loss", 0, "probability a router misses a KV-event batch; the sequence gap makes that target stale (routed on the tree) until its cache is flushed, as serve's subscriber without a replay endpoint")
 	fs.IntVar(&r.Replicas, "router-replicas", r.Replicas, "router replicas, each with its own tree, in-flight counts and KV-event index")
 	fs.StringVar(&r.ReplicaAffinity, "replica-affinity", r.ReplicaAffinity, "how requests reach the replicas: round-robin (each request to the next, as a Kubernetes Service) or session (a conversation sticks to one)")
+	r.LoadReportInterval, r.LoadReportDelay = sim.DefaultLoadReportInterval, sim.Delay{Fixed: sim.DefaultLoadReportDelay}
+	fs.DurationVar(&r.LoadReportInterval, "load-report-interval", r.LoadReportInterval, "each router reads every worker's engine load (per DP rank, as SGLang's GET /v1/loads) this often, as serve's --load-poll-interval-ms; the policies compare queued uncached tokens, then waiting, then in-flight requests while every report is younger than --load-report-max-age-ms; 0: never (in-flight counts only)")
+	fs.Var(&r.LoadReportDelay, "load-report-delay", "age of an engine load report when its router gets it: a duration (1ms), exp:MEAN or uniform:LO-HI, drawn per poll and router; a delay above the interval makes the router skip polls, as serve does")
 }
 
 // printBreakerOpens names on w (stderr) the workers whose circuit breaker opened during the
@@ -803,4 +825,19 @@ func printKVStats(w io.Writer, r sim.Routing, kv sim.KVStats) {
 	}
 	fmt.Fprintf(w, "sim: KV events: %d batches (%d events) published, %d deliveries applied, %d lost, %d sequence gaps; at the end %d rank views stale after a gap, %d never fed (routed on the tree)\n",
 		kv.Batches, kv.Events, kv.Delivered, kv.Lost, kv.Gaps, kv.StaleTargets, kv.Silent)
+}
+
+// printLoadStats writes the run's engine load reports and shed requests on w (stderr).
+func printLoadStats(w io.Writer, st sim.Stats) {
+	if l := st.Loads; l.Reports > 0 || l.Skipped > 0 {
+		fmt.Fprintf(w, "sim: engine load reports: %d polls answered", l.Reports)
+		if l.Skipped > 0 {
+			fmt.Fprintf(w, ", %d skipped (the previous poll of the worker was still unanswered: --load-report-delay above --load-report-interval)", l.Skipped)
+		}
+		fmt.Fprintln(w)
+	}
+	if st.Shed > 0 {
+		fmt.Fprintf(w, "sim: %d requests shed with 503 and Retry-After (%.0f s in all): every worker over --worker-overload-*\n",
+			st.Shed, st.ShedRetryAfter.Seconds())
+	}
 }

@@ -132,6 +132,10 @@ func TestSimFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"sim", "--kv-events", "maybe"}, "--kv-events"},
 		{[]string{"sim", "--kv-events-delay", "gauss:1ms"}, "--kv-events-delay"},
 		{[]string{"sim", "--kv-events-loss", "1.5"}, "--kv-events-loss"},
+		{[]string{"sim", "--load-report-interval", "-1s"}, "--load-report-interval"},
+		{[]string{"sim", "--load-report-interval", "10us"}, "--load-report-interval"},
+		{[]string{"sim", "--load-report-delay", "gauss:1ms"}, "--load-report-delay"},
+		{[]string{"sim", "--workload", "hotspot", "--hs-burst", "0"}, "--hs-burst"},
 		{[]string{"sim", "--router-replicas", "-1"}, "--router-replicas"},
 		{[]string{"sim", "--replica-affinity", "sticky"}, "--replica-affinity"},
 		{[]string{"sim", "--workload", "cache-pressure", "--cp-groups", "0"}, "--cp-groups"},
@@ -398,4 +402,42 @@ func TestSimNamesBreakersThatOpened(t *testing.T) {
 	_, stderr, err = runWithStderr(t, append([]string{"sim"}, simSmall...)...)
 	require.NoError(t, err)
 	assert.NotContains(t, stderr, "circuit breakers opened")
+}
+
+// Engine load reports are on by default (serve's 100ms poll, 1ms late), recorded in
+// meta.router; every worker over --worker-overload-waiting-requests sheds with 503, counted on
+// stderr; the sweep varies the interval.
+func TestSimLoadReportsAndShedding(t *testing.T) {
+	args := append([]string{"sim", "--format", "json"}, simSmall...)
+	out, stderr, err := runWithStderr(t, args...)
+	require.NoError(t, err)
+	assert.Contains(t, stderr, "sim: engine load reports:")
+	res, err := reports.DecodeResults(strings.NewReader(out))
+	require.NoError(t, err)
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	assert.Equal(t, "100ms", meta["load_report_interval"])
+	assert.Equal(t, "1ms", meta["load_report_delay"])
+
+	_, stderr, err = runWithStderr(t, append(args, "--load-report-interval", "0")...)
+	require.NoError(t, err)
+	assert.NotContains(t, stderr, "engine load reports", "0: no reports")
+
+	hot := []string{"sim", "--format", "json", "--workload", "hotspot", "--hs-requests", "300", "--regular", "2",
+		"--rate", "500", "--worker-overload-waiting-requests", "2"}
+	out, stderr, err = runWithStderr(t, hot...)
+	require.NoError(t, err)
+	assert.Regexp(t, `sim: \d+ requests shed with 503 and Retry-After`, stderr)
+	res, err = reports.DecodeResults(strings.NewReader(out))
+	require.NoError(t, err)
+	assert.NotZero(t, res.Levels[0].ErrorsByKind["http_503"])
+
+	help, err := run(t, "sim", "--help")
+	require.NoError(t, err)
+	for _, want := range []string{"--load-report-interval", "--load-report-delay", "--worker-overload-waiting-requests", "--hs-burst", "hotspot"} {
+		assert.Contains(t, help, want)
+	}
+	sweep, err := run(t, append([]string{"sim", "sweep", "--vary", "load_report_interval=0,100ms"}, simSmall...)...)
+	require.NoError(t, err)
+	assert.Contains(t, sweep, "load_report_interval")
 }
