@@ -93,7 +93,7 @@ func BenchmarkLogprobMerger(b *testing.B) {
 		b.ReportAllocs()
 		var out []byte
 		for b.Loop() {
-			m := NewLogprobMerger(pre)
+			m := newLogprobMerger(pre)
 			out = m.Close(m.Write(out[:0], stream))
 		}
 	})

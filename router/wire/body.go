@@ -44,7 +44,7 @@ const maxBodyLen = math.MaxUint32
 
 // Body is a parsed inference request body: a small typed view for routing plus every top-level
 // member of the original, in order and byte for byte, so rewritten bodies (Append, PD,
-// WithDPRank) differ from the original only in the keys they set. A Body is immutable after
+// DPRankPieces) differ from the original only in the keys they set. A Body is immutable after
 // Parse and safe for concurrent reads; it aliases Raw, which the caller must not modify.
 type Body struct {
 	Route Route  // the route the body was parsed for
@@ -109,16 +109,6 @@ func (b *Body) Field(name string) ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// Len returns the number of top-level members of the original body, duplicates included.
-func (b *Body) Len() int { return len(b.members) }
-
-// Member returns the i-th top-level member of the original body (0 ≤ i < Len): the raw key,
-// quotes and escapes included, and the raw value.
-func (b *Body) Member(i int) (key, value []byte) {
-	m := b.members[i]
-	return b.Raw[m.k0:m.k1], b.Raw[m.v0:m.v1]
 }
 
 // Parse parses raw as a request body for route. Errors are *Error (400,

@@ -139,10 +139,10 @@ func TestParseKeepsMembers(t *testing.T) {
 	raw := []byte(` { "b" : [1, 2] ,"a":{"x" :1},"\u0061":"dup", "text":"t" } `)
 	b, err := Parse(Generate, raw)
 	require.NoError(t, err)
-	require.Equal(t, 4, b.Len())
+	require.Equal(t, 4, len(b.members))
 	var keys, vals []string
-	for i := range b.Len() {
-		k, v := b.Member(i)
+	for i := range len(b.members) {
+		k, v := b.member(i)
 		keys, vals = append(keys, string(k)), append(vals, string(v))
 	}
 	assert.Equal(t, []string{`"b"`, `"a"`, `"\u0061"`, `"text"`}, keys)
@@ -235,3 +235,10 @@ func TestParseErrors(t *testing.T) {
 }
 
 func quoteJSON(s string) string { return string(appendQuote(nil, s)) }
+
+// member returns the i-th top-level member of the original body (0 ≤ i < len(b.members)):
+// the raw key, quotes and escapes included, and the raw value.
+func (b *Body) member(i int) (key, value []byte) {
+	m := b.members[i]
+	return b.Raw[m.k0:m.k1], b.Raw[m.v0:m.v1]
+}

@@ -8,7 +8,7 @@
 // byte. Bodies are never decoded into structs and re-encoded, so fields this package does not
 // know (and big numbers, odd unicode, nested objects) reach the workers untouched — unlike
 // sgl-router, which drops unmodelled fields. Rewritten bodies (Body.Append, Body.PD,
-// Body.WithDPRank) equal the original member for member, except the keys they set: those replace
+// Body.DPRankPieces) equal the original member for member, except the keys they set: those replace
 // the first existing occurrence in place or are appended. Parse errors are *Error values (400,
 // invalid_request_error) naming the field at fault.
 //
@@ -34,7 +34,7 @@
 // bootstrap and DP-rank fields of SPEC §1.4 (FieldStyle picks the legacy or routed names), as
 // Pieces: the bytes Body.Append would write, referring to the original's long runs rather than
 // copying them.
-// MergeLogprobs, PrefillLogprobs and LogprobMerger prepend the prefill leg's input token
+// MergeLogprobs, PrefillLogprobs and AppendMergedEvent prepend the prefill leg's input token
 // logprobs to the decode response, whole or streamed.
 //
 // Streams. Parser is an incremental server-sent-event parser whose output does not depend on
@@ -45,6 +45,6 @@
 // error event; AppendDecisionLine writes one --decision-log line (SPEC §2).
 //
 // Nothing here reads the clock or the global random source; the only state is in IDGen (safe
-// for concurrent use), Parser and LogprobMerger (one goroutine each). All functions are
-// total: malformed input yields an error or an unchanged pass-through, never a panic.
+// for concurrent use) and Parser (one goroutine at a time). All functions are total: malformed
+// input yields an error or an unchanged pass-through, never a panic.
 package wire

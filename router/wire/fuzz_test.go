@@ -86,8 +86,8 @@ func FuzzParse(f *testing.F) {
 		if !ok {
 			t.Fatalf("accepted body is not an object: %q", data)
 		}
-		for i := range body.Len() { // string decoding agrees with encoding/json
-			k, v := body.Member(i)
+		for i := range len(body.members) { // string decoding agrees with encoding/json
+			k, v := body.member(i)
 			for _, raw := range [][]byte{k, v} {
 				var want string
 				if kindOf(raw) == kindString && json.Unmarshal(raw, &want) == nil {
@@ -106,7 +106,7 @@ func FuzzParse(f *testing.F) {
 			if len(legs.RIDs) != body.Size() || len(legs.Rooms) != body.Size() {
 				t.Fatalf("ids: %d rids, %d rooms for size %d", len(legs.RIDs), len(legs.Rooms), body.Size())
 			}
-			for _, leg := range [][]byte{legs.Prefill.Bytes(), legs.Decode.Bytes()} {
+			for _, leg := range [][]byte{legs.Prefill.AppendTo(nil), legs.Decode.AppendTo(nil)} {
 				if !json.Valid(leg) {
 					t.Fatalf("leg is not JSON: %s", leg)
 				}
@@ -135,11 +135,11 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		for _, set := range [][]Field{nil, {{"rid", []byte(`"r"`)}, {"bootstrap_room", []byte("[1,2]")}}} {
-			if p, a := body.Pieces(set...).Bytes(), body.Append(nil, set...); !bytes.Equal(p, a) {
+			if p, a := body.Pieces(set...).AppendTo(nil), body.Append(nil, set...); !bytes.Equal(p, a) {
 				t.Fatalf("Pieces and Append differ:\n%s\n%s", p, a)
 			}
 		}
-		if dp := body.WithDPRank(nil, 3); !json.Valid(dp) {
+		if dp := body.withDPRank(nil, 3); !json.Valid(dp) {
 			t.Fatalf("dp body is not JSON: %s", dp)
 		}
 	})

@@ -167,38 +167,3 @@ func AppendMergedEvent(dst, pre []byte, ev *Event) []byte {
 	}
 	return append(dst, '\n', '\n')
 }
-
-// LogprobMerger rewrites a decode SSE stream, prepending the prefill logprobs to every event
-// that carries meta_info.input_token_logprobs; all other events pass through byte for byte. Its
-// output does not depend on how the input is chunked. Not safe for concurrent use.
-type LogprobMerger struct {
-	pre []byte
-	p   Parser
-}
-
-// NewLogprobMerger returns a merger that prepends pre (from PrefillLogprobs; nil → pass
-// everything through).
-func NewLogprobMerger(pre []byte) *LogprobMerger { return &LogprobMerger{pre: pre} }
-
-// Write feeds a chunk of the decode stream and appends every event it completes, merged, to
-// dst.
-func (m *LogprobMerger) Write(dst, chunk []byte) []byte {
-	m.p.Feed(chunk)
-	return m.drain(dst)
-}
-
-// Close ends the stream and appends what remains: a final event without its blank line.
-func (m *LogprobMerger) Close(dst []byte) []byte {
-	m.p.Close()
-	return m.drain(dst)
-}
-
-func (m *LogprobMerger) drain(dst []byte) []byte {
-	for {
-		ev, ok := m.p.Next()
-		if !ok {
-			return dst
-		}
-		dst = AppendMergedEvent(dst, m.pre, &ev)
-	}
-}

@@ -97,7 +97,7 @@ const mergedStream = "data: {\"text\":\"a\",\"meta_info\":{\"input_token_logprob
 	"data: [DONE]\n\n"
 
 func mergeChunks(pre []byte, chunks ...[]byte) string {
-	m := NewLogprobMerger(pre)
+	m := newLogprobMerger(pre)
 	var out []byte
 	for _, c := range chunks {
 		out = m.Write(out, c)
@@ -137,4 +137,40 @@ func TestLogprobMergerAnyChunking(t *testing.T) {
 func TestLogprobMergerNilPassesThrough(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, decodeStream, mergeChunks(nil, []byte(decodeStream)))
+}
+
+// logprobMerger rewrites a decode SSE stream (the tests' harness for AppendMergedEvent over a
+// Parser, as serve's relay drives them), prepending the prefill logprobs to every event
+// that carries meta_info.input_token_logprobs; all other events pass through byte for byte. Its
+// output does not depend on how the input is chunked. Not safe for concurrent use.
+type logprobMerger struct {
+	pre []byte
+	p   Parser
+}
+
+// newLogprobMerger returns a merger that prepends pre (from PrefillLogprobs; nil → pass
+// everything through).
+func newLogprobMerger(pre []byte) *logprobMerger { return &logprobMerger{pre: pre} }
+
+// Write feeds a chunk of the decode stream and appends every event it completes, merged, to
+// dst.
+func (m *logprobMerger) Write(dst, chunk []byte) []byte {
+	m.p.Feed(chunk)
+	return m.drain(dst)
+}
+
+// Close ends the stream and appends what remains: a final event without its blank line.
+func (m *logprobMerger) Close(dst []byte) []byte {
+	m.p.Close()
+	return m.drain(dst)
+}
+
+func (m *logprobMerger) drain(dst []byte) []byte {
+	for {
+		ev, ok := m.p.Next()
+		if !ok {
+			return dst
+		}
+		dst = AppendMergedEvent(dst, m.pre, &ev)
+	}
 }

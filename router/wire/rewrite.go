@@ -92,9 +92,6 @@ func (p Pieces) AppendTo(dst []byte) []byte {
 	return dst
 }
 
-// Bytes returns the body as one new slice (a copy).
-func (p Pieces) Bytes() []byte { return p.AppendTo(make([]byte, 0, p.Len())) }
-
 // minRef is the shortest run of the original body a rewritten body refers to rather than
 // copies: shorter runs (keys, separators, small values) are copied into the rewrite's own
 // bytes, so a body of many small members costs a rewrite about its size once, as a copy would,
@@ -279,14 +276,8 @@ func (b *Body) Pieces(set ...Field) Pieces {
 	return w.done()
 }
 
-// WithDPRank returns the body for a regular-mode DP target (SPEC §1.5): the original plus
-// "data_parallel_rank": rank, appended to dst. No rid is injected.
-func (b *Body) WithDPRank(dst []byte, rank int) []byte {
-	var num [20]byte
-	return b.Append(dst, dpRankField(num[:0], rank))
-}
-
-// DPRankPieces is WithDPRank's body as Pieces referring to the original's long runs: what
+// DPRankPieces is the regular-mode DP target's body (SPEC §1.5: the original plus
+// "data_parallel_rank": rank, no rid) as Pieces referring to the original's long runs: what
 // serve sends a regular-mode DP target, so a large prompt is not copied.
 func (b *Body) DPRankPieces(rank int) Pieces {
 	return b.Pieces(dpRankField(nil, rank))

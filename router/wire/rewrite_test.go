@@ -234,7 +234,7 @@ func TestPDInjection(t *testing.T) {
 				name  string
 				got   []byte
 				extra map[string]any
-			}{{"prefill", legs.Prefill.Bytes(), tc.prefill}, {"decode", legs.Decode.Bytes(), tc.decode}} {
+			}{{"prefill", legs.Prefill.AppendTo(nil), tc.prefill}, {"decode", legs.Decode.AppendTo(nil), tc.decode}} {
 				want := asMap(t, []byte(tc.body))
 				want["rid"] = ridVal
 				want["bootstrap_room"] = roomVal
@@ -290,7 +290,7 @@ func TestPDSameRoomBothLegsAndFreshPerCall(t *testing.T) {
 	g := newGen()
 	a := body.PD(g, PDOptions{Host: "h"})
 	b := body.PD(g, PDOptions{Host: "h"})
-	pa, da := asMap(t, a.Prefill.Bytes()), asMap(t, a.Decode.Bytes())
+	pa, da := asMap(t, a.Prefill.AppendTo(nil)), asMap(t, a.Decode.AppendTo(nil))
 	assert.Equal(t, pa["bootstrap_room"], da["bootstrap_room"])
 	assert.Equal(t, pa["rid"], da["rid"])
 	assert.Len(t, pa["bootstrap_room"], 3)
@@ -308,7 +308,7 @@ func TestPDDuplicateKeysReplacedOnce(t *testing.T) {
 	body, err := Parse(Generate, []byte(`{"bootstrap_host":"evil","text":"x","bootstrap_host":"evil2"}`))
 	require.NoError(t, err)
 	legs := body.PD(newGen(), PDOptions{Host: "good"})
-	got := topLevel(t, legs.Prefill.Bytes())
+	got := topLevel(t, legs.Prefill.AppendTo(nil))
 	assert.Equal(t, kv{"bootstrap_host", `"good"`}, got[0])
 	assert.Equal(t, "text", got[1].Key)
 	n := 0
@@ -333,8 +333,8 @@ func TestWithDPRank(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Body{Raw: []byte(tc.body)}
 			require.Nil(t, b.split())
-			assert.Equal(t, tc.want, string(b.WithDPRank(nil, 3)))
-			assert.NotContains(t, string(b.WithDPRank(nil, 3)), `"rid"`)
+			assert.Equal(t, tc.want, string(b.withDPRank(nil, 3)))
+			assert.NotContains(t, string(b.withDPRank(nil, 3)), `"rid"`)
 		})
 	}
 }
@@ -368,4 +368,12 @@ func TestRewriteSizeBoundsAppend(t *testing.T) {
 	plain := []Field{{"bootstrap_room", []byte(`12345`)}, {"data_parallel_rank", []byte(`null`)}}
 	out := body.Append(nil, plain...)
 	assert.LessOrEqual(t, rewriteSize(body, plain)-len(out), 2*len(plain)+2, "a tight bound for plain keys")
+}
+
+// withDPRank returns the body for a regular-mode DP target (SPEC §1.5): the original plus
+// "data_parallel_rank": rank, appended to dst. No rid is injected. It is what DPRankPieces
+// must write.
+func (b *Body) withDPRank(dst []byte, rank int) []byte {
+	var num [20]byte
+	return b.Append(dst, dpRankField(num[:0], rank))
 }

@@ -110,19 +110,6 @@ func (p *Parser) Emitted() []byte {
 	return b
 }
 
-// Reset empties the parser for a new stream, keeping its storage (when it is at most keep
-// bytes) for reuse.
-func (p *Parser) Reset(keep int) {
-	own, data := p.own[:0], p.data[:0]
-	if cap(own) > keep {
-		own = nil
-	}
-	if cap(data) > keep {
-		data = nil
-	}
-	*p = Parser{buf: own, own: own, data: data}
-}
-
 // Close marks the end of the stream, so Next can return a final event that lacks its blank
 // line (the SSE standard drops such an event; a relay must not).
 func (p *Parser) Close() { p.eof = true }
