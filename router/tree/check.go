@@ -30,6 +30,9 @@ func (t *Tree) Recount() (tenantChars map[string]int, totalChars, nodes int) {
 // key; children are sorted by distinct keys and point back to their parent; every non-root node
 // carries a tenant, no tenant its parent lacks, with marks sorted by tenant id and stamps not in
 // the future; the root carries exactly the registered tenants. It costs a full walk.
+//
+// Only tests call it; it stays exported (not in a _test.go file) because router's policy tests
+// check the tree a cache-aware workload built.
 func (t *Tree) Check() error {
 	var errs []error
 	fail := func(format string, args ...any) {

@@ -245,7 +245,7 @@ func fuzzOps(t *testing.T, data []byte) {
 			desc = fmt.Sprintf("Insert(%q, %s)", text, tenant)
 			tr.Insert(text, tenant)
 			m.insert(text, tenant)
-			if got := tr.PrefixMatchTenant(text, tenant); got != runeCount(text) {
+			if got := tr.prefixMatchTenant(text, tenant); got != runeCount(text) {
 				t.Fatalf("%d %s: PrefixMatchTenant of the inserted text = %d, want %d", step, desc, got, runeCount(text))
 			}
 		case 3: // match
@@ -268,7 +268,7 @@ func fuzzOps(t *testing.T, data []byte) {
 		case 4: // match for a tenant
 			tenant, text := fuzzTenants[r.byte()%4], r.text()
 			desc = fmt.Sprintf("PrefixMatchTenant(%q, %s)", text, tenant)
-			if got, want := tr.PrefixMatchTenant(text, tenant), m.matchTenant(text, tenant); got != want {
+			if got, want := tr.prefixMatchTenant(text, tenant), m.matchTenant(text, tenant); got != want {
 				t.Fatalf("%d %s = %d, want %d", step, desc, got, want)
 			}
 		case 5: // remove

@@ -197,44 +197,8 @@ func (t *Tree) PrefixMatch(text string, dst []string) (matched int, tenants []st
 	return matched, tenants
 }
 
-// PrefixMatchTenant is the length in runes of the longest prefix of text stored for tenant: it
-// descends only into nodes that carry tenant. An unknown tenant gives 0. It does not refresh
-// stamps.
-func (t *Tree) PrefixMatchTenant(text, tenant string) int {
-	id, ok := t.lookup(tenant)
-	if !ok {
-		return 0
-	}
-	matched := 0
-	n := t.root
-	for len(text) > 0 {
-		i, ok := n.find(firstKey(text))
-		if !ok || !n.children[i].has(id) {
-			break
-		}
-		c := n.children[i]
-		j := commonPrefix(text, c.edge)
-		if j < len(c.edge) {
-			return matched + runeCount(c.edge[:j])
-		}
-		matched += int(c.runes)
-		text = text[j:]
-		n = c
-	}
-	return matched
-}
-
-// TenantChars is the number of runes tenant owns: the sum of the edge lengths of the nodes
-// carrying it (shared nodes count for each of their tenants). Unknown tenants own 0.
-func (t *Tree) TenantChars(tenant string) int {
-	id, ok := t.lookup(tenant)
-	if !ok {
-		return 0
-	}
-	return t.chars[id]
-}
-
-// TenantCounts returns a copy of TenantChars for every registered tenant (0 included).
+// TenantCounts returns, for every registered tenant (0 included), the number of runes it owns:
+// the sum of the edge lengths of the nodes carrying it (shared nodes count for each tenant).
 func (t *Tree) TenantCounts() map[string]int {
 	m := make(map[string]int)
 	for id, ok := range t.live {
@@ -250,14 +214,3 @@ func (t *Tree) TotalChars() int { return t.total }
 
 // Nodes is the number of nodes, root excluded.
 func (t *Tree) Nodes() int { return t.nodes }
-
-// Tenants returns the registered tenants in the order the tree first saw them.
-func (t *Tree) Tenants() []string {
-	var out []string
-	for id, ok := range t.live {
-		if ok {
-			out = append(out, t.names[id])
-		}
-	}
-	return out
-}

@@ -149,7 +149,7 @@ func TestPrefixMatchTenant(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.tenant+"/"+tc.text, func(t *testing.T) {
-			assert.Equal(t, tc.want, tr.PrefixMatchTenant(tc.text, tc.tenant))
+			assert.Equal(t, tc.want, tr.prefixMatchTenant(tc.text, tc.tenant))
 		})
 	}
 	require.NoError(t, tr.Check())
@@ -169,18 +169,18 @@ func TestCounts(t *testing.T) {
 
 	tr.Insert("你好", "t3")
 	require.NoError(t, tr.Check())
-	assert.Equal(t, 2, tr.TenantChars("t3"))
-	assert.Equal(t, 0, tr.TenantChars("nobody"))
+	assert.Equal(t, 2, tr.tenantChars("t3"))
+	assert.Equal(t, 0, tr.tenantChars("nobody"))
 	assert.Equal(t, 13, tr.TotalChars())
 
 	tr.Insert("", "t4")
 	require.NoError(t, tr.Check())
 	assert.Equal(t, map[string]int{"t1": 10, "t2": 6, "t3": 2, "t4": 0}, tr.TenantCounts(), "Insert(\"\") registers with 0")
-	assert.Equal(t, []string{"t1", "t2", "t3", "t4"}, tr.Tenants())
+	assert.Equal(t, []string{"t1", "t2", "t3", "t4"}, tr.tenants())
 
 	// TenantCounts is a copy.
 	tr.TenantCounts()["t1"] = 99
-	assert.Equal(t, 10, tr.TenantChars("t1"))
+	assert.Equal(t, 10, tr.tenantChars("t1"))
 }
 
 func TestNodesAndSplits(t *testing.T) {
@@ -209,8 +209,8 @@ func TestRemoveTenant(t *testing.T) {
 		tr.RemoveTenant("t1")
 		require.NoError(t, tr.Check())
 		assert.Equal(t, map[string]int{"t2": 6}, tr.TenantCounts())
-		assert.Equal(t, 0, tr.PrefixMatchTenant("hello", "t1"))
-		assert.Equal(t, 4, tr.PrefixMatchTenant("help", "t2"))
+		assert.Equal(t, 0, tr.prefixMatchTenant("hello", "t1"))
+		assert.Equal(t, 4, tr.prefixMatchTenant("help", "t2"))
 		assert.Equal(t, 6, tr.TotalChars(), `"world" is unlinked`)
 		n, ts := match(tr, "world")
 		assert.Equal(t, 0, n)
@@ -278,24 +278,24 @@ func TestEvictPerTenant(t *testing.T) {
 		assert.Equal(t, 4, tr.Evict(4, 0))
 		require.NoError(t, tr.Check())
 		for text, want := range map[string]int{"aa": 2, "bb": 0, "cc": 0, "dd": 2} {
-			assert.Equal(t, want, tr.PrefixMatchTenant(text, "t"), text)
+			assert.Equal(t, want, tr.prefixMatchTenant(text, "t"), text)
 		}
 	})
 	t.Run("match does not refresh", func(t *testing.T) {
 		t.Parallel()
 		tr := build(t, ins{"a", "t"}, ins{"b", "t"})
 		tr.PrefixMatch("a", nil)
-		tr.PrefixMatchTenant("a", "t")
+		tr.prefixMatchTenant("a", "t")
 		tr.Evict(1, 0)
-		assert.Equal(t, 0, tr.PrefixMatchTenant("a", "t"))
-		assert.Equal(t, 1, tr.PrefixMatchTenant("b", "t"))
+		assert.Equal(t, 0, tr.prefixMatchTenant("a", "t"))
+		assert.Equal(t, 1, tr.prefixMatchTenant("b", "t"))
 	})
 	t.Run("parent becomes a leaf", func(t *testing.T) {
 		t.Parallel()
 		// "abcd" then "abef" (split "ab" → "cd", "ef"), "zz" newest: evicting 5 of 6 runes
 		// takes "cd", "ef", then "ab" (a leaf for t once its children are gone).
 		tr := build(t, ins{"abcd", "t"}, ins{"abef", "t"}, ins{"zz", "t"})
-		assert.Equal(t, 8, tr.TenantChars("t"))
+		assert.Equal(t, 8, tr.tenantChars("t"))
 		assert.Equal(t, 6, tr.Evict(3, 0))
 		require.NoError(t, tr.Check())
 		assert.Equal(t, map[string]int{"t": 2}, tr.TenantCounts())
@@ -337,7 +337,7 @@ func TestEvictTotal(t *testing.T) {
 		assert.Equal(t, 4, tr.Evict(0, 8))
 		require.NoError(t, tr.Check())
 		assert.Equal(t, map[string]int{"t1": 4, "t2": 4}, tr.TenantCounts())
-		assert.Equal(t, 0, tr.PrefixMatchTenant("aaaa", "t1"))
+		assert.Equal(t, 0, tr.prefixMatchTenant("aaaa", "t1"))
 		assert.Equal(t, 4, tr.Evict(0, 4))
 		assert.Equal(t, map[string]int{"t1": 4, "t2": 0}, tr.TenantCounts())
 		assert.Equal(t, 0, tr.Evict(0, 4), "within the bound")
@@ -427,7 +427,7 @@ func TestPrefixMatchAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		_, dst = tr.PrefixMatch("hello wor", dst)
 		_, dst = tr.PrefixMatch("你好吗", dst)
-		_ = tr.PrefixMatchTenant("hello there", "t2")
+		_ = tr.prefixMatchTenant("hello there", "t2")
 	})
 	assert.Zero(t, allocs)
 	allocs = testing.AllocsPerRun(100, func() { tr.Insert("hello world", "t1") })
