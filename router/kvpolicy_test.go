@@ -188,9 +188,9 @@ func TestUseKVIndex(t *testing.T) {
 	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://d0:1", Role: Decode, DPSize: 1}))
 	// Targets registered before and after are interned under their url@rank names.
 	for _, tg := range r.targets[Prefill] {
-		require.Equal(t, tg.Name(), ix.Name(tg.kvID))
+		require.Equal(t, tg.kvID, ix.Target(tg.Name()))
 	}
-	require.Equal(t, "http://p0:1@1", ix.Name(r.targets[Prefill][1].kvID))
+	require.Equal(t, r.targets[Prefill][1].kvID, ix.Target("http://p0:1@1"))
 	require.ErrorContains(t, r.UseKVIndex(Decode, ix, 16), "cache_aware")
 	require.ErrorContains(t, r.UseKVIndex(Prefill, ix, 0), "page size 0")
 	require.ErrorContains(t, r.UseKVIndex(Regular, ix, 16), "cache_aware", "no regular role in PD mode")

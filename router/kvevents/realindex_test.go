@@ -39,13 +39,13 @@ func TestRealIndex(t *testing.T) {
 	p.publish(1, false, removed(13))
 	require.Eventually(t, func() bool { return lastSeq(s, target) == 1 }, waitWithin, pollEvery, "seq 1")
 	id := ix.Target(target)
-	got := ix.Match(nil, []kvindex.Hash{11, 12, 13}, []kvindex.TargetID{id}, time.Now())
+	got := ix.MatchOrStale(nil, []kvindex.Hash{11, 12, 13}, []kvindex.TargetID{id}, time.Now())
 	assert.Equal(t, []int{2}, got)
-	assert.False(t, ix.Stale(id))
+	assert.False(t, ix.Stats(id).Stale)
 
 	p.publish(3, false, stored(14)) // gap, no replay
 	require.Eventually(t, func() bool { return lastSeq(s, target) == 3 }, waitWithin, pollEvery, "seq 3")
-	assert.True(t, ix.Stale(id))
+	assert.True(t, ix.Stats(id).Stale)
 	s.Remove(target)
 }
 

@@ -83,7 +83,7 @@ func BenchmarkMatch(b *testing.B) {
 			dst := make([]int, 0, targets)
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = x.Match(dst[:0], chain, ids, t0)
+				dst = x.MatchOrStale(dst[:0], chain, ids, t0)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/match")
 		})

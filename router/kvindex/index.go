@@ -61,16 +61,6 @@ func (x *Index) Target(name string) TargetID {
 	return id
 }
 
-// Name returns the name id was interned from ("" for an unknown id).
-func (x *Index) Name(id TargetID) string {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	if t := x.lookup(id); t != nil {
-		return t.name
-	}
-	return ""
-}
-
 func (x *Index) lookup(id TargetID) *target {
 	if id < 0 || int(id) >= len(x.targets) {
 		return nil
@@ -185,38 +175,15 @@ func (x *Index) SetStale(id TargetID, stale bool) {
 	}
 }
 
-// Stale reports whether the target is stale (unknown targets are stale).
-func (x *Index) Stale(id TargetID) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	t := x.lookup(id)
-	return t == nil || t.stale
-}
-
-// Holds reports whether id holds block h (pending entries not included).
-func (x *Index) Holds(id TargetID, h Hash) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	if x.lookup(id) == nil {
-		return false
-	}
-	return x.held[id>>6][h]&(uint64(1)<<(id&63)) != 0
-}
-
-// Match appends to dst, for each target in ids (in order), the number of leading blocks of
-// hashes that target holds consecutively (pending entries not expired at now included) and
-// returns dst. Stale and unknown targets match 0.
-func (x *Index) Match(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
-	return x.match(dst, hashes, ids, now, 0)
-}
-
-// MatchOrStale is [Index.Match] reporting stale and unknown targets as -1 instead of 0, in the
-// same pass and under the same lock, so that a caller can fall back for exactly those.
+// MatchOrStale appends to dst, for each target in ids (in order), the number of leading blocks
+// of hashes that target holds consecutively (pending entries not expired at now included) and
+// returns dst. Stale and unknown targets report -1, found in the same pass and under the same
+// lock, so that a caller can fall back for exactly those.
 func (x *Index) MatchOrStale(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
 	return x.match(dst, hashes, ids, now, -1)
 }
 
-// match is Match, with stale and unknown targets reported as staleVal.
+// match is MatchOrStale with stale and unknown targets reported as staleVal.
 func (x *Index) match(dst []int, hashes []Hash, ids []TargetID, now time.Time, staleVal int) []int {
 	base := len(dst)
 	for range ids {
@@ -323,6 +290,8 @@ func (x *Index) sweepLocked(t *target, nowNs int64) {
 }
 
 // Pending returns the number of pending entries id has (expired ones not yet swept included).
+// Only tests call it; it is exported for router's, which check that a stale target takes no
+// pending entries.
 func (x *Index) Pending(id TargetID) int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()

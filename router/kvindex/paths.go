@@ -625,8 +625,8 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 	}
 }
 
-// Blocks returns the number of pages id holds, in every tree (a walk of the whole index: for
-// tests and end-of-run statistics).
+// Blocks returns the number of pages id holds, in every tree (a walk of the whole index). Only
+// tests call it; it is exported for sim's, which check the index a simulated event feed built.
 func (x *PathIndex) Blocks(id TargetID) int {
 	n := 0
 	var visit func(nd *pathNode, page int)

@@ -117,7 +117,7 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 		if step%500 == 499 {
 			for _, id := range hid {
 				require.Equal(t, hx.Stats(id).Blocks, px.Blocks(id), "step %d: blocks of %d", step, id)
-				require.Equal(t, hx.Stale(id), px.Stale(id))
+				require.Equal(t, hx.stale(id), px.Stale(id))
 			}
 		}
 	}

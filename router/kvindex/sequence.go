@@ -159,7 +159,8 @@ func (t *SeqTracker) ReplayDone() SeqDecision {
 func (t *SeqTracker) Established() bool { return t.established }
 
 // Stale reports whether the target's view is untrustworthy: no batch yet, or a gap no replay
-// recovered and no AllBlocksCleared since.
+// recovered and no AllBlocksCleared since. Only tests call it (the live subscriber and sim act
+// on each SeqDecision instead); it is exported for sim's, which check the index agrees with it.
 func (t *SeqTracker) Stale() bool { return !t.fresh }
 
 // Next returns the sequence number expected next (0 before the first batch).
