@@ -99,7 +99,7 @@ func loadAndWatchBreakers(t *testing.T, tr *testRouter, clients, each int) map[s
 	t.Helper()
 	var mu sync.Mutex
 	opened := map[string]bool{}
-	tr.s.Router().OnWorkerEvent(func(ev router.WorkerEvent) {
+	tr.s.r.OnWorkerEvent(func(ev router.WorkerEvent) {
 		if ev.To == router.WorkerBreakerOpen {
 			mu.Lock()
 			opened[ev.URL] = true
@@ -149,7 +149,7 @@ func TestPDHangingDecodeChargesDecodeNotPrefill(t *testing.T) {
 	for _, p := range prefills {
 		assert.False(t, opened[p.URL()], "prefill %s's breaker opened", p.URL())
 	}
-	for _, w := range tr.s.Router().Workers() {
+	for _, w := range tr.s.r.Workers() {
 		if w.Role == router.Prefill {
 			assert.Equal(t, router.BreakerClosed, w.Breaker, w.URL)
 			assert.Equal(t, router.WorkerHealthy, w.State, w.URL)
@@ -193,7 +193,7 @@ func TestPDBlameInTheAnswer(t *testing.T) {
 	assert.Contains(t, body, "decode worker "+dw.URL()+": never completed the bootstrap with its prefill: prefill worker "+pw.URL()+" answered 500")
 	assert.Contains(t, body, "KVPoll.Bootstrapping")
 	tr.requireLoadsZero(t)
-	for _, w := range tr.s.Router().Workers() {
+	for _, w := range tr.s.r.Workers() {
 		assert.Equal(t, router.WorkerHealthy, w.State, "one failure opens nothing: %s", w.URL)
 	}
 }

@@ -147,13 +147,13 @@ func TestServeProbesAFailedWorkerUntilItReturns(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.WorkerURLs = []string{w.URL}
 	tr := startRouter(t, cfg)
-	require.Equal(t, router.WorkerHealthy, tr.s.Router().Workers()[0].State)
+	require.Equal(t, router.WorkerHealthy, tr.s.r.Workers()[0].State)
 	up.Store(false)
-	_, err := tr.s.Router().ObserveFailureProbe(w.URL, false, time.Now(), "connection refused")
+	_, err := tr.s.r.ObserveFailureProbe(w.URL, false, time.Now(), "connection refused")
 	require.NoError(t, err)
-	require.Equal(t, router.WorkerUnhealthy, tr.s.Router().Workers()[0].State)
+	require.Equal(t, router.WorkerUnhealthy, tr.s.r.Workers()[0].State)
 	up.Store(true)
-	require.Eventually(t, func() bool { return tr.s.Router().Workers()[0].State == router.WorkerHealthy },
+	require.Eventually(t, func() bool { return tr.s.r.Workers()[0].State == router.WorkerHealthy },
 		20*time.Second, 20*time.Millisecond, "back in rotation without waiting for the 60 s scheduled probe")
 	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
 	assert.Equal(t, http.StatusOK, status, body)

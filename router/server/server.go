@@ -178,7 +178,8 @@ func New(opts Options) (*Server, error) {
 // Seed returns the seed in use: Config.Seed, or the one drawn at random when it was nil.
 func (s *Server) Seed() int64 { return s.seed }
 
-// Router returns the routing core the server drives.
+// Router returns the routing core the server drives. Only tests call it: cmd/router's and
+// kube's, which read or seed the routing state of a server they started.
 func (s *Server) Router() *router.Router { return s.r }
 
 // Start registers the configured workers (probing dp_size under --dp-aware, retrying while

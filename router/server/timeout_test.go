@@ -99,7 +99,7 @@ func TestPDResponseDoesNotWaitForSlowPrefill(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	assert.JSONEq(t, `{"text":"ok"}`, body)
 	// The prefill leg is still in flight and counted.
-	loads := tr.s.Router().Targets()
+	loads := tr.s.r.Targets()
 	require.Equal(t, int64(1), loads[0].Load, "prefill still running")
 	close(release)
 	tr.requireLoadsZero(t)
@@ -122,7 +122,7 @@ func TestStreamBreakAfterDoneIsClean(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "data: {\"text\":\"a\"}\n\ndata: [DONE]\n\n", body)
 	tr.requireLoadsZero(t)
-	assert.Equal(t, router.BreakerClosed, tr.s.Router().Workers()[0].Breaker)
+	assert.Equal(t, router.BreakerClosed, tr.s.r.Workers()[0].Breaker)
 }
 
 // PD: decode has answered but its head is held for prefill's answer (logprobs to merge), and
@@ -142,7 +142,7 @@ func TestPDRequestTimeoutWhileHeldForPrefill(t *testing.T) {
 	assert.Contains(t, body, "--request-timeout-secs 1")
 	waitFor(t, func() bool { return pw.cancelledCount() == 1 })
 	tr.requireLoadsZero(t)
-	for _, w := range tr.s.Router().Workers() {
+	for _, w := range tr.s.r.Workers() {
 		assert.Equal(t, router.BreakerClosed, w.Breaker, w.URL)
 	}
 }

@@ -190,13 +190,6 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 	return t.exchange(ctx, r, &tg)
 }
 
-// Serves reports whether Do sends requests to url itself rather than through the fallback:
-// those go out before Do returns, and their bodies are not read after.
-func Serves(url string) bool {
-	_, ok := parseURL(url)
-	return ok
-}
-
 // fallbackDo sends r through the fallback.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
 	if r.Path != "" {
