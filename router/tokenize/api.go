@@ -80,21 +80,3 @@ func (t *Tokenizer) encodeWords(dst []uint32, s string) []uint32 {
 	}
 	return dst
 }
-
-// BOS returns tokenizer_config.json's bos_token ("" when it has none) and its id.
-func (t *Tokenizer) BOS() (string, uint32, bool) { return t.special(t.bos) }
-
-// EOS returns tokenizer_config.json's eos_token ("" when it has none) and its id.
-func (t *Tokenizer) EOS() (string, uint32, bool) { return t.special(t.eos) }
-
-func (t *Tokenizer) special(s string) (string, uint32, bool) {
-	if s == "" {
-		return "", 0, false
-	}
-	id, ok := t.ids[s]
-	return s, id, ok
-}
-
-// HasChatTemplate reports whether a chat template was loaded (tokenizer_config.json's
-// chat_template, chat_template.jinja, or the chatTemplate file given to Load).
-func (t *Tokenizer) HasChatTemplate() bool { return t.tmpl != nil }

@@ -52,7 +52,7 @@ func benchConversation(tok *Tokenizer, tokens int) []Message {
 			role = "assistant"
 		}
 		msgs = append(msgs, Message{"role": role, "content": b.String()})
-		s, _ := tok.RenderChat(msgs, nil, true)
+		s, _ := tok.renderChat(msgs, nil, true)
 		total = len(tok.Encode(nil, s, false))
 	}
 	return msgs
@@ -68,7 +68,7 @@ func BenchmarkTokenize(b *testing.B) {
 	for _, model := range []string{"qwen3", "llama3"} {
 		tok := ms.toks[model]
 		msgs := benchConversation(tok, 8000)
-		s, err := tok.RenderChat(msgs, nil, true)
+		s, err := tok.renderChat(msgs, nil, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func BenchmarkTokenize(b *testing.B) {
 					if mode == "cold" {
 						tok.bpe.resetCache()
 					}
-					p, err := tok.RenderChat(msgs, nil, true)
+					p, err := tok.renderChat(msgs, nil, true)
 					if err != nil {
 						b.Fatal(err)
 					}

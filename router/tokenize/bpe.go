@@ -199,10 +199,3 @@ func (t *pairTable) get(k uint64) (uint64, bool) {
 		}
 	}
 }
-
-// resetCache empties the word cache.
-func (m *bpeModel) resetCache() {
-	m.mu.Lock()
-	m.cache = make(map[string][]uint32, 1024)
-	m.mu.Unlock()
-}

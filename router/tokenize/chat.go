@@ -119,27 +119,12 @@ func (t *Tokenizer) compileTemplate() error {
 // do. Pass raw JSON where the order must match the engine's.
 type Message = map[string]any
 
-// RenderChat renders messages (and tools, may be nil) with the chat template, as SGLang does
-// for /v1/chat/completions (apply_chat_template with add_generation_prompt=true unless the
-// last message is the assistant's and continue_final_message asks otherwise).
-func (t *Tokenizer) RenderChat(messages []Message, tools []any, addGenerationPrompt bool) (string, error) {
-	return t.RenderChatWith(messages, tools, addGenerationPrompt, nil)
-}
-
-// RenderChatWith is RenderChat with extra template variables (the request's
-// chat_template_kwargs, e.g. enable_thinking for Qwen3, and reasoning_effort), as SGLang passes
-// them to apply_chat_template. Messages may also be given as []any of json.RawMessage through
-// RenderChatJSON.
-func (t *Tokenizer) RenderChatWith(messages []Message, tools []any, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
-	msgs, err := messageList(messages)
-	if err != nil {
-		return "", err
-	}
-	return t.render(msgs, tools, addGenerationPrompt, kwargs)
-}
-
-// RenderChatJSON is RenderChatWith for messages as raw JSON (one object per message), which
-// keeps every key in its written order.
+// RenderChatJSON renders messages, raw JSON (one object per message, every key kept in its
+// written order), and tools (may be nil) with the chat template, as SGLang does for
+// /v1/chat/completions: apply_chat_template with add_generation_prompt (true unless the last
+// message is the assistant's and continue_final_message asks otherwise) and kwargs as extra
+// template variables (the request's chat_template_kwargs, e.g. enable_thinking for Qwen3, and
+// reasoning_effort).
 func (t *Tokenizer) RenderChatJSON(messages []json.RawMessage, tools []any, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
 	msgs, err := messageList(messages)
 	if err != nil {

@@ -380,7 +380,7 @@ func TestChatMatchesOracle(t *testing.T) {
 			if err := json.Unmarshal([]byte(c.c.messages), &msgs); err != nil {
 				t.Fatal(err)
 			}
-			got2, err := ms.toks[c.model].RenderChatWith(msgs, nil, c.gen, c.c.kwargs)
+			got2, err := ms.toks[c.model].renderChatWith(msgs, nil, c.gen, c.c.kwargs)
 			if err != nil || got2 != got {
 				t.Errorf("%s %s gen=%v: RenderChatWith(maps) = %q, %v; want %q", c.model, c.c.name, c.gen, got2, err, got)
 			}

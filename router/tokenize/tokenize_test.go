@@ -128,13 +128,13 @@ func TestTinyTokenizer(t *testing.T) {
 			t.Errorf("Encode(%q, %v) = %v, want %v", c.in, c.special, got, c.want)
 		}
 	}
-	if s, id, ok := tok.BOS(); s != "<s>" || id != 259 || !ok {
+	if s, id, ok := tok.bosToken(); s != "<s>" || id != 259 || !ok {
 		t.Errorf("BOS() = %q %d %v", s, id, ok)
 	}
-	if s, id, ok := tok.EOS(); s != "<x>" || id != 260 || !ok {
+	if s, id, ok := tok.eosToken(); s != "<x>" || id != 260 || !ok {
 		t.Errorf("EOS() = %q %d %v", s, id, ok)
 	}
-	got, err := tok.RenderChat([]Message{{"role": "user", "content": "hi"}}, nil, true)
+	got, err := tok.renderChat([]Message{{"role": "user", "content": "hi"}}, nil, true)
 	if err != nil || got != "<s>[user]hi[assistant]" {
 		t.Errorf("RenderChat = %q, %v", got, err)
 	}
@@ -146,10 +146,10 @@ func TestTinyTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tok2.RenderChat([]Message{{"role": "user", "content": "x"}}, nil, false); got != "x" || err != nil {
+	if got, err := tok2.renderChat([]Message{{"role": "user", "content": "x"}}, nil, false); got != "x" || err != nil {
 		t.Errorf("custom template: %q, %v", got, err)
 	}
-	if _, err := tok2.RenderChat([]Message{{"content": "x"}, {"content": "y"}}, nil, false); err == nil || !strings.Contains(err.Error(), "one message only") {
+	if _, err := tok2.renderChat([]Message{{"content": "x"}, {"content": "y"}}, nil, false); err == nil || !strings.Contains(err.Error(), "one message only") {
 		t.Errorf("raise_exception: err = %v", err)
 	}
 }
@@ -176,7 +176,7 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tok.RenderChat([]Message{{"role": "user", "content": "x"}}, nil, true); err == nil || !strings.Contains(err.Error(), "chat template") {
+	if _, err := tok.renderChat([]Message{{"role": "user", "content": "x"}}, nil, true); err == nil || !strings.Contains(err.Error(), "chat template") {
 		t.Errorf("no template: %v", err)
 	}
 }
