@@ -50,9 +50,6 @@ func (c *Counts) AddAll(vs []int64) {
 	}
 }
 
-// Len is the number of samples.
-func (c *Counts) Len() int64 { return c.n }
-
 func (c *Counts) flush() {
 	if c.runCount == 0 {
 		return

@@ -131,7 +131,9 @@ func WriteResults(dir string, r *Results) error {
 	})
 }
 
-// ReadDir reads dir/results.json and dir/requests.jsonl.
+// ReadDir reads dir/results.json and dir/requests.jsonl. Only tests call it (bench's and
+// cmd/router's read the directory a run wrote); it is here, beside WriteResults, so that they
+// read a run as the package writes it.
 func ReadDir(dir string) (*Results, []Record, error) {
 	r, err := ReadResults(filepath.Join(dir, ResultsFile))
 	if err != nil {
@@ -209,13 +211,6 @@ func (rw *RecordWriter) Write(r *Record) error {
 	return nil
 }
 
-// Count returns the number of records written so far.
-func (rw *RecordWriter) Count() int {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	return rw.n
-}
-
 // RecordReader reads requests.jsonl one record at a time. Blank lines are skipped; lines may be
 // of any length. Not safe for concurrent use.
 type RecordReader struct {
@@ -260,9 +255,6 @@ func (rr *RecordReader) Next() (Record, error) {
 		return rec, nil
 	}
 }
-
-// Line returns the number of the last line read (1-based; 0 before the first).
-func (rr *RecordReader) Line() int { return rr.line }
 
 // DecodeRecords reads every record from r; it stops at the first bad line.
 func DecodeRecords(r io.Reader) ([]Record, error) {

@@ -32,7 +32,7 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestGoldenFiles(t *testing.T) {
-	rs, qs := newJSONSchema(t, ResultsSchema), newJSONSchema(t, RequestsSchema)
+	rs, qs := newJSONSchema(t, resultsSchema), newJSONSchema(t, requestsSchema)
 	for _, tc := range []struct {
 		name    string
 		res     *Results
@@ -304,7 +304,7 @@ func TestRecordWriterConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, goroutines*each, rw.Count())
+	assert.Equal(t, goroutines*each, rw.n)
 	require.Len(t, lw.writes, goroutines*each)
 	for _, w := range lw.writes {
 		require.True(t, strings.HasSuffix(w, "\n") && strings.Count(w, "\n") == 1, "one whole line per Write: %q", w)
@@ -329,7 +329,7 @@ func TestRecordWriterRejectsInvalid(t *testing.T) {
 		assert.Error(t, rw.Write(&r), r.ID)
 	}
 	assert.Zero(t, buf.Len())
-	assert.Zero(t, rw.Count())
+	assert.Zero(t, rw.n)
 }
 
 func posInf() float64 { z := 0.0; return 1 / z }
@@ -348,11 +348,11 @@ func TestWorkloadJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, w, back)
 	var n int
-	ok, err := back.Param("input_len", &n)
+	ok, err := back.param("input_len", &n)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, 1024, n)
-	ok, err = back.Param("missing", &n)
+	ok, err = back.param("missing", &n)
 	assert.NoError(t, err)
 	assert.False(t, ok)
 

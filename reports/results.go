@@ -135,18 +135,6 @@ func (w *Workload) setParams(obj []byte) error {
 	return nil
 }
 
-// Param decodes parameter key into dst; it reports false when the parameter is absent.
-func (w Workload) Param(key string, dst any) (bool, error) {
-	raw, ok := w.Params[key]
-	if !ok {
-		return false, nil
-	}
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return true, fmt.Errorf("reports: workload %q parameter %q: %w", w.Name, key, err)
-	}
-	return true, nil
-}
-
 // MarshalJSON writes {"name": …} followed by the parameters in sorted key order.
 func (w Workload) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer

@@ -12,7 +12,7 @@ import (
 // a worker with an unknown role does not.
 func TestSchemaAcceptsBenchWorkers(t *testing.T) {
 	t.Parallel()
-	rs := newJSONSchema(t, ResultsSchema)
+	rs := newJSONSchema(t, resultsSchema)
 	res := fixtureResults(t)
 	res.Meta.Workers = []WorkerInfo{
 		{URL: "http://***@p:1", Role: "prefill", ServerInfo: json.RawMessage(`{"max_total_num_tokens":12000,"page_size":1}`)},
