@@ -105,7 +105,7 @@ func TestKVEventsPythonInterop(t *testing.T) {
 		t.Run("shape="+shape, func(t *testing.T) {
 			w := kvWorker(t, Config{PageSize: 2, KVEventsShape: shape},
 				`{"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"kv@fake"}`)
-			pub, replay := w.KVEventPorts()
+			pub, replay := w.kvEventPorts()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, python, script, fmt.Sprint(pub[0]), "kv@fake", "1", fmt.Sprint(replay[0]))

@@ -142,7 +142,7 @@ func kvSub(t *testing.T, w *Worker, rank int, topic string) zmq4.Socket {
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := zmq4.NewSub(ctx)
 	t.Cleanup(func() { sub.Close(); cancel() })
-	ports, _ := w.KVEventPorts()
+	ports, _ := w.kvEventPorts()
 	require.Greater(t, len(ports), rank)
 	require.NoError(t, sub.Dial(fmt.Sprintf("tcp://127.0.0.1:%d", ports[rank])))
 	require.NoError(t, sub.SetOption(zmq4.OptionSubscribe, topic))
@@ -279,7 +279,7 @@ func TestKVEventsReplay(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "3 batches were not published")
 		time.Sleep(2 * time.Millisecond)
 	}
-	_, replay := w.KVEventPorts()
+	_, replay := w.kvEventPorts()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dealer := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("replayer")))
@@ -320,7 +320,7 @@ func TestKVEventsReplay(t *testing.T) {
 func TestKVEventsPerRankEndpoints(t *testing.T) {
 	t.Parallel()
 	w := kvWorker(t, Config{PageSize: 4, DPSize: 2}, `{"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"t"}`)
-	pub, replay := w.KVEventPorts()
+	pub, replay := w.kvEventPorts()
 	require.Len(t, pub, 2)
 	assert.Equal(t, pub[0]+1, pub[1], "rank r publishes on port base + r")
 	assert.Equal(t, replay[0]+1, replay[1])

@@ -217,10 +217,8 @@ func (w *Worker) Mode() engine.Role { return w.cfg.Mode }
 func (w *Worker) Config() Config { return w.cfg }
 
 // Stop begins stopping the worker (as cancelling Start's context does); Wait waits for it.
+// Only tests call it (the fakeworker command cancels the context instead).
 func (w *Worker) Stop() { w.cancel() }
-
-// Done is closed when the worker has fully stopped.
-func (w *Worker) Done() <-chan struct{} { return w.done }
 
 // Wait blocks until the worker has stopped and returns the injected crash, if it crashed.
 func (w *Worker) Wait() error {
