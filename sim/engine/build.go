@@ -119,14 +119,6 @@ func Build(name string, m ModelCard, g GPU, par Parallelism) (Profile, error) {
 	return buildReplicas(name, m, g, par)
 }
 
-// Roofline is Build for one tensor-parallel group of tp GPUs (--tp-size tp, one DP rank).
-func Roofline(name string, m ModelCard, g GPU, tp int) (Profile, error) {
-	if tp < 1 {
-		return Profile{}, fmt.Errorf("engine: roofline %s: tensor-parallel size %d < 1 (--tp-size)", name, tp)
-	}
-	return Build(name, m, g, Parallelism{TP: tp})
-}
-
 // rates holds one build's per-GPU speeds.
 type rates struct {
 	dense, expert, attn float64 // FLOP/s at efficiency: dense GEMMs, routed-expert GEMMs, attention

@@ -52,7 +52,7 @@ const (
 type Config struct {
 	Role        Role
 	DPSize      int     // DP ranks; 0 → 1
-	Profile     Profile // step-time model (see Presets, Roofline, ConstantProfile, Instant)
+	Profile     Profile // step-time model (see Presets, Build, ConstantProfile, Instant)
 	DPAttention bool    // lockstep: all ranks step together, each step as long as the busiest rank's (ignored by Constant profiles)
 
 	LinkBandwidth        float64       // prefill: KV transfer bandwidth of each DP rank's link, bytes/s, shared by its concurrent transfers; 0 → DefaultLinkBandwidth
@@ -63,7 +63,7 @@ type Config struct {
 	ReservedDecodeTokens int           // decode: KV kept free per room for its outputs when preallocating (num_reserved_decode_tokens); 0 → DefaultReservedDecodeTokens
 	BootstrapTimeout     time.Duration // PD: Handshake (prefill) / KVArrived (decode) deadline after Submit; 0 → DefaultBootstrapTimeout; < 0 → never
 	Speedup              float64       // every model duration (steps, transfers, TTFT, ITL) is divided by it; 0 → 1. A slow factor f is Speedup 1/f.
-	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (see SetNeverSignalKV)
+	NeverSignalKV        bool          // failure hook (prefill): compute, then never finish the transfer (the whole run)
 
 	// SchedulePolicy orders the prefill queue (prefill, unified): PolicyLPM (default, as
 	// SGLang) or PolicyFCFS; "" → PolicyLPM.

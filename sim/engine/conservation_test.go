@@ -60,9 +60,9 @@ func chaos(t *testing.T, seed uint64, lockstep, check bool) (outs []Output, subm
 			case x < 82:
 				servers[rng.IntN(3)].Kill(c.now)
 			case x < 94:
-				servers[rng.IntN(3)].Restart(c.now)
+				servers[rng.IntN(3)].restart(c.now)
 			default:
-				c.prefill.SetNeverSignalKV(rng.IntN(3) == 0)
+				c.prefill.setNeverSignalKV(rng.IntN(3) == 0)
 			}
 			for _, s := range servers {
 				if check {

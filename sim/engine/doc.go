@@ -26,11 +26,11 @@
 //     pads decode batches to SGLang's captured sizes (PaddedBatch).
 //   - Rooms follow KVPoll's states, Bootstrapping → WaitingForInput → Transferring → Success |
 //     Failed, with a BootstrapTimeout on each side; Abort, Kill (the server dies) and
-//     SetNeverSignalKV (a transfer never completes) are the failure hooks.
+//     Config.NeverSignalKV (a transfer never completes) are the failure hooks.
 //   - DP ranks come from Req.Rank, else room % DPSize (PD) or round-robin (unified). With
 //     DPAttention all ranks step in lockstep and a step lasts as long as the busiest rank's.
-//   - Step times follow the Profile's coefficients (Roofline derives them from a model card and a
-//     GPU; Presets lists named ones). Constant and Instant profiles are load-independent: every
+//   - Step times follow the Profile's coefficients (Build derives them from a model card, a GPU and a
+//     parallelism; Presets lists named ones). Constant and Instant profiles are load-independent: every
 //     request gets exactly TTFT and ITL however many run.
 //   - KV events (Config.KVEvents): each rank's radix cache records block stores, evictions and
 //     clears as SGLang's RadixCache does, handed out in batches at SGLang's publish cadence

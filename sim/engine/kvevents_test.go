@@ -189,7 +189,7 @@ func TestKVEventsKillRestart(t *testing.T) {
 	n := len(rec.batches)
 	s.Kill(c.now.Add(time.Second))
 	assert.Len(t, rec.batches, n, "a dead server publishes nothing")
-	s.Restart(c.now.Add(2 * time.Second))
+	s.restart(c.now.Add(2 * time.Second))
 	require.Len(t, rec.batches, n+2)
 	for i, b := range rec.batches[n:] {
 		assert.Equal(t, kvBatch{at: c.now.Add(2 * time.Second), rank: i, evs: []KVEvent{cleared}}, b)

@@ -50,7 +50,7 @@ func TestLoadsPrefill(t *testing.T) {
 	}
 	s.Advance(t1)
 	require.NoError(t, s.checkInvariants())
-	_, q, _ := s.Room(2)
+	_, q, _ := s.roomState(2)
 	require.Equal(t, QueueRunning, q, "lpm orders the hits first; room 2's 50 uncached tokens are chunked at 40")
 
 	l = s.Loads(t1)[0]

@@ -119,9 +119,9 @@ func TestDecodePressureHoldsPrefillInBootstrap(t *testing.T) {
 	c.runUntil(at(0))
 	assert.Equal(t, 3, pre.Loads(time.Time{})[0].Queued, "three rooms wait in bootstrap")
 	for i := 2; i < 5; i++ {
-		_, q, _ := pre.Room(uint64(i))
+		_, q, _ := pre.roomState(uint64(i))
 		assert.Equal(t, QueueBootstrap, q, "room %d", i)
-		_, q, _ = dec.Room(uint64(i))
+		_, q, _ = dec.roomState(uint64(i))
 		assert.Equal(t, QueuePrealloc, q, "room %d", i)
 	}
 	c.runAll()

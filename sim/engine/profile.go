@@ -190,17 +190,6 @@ func (p Profile) expertRead(m float64, n int) float64 {
 	return m * (1 - math.Pow(1-float64(p.TopK)/float64(p.Experts), float64(n)))
 }
 
-// MemoryTime and ComputeTime are the two bounds of a decode step's roofline part (M and C):
-// DecodeTime = B0 + B1·batch + B2·context + max(MemoryTime, ComputeTime).
-func (p Profile) MemoryTime(batch, context int) time.Duration {
-	return seconds(p.M0 + p.expertRead(p.ExpertM0, batch) + p.M2*float64(context))
-}
-
-// ComputeTime: see MemoryTime.
-func (p Profile) ComputeTime(batch, context int) time.Duration {
-	return seconds(p.C1*float64(batch) + p.C2*float64(context))
-}
-
 // AttnPrefillTime is a rank's attention part of a prefill step under DP attention
 // (DPAttnSplit); without a split it is PrefillTime.
 func (p Profile) AttnPrefillTime(newTokens int, newTimesContext float64) time.Duration {
@@ -258,16 +247,6 @@ func (p Profile) SharedTime(tokens int) time.Duration {
 		t += max(0, d.OffloadCopy-(t+d.AttnA1*n/float64(max(d.GPUs, 1))))
 	}
 	return seconds(t)
-}
-
-// TransferTime is the duration of moving the KV of tokens tokens over a link of bandwidth
-// bytes/s (≤ 0: instantaneous apart from T0 and PDOverhead), without speedup.
-func (p Profile) TransferTime(tokens int, bandwidth float64) time.Duration {
-	s := p.T0 + p.PDOverhead
-	if bandwidth > 0 {
-		s += float64(tokens) * p.KVBytesPerToken / bandwidth
-	}
-	return seconds(s)
 }
 
 func seconds(s float64) time.Duration {

@@ -72,10 +72,10 @@ func TestRooflineNumbers(t *testing.T) {
 	// At batch 1 few experts are read: ITL well under the whole-weights read of one H20 (19 ms).
 	assert.Less(t, q.ITLAt(1), 10*time.Millisecond)
 	assert.Greater(t, q.ITLAt(64), q.ITLAt(1), "more tokens route to more experts")
-	_, err := Roofline("x", Llama3Dense70B, H100SXM, 1)
+	_, err := roofline("x", Llama3Dense70B, H100SXM, 1)
 	require.Error(t, err, "70B BF16 does not fit on one H100")
 	assert.Contains(t, err.Error(), "do not fit")
-	_, err = Roofline("x", Llama3Dense8B, H100SXM, 0)
+	_, err = roofline("x", Llama3Dense8B, H100SXM, 0)
 	assert.ErrorContains(t, err, "--tp-size")
 }
 
@@ -83,7 +83,7 @@ func TestProfileTimes(t *testing.T) {
 	t.Parallel()
 	p := testProfile()
 	assert.Equal(t, 5*time.Millisecond+10*time.Microsecond+10*time.Microsecond, p.DecodeTime(1, 1000), "the additive form")
-	assert.Equal(t, time.Millisecond, p.TransferTime(1000, 0), "no bandwidth: setup only")
+	assert.Equal(t, time.Millisecond, p.transferTime(1000, 0), "no bandwidth: setup only")
 	assert.Zero(t, Profile{}.PrefillTime(0, 0))
 }
 
@@ -94,11 +94,11 @@ func TestDecodeTimeIsMaxNotSum(t *testing.T) {
 	p := Profile{B0: 0.001, M0: 0.010, M2: 1e-8, C1: 1e-4, C2: 1e-9}
 	// batch 1, 1,000 context tokens: memory 10.01 ms, compute 0.101 ms.
 	assert.Equal(t, time.Duration(1e6+10.01e6), p.DecodeTime(1, 1000))
-	assert.Equal(t, time.Duration(10.01e6), p.MemoryTime(1, 1000))
+	assert.Equal(t, time.Duration(10.01e6), p.memoryTime(1, 1000))
 	// batch 256, 256,000 context tokens: memory 10 + 2.56 = 12.56 ms, compute 25.6 + 0.256 =
 	// 25.856 ms; the sum would be 38.4 ms.
 	assert.Equal(t, time.Duration(1e6+25.856e6), p.DecodeTime(256, 256_000))
-	assert.Equal(t, time.Duration(25.856e6), p.ComputeTime(256, 256_000))
+	assert.Equal(t, time.Duration(25.856e6), p.computeTime(256, 256_000))
 	// MoE: the routed experts read grows with the share of experts the batch hits.
 	m := Profile{ExpertM0: 0.008, Experts: 8, TopK: 2}
 	assert.Equal(t, time.Duration(2e6), m.DecodeTime(1, 0), "one token hits 2 of 8 experts")

@@ -133,7 +133,7 @@ func TestAdmissionByNewTokenRatio(t *testing.T) {
 	require.Equal(t, int64(1000), s.ranks[0].runRemain, "room 0 decodes, 1000 outputs to go")
 	var admitted []uint64
 	for i := 1; i <= 10; i++ {
-		if _, q, _ := s.Room(uint64(i)); q == QueueRunning {
+		if _, q, _ := s.roomState(uint64(i)); q == QueueRunning {
 			admitted = append(admitted, uint64(i))
 		}
 	}
@@ -303,6 +303,6 @@ func TestDecodePreallocReserve(t *testing.T) {
 	l := s.Loads(time.Time{})[0]
 	assert.Equal(t, 600, l.KVTokens)
 	assert.Equal(t, 5, l.Queued, "three in transfer, two in prealloc")
-	_, q, _ := s.Room(3)
+	_, q, _ := s.roomState(3)
 	assert.Equal(t, QueuePrealloc, q)
 }

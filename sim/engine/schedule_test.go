@@ -115,7 +115,7 @@ func TestLPMOrderAndFCFSFallback(t *testing.T) {
 		warm := append(prompt(500_000, 99), 7, 8, 9) // 99 tokens cached, 3 new
 		s.Submit(now, Req{Room: 2, Rank: -1, Prompt: warm, MaxNew: 1})
 		c.runUntil(now)
-		_, q, _ := s.Room(2)
+		_, q, _ := s.roomState(2)
 		if tc.warmFirst {
 			assert.Equal(t, QueueRunning, q, "%d waiting: lpm admits the longest match first", tc.waiting)
 		} else {
@@ -222,11 +222,11 @@ func TestDecodeRadixCacheShrinksTheTransfer(t *testing.T) {
 		transfer := done[0].At.Sub(done[0].FirstToken)
 		if !on {
 			assert.Zero(t, pre[0].CachedTokens)
-			assert.Equal(t, p.TransferTime(1000, 1e9), transfer, "the whole prompt's KV: 100 ms")
+			assert.Equal(t, p.transferTime(1000, 1e9), transfer, "the whole prompt's KV: 100 ms")
 			continue
 		}
 		assert.Equal(t, 999, pre[0].CachedTokens, "all but the last prompt token are cached on decode")
-		assert.Equal(t, p.TransferTime(1, 1e9), transfer, "only the missing token's KV")
+		assert.Equal(t, p.transferTime(1, 1e9), transfer, "only the missing token's KV")
 		fins := c.of(2, KindFinished) // prefill's, then decode's
 		require.Len(t, fins, 2)
 		assert.Equal(t, 999, fins[1].Usage.CachedTokens, "the prefill side's own hit is still reported")

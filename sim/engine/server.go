@@ -236,7 +236,8 @@ func (s *Server) armTimeout(r *request, now time.Time) {
 
 // Handshake tells a prefill server that the decode side registered room and preallocated its KV;
 // only then may the room be prefilled. A Handshake before the room's Submit is remembered (for
-// BootstrapTimeout). Ignored on other roles, for unknown rooms past that and when dead.
+// BootstrapTimeout). Ignored on other roles, for unknown rooms past that and when dead. The
+// drivers call HandshakeCached; Handshake is the protocol step the package doc is written in.
 func (s *Server) Handshake(now time.Time, room uint64) { s.HandshakeCached(now, room, 0) }
 
 // HandshakeCached is Handshake from a decode server that already holds the first decodeCached
@@ -354,26 +355,8 @@ func (s *Server) Kill(now time.Time) {
 	s.stepping, s.kick, s.dead = false, false, true
 }
 
-// Restart brings a killed server back, empty. No-op on a live server. With KVEvents, each
-// rank publishes its AllBlocksCleared at once (a new SGLang process's first idle publish).
-func (s *Server) Restart(now time.Time) {
-	now = s.sync(now)
-	if !s.dead {
-		return
-	}
-	s.dead = false
-	for _, rk := range s.ranks {
-		s.publishKV(rk, now)
-	}
-}
-
 // Dead reports whether the server was killed and not restarted.
 func (s *Server) Dead() bool { return s.dead }
-
-// SetNeverSignalKV turns the "transfer never completes" failure hook on or off (prefill): rooms
-// whose prefill completes while it is on stay Transferring, and the decode side times out; the
-// prefill side fails them after BootstrapTimeout.
-func (s *Server) SetNeverSignalKV(on bool) { s.neverKV = on }
 
 // FlushCache empties every rank's prefix cache, as SGLang's /flush_cache, and reports whether it
 // did: like SGLang it refuses while any request is live. With KVEvents, each rank publishes
@@ -393,15 +376,6 @@ func (s *Server) FlushCache() bool {
 		s.publishKV(rk, s.last)
 	}
 	return true
-}
-
-// Room reports a live room's state and queue; ok is false for unknown or ended rooms.
-func (s *Server) Room(room uint64) (state State, queue Queue, ok bool) {
-	r := s.rooms[room]
-	if r == nil {
-		return 0, 0, false
-	}
-	return r.state, r.queue, true
 }
 
 // Live returns the number of live (not yet finished or failed) rooms.
@@ -492,7 +466,7 @@ func (s *Server) NextEvent() (time.Time, bool) {
 
 // Advance processes everything due up to now and returns the outputs produced since the last
 // Advance, in the order they happened. The slice is newly allocated; see AppendAdvance to reuse
-// one.
+// one (the drivers do; Advance is the protocol step the package doc is written in).
 func (s *Server) Advance(now time.Time) []Output {
 	return s.AppendAdvance(nil, now)
 }

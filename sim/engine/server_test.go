@@ -22,12 +22,12 @@ func TestUnifiedRequestLifecycle(t *testing.T) {
 	s := newServer(t, Config{Role: RoleUnified, Profile: p})
 	c := &cluster{t: t, single: s, check: true}
 	s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 3})
-	st, q, ok := s.Room(1)
+	st, q, ok := s.roomState(1)
 	require.True(t, ok)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueWaiting, q)
 	c.runUntil(at(0))
-	_, q, _ = s.Room(1)
+	_, q, _ = s.roomState(1)
 	assert.Equal(t, QueueRunning, q, "prefill step started at once")
 
 	c.runAll()
@@ -41,7 +41,7 @@ func TestUnifiedRequestLifecycle(t *testing.T) {
 		assert.Equal(t, i, outs[i].Index)
 	}
 	assert.Equal(t, Usage{PromptTokens: 1000, CompletionTokens: 3, CachedTokens: 0}, outs[3].Usage)
-	_, _, ok = s.Room(1)
+	_, _, ok = s.roomState(1)
 	assert.False(t, ok, "finished rooms are forgotten")
 
 	// The same prompt again: all but the last token hit the cache.
@@ -74,19 +74,19 @@ func TestPrefillQueues(t *testing.T) {
 	p := testProfile()
 	s := newServer(t, Config{Role: RolePrefill, Profile: p, LinkBandwidth: 1e9})
 	s.Submit(at(0), Req{Room: 7, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 10})
-	st, q, _ := s.Room(7)
+	st, q, _ := s.roomState(7)
 	assert.Equal(t, StateBootstrapping, st)
 	assert.Equal(t, QueueBootstrap, q)
 	assert.Empty(t, s.Advance(at(time.Second)), "no compute before Handshake")
-	_, q, _ = s.Room(7)
+	_, q, _ = s.roomState(7)
 	assert.Equal(t, QueueBootstrap, q)
 
 	s.Handshake(at(time.Second), 7)
-	st, q, _ = s.Room(7)
+	st, q, _ = s.roomState(7)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueWaiting, q)
 	s.Advance(at(time.Second))
-	_, q, _ = s.Room(7)
+	_, q, _ = s.roomState(7)
 	assert.Equal(t, QueueRunning, q)
 
 	prefillEnd := at(time.Second + p.PrefillTime(1000, 1000*500))
@@ -94,12 +94,12 @@ func TestPrefillQueues(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, prefillEnd, next)
 	assert.Empty(t, s.Advance(next))
-	st, q, _ = s.Room(7)
+	st, q, _ = s.roomState(7)
 	assert.Equal(t, StateTransferring, st)
 	assert.Equal(t, QueueInflight, q)
 	assert.Equal(t, 1, s.Loads(time.Time{})[0].Inflight)
 
-	transfer := p.TransferTime(1000, 1e9) // 1 ms + 1000·1e5 B / 1 GB/s = 101 ms
+	transfer := p.transferTime(1000, 1e9) // 1 ms + 1000·1e5 B / 1 GB/s = 101 ms
 	assert.Equal(t, 101*time.Millisecond, transfer)
 	next, _ = s.NextEvent() // the last byte leaves; T0 later the transfer is done
 	assert.Equal(t, prefillEnd.Add(transfer-time.Millisecond), next)
@@ -117,23 +117,23 @@ func TestDecodeQueues(t *testing.T) {
 	p := testProfile()
 	s := newServer(t, Config{Role: RoleDecode, Profile: p})
 	s.Submit(at(0), Req{Room: 5, Rank: -1, Prompt: prompt(0, 100), MaxNew: 3})
-	st, q, _ := s.Room(5)
+	st, q, _ := s.roomState(5)
 	assert.Equal(t, StateBootstrapping, st)
 	assert.Equal(t, QueuePrealloc, q)
 	outs := s.Advance(at(0))
 	require.Equal(t, []Kind{KindPreallocated}, kinds(outs))
-	st, q, _ = s.Room(5)
+	st, q, _ = s.roomState(5)
 	assert.Equal(t, StateWaitingForInput, st)
 	assert.Equal(t, QueueTransfer, q)
 	assert.Equal(t, 100, s.Loads(time.Time{})[0].KVTokens, "the prompt's KV is allocated; outputs are only reserved (SGLang _pre_alloc)")
 
 	s.KVArrived(at(time.Millisecond), 5, 42)
-	st, q, _ = s.Room(5)
+	st, q, _ = s.roomState(5)
 	assert.Equal(t, StateSuccess, st)
 	assert.Equal(t, QueueWaiting, q)
 	outs = s.Advance(at(time.Millisecond))
 	require.Equal(t, []Kind{KindToken}, kinds(outs), "the prefill's token is emitted as the room joins the batch")
-	_, q, _ = s.Room(5)
+	_, q, _ = s.roomState(5)
 	assert.Equal(t, QueueRunning, q)
 
 	c := &cluster{t: t, decode: s, now: at(time.Millisecond), check: true}
@@ -151,7 +151,7 @@ func TestEarlyMessages(t *testing.T) {
 		s := newServer(t, Config{Role: RolePrefill, Profile: testProfile()})
 		s.Handshake(at(0), 3)
 		s.Submit(at(time.Millisecond), Req{Room: 3, Rank: -1, Prompt: prompt(0, 10), MaxNew: 1})
-		_, q, _ := s.Room(3)
+		_, q, _ := s.roomState(3)
 		assert.Equal(t, QueueWaiting, q)
 	})
 	t.Run("early handshake expires", func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestEarlyMessages(t *testing.T) {
 		s.Handshake(at(0), 3)
 		s.Advance(at(2 * time.Second))
 		s.Submit(at(2*time.Second), Req{Room: 3, Rank: -1, Prompt: prompt(0, 10), MaxNew: 1})
-		_, q, _ := s.Room(3)
+		_, q, _ := s.roomState(3)
 		assert.Equal(t, QueueBootstrap, q)
 	})
 	t.Run("kv before prealloc", func(t *testing.T) {
@@ -167,7 +167,7 @@ func TestEarlyMessages(t *testing.T) {
 		s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 90), MaxNew: 1})
 		s.Submit(at(0), Req{Room: 2, Rank: -1, Prompt: prompt(0, 50), MaxNew: 1})
 		s.Advance(at(0))
-		_, q, _ := s.Room(2)
+		_, q, _ := s.roomState(2)
 		require.Equal(t, QueuePrealloc, q, "back-pressure: no room for 2")
 		s.KVArrived(at(0), 2, 7)
 		s.KVArrived(at(0), 1, 0)
@@ -191,7 +191,7 @@ func TestTimeouts(t *testing.T) {
 		{"prefill without handshake", RolePrefill, func(*Server) {}, "no decode handshake within 2s"},
 		{"decode without kv", RoleDecode, func(*Server) {}, "did not arrive within 2s"},
 		{"prefill never signals kv", RolePrefill, func(s *Server) {
-			s.SetNeverSignalKV(true)
+			s.setNeverSignalKV(true)
 			s.Handshake(at(0), 1)
 		}, "kv transfer did not complete"},
 	}
@@ -248,11 +248,11 @@ func TestAbortInEveryQueue(t *testing.T) {
 			s := newServer(t, Config{Role: tc.role, Profile: p, LinkBandwidth: 1e6})
 			s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 1000), MaxNew: 100})
 			tc.drive(s)
-			_, q, ok := s.Room(1)
+			_, q, ok := s.roomState(1)
 			require.True(t, ok)
 			require.Equal(t, tc.queue, q)
 			s.Abort(s.last, 1, "client went away")
-			_, _, ok = s.Room(1)
+			_, _, ok = s.roomState(1)
 			assert.False(t, ok)
 			require.NoError(t, s.checkInvariants())
 			c := &cluster{t: t, single: s, check: true, now: s.last}
@@ -293,7 +293,7 @@ func TestKillAndRestart(t *testing.T) {
 	for _, l := range s.Loads(time.Time{}) {
 		assert.Zero(t, l.KVTokens, "a dead server lost its KV")
 	}
-	s.Restart(at(time.Second))
+	s.restart(at(time.Second))
 	s.Submit(at(time.Second), Req{Room: 100, Rank: -1, Prompt: prompt(0, 5), MaxNew: 1})
 	c.runAll()
 	assert.Len(t, c.of(100, KindFinished), 1)

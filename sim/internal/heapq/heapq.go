@@ -29,7 +29,8 @@ func (h *Heap[T]) Len() int { return len(h.s) }
 // Min returns the earliest entry, valid until the heap changes; the heap must not be empty.
 func (h *Heap[T]) Min() *Entry[T] { return &h.s[0] }
 
-// Entry returns the entry at index i (0 ≤ i < Len), valid until the heap changes.
+// Entry returns the entry at index i (0 ≤ i < Len), valid until the heap changes. Only tests
+// call Entry and Less: sim/engine's, which check the heap positions its radix cache keeps.
 func (h *Heap[T]) Entry(i int) *Entry[T] { return &h.s[i] }
 
 // Less reports whether the entry at i comes before the one at j.
