@@ -330,7 +330,8 @@ type presetSpec struct {
 }
 
 // PresetSetup returns the model card and GPU a preset is built from; ok is false for constant,
-// instant and unknown names.
+// instant and unknown names. Only tests call it: sim/validate's, which record validated.json
+// (the sets that validate each preset).
 func PresetSetup(name string) (m ModelCard, g GPU, ok bool) {
 	for _, t := range presetTable() {
 		if t.name == name {

@@ -41,7 +41,7 @@ type Result struct {
 	Note      string  `json:"note,omitempty"`
 	// Gap is why the model is known to miss this figure (the level's known_gaps), "" if not.
 	Gap string `json:"gap,omitempty"`
-	// Model and GPU are the catalog names the set ran with ("" when not resolved); ByPreset
+	// Model and GPU are the catalog names the set ran with ("" when not resolved); validated.json
 	// matches them to the presets.
 	Model string `json:"model,omitempty"`
 	GPU   string `json:"gpu,omitempty"`

@@ -106,12 +106,6 @@ func sglangSizes(par engine.Parallelism) (tp, dp, ep int) {
 	return par.TP / par.DP, par.DP, par.EP
 }
 
-// servers builds the servers of a set (one unified, or prefill and decode), with the level's
-// precision applied to the model card.
-func servers(s Set, m engine.ModelCard, g engine.GPU, notes *[]string) ([]server, error) {
-	return serversFor(s, m, g, "", notes)
-}
-
 // serversFor is servers for a level that measures only the pool of role need (a phase-isolated
 // level: "prefill" or "decode"; "" for all): the other pool keeps its size (GPUs, nodes) but
 // gets no profile, so a pool the simulator cannot express does not hide the other's figure.

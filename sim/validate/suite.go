@@ -8,7 +8,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -316,14 +315,16 @@ type Summary struct {
 	WorstFigure string  `json:"worst_figure"`
 }
 
-// validatedJSON is ByPreset of the embedded suite, written by the README table's test
-// (go test ./sim/validate -run TestREADMETable -update) and checked current by it, so
-// `router fakeworker profiles` can say which sets validate each preset without running them.
+// validatedJSON is, for each engine preset, the sets of the embedded suite that validate it
+// (summarizeByPreset in presets_test.go), written by the README table's test (go test
+// ./sim/validate -run TestREADMETable -update) and checked current by it, so `router
+// fakeworker profiles` can say which sets validate each preset without running them.
 //
 //go:embed validated.json
 var validatedJSON []byte
 
-// Validated returns ByPreset of the embedded suite as last recorded (validated.json).
+// Validated returns, for each engine preset, the sets of the embedded suite that validate it,
+// as last recorded (validated.json).
 func Validated() (map[string]Summary, error) {
 	var m map[string]Summary
 	if err := json.Unmarshal(validatedJSON, &m); err != nil {
@@ -349,52 +350,4 @@ func FormatValidated(names []string, byPreset map[string]Summary) string {
 		}
 	}
 	return b.String()
-}
-
-// ByPreset maps each engine preset to the sets that validate it: those whose model card and
-// GPU are the preset's (engine.PresetSetup), whatever its parallelism. Presets no set validates are absent (an
-// "unvalidated roofline").
-func ByPreset(rs []Result) map[string]Summary {
-	out := map[string]Summary{}
-	for _, p := range engine.Presets() {
-		if p.Constant {
-			continue
-		}
-		var sum Summary
-		sets := map[string]bool{}
-		for _, r := range rs {
-			if r.Model == "" || !presetMatches(p.Name, r.Model, r.GPU) {
-				continue
-			}
-			sets[r.Set] = true
-			sum.Figures++
-			if math.IsNaN(r.Ratio) {
-				sum.NotComputed++
-				continue
-			}
-			if !r.Pass {
-				sum.Outside++
-			}
-			if e := math.Abs(r.Ratio - 1); e > sum.WorstError || sum.WorstSet == "" {
-				sum.WorstError, sum.WorstSet, sum.WorstFigure = e, r.Set, r.Level+" "+r.Figure
-			}
-		}
-		if len(sets) == 0 {
-			continue
-		}
-		for s := range sets {
-			sum.Sets = append(sum.Sets, s)
-		}
-		sort.Strings(sum.Sets)
-		out[p.Name] = sum
-	}
-	return out
-}
-
-// presetMatches reports whether preset is built from model on gpu (catalog names): the same
-// card and GPU, whatever the parallelism. A card's precision variant is another card (the NVFP4
-// DeepSeek-V3 validates only the presets built from it).
-func presetMatches(preset, model, gpu string) bool {
-	m, g, ok := engine.PresetSetup(preset)
-	return ok && m.Name == model && g.Name == gpu
 }

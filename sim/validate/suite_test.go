@@ -117,7 +117,7 @@ func TestByPresetMatchesModelAndGPU(t *testing.T) {
 		{Set: "b", Level: "c1", Figure: "output_tok_s", Ratio: 1.1, Band: 0.15, Pass: true, Model: "llama3-70b", GPU: "h100-sxm"},
 		{Set: "c", Level: "x", Figure: "output_tok_s", Ratio: math.NaN(), Band: 0.15, Note: "not expressible yet: unknown model k"},
 	}
-	by := ByPreset(rs)
+	by := summarizeByPreset(rs)
 	a := by["llama3-8b-a100"]
 	assert.Equal(t, []string{"a"}, a.Sets)
 	assert.Equal(t, 2, a.Figures)
@@ -183,7 +183,7 @@ func TestREADMETable(t *testing.T) {
 	for _, r := range reps {
 		rs = append(rs, r.Results...)
 	}
-	byPreset, err := json.MarshalIndent(ByPreset(rs), "", "  ")
+	byPreset, err := json.MarshalIndent(summarizeByPreset(rs), "", "  ")
 	require.NoError(t, err)
 	byPreset = append(byPreset, '\n')
 	if *update {
