@@ -47,17 +47,6 @@ type Row struct {
 	Figures                []Figure // one per Metrics entry
 }
 
-// Figure returns the figure of the metric called name ("TTFT p50", …); ok is false for an
-// unknown name.
-func (r Row) Figure(name string) (f Figure, ok bool) {
-	for i, m := range Metrics {
-		if m.Name == name && i < len(r.Figures) {
-			return r.Figures[i], true
-		}
-	}
-	return Figure{}, false
-}
-
 // Compare pairs the levels of a live and a simulated run by label, in the live run's order;
 // levels missing from either side are left out.
 func Compare(live, simulated *reports.Results) []Row {

@@ -45,11 +45,11 @@ func TestCompare(t *testing.T) {
 		{1, "TTFT p95", -20}, // 48 vs 60
 		{1, "TPOT p50", 10},  // 5.5 vs 5
 	} {
-		f, ok := rows[tc.row].Figure(tc.metric)
+		f, ok := rows[tc.row].figure(tc.metric)
 		require.True(t, ok, tc.metric)
 		assert.InDelta(t, tc.want, f.DiffPct(), 1e-9, "%s %s", rows[tc.row].Label, tc.metric)
 	}
-	_, ok := rows[0].Figure("E2E p50")
+	_, ok := rows[0].figure("E2E p50")
 	assert.False(t, ok)
 	assert.True(t, math.IsNaN(Figure{Live: 0, Sim: 3}.DiffPct()), "no live figure, no error")
 }
@@ -275,4 +275,15 @@ func TestDistributionLine(t *testing.T) {
 	sim := []reports.Record{rec("c1", 10, 5), rec("c1", 20, 5), rec("c4", 40, 7)}
 	line := DistributionLine(live, sim, []Row{{Label: "c1"}, {Label: "c4"}})
 	assert.Contains(t, line, "c1 TTFT 0.00, TPOT 0.00; c4 TTFT 1.00, TPOT 1.00")
+}
+
+// figure returns the figure of the metric called name ("TTFT p50", …); ok is false for an
+// unknown name.
+func (r Row) figure(name string) (f Figure, ok bool) {
+	for i, m := range Metrics {
+		if m.Name == name && i < len(r.Figures) {
+			return r.Figures[i], true
+		}
+	}
+	return Figure{}, false
 }
