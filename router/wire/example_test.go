@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 
@@ -16,8 +17,8 @@ func ExampleBody_PD() {
 	ids := wire.NewIDGen(rand.New(rand.NewPCG(1, 2)), "10.0.0.7")
 	legs := body.PD(ids, wire.PDOptions{Host: wire.BootstrapHost("http://10.0.0.1:30001")})
 	fmt.Println(body.Text)
-	fmt.Println(string(legs.Prefill.AppendTo(nil)))
-	fmt.Println(string(legs.Decode.AppendTo(nil)))
+	fmt.Println(string(bytes.Join(legs.Prefill, nil)))
+	fmt.Println(string(bytes.Join(legs.Decode, nil)))
 	// Output:
 	// hi
 	// {"model":"m","messages":[{"role":"user","content":"hi"}],"x_custom":{"keep":1},"rid":"chatcmpl-vmwxOCebILpb6HYwtfEUDnMB-10.0.0.7","bootstrap_host":"10.0.0.1","bootstrap_port":null,"bootstrap_room":6158782141916471494}

@@ -106,7 +106,7 @@ func FuzzParse(f *testing.F) {
 			if len(legs.RIDs) != body.Size() || len(legs.Rooms) != body.Size() {
 				t.Fatalf("ids: %d rids, %d rooms for size %d", len(legs.RIDs), len(legs.Rooms), body.Size())
 			}
-			for _, leg := range [][]byte{legs.Prefill.AppendTo(nil), legs.Decode.AppendTo(nil)} {
+			for _, leg := range [][]byte{bytes.Join(legs.Prefill, nil), bytes.Join(legs.Decode, nil)} {
 				if !json.Valid(leg) {
 					t.Fatalf("leg is not JSON: %s", leg)
 				}
@@ -135,7 +135,7 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		for _, set := range [][]Field{nil, {{"rid", []byte(`"r"`)}, {"bootstrap_room", []byte("[1,2]")}}} {
-			if p, a := body.Pieces(set...).AppendTo(nil), body.Append(nil, set...); !bytes.Equal(p, a) {
+			if p, a := bytes.Join(body.Pieces(set...), nil), body.Append(nil, set...); !bytes.Equal(p, a) {
 				t.Fatalf("Pieces and Append differ:\n%s\n%s", p, a)
 			}
 		}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -50,14 +51,14 @@ func TestPDPiecesMatchLegacyRewrite(t *testing.T) {
 		body, err := Parse(c.route, []byte(c.body))
 		require.NoError(t, err, "corpus %d", i)
 		// A regular-mode DP target's body (serve sends it as pieces too).
-		require.Equal(t, string(body.withDPRank(nil, 5)), string(body.DPRankPieces(5).AppendTo(nil)), "corpus %d DP rank", i)
+		require.Equal(t, string(body.withDPRank(nil, 5)), string(bytes.Join(body.DPRankPieces(5), nil)), "corpus %d DP rank", i)
 		for _, o := range options {
 			gNew := NewIDGen(rand.New(rand.NewPCG(uint64(i), 3)), "10.1.2.3")
 			gOld := NewIDGen(rand.New(rand.NewPCG(uint64(i), 3)), "10.1.2.3")
 			legs := body.PD(gNew, o)
 			prefill, decode, rids, rooms := legacyPD(body, gOld, o)
-			require.Equal(t, string(prefill), string(legs.Prefill.AppendTo(nil)), "corpus %d prefill, %+v", i, o)
-			require.Equal(t, string(decode), string(legs.Decode.AppendTo(nil)), "corpus %d decode, %+v", i, o)
+			require.Equal(t, string(prefill), string(bytes.Join(legs.Prefill, nil)), "corpus %d prefill, %+v", i, o)
+			require.Equal(t, string(decode), string(bytes.Join(legs.Decode, nil)), "corpus %d decode, %+v", i, o)
 			assert.Equal(t, rids, legs.RIDs)
 			assert.Equal(t, rooms, legs.Rooms)
 			assert.Equal(t, len(prefill), legs.Prefill.Len())
@@ -95,7 +96,7 @@ func TestPiecesMatchAppend(t *testing.T) {
 		for _, set := range sets {
 			want := string(b.Append(nil, set...))
 			p := b.Pieces(set...)
-			assert.Equal(t, want, string(p.AppendTo(nil)), "%s with %v", raw, set)
+			assert.Equal(t, want, string(bytes.Join(p, nil)), "%s with %v", raw, set)
 			assert.Equal(t, len(want), p.Len())
 			for _, piece := range p {
 				assert.NotEmpty(t, piece)

@@ -84,14 +84,6 @@ func (p Pieces) Len() int {
 	return n
 }
 
-// AppendTo appends the body to dst and returns the extended slice.
-func (p Pieces) AppendTo(dst []byte) []byte {
-	for _, b := range p {
-		dst = append(dst, b...)
-	}
-	return dst
-}
-
 // minRef is the shortest run of the original body a rewritten body refers to rather than
 // copies: shorter runs (keys, separators, small values) are copied into the rewrite's own
 // bytes, so a body of many small members costs a rewrite about its size once, as a copy would,
@@ -390,16 +382,9 @@ func quotedLen(s string) int {
 	return len(s) + 2
 }
 
-// pdFields draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields each
-// leg sets, their values in one scratch buffer; PD writes them as Pieces.
-func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
-	var pf, df [6]Field
-	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df)
-	return legs, pf[:np], df[:nd]
-}
-
-// pdFieldsInto is pdFields writing the fields into pf and df: it returns how many fields each
-// leg sets.
+// pdFieldsInto draws the ids of one PD attempt (legs' RIDs and Rooms) and writes the fields
+// each leg sets into pf and df, their values in one scratch buffer: it returns how many fields
+// each leg sets. PD writes them as Pieces.
 func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLegs, np, nd int) {
 	n := b.Size()
 	legs = PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}

@@ -234,7 +234,7 @@ func TestPDInjection(t *testing.T) {
 				name  string
 				got   []byte
 				extra map[string]any
-			}{{"prefill", legs.Prefill.AppendTo(nil), tc.prefill}, {"decode", legs.Decode.AppendTo(nil), tc.decode}} {
+			}{{"prefill", bytes.Join(legs.Prefill, nil), tc.prefill}, {"decode", bytes.Join(legs.Decode, nil), tc.decode}} {
 				want := asMap(t, []byte(tc.body))
 				want["rid"] = ridVal
 				want["bootstrap_room"] = roomVal
@@ -290,7 +290,7 @@ func TestPDSameRoomBothLegsAndFreshPerCall(t *testing.T) {
 	g := newGen()
 	a := body.PD(g, PDOptions{Host: "h"})
 	b := body.PD(g, PDOptions{Host: "h"})
-	pa, da := asMap(t, a.Prefill.AppendTo(nil)), asMap(t, a.Decode.AppendTo(nil))
+	pa, da := asMap(t, bytes.Join(a.Prefill, nil)), asMap(t, bytes.Join(a.Decode, nil))
 	assert.Equal(t, pa["bootstrap_room"], da["bootstrap_room"])
 	assert.Equal(t, pa["rid"], da["rid"])
 	assert.Len(t, pa["bootstrap_room"], 3)
@@ -308,7 +308,7 @@ func TestPDDuplicateKeysReplacedOnce(t *testing.T) {
 	body, err := Parse(Generate, []byte(`{"bootstrap_host":"evil","text":"x","bootstrap_host":"evil2"}`))
 	require.NoError(t, err)
 	legs := body.PD(newGen(), PDOptions{Host: "good"})
-	got := topLevel(t, legs.Prefill.AppendTo(nil))
+	got := topLevel(t, bytes.Join(legs.Prefill, nil))
 	assert.Equal(t, kv{"bootstrap_host", `"good"`}, got[0])
 	assert.Equal(t, "text", got[1].Key)
 	n := 0
@@ -376,4 +376,11 @@ func TestRewriteSizeBoundsAppend(t *testing.T) {
 func (b *Body) withDPRank(dst []byte, rank int) []byte {
 	var num [20]byte
 	return b.Append(dst, dpRankField(num[:0], rank))
+}
+
+// pdFields is pdFieldsInto returning the fields each leg sets as slices.
+func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
+	var pf, df [6]Field
+	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df)
+	return legs, pf[:np], df[:nd]
 }
