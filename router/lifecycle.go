@@ -165,11 +165,3 @@ func (r *Router) drainingLocked(url string) *Worker {
 	}
 	return nil
 }
-
-// lookupLocked returns the registered worker with url, else the draining one, else nil.
-func (r *Router) lookupLocked(url string) *Worker {
-	if role, i, ok := r.findLocked(url); ok {
-		return r.workers[role][i]
-	}
-	return r.drainingLocked(url)
-}

@@ -333,19 +333,6 @@ func (r *Router) recordLocked(w *Worker, success bool) {
 	r.noteLocked(w, before, now, reason)
 }
 
-// recordOutcome feeds an outcome that is not tied to a decision into the breaker of the
-// worker with url (tests' shortcut to a breaker state). Unknown URLs are ignored.
-func (r *Router) recordOutcome(url string, o Outcome) {
-	if o == Cancelled {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if role, i, ok := r.findLocked(url); ok {
-		r.recordLocked(r.workers[role][i], o == Success)
-	}
-}
-
 // Tick runs time-driven upkeep at now: cache-aware tree eviction once every
 // --eviction-interval-secs. Drivers call it periodically (serve: a ticker; sim: virtual time).
 func (r *Router) Tick(now time.Time) {
@@ -417,17 +404,6 @@ func (r *Router) Workers() []WorkerInfo {
 		out = append(out, infoLocked(w, now))
 	}
 	return out
-}
-
-// worker returns the worker with url — registered, or else draining — and a snapshot of it.
-func (r *Router) worker(url string) (*Worker, WorkerInfo, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := r.lookupLocked(url)
-	if w == nil {
-		return nil, WorkerInfo{}, false
-	}
-	return w, infoLocked(w, r.clock.Now()), true
 }
 
 func infoLocked(w *Worker, now time.Time) WorkerInfo {
@@ -573,15 +549,5 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 		r.recordLocked(w, o == Success)
 	}
 	r.drainedLocked(w)
-	return true
-}
-
-// finished reports whether every leg of the decision has been reported done.
-func (d *Decision) finished() bool {
-	for i := range d.legs {
-		if d.legs[i].target != nil && !d.legs[i].done.Load() {
-			return false
-		}
-	}
 	return true
 }

@@ -73,13 +73,3 @@ func (a *admission) releaser() func() {
 	var once sync.Once
 	return func() { once.Do(func() { <-a.slots }) }
 }
-
-// inUse returns the permits currently held and the requests waiting.
-func (a *admission) inUse() (running, waiting int) {
-	if a == nil {
-		return 0, 0
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.slots), a.waiting
-}

@@ -95,3 +95,13 @@ func TestAdmissionDisabled(t *testing.T) {
 	running, waiting := a.inUse()
 	require.Zero(t, running+waiting)
 }
+
+// inUse returns the permits currently held and the requests waiting.
+func (a *admission) inUse() (running, waiting int) {
+	if a == nil {
+		return 0, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.slots), a.waiting
+}

@@ -80,18 +80,9 @@ func (d *serverInfoProbe) get(ctx context.Context, url string) (serverInfo, erro
 	return info, nil
 }
 
-// dpSize waits for the worker at url to answer /get_server_info and returns its dp_size,
-// retrying every Interval until Timeout while it is unreachable or not ready. A worker that
-// answers without dp_size fails at once: retrying cannot fix it.
-func (d *serverInfoProbe) dpSize(ctx context.Context, url string) (int, error) {
-	info, err := d.info(ctx, url)
-	if err != nil {
-		return 0, err
-	}
-	return *info.DPSize, nil
-}
-
-// info is dpSize returning the whole answer (its dp_size checked).
+// info waits for the worker at url to answer /get_server_info and returns the answer, its
+// dp_size checked, retrying every Interval until Timeout while it is unreachable or not ready. A
+// worker that answers without dp_size fails at once: retrying cannot fix it.
 func (d *serverInfoProbe) info(ctx context.Context, url string) (serverInfo, error) {
 	after := d.After
 	if after == nil {

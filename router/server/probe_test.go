@@ -67,3 +67,12 @@ func TestServerInfoProbeErrors(t *testing.T) {
 	_, err = d.dpSize(context.Background(), url)
 	require.ErrorContains(t, err, "--worker-startup-timeout-secs")
 }
+
+// dpSize is info returning only dp_size.
+func (d *serverInfoProbe) dpSize(ctx context.Context, url string) (int, error) {
+	info, err := d.info(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	return *info.DPSize, nil
+}
