@@ -177,6 +177,11 @@ func (sc Scenario) SimCluster() sim.Cluster {
 
 // SimConfig returns the simulation of the scenario.
 func (sc Scenario) SimConfig(version string) sim.Config {
-	return sim.Config{Cluster: sc.SimCluster(), Router: sc.RouterConfig(nil), Workload: sc.workload(),
+	cfg := sim.Config{Cluster: sc.SimCluster(), Router: sc.RouterConfig(nil), Workload: sc.workload(),
 		Load: sc.Load, Version: version, KeepITL: true}
+	if sc.LoadReports > 0 { // the live router's polls, modelled
+		cfg.Routing.LoadReportInterval = sc.LoadReports
+		cfg.Routing.LoadReportDelay = sim.Delay{Fixed: sim.DefaultLoadReportDelay}
+	}
+	return cfg
 }
