@@ -138,7 +138,9 @@ func fidelityGate(t *testing.T, frontURL string, live map[string][2][]reports.Re
 	for _, sc := range fidelityScenarios() {
 		seed := int64(sc.workload.Seed)
 		rc.Seed = &seed
-		res, err := sim.Run(sim.Config{Cluster: cluster, Router: rc, Workload: sc.workload, Load: sc.load})
+		// The live router reads the workers' loads every 100 ms (serve's default): modelled.
+		routing := sim.Routing{LoadReportInterval: sim.DefaultLoadReportInterval, LoadReportDelay: sim.Delay{Fixed: sim.DefaultLoadReportDelay}}
+		res, err := sim.Run(sim.Config{Cluster: cluster, Router: rc, Routing: routing, Workload: sc.workload, Load: sc.load})
 		require.NoError(t, err)
 		simS := levelSamples(res.Records)
 		l1, l2 := levelSamples(live[sc.name][0]), levelSamples(live[sc.name][1])
