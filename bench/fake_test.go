@@ -32,7 +32,7 @@ type fakeSSE struct {
 	Model      string // non-empty: GET /v1/models lists this model
 	hits       atomic.Int64
 	flushes    atomic.Int64
-	mu         sync.Mutex // protects bodies and firsts
+	mu         sync.Mutex // protects bodies, firsts and tpots
 	bodies     [][]byte
 	firsts     []time.Duration // per streamed request: arrival → its first text event flushed
 	tpots      []time.Duration // per streamed request of 2+ tokens: (last flush − first flush)/(n−1)

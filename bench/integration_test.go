@@ -132,22 +132,18 @@ func durationsMs(ds []time.Duration) []float64 {
 
 // takeFirsts returns the server-side times to first event recorded so far, sorted, and
 // forgets them.
-func (f *fakeSSE) takeFirsts() []time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.firsts
-	f.firsts = nil
-	slices.Sort(out)
-	return out
-}
+func (f *fakeSSE) takeFirsts() []time.Duration { return f.take(&f.firsts) }
 
 // takeTPOTs returns the server-side time per output token of the streams recorded so far,
 // sorted, and forgets them.
-func (f *fakeSSE) takeTPOTs() []time.Duration {
+func (f *fakeSSE) takeTPOTs() []time.Duration { return f.take(&f.tpots) }
+
+// take returns *list sorted and empties it, under f.mu.
+func (f *fakeSSE) take(list *[]time.Duration) []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := f.tpots
-	f.tpots = nil
+	out := *list
+	*list = nil
 	slices.Sort(out)
 	return out
 }
