@@ -56,10 +56,7 @@ func TestSimKVEventsAndReplicas(t *testing.T) {
 	a, stderr, err := runWithStderr(t, args...)
 	require.NoError(t, err)
 	assert.Contains(t, stderr, "sim: KV events:")
-	res, err := reports.DecodeResults(strings.NewReader(a))
-	require.NoError(t, err)
-	var meta map[string]any
-	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	_, meta := simResults(t, a)
 	assert.Equal(t, "on", meta["kv_events"])
 	assert.Equal(t, "uniform:0s-20ms", meta["kv_events_delay"])
 	assert.EqualValues(t, 3, meta["router_replicas"])
@@ -72,6 +69,16 @@ func TestSimKVEventsAndReplicas(t *testing.T) {
 	for _, want := range []string{"--kv-events-delay", "exp:MEAN", "--router-replicas", "cache-pressure", "--cp-groups"} {
 		assert.Contains(t, out, want)
 	}
+}
+
+// simResults decodes `router sim --format json` output and its meta.router.
+func simResults(t *testing.T, out string) (*reports.Results, map[string]any) {
+	t.Helper()
+	res, err := reports.DecodeResults(strings.NewReader(out))
+	require.NoError(t, err)
+	var meta map[string]any
+	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	return res, meta
 }
 
 func TestSimJSONDeterministic(t *testing.T) {
@@ -412,10 +419,7 @@ func TestSimLoadReportsAndShedding(t *testing.T) {
 	out, stderr, err := runWithStderr(t, args...)
 	require.NoError(t, err)
 	assert.Contains(t, stderr, "sim: engine load reports:")
-	res, err := reports.DecodeResults(strings.NewReader(out))
-	require.NoError(t, err)
-	var meta map[string]any
-	require.NoError(t, json.Unmarshal(res.Meta.Router, &meta))
+	_, meta := simResults(t, out)
 	assert.Equal(t, "100ms", meta["load_report_interval"])
 	assert.Equal(t, "1ms", meta["load_report_delay"])
 
@@ -428,8 +432,7 @@ func TestSimLoadReportsAndShedding(t *testing.T) {
 	out, stderr, err = runWithStderr(t, hot...)
 	require.NoError(t, err)
 	assert.Regexp(t, `sim: \d+ requests shed with 503 and Retry-After`, stderr)
-	res, err = reports.DecodeResults(strings.NewReader(out))
-	require.NoError(t, err)
+	res, _ := simResults(t, out)
 	assert.NotZero(t, res.Levels[0].ErrorsByKind["http_503"])
 
 	help, err := run(t, "sim", "--help")
