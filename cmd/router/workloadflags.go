@@ -196,26 +196,11 @@ func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
 		return fmt.Sprintf("--requests %d (+ --warmup %d): the gsp workload holds %d requests; drawing %d groups of %d",
 			l.Requests, l.Warmup, held, p.GSPNumGroups, p.GSPPromptsPerGroup)
 	case workloads.WorkloadLongSystemPrompt:
-		if held >= need {
-			return ""
-		}
-		p.LSPPrompts = need
-		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d long-system-prompt requests instead of %d",
-			l.Requests, l.Warmup, need, held)
+		return growRequests(&p.LSPPrompts, held, need, l, "long-system-prompt requests instead of")
 	case workloads.WorkloadCachePressure:
-		if held >= need {
-			return ""
-		}
-		p.CPRequests = need
-		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d cache-pressure requests instead of --cp-requests %d",
-			l.Requests, l.Warmup, need, held)
+		return growRequests(&p.CPRequests, held, need, l, "cache-pressure requests instead of --cp-requests")
 	case workloads.WorkloadHotspot:
-		if held >= need {
-			return ""
-		}
-		p.HSRequests = need
-		return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d hotspot requests instead of --hs-requests %d",
-			l.Requests, l.Warmup, need, held)
+		return growRequests(&p.HSRequests, held, need, l, "hotspot requests instead of --hs-requests")
 	case workloads.WorkloadRandom, workloads.WorkloadShareGPT:
 		if held >= need || p.DatasetPath != "" {
 			return ""
@@ -225,6 +210,16 @@ func fitRequests(p *workloads.Params, l workloads.LoadParams) string {
 			l.Requests, l.Warmup, need, p.Workload, held)
 	}
 	return ""
+}
+
+// growRequests sets *n, the request count of a workload of independent requests that holds
+// held, to need when it holds fewer, and says so ("drawing need WHAT held").
+func growRequests(n *int, held, need int, l workloads.LoadParams, what string) string {
+	if held >= need {
+		return ""
+	}
+	*n = need
+	return fmt.Sprintf("--requests %d (+ --warmup %d): drawing %d %s %d", l.Requests, l.Warmup, need, what, held)
 }
 
 // moreRequestsHint names the flags that give a workload more requests.
