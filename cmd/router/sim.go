@@ -83,7 +83,7 @@ Engine load reports: every --load-report-interval (default 100ms, serve's
 waiting requests, queued uncached prompt tokens, KV token usage, as SGLang's GET /v1/loads
 reports them — and the answer reaches it --load-report-delay later (default 1ms; a duration,
 exp:MEAN or uniform:LO-HI). As in serve, cache_aware's balance check and fallback, power_of_two
-and least_load then compare queued uncached tokens, then waiting requests, then in-flight
+and least_load then compare queued uncached tokens, then waiting, running and in-flight
 requests while every candidate's report is younger than --load-report-max-age-ms, and in-flight
 counts otherwise; a DP-aware router gets each rank's report, any other the ranks' sum. Reports
 count every replica's requests, which a replica's own in-flight counts miss.
@@ -91,9 +91,10 @@ count every replica's requests, which a replica's own in-flight counts miss.
 --worker-overload-waiting-requests N (or --worker-overload-token-usage U) passes over a worker
 whose report says it is over the bound and, when every worker is, sheds the request: it ends at
 once as an http_503 error with Retry-After, counted on stderr, never queued, and the client does
-not retry it (as the bench's does not). 'router sim sweep --vary load_report_interval=10ms,100ms,1s'
-shows what report age costs (try --workload hotspot, whose bursts of hot prefixes pile
-cache_aware onto one worker).
+not retry it (as the bench's does not). 'router sim sweep --vary
+load_report_interval=0,100ms,1s' shows what the reports and their age are worth on a workload
+(try --workload hotspot, whose bursts of hot prefixes pile cache_aware onto one worker);
+docs/engine-load.md has the tables of 8 regular and 2P+4D clusters.
 
 Same flags and seed give byte-identical results. Results: the metrics table of 'router bench'
 plus the engine-side cache hit rate beside the router's predicted match rate, the per-target
@@ -801,7 +802,7 @@ func routingLayerFlags(fs *pflag.FlagSet, r *sim.Routing) {
 	fs.IntVar(&r.Replicas, "router-replicas", r.Replicas, "router replicas, each with its own tree, in-flight counts and KV-event index")
 	fs.StringVar(&r.ReplicaAffinity, "replica-affinity", r.ReplicaAffinity, "how requests reach the replicas: round-robin (each request to the next, as a Kubernetes Service) or session (a conversation sticks to one)")
 	r.LoadReportInterval, r.LoadReportDelay = sim.DefaultLoadReportInterval, sim.Delay{Fixed: sim.DefaultLoadReportDelay}
-	fs.DurationVar(&r.LoadReportInterval, "load-report-interval", r.LoadReportInterval, "each router reads every worker's engine load (per DP rank, as SGLang's GET /v1/loads) this often, as serve's --load-poll-interval-ms; the policies compare queued uncached tokens, then waiting, then in-flight requests while every report is younger than --load-report-max-age-ms; 0: never (in-flight counts only)")
+	fs.DurationVar(&r.LoadReportInterval, "load-report-interval", r.LoadReportInterval, "each router reads every worker's engine load (per DP rank, as SGLang's GET /v1/loads) this often, as serve's --load-poll-interval-ms; the policies compare queued uncached tokens, then waiting, running and in-flight requests while every report is younger than --load-report-max-age-ms; 0: never (in-flight counts only)")
 	fs.Var(&r.LoadReportDelay, "load-report-delay", "age of an engine load report when its router gets it: a duration (1ms), exp:MEAN or uniform:LO-HI, drawn per poll and router; a delay above the interval makes the router skip polls, as serve does")
 }
 
