@@ -141,7 +141,8 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 //  4. the router's in-flight requests;
 //
 // and otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise,
-// the engine's running and waiting requests plus those routed since, or in-flight requests.
+// the engine's running and waiting requests plus those routed since (at least the in-flight
+// requests), or in-flight requests.
 type loadCmp struct {
 	engine bool
 	age    time.Duration // the oldest report's age, when engine
@@ -194,11 +195,16 @@ func (c loadCmp) less(a, b *Target) bool {
 	return a.Load() < b.Load()
 }
 
-// reqs is t's load for the balance check.
+// reqs is t's load for the balance check: with engine reports, the engine's running and
+// waiting requests plus those routed since its report, but never below this router's own
+// in-flight count, a lower bound on what the worker holds (SGLang's prefill server reports
+// no running requests, and a request in a prefill step counts as neither running nor waiting:
+// on reports alone a prefill worker busy with this router's requests looked idle, and one
+// router in front of a PD cluster balanced later than on in-flight counts).
 func (c loadCmp) reqs(t *Target) int64 {
 	if c.engine {
 		e := &t.engine
-		return int64(e.load.RunningReqs+e.load.WaitingReqs) + e.sentReqs
+		return max(int64(e.load.RunningReqs+e.load.WaitingReqs)+e.sentReqs, t.Load())
 	}
 	return t.Load()
 }

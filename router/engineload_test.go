@@ -189,3 +189,37 @@ func TestEngineLoadConfigValidation(t *testing.T) {
 		assert.ErrorContains(t, cfg.Validate(), tc.flag)
 	}
 }
+
+// The balance check's engine scalar never falls below the router's own in-flight count: a
+// prefill engine reports no running requests and counts a request in its prefill step as
+// neither running nor waiting, so on reports alone a prefill busy with this router's requests
+// looked idle.
+func TestBalanceCheckKeepsInFlightAsLowerBound(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyCacheAware, nil)
+	for range 70 { // 70 in flight on a
+		_, err := r.Route(&Request{Text: "warm", Avoid: []string{"http://b", "http://c"}})
+		require.NoError(t, err)
+	}
+	report(t, r, clk.Now(), map[string]EngineLoad{"http://a": {}, "http://b": {}, "http://c": {}})
+	ts := r.targets[Regular]
+	c := newLoadCmp(clk.Now(), ts, time.Second)
+	require.True(t, c.engine)
+	assert.Equal(t, ts[0].Load(), c.reqs(ts[0]), "a report of 0 requests does not hide 70 in flight")
+	assert.True(t, imbalancedBy(c, ts, 64, 1.5))
+}
+
+// least_load on regular workers looks at fullness first: a worker whose running batch is full
+// takes new requests after one with a short prefill queue but room to decode.
+func TestLeastLoadRegularLooksAtFullnessFirst(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyLeastLoad, nil)
+	report(t, r, clk.Now(), map[string]EngineLoad{
+		"http://a": {RunningReqs: 250, MaxRunningRequests: 256, WaitingUncachedTokens: 0, TokenUsage: 0.5},
+		"http://b": {RunningReqs: 20, MaxRunningRequests: 256, WaitingUncachedTokens: 900, TokenUsage: 0.2},
+		"http://c": {RunningReqs: 30, MaxRunningRequests: 256, WaitingUncachedTokens: 300, TokenUsage: 0.95},
+	})
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d.Regular.URL(), "a is full of running requests, c of KV: b's queue is the shorter wait")
+}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -123,13 +124,18 @@ func (p *PowerOfTwo) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error)
 // LeastLoad picks the target with the least expected wait when every candidate has a fresh
 // engine report (smg's least_load), and the least in-flight requests otherwise (lowest index
 // on ties):
-//   - prefill and regular targets by queued uncached prompt tokens (the engine's, plus those
-//     routed since its report) ÷ the target's prefill rate, learned from its reports (uncached
-//     tokens worked off per second); while a candidate's rate is unknown, by the tokens alone;
+//   - prefill targets by expected prefill wait: queued uncached prompt tokens (the engine's,
+//     plus those routed since its report) ÷ the target's prefill rate, learned from its
+//     reports (uncached tokens worked off per second); while a candidate's rate is unknown, by
+//     the tokens alone;
 //   - decode targets by their fullness: the larger of requests (running, waiting and routed
-//     since) ÷ max_running_requests, and KV token usage.
+//     since) ÷ max_running_requests, and KV token usage;
+//   - regular targets, which do both, by fullness in steps of a tenth first, then by expected
+//     prefill wait: a worker whose decode batch or KV is filling up takes new requests after
+//     the others though its prefill queue is short (SGLang schedules prefills first, so its
+//     queue stays short while its running batch grows).
 //
-// Ties are broken as loadCmp compares (waiting requests, then in-flight).
+// Ties are broken as loadCmp compares (waiting requests, then running, then in-flight).
 type LeastLoad struct{}
 
 var _ Policy = (*LeastLoad)(nil)
@@ -142,30 +148,45 @@ func (*LeastLoad) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
 	if !req.loads.engine {
 		return Pick{Index: leastBy(req.loads, ts), Reason: ReasonLeastLoad, Signal: SignalInFlight}, nil
 	}
-	decode := ts[0].worker.role == Decode
-	rates := !decode
+	role := ts[0].worker.role
+	rates := role != Decode
 	for _, t := range ts {
 		rates = rates && t.engine.rate > 0
 	}
-	score := func(t *Target) float64 {
-		e := &t.engine
-		switch {
-		case decode:
-			full := e.load.TokenUsage
-			if e.load.MaxRunningRequests > 0 {
-				full = max(full, float64(int64(e.load.RunningReqs+e.load.WaitingReqs)+e.sentReqs)/float64(e.load.MaxRunningRequests))
-			}
-			return full
-		case rates:
-			return float64(t.uncached()) / e.rate
+	wait := func(t *Target) float64 {
+		if rates {
+			return float64(t.uncached()) / t.engine.rate
 		}
 		return float64(t.uncached())
 	}
-	best, bestScore := 0, score(ts[0])
+	// score is the key compared first, tie-break the one compared next.
+	score := func(t *Target) (key, next float64) {
+		switch role {
+		case Decode:
+			return fullness(t), 0
+		case Regular:
+			return math.Floor(fullness(t) * 10), wait(t)
+		}
+		return wait(t), 0
+	}
+	best := 0
+	bk, bn := score(ts[0])
 	for i := 1; i < len(ts); i++ {
-		if s := score(ts[i]); s < bestScore || s == bestScore && req.loads.less(ts[i], ts[best]) {
-			best, bestScore = i, s
+		k, n := score(ts[i])
+		if k < bk || k == bk && (n < bn || n == bn && req.loads.less(ts[i], ts[best])) {
+			best, bk, bn = i, k, n
 		}
 	}
 	return Pick{Index: best, Reason: ReasonLeastLoad, Signal: SignalEngineLoad}, nil
+}
+
+// fullness is how full t's engine is: the larger of its requests (running, waiting and routed
+// since its report) over max_running_requests, and its KV token usage.
+func fullness(t *Target) float64 {
+	e := &t.engine
+	full := e.load.TokenUsage
+	if e.load.MaxRunningRequests > 0 {
+		full = max(full, float64(int64(e.load.RunningReqs+e.load.WaitingReqs)+e.sentReqs)/float64(e.load.MaxRunningRequests))
+	}
+	return full
 }
