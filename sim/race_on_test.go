@@ -2,9 +2,6 @@
 
 package sim
 
-// raceEnabled: this test binary runs under the race detector.
-const raceEnabled = true
-
 // skipUnderRace skips a test that runs long simulations on one goroutine: the race detector
 // finds nothing there and slows them ×10–15. `make test-unit` runs these tests again without
 // -race (NORACE_TESTS in the Makefile), so they still run in make test.

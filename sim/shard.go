@@ -49,7 +49,7 @@ type shardPoint struct {
 func WriteShard(dir string, vars []Vary, total, i, n int, pts []Point) error {
 	doc := shardDoc{Schema: shardSchema, Total: total, Shard: i, Shards: n}
 	for _, v := range vars {
-		doc.Vars = append(doc.Vars, shardVary{Key: v.Key, Values: v.Values})
+		doc.Vars = append(doc.Vars, shardVary(v))
 	}
 	for _, p := range pts {
 		if p.Err != nil || p.Result == nil {
@@ -133,7 +133,7 @@ func ReadShards(dirs []string) ([]Vary, []Point, error) {
 	}
 	vars := make([]Vary, len(first.Vars))
 	for i, v := range first.Vars {
-		vars[i] = Vary{Key: v.Key, Values: v.Values}
+		vars[i] = Vary(v)
 	}
 	return vars, pts, nil
 }

@@ -37,7 +37,7 @@ func ParseVary(s string) (Vary, error) {
 	k, vs, ok := strings.Cut(s, "=")
 	k = strings.ReplaceAll(strings.TrimSpace(k), "-", "_")
 	if !ok || k == "" || strings.TrimSpace(vs) == "" {
-		return Vary{}, fmt.Errorf("sim: --vary %q: want KEY=v1,v2,...", s)
+		return Vary{}, fmt.Errorf("sim: --vary %q: want KEY=v1,v2,…", s)
 	}
 	v := Vary{Key: k}
 	for _, x := range strings.Split(vs, ",") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -435,7 +436,7 @@ is sim's.`,
 			return fmt.Errorf("sweep: unexpected argument %q (directories are for --merge)", args[0])
 		}
 		if len(varies) == 0 {
-			return fmt.Errorf("sweep: give at least one --vary KEY=v1,v2,...")
+			return errors.New("sweep: give at least one --vary KEY=v1,v2,… (router sim sweep --help)")
 		}
 		si, sn, err := parseShard(shard)
 		if err != nil {
