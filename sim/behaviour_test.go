@@ -94,7 +94,7 @@ func TestLongSystemPromptHotSpot(t *testing.T) {
 		{Key: "balance_abs_threshold", Values: []string{"1", "64"}},
 		{Key: "balance_rel_threshold", Values: []string{"1.0", "1.5"}},
 	}
-	pts, err := Sweep(lspConfig(router.PolicyCacheAware), vars, 0, nil)
+	pts, err := SweepShard(lspConfig(router.PolicyCacheAware), vars, 0, 0, 1, nil)
 	require.NoError(t, err)
 	ranked := RankBy(pts, Objective{Name: ObjectiveP95TTFT})
 	require.Len(t, ranked, 8)

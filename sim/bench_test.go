@@ -133,7 +133,7 @@ func BenchmarkSweep(b *testing.B) {
 		{Key: "balance_abs_threshold", Values: []string{"1", "8", "32", "64"}}}
 	runs := 0
 	for b.Loop() {
-		pts, err := Sweep(cfg, vars, 0, nil)
+		pts, err := SweepShard(cfg, vars, 0, 0, 1, nil)
 		require.NoError(b, err)
 		runs += len(pts)
 	}

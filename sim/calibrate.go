@@ -217,7 +217,9 @@ var figures = []struct {
 	{"itl_p50", 0.5, func(l reports.Level) float64 { return l.ITLMs.P50 }},
 }
 
-// Predict simulates one run with profile p and returns its levels.
+// Predict simulates one run with profile p and returns its levels. No command calls it:
+// cmd/router's calibration test uses it to check that a calibrated profile predicts runs it
+// was not fitted to (`router sim --profile-file` is the same run from the command line).
 func Predict(cl Cluster, rc router.Config, p engine.Profile, w workloads.Params, l workloads.LoadParams) ([]reports.Level, error) {
 	res, err := predict(cl, rc, p, w, l)
 	if err != nil {

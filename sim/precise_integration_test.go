@@ -49,11 +49,11 @@ func TestIntegrationPreciseVsApproximate(t *testing.T) {
 	delays := []string{"0", "10ms", "100ms", "1s"}
 	vars := []Vary{{Key: "router_replicas", Values: []string{"1", "2", "4"}},
 		{Key: "kv_events", Values: []string{"approximate"}}}
-	approx, err := Sweep(base, vars, 0, nil)
+	approx, err := SweepShard(base, vars, 0, 0, 1, nil)
 	require.NoError(t, err)
 	vars[1].Values = []string{"precise"}
 	vars = append(vars, Vary{Key: "kv_events_delay", Values: delays})
-	precise, err := Sweep(base, vars, 0, nil)
+	precise, err := SweepShard(base, vars, 0, 0, 1, nil)
 	require.NoError(t, err)
 
 	type row struct {

@@ -168,7 +168,7 @@ func TestParseKill(t *testing.T) {
 func TestSweepGridAndRank(t *testing.T) {
 	t.Parallel()
 	vars := []Vary{{Key: "policy", Values: []string{"cache_aware", "round_robin"}}, {Key: "dp-size", Values: []string{"1", "2"}}}
-	pts, err := Sweep(baseConfig(), vars, 2, nil)
+	pts, err := SweepShard(baseConfig(), vars, 2, 0, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, pts, 4)
 	assert.Equal(t, []string{"cache_aware", "1"}, pts[0].Values)

@@ -238,16 +238,12 @@ func apply(c Config, key, val string) (Config, error) {
 	return c, fmt.Errorf("sim: --vary %s: not a router setting, a cluster key or an engine argument", key)
 }
 
-// Sweep runs every point of the grid of base over vars, parallel runs at once (≤ 0: one per
-// core), each fully deterministic, and returns the points in grid order. progress, when set,
-// is called (from any goroutine, serialised) after each point with the point just finished.
-// Decision logs and per-run progress are off in sweeps.
-func Sweep(base Config, vars []Vary, parallel int, progress func(done, total int, p *Point)) ([]Point, error) {
-	return SweepShard(base, vars, parallel, 0, 1, progress)
-}
-
-// SweepShard is Sweep over shard i of n (0 ≤ i < n): the points whose grid index is i mod n,
-// so n machines sharing the work run every point once. It returns the shard's points.
+// SweepShard runs the points of shard i of n (0 ≤ i < n) of the grid of base over vars — the
+// points whose grid index is i mod n, so n machines sharing the work run every point once;
+// shard 0 of 1 is the whole grid — parallel runs at once (≤ 0: one per core), each fully
+// deterministic, and returns them in grid order. progress, when set, is called (from any
+// goroutine, serialised) after each point with the point just finished. Decision logs and
+// per-run progress are off in sweeps.
 func SweepShard(base Config, vars []Vary, parallel, i, n int, progress func(done, total int, p *Point)) ([]Point, error) {
 	base.DecisionLog, base.Progress = nil, nil
 	all, err := Grid(base, vars)

@@ -30,8 +30,8 @@ func (q AzureRequest) PromptText() string {
 	return genText(q.seed, domAzure, uint64(q.Line), 0, q.ContextTokens)
 }
 
-// PromptIDs returns Tokenize(PromptText()) without building the text.
-func (q AzureRequest) PromptIDs() []uint32 {
+// promptIDs returns Tokenize(PromptText()) without building the text.
+func (q AzureRequest) promptIDs() []uint32 {
 	return newWordStream(q.seed, mix(domAzure, uint64(q.Line), 0)).appendIDs(nil, q.ContextTokens)
 }
 

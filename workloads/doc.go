@@ -11,7 +11,7 @@
 //	(*Session).Next(prevReply) (Turn, bool)            the next request body of a conversation (session.go)
 //	OpenMooncake(path, seed) (*MooncakeReader, error)  stream a Mooncake JSONL trace (mooncake.go);
 //	(*MooncakeReader).Next() (MooncakeRequest, error)  io.EOF at the end; the request has
-//	    .Arrival, .InputLength, .OutputTokens, .HashIDs, .PromptIDs(), .PromptText()
+//	    .Arrival, .InputLength, .OutputTokens, .HashIDs, .promptIDs(), .PromptText()
 //	OpenAzure(path, seed) (*AzureReader, error)        stream an Azure 2023 CSV trace (azure.go)
 //	Arrivals.At(i) (offset, ok): Constant, Burst, NewPoisson, NewGamma, TraceArrivals (arrivals.go)
 //	Params, DefaultParams, (Params).Validate: workload options, SPEC §7 (params.go)

@@ -115,7 +115,7 @@ func TestIntegrationMooncakeCeilings(t *testing.T) {
 				ids = AppendTokens(ids[:0], q.PromptText())
 				require.Len(t, ids, q.InputLength, "line %d", q.Line)
 				if rows%500 == 0 {
-					require.Equal(t, q.PromptIDs(), ids, "PromptIDs = Tokenize(PromptText), line %d", q.Line)
+					require.Equal(t, q.promptIDs(), ids, "PromptIDs = Tokenize(PromptText), line %d", q.Line)
 				}
 				hit += tr.matchInsert(ids)
 				total += len(ids)

@@ -44,9 +44,9 @@ func (q MooncakeRequest) AppendPromptIDs(dst []uint32) []uint32 {
 	return dst
 }
 
-// PromptIDs returns the prompt's token ids: exactly InputLength of them, equal to
+// promptIDs returns the prompt's token ids: exactly InputLength of them, equal to
 // Tokenize(PromptText()).
-func (q MooncakeRequest) PromptIDs() []uint32 {
+func (q MooncakeRequest) promptIDs() []uint32 {
 	return q.AppendPromptIDs(make([]uint32, 0, q.InputLength))
 }
 

@@ -23,7 +23,8 @@ const (
 	DefaultCPRequests        = 3000
 )
 
-// CacheWorkingSet returns the distinct prompt tokens of the cache-pressure workload p:
+// CacheWorkingSet returns the distinct prompt tokens of the cache-pressure workload p (tests
+// of the simulator size a KV capacity from it, as an operator would size one against it):
 // groups × (prefix + prompts per group × question), without the chat template's few tokens
 // per message.
 func (p Params) CacheWorkingSet() int {

@@ -260,7 +260,7 @@ func RenderPrompt(api API, body []byte) (string, error) {
 	return text, err
 }
 
-// PromptIDs returns the prompt token ids of a request body: the body's own ids when it carries
+// promptIDs returns the prompt token ids of a request body: the body's own ids when it carries
 // them (generate `input_ids`, completions token-id prompts), else Tokenize(RenderPrompt(…)).
 // Safe for concurrent use.
 func PromptIDs(api API, body []byte) ([]uint32, error) {

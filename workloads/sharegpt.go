@@ -30,8 +30,8 @@ import (
 // With σ = 1.3 (prompt) and 1.0 (output) the locations below give those truncated means
 // (TestShareGPTLengthsMatchPublishedMeans checks them on 20,000 draws).
 const (
-	ShareGPTMeanPrompt = 224.0  // target mean prompt tokens (see above)
-	ShareGPTMeanOutput = 194.35 // target mean output tokens (see above)
+	shareGPTMeanPrompt = 224.0  // target mean prompt tokens (see above)
+	shareGPTMeanOutput = 194.35 // target mean output tokens (see above)
 
 	shareGPTPromptMu    = 5.0886
 	shareGPTPromptSigma = 1.3

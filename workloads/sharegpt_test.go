@@ -21,8 +21,8 @@ func TestShareGPTLengthsMatchPublishedMeans(t *testing.T) {
 		sumIn += float64(in)
 		sumOut += float64(out)
 	}
-	assert.InEpsilon(t, ShareGPTMeanPrompt, sumIn/n, 0.03, "mean prompt tokens")
-	assert.InEpsilon(t, ShareGPTMeanOutput, sumOut/n, 0.03, "mean output tokens")
+	assert.InEpsilon(t, shareGPTMeanPrompt, sumIn/n, 0.03, "mean prompt tokens")
+	assert.InEpsilon(t, shareGPTMeanOutput, sumOut/n, 0.03, "mean output tokens")
 }
 
 func TestShareGPTSourceIsDeterministicAndCountsTokens(t *testing.T) {

@@ -55,7 +55,7 @@ func TestMooncakeReader(t *testing.T) {
 	assert.Equal(t, 4, qs[2].Line, "blank lines count")
 	ids := make([][]uint32, len(qs))
 	for i, q := range qs {
-		ids[i] = q.PromptIDs()
+		ids[i] = q.promptIDs()
 		require.Len(t, ids[i], q.InputLength, "row %d has exactly input_length tokens", i)
 		require.Equal(t, Tokenize(q.PromptText()), ids[i], "PromptIDs = Tokenize(PromptText)")
 	}
@@ -67,8 +67,8 @@ func TestMooncakeReader(t *testing.T) {
 	assert.Equal(t, ids[0][:512], ids[2][:512])
 	assert.LessOrEqual(t, commonPrefix(ids[0], ids[2]), 513)
 	// input_length beyond the blocks is row-unique text.
-	assert.Equal(t, readMooncake(t, path, 3)[3].PromptIDs(), ids[3])
-	assert.NotEqual(t, readMooncake(t, path, 4)[3].PromptIDs(), ids[3], "seed keys the blocks")
+	assert.Equal(t, readMooncake(t, path, 3)[3].promptIDs(), ids[3])
+	assert.NotEqual(t, readMooncake(t, path, 4)[3].promptIDs(), ids[3], "seed keys the blocks")
 }
 
 func TestMooncakeSource(t *testing.T) {
@@ -137,9 +137,9 @@ func TestAzureReader(t *testing.T) {
 	for _, q := range qs {
 		text := q.PromptText()
 		assert.Equal(t, q.ContextTokens, Count(text))
-		assert.Equal(t, Tokenize(text), q.PromptIDs())
+		assert.Equal(t, Tokenize(text), q.promptIDs())
 	}
-	assert.Zero(t, commonPrefix(qs[0].PromptIDs(), qs[1].PromptIDs()), "rows share nothing")
+	assert.Zero(t, commonPrefix(qs[0].promptIDs(), qs[1].promptIDs()), "rows share nothing")
 
 	p := DefaultParams()
 	p.Workload, p.API, p.TraceFile, p.TimeScale = WorkloadAzure, APICompletions, writeFile(t, "a.csv", azureRows), 0.5
