@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build image kustomize demo kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build image kustomize demo engine-load-tables jq kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
@@ -120,6 +120,16 @@ uvicorn:
 kvevents-python:
 	@/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-zmq python3-msgpack >/dev/null; }
+
+# The simulated tables of docs/engine-load.md (engine load reports against in-flight counts on
+# the hotspot workload, overload bounds, report age) on stdout, regenerated: about 2 minutes on
+# 2 cores. Needs Debian's jq, installed once (needs root and the Debian archive).
+engine-load-tables: jq
+	scripts/engine-load-tables.sh
+
+jq:
+	@command -v jq >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; }
 
 # Debian's chromium for test-browser, installed once (needs root and the Debian archive).
 chromium:
