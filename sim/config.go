@@ -398,6 +398,8 @@ type Config struct {
 	Load     workloads.LoadParams
 	// Kills are failure scenarios.
 	Kills []Kill
+	// Direct is traffic that reaches workers around the routers (--direct-load).
+	Direct []DirectLoad
 	// SLO, when set, makes each level report goodput.
 	SLO *reports.SLO
 	// DecisionLog, when set, receives one --decision-log line per routing decision.

@@ -20,6 +20,7 @@ const (
 	evKVBatch                      // KV-event batch kv reaches router replica srv
 	evLoadPoll                     // router replica srv polls every server's engine load
 	evLoadReport                   // the answer of load poll slot srv reaches its replica
+	evDirect                       // direct load srv (Config.Direct) reaches its worker
 )
 
 // event is what happens at one instant of the event queue (heapq.Heap[event]: the time is
@@ -28,7 +29,7 @@ type event struct {
 	kind evKind
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
-	srv  int32 // evWake, evKill: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot
+	srv  int32 // evWake, evKill: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot; evDirect: Config.Direct index
 	conv *conv
 	kv   *kvBatch
 	req  *request

@@ -232,6 +232,9 @@ func newSim(cfg Config) (*sim, error) {
 		}
 	}
 	x.loads = x.newLoadFeed(seed)
+	if err := x.checkDirect(); err != nil {
+		return nil, err
+	}
 	for _, k := range cfg.Kills {
 		if _, ok := x.byURL[k.Worker]; !ok {
 			return nil, fmt.Errorf("sim: --kill %s: no simulated worker %q (names look like %s)", k, k.Worker, x.servers[0].url)
@@ -289,6 +292,9 @@ func (x *sim) run() error {
 	}()
 	for _, k := range x.cfg.Kills {
 		x.push(int64(k.At), event{kind: evKill, srv: x.byURL[k.Worker].idx})
+	}
+	for i, d := range x.cfg.Direct {
+		x.push(int64(d.At), event{kind: evDirect, srv: int32(i)})
 	}
 	if len(x.cfg.Kills) > 0 {
 		x.push(x.probeInterval(), event{kind: evProbe})
@@ -405,6 +411,8 @@ func (x *sim) dispatch(ev *event) {
 		x.pollLoads(int(ev.srv))
 	case evLoadReport:
 		x.deliverLoads(int(ev.srv))
+	case evDirect:
+		x.submitDirect(int(ev.srv))
 	}
 }
 

@@ -122,6 +122,7 @@ type simFlags struct {
 	label         string
 	slo           string
 	kills         []string
+	direct        []string // --direct-load
 	// args, prefillArgs and decodeArgs are the engine-argument flags (--chunked-prefill-size,
 	// --prefill-…, --decode-…); resolve lays the given ones over the cluster file's.
 	args, prefillArgs, decodeArgs engine.ServerArgs
@@ -178,6 +179,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.StringVar(&f.label, "label", "", "name of the run in reports (default: the --out directory's name); recorded with the command line")
 	fs.StringVar(&f.slo, "slo", "", "service-level objectives ttft=MS,tpot=MS: goodput per level (sweep: filter)")
 	fs.StringArrayVar(&f.kills, "kill", nil, "WORKER@T: the simulated worker dies at virtual time T (repeatable), e.g. http://sim-decode-0:30000@30s")
+	fs.StringArrayVar(&f.direct, "direct-load", nil, "worker=URL,rank=R,requests=N,prompt=TOKENS,output=TOKENS,at=T: N requests reach a regular worker's DP rank at virtual time T around the routers, which see them only in its load reports (repeatable), e.g. worker=http://sim-regular-0:30000,requests=24,prompt=7500,output=600")
 	return f
 }
 
@@ -277,6 +279,13 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 			return sim.Config{}, err
 		}
 		cfg.Kills = append(cfg.Kills, kill)
+	}
+	for _, s := range f.direct {
+		d, err := sim.ParseDirectLoad(s)
+		if err != nil {
+			return sim.Config{}, err
+		}
+		cfg.Direct = append(cfg.Direct, d)
 	}
 	if f.slo != "" {
 		slo, err := parseSimSLO(f.slo)
