@@ -54,8 +54,12 @@ func TestDirectLoadIsSeenOnlyThroughReports(t *testing.T) {
 		reports time.Duration
 		toHot   func(t assert.TestingT, n int)
 	}{
-		{"reports every 100ms", 100 * time.Millisecond, func(t assert.TestingT, n int) { assert.LessOrEqual(t, n, 1, "at most the request routed before the first report") }},
-		{"no reports", 0, func(t assert.TestingT, n int) { assert.Greater(t, n, 10, "in-flight counts tie: the lowest index takes them") }},
+		{"reports every 100ms", 100 * time.Millisecond, func(t assert.TestingT, n int) {
+			assert.LessOrEqual(t, n, 1, "at most the request routed before the first report")
+		}},
+		{"no reports", 0, func(t assert.TestingT, n int) {
+			assert.Greater(t, n, 10, "in-flight counts tie: the lowest index takes them")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
