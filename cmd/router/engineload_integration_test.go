@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,11 +18,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
 	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
+	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 // TestIntegrationEngineLoadSteersTraffic: 4 regular fakeworkers of 2 DP ranks (llama3-8b-h100
@@ -185,4 +189,117 @@ func rankWaiting(t *testing.T, url string, rank int) int {
 		return 0
 	}
 	return doc.Loads[0].Waiting
+}
+
+// TestIntegrationEngineLoadSplitMatchesTheSimulator: the same cluster (4 regular fakeworkers of
+// 2 DP ranks, llama3-8b-h100 timings, engine loads every 100 ms) and the same requests (200
+// prompts that share nothing, 32 tokens out, 8 clients) with 24 long requests queued around
+// the router on worker 0's rank 0 first, live and simulated (router sim --direct-load): each
+// worker's share of the routed requests agrees within 5 points, and the queued rank takes
+// next to none in either.
+func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const profile = "llama3-8b-h100"
+	prof, err := engine.LookupProfile(profile)
+	require.NoError(t, err)
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Regular: 4, Worker: fakeworker.Config{
+		Host: "127.0.0.1", Seed: 1, DPSize: 2, Profile: prof}})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
+	ws := cl.Workers()
+
+	p := workloads.DefaultParams()
+	p.Seed = 7
+	p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen = 200, 1, 0, 64, 32
+	l := workloads.DefaultLoadParams()
+	l.Concurrency, l.Requests, l.Warmup = []int{8}, 200, 0
+	direct := sim.DirectLoad{Requests: 24, PromptTokens: 7500, OutputTokens: 1500}
+
+	// Live.
+	rc := server.DefaultConfig()
+	rc.DPAware, rc.Seed = true, new(int64(7))
+	for _, w := range ws {
+		rc.WorkerURLs = append(rc.WorkerURLs, w.URL())
+	}
+	liveLog := &syncBuffer{}
+	srv, err := server.New(server.Options{Config: rc, DecisionLog: liveLog})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	var wg sync.WaitGroup
+	dctx, stopDirect := context.WithCancel(ctx)
+	defer func() { stopDirect(); wg.Wait() }()
+	for r := range direct.Requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]int, direct.PromptTokens)
+			for k := range ids {
+				ids[k] = 1000 + (r*direct.PromptTokens+k)%30000
+			}
+			body, _ := json.Marshal(map[string]any{"input_ids": ids, "data_parallel_rank": 0,
+				"sampling_params": map[string]any{"max_new_tokens": direct.OutputTokens, "ignore_eos": true}})
+			req, _ := http.NewRequestWithContext(dctx, http.MethodPost, ws[0].URL()+"/generate", bytes.NewReader(body))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return rankWaiting(t, ws[0].URL(), 0) > 0 }, "the direct requests queued")
+	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front.URL, 2*len(ws)) }, "reports after the queue")
+	_, err = bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(), RequestTimeout: time.Minute})
+	require.NoError(t, err)
+	live := shares(t, liveLog.String())
+
+	// Simulated.
+	scfg := sim.Config{Cluster: sim.Cluster{Regular: 4, DPSize: 2, Profile: profile}, Router: rc.Config.RoutingOnly(), Workload: p, Load: l,
+		Routing: sim.Routing{LoadReportInterval: sim.DefaultLoadReportInterval, LoadReportDelay: sim.Delay{Fixed: sim.DefaultLoadReportDelay}}}
+	direct.Worker = sim.WorkerURL(router.Regular, 0)
+	scfg.Direct = []sim.DirectLoad{direct}
+	var simLog bytes.Buffer
+	scfg.DecisionLog = &simLog
+	_, err = sim.Run(scfg)
+	require.NoError(t, err)
+	simulated := shares(t, simLog.String())
+
+	t.Logf("share of routed requests per worker (rank 0 of worker 0 queued): live %v, simulated %v", live, simulated)
+	for w := range 4 {
+		assert.InDelta(t, live[w], simulated[w], 0.05, "worker %d's share", w)
+	}
+	assert.Less(t, live[4], 0.03, "the queued rank's share, live")
+	assert.Less(t, simulated[4], 0.03, "the queued rank's share, simulated")
+}
+
+// shares reads a decision log: each worker index's share of the regular decisions, and (at
+// index 4) that of worker 0's rank 0.
+func shares(t *testing.T, log string) [5]float64 {
+	var n [5]int
+	total := 0
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var d struct {
+			Regular *struct {
+				Index int `json:"index"`
+				Rank  int `json:"rank"`
+			} `json:"regular"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &d))
+		if d.Regular == nil {
+			continue
+		}
+		total++
+		n[d.Regular.Index]++
+		if d.Regular.Index == 0 && d.Regular.Rank == 0 {
+			n[4]++
+		}
+	}
+	require.Positive(t, total)
+	var out [5]float64
+	for i := range n {
+		out[i] = float64(n[i]) / float64(total)
+	}
+	return out
 }
