@@ -5,7 +5,6 @@ package server
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -14,21 +13,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // startUvicorn runs testdata/uvicorn_worker.py under uvicorn (Debian's python3-uvicorn and
-// python3-fastapi, installed by make test-integration) and returns its URL. The test fails,
-// never skips, without them.
+// python3-fastapi, installed by make uvicorn, which make test-integration runs) and returns its
+// URL. Without them the test ends as testutil.NeedTool says: a skip naming the target in a
+// plain go test, a failure under make.
 func startUvicorn(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command("/usr/bin/python3", "-m", "uvicorn", "--app-dir", "testdata", "uvicorn_worker:app",
+	py := testutil.Python(t, "uvicorn", "uvicorn", "fastapi")
+	port := testutil.FreePort(t, "127.0.0.1")
+	cmd := exec.Command(py, "-m", "uvicorn", "--app-dir", "testdata", "uvicorn_worker:app",
 		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--log-level", "warning")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
