@@ -33,11 +33,13 @@ const loadRedetect = 30 * time.Second
 // worker is in flight; a poll gives up after Timeout, and a report that does not arrive is
 // simply missed: the last one ages out (--load-report-max-age-ms).
 type loadPoller struct {
-	Router   *router.Router
-	Client   *http.Client
+	Router *router.Router
+	// Client sends the polls: a legClient of their own (the h1 transport for http:// workers,
+	// measured in BenchmarkLoadPoll against net/http's client).
+	Client   doer
 	Interval time.Duration
 	Timeout  time.Duration
-	APIKey   string // sent as a bearer token when set
+	Header   http.Header // sent with every poll (Authorization with --api-key); may be nil
 	DPAware  bool
 	Log      *slog.Logger
 	Metrics  *Metrics
@@ -55,6 +57,14 @@ type loadState struct {
 	warned  string    // the last problem warned about ("" none): each is warned once
 	lastAt  time.Time // the last report's time
 	lastErr string
+}
+
+// client is the poller's Client, nil for a nil poller.
+func (p *loadPoller) client() doer {
+	if p == nil {
+		return nil
+	}
+	return p.Client
 }
 
 // Run polls until ctx is done.
@@ -152,14 +162,8 @@ var errTimeout = errors.New("no answer within the poll timeout")
 func (p *loadPoller) fetch(ctx context.Context, url, path string, parse func([]byte) ([]rankLoad, error)) ([]rankLoad, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	if p.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+p.APIKey)
-	}
-	resp, err := p.Client.Do(req)
+	resp, _, err := p.Client.roundTrip(ctx, &upstreamRequest{method: http.MethodGet, worker: strings.TrimSuffix(url, "/"),
+		path: path, hdr: p.Header, role: "load"})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("GET %s: %w", path, errTimeout)

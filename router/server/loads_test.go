@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +172,38 @@ func counterValue(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// BenchmarkLoadPoll is one poll of one worker (GET /v1/loads?include=core, its parse and the
+// report to the router), through the h1 transport the poller uses and through net/http's
+// client: what polling costs the router per worker and interval.
+func BenchmarkLoadPoll(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(v1LoadsDP2))
+	}))
+	defer srv.Close()
+	cfg := router.DefaultConfig()
+	cfg.WorkerURLs = []string{srv.URL}
+	r, err := router.New(cfg, router.ClockFunc(time.Now), router.NewRand(1))
+	require.NoError(b, err)
+	require.NoError(b, r.AddWorker(router.WorkerSpec{URL: srv.URL, Role: router.Regular}))
+	for _, tc := range []struct {
+		name   string
+		client doer
+	}{
+		{"client=h1", newLegClient(time.Minute, nil)},
+		{"client=net-http", clientDoer{&http.Client{Transport: newTransport(time.Minute)}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := &loadPoller{Router: r, Client: tc.client, Interval: time.Second, Timeout: time.Second,
+				Log: slog.New(slog.DiscardHandler), Now: time.Now}
+			require.True(b, p.claim(srv.URL, time.Now()))
+			p.poll(context.Background(), srv.URL)
+			b.ReportAllocs()
+			for b.Loop() {
+				p.claim(srv.URL, time.Now())
+				p.poll(context.Background(), srv.URL)
+			}
+		})
+	}
 }

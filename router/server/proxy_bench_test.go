@@ -6,8 +6,8 @@ package server
 // -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
 // missing nginx fails the benchmark. $PDROUTER_BENCH_BIN replaces the router binary built from
 // this tree; $PDROUTER_BENCH_BIN_B adds a second one (targets router-b and router-pd-b) for A/B
-// comparisons. perf (linux-perf), when it can count raw_syscalls, adds syscalls and context
-// switches per request.
+// comparisons, and $PDROUTER_BENCH_BIN_C a third (router-c, router-pd-c). perf (linux-perf),
+// when it can count raw_syscalls, adds syscalls and context switches per request.
 
 import (
 	"bufio"
@@ -507,6 +507,12 @@ func BenchmarkProxy(b *testing.B) {
 			rb := startRouterProcEnv(b, binB, env, regular...)
 			pb := startRouterProcEnv(b, binB, env, pdArgs...)
 			targets = append(targets, target{"router-b", procs, rb.url, &rb}, target{"router-pd-b", procs, pb.url, &pb})
+		}
+		if binC := os.Getenv("PDROUTER_BENCH_BIN_C"); binC != "" {
+			// A third binary, for A/B/C.
+			rb := startRouterProcEnv(b, binC, env, regular...)
+			pb := startRouterProcEnv(b, binC, env, pdArgs...)
+			targets = append(targets, target{"router-c", procs, rb.url, &rb}, target{"router-pd-c", procs, pb.url, &pb})
 		}
 	}
 	lc := newLoadClient()

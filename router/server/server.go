@@ -149,6 +149,14 @@ func New(opts Options) (*Server, error) {
 	for i := range s.clients {
 		s.clients[i] = newLegClient(idle, tc)
 	}
+	if every := time.Duration(cfg.LoadPollIntervalMs) * time.Millisecond; every > 0 && cfg.LoadReportMaxAgeMs > 0 {
+		// A poll may take as long as its report stays fresh: one slower than that is useless.
+		s.loads = &loadPoller{Router: s.r, Client: newLegClient(idle, tc), Interval: every, Timeout: max(every, cfg.LoadReportMaxAge()),
+			DPAware: cfg.DPAware, Log: s.log, Metrics: s.metrics, Now: time.Now}
+		if cfg.APIKey != "" {
+			s.loads.Header = http.Header{"Authorization": {"Bearer " + cfg.APIKey}}
+		}
+	}
 	if cfg.TLSCertPath != "" {
 		if s.servingTLS, err = ServingTLS(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
 			return nil, err
@@ -163,11 +171,7 @@ func New(opts Options) (*Server, error) {
 	h := cfg.Health()
 	s.hc = &healthChecker{Router: s.r, Client: s.admin, Endpoint: h.Endpoint, Timeout: h.Timeout, Interval: h.Interval,
 		APIKey: cfg.APIKey, Now: time.Now}
-	if every := time.Duration(cfg.LoadPollIntervalMs) * time.Millisecond; every > 0 && cfg.LoadReportMaxAgeMs > 0 {
-		// A poll may take as long as its report stays fresh: one slower than that is useless.
-		s.loads = &loadPoller{Router: s.r, Client: s.admin, Interval: every, Timeout: max(every, cfg.LoadReportMaxAge()),
-			APIKey: cfg.APIKey, DPAware: cfg.DPAware, Log: s.log, Metrics: s.metrics, Now: time.Now}
-	}
+
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
@@ -283,6 +287,9 @@ const attemptLogInterval = 5 * time.Second
 func (s *Server) Wait() {
 	s.bg.Wait()
 	for _, c := range s.clients {
+		c.CloseIdleConnections()
+	}
+	if c, ok := s.loads.client().(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 	s.admin.CloseIdleConnections()
