@@ -52,7 +52,20 @@ type exchange struct {
 	body  *wire.Body     // the parsed request body
 	hdr   http.Header    // the client headers forwarded to workers
 	rreq  router.Request // the routing view, kept across retries (Avoid grows)
+	// deadline is when --request-timeout-secs ends the request. It is no context's: the
+	// upstream exchanges carry it as their connections' deadline (upstreamRequest.deadline), and
+	// the waits between them check it.
+	deadline time.Time
 }
+
+// over reports whether the request has ended: its client went away (ctx, the request's context)
+// or its deadline passed.
+func (x *exchange) over(ctx context.Context) bool {
+	return ctx.Err() != nil || x.timedOut()
+}
+
+// timedOut reports whether the request's deadline has passed.
+func (x *exchange) timedOut() bool { return !time.Now().Before(x.deadline) }
 
 // attemptResult is how one routed attempt ended.
 type attemptResult struct {
@@ -147,11 +160,11 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			return
 		}
 		defer release()
-		// The request ends at --request-timeout-secs from now, or when the client goes away.
-		ctx, cancel := context.WithTimeout(req.Context(), time.Duration(s.cfg.RequestTimeoutSecs)*time.Second)
-		defer cancel()
+		// The request ends at --request-timeout-secs from its arrival, or when the client goes
+		// away (its context).
+		x.deadline = x.start.Add(time.Duration(s.cfg.RequestTimeoutSecs) * time.Second)
 		x.hdr = s.forwardHeaders(req)
-		code := s.route(ctx, x)
+		code := s.route(req.Context(), x)
 		s.metrics.observeRequest(route.String(), code, time.Since(x.start).Seconds())
 	}
 }
@@ -174,7 +187,8 @@ func (s *Server) reply(x *exchange, e *wire.Error) int {
 }
 
 // route runs the retry loop: route, attempt, and on a failure before any byte reached the
-// client, back off and route again (SPEC §1.6). It returns the status answered.
+// client, back off and route again (SPEC §1.6). ctx is the request's context. It returns the
+// status answered.
 func (s *Server) route(ctx context.Context, x *exchange) int {
 	rt := s.r.NewRetrier()
 	retriedReuse := false
@@ -238,11 +252,11 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		} else {
 			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body})
 		}
-		if !retry || ctx.Err() != nil {
+		if !retry || x.over(ctx) {
 			return s.reply(x, ue.clientError())
 		}
 		s.metrics.retried(x.route.String())
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, wait, x.deadline) {
 			return s.ended(ctx, x)
 		}
 	}
@@ -264,16 +278,20 @@ func (s *Server) shed(x *exchange, e *router.OverloadError) int {
 	return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: e.Error()})
 }
 
-// sleep waits d, or until ctx ends (then it reports false).
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until ctx ends or the deadline passes (then it reports false).
+func sleep(ctx context.Context, d time.Duration, deadline time.Time) bool {
 	if d <= 0 {
 		return true
+	}
+	cut := false // the deadline comes first
+	if until := time.Until(deadline); until < d {
+		d, cut = max(until, 0), true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return !cut
 	case <-ctx.Done():
 		return false
 	}
@@ -283,24 +301,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // --request-timeout-secs ran out and the client is still there (every accepted request gets
 // exactly one response), nothing when the client has gone.
 func (s *Server) ended(ctx context.Context, x *exchange) int {
-	if timedOut(ctx) && x.req.Context().Err() == nil {
+	if x.timedOut() && ctx.Err() == nil {
 		s.metrics.Errors.WithLabelValues("timeout").Inc()
 		return s.reply(x, &wire.Error{Status: http.StatusGatewayTimeout, Type: typeTimeout,
 			Message: fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)})
 	}
 	s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
 	return 499
-}
-
-// timedOut reports whether ctx's deadline has passed: its Err says so, or the clock does
-// before its timer has fired (the prefill leg's context has the same deadline on a timer of its
-// own, which may fire first).
-func timedOut(ctx context.Context) bool {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
 }
 
 func errorKind(ue *upstreamError) string {
@@ -391,7 +398,7 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 		}
 		return nil
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if !r.deadline.IsZero() && !time.Now().Before(r.deadline) {
 		msg := fmt.Sprintf("request exceeded --request-timeout-secs %d", s.cfg.RequestTimeoutSecs)
 		_, _ = sw.w.Write(wire.StreamError(http.StatusGatewayTimeout, msg))
 		sw.flush()

@@ -39,14 +39,16 @@ type pdAttempt struct {
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
 	result          chan legResult // prefill's result, sent once; buffered, as the handler may not wait for it
 
-	// The prefill leg may outlive the handler (prefillGrace): its context has the request's
-	// deadline but not its cancellation, and cancelPrefill ends it. Decode's context is the
-	// request's, and cancelDecode ends it (prefill failed first). Why a leg was cancelled is
-	// the state's to say (router.PDAttempt), not the contexts'.
+	// The prefill leg may outlive the handler (prefillGrace): its context is not the
+	// request's, and cancelPrefill ends it. Decode's context is the request's, and cancelDecode
+	// ends it (prefill failed first). Both legs end at the request's deadline (their exchanges'
+	// upstreamRequest.deadline). Why a leg was cancelled is the state's to say
+	// (router.PDAttempt), not the contexts'.
 	prefillCtx    context.Context
 	cancelPrefill context.CancelFunc
 	decodeCtx     context.Context
 	cancelDecode  context.CancelFunc
+	x             *exchange // the request (its deadline); its handler's, the prefill runner reads only deadline
 
 	mu          sync.Mutex // protects the fields below
 	state       router.PDAttempt
@@ -92,6 +94,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	a.answered()
 	var pref *legResult // prefill's answer, when the hold waited for it
 	if needsPrefill(stream, sawEvent, x.body.Logprobs) {
+		until := time.NewTimer(time.Until(x.deadline))
+		defer until.Stop()
 		select {
 		case pr := <-a.result:
 			if pr.err != nil { // it failed, and cancelled decode
@@ -100,6 +104,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			}
 			pref = &pr
 		case <-ctx.Done():
+			return attemptResult{gone: true}
+		case <-until.C:
 			return attemptResult{gone: true}
 		}
 	}
@@ -150,15 +156,11 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a := &pdAttempt{s: s, d: d, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
-		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill"},
-		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode"}}
+	a := &pdAttempt{s: s, d: d, x: x, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
+		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline},
+		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}}
 	// Not derived from ctx: the leg may outlive the handler.
-	if dl, ok := ctx.Deadline(); ok {
-		a.prefillCtx, a.cancelPrefill = context.WithDeadline(context.Background(), dl)
-	} else {
-		a.prefillCtx, a.cancelPrefill = context.WithCancel(context.Background())
-	}
+	a.prefillCtx, a.cancelPrefill = context.WithCancel(context.Background())
 	a.decodeCtx, a.cancelDecode = context.WithCancel(ctx)
 	go a.runPrefill()
 	return a
@@ -184,7 +186,7 @@ func (a *pdAttempt) runPrefill() {
 	switch {
 	case ue == nil:
 		a.state.Answered(router.Prefill)
-	case ue.Status == 0 && a.prefillCtx.Err() != nil:
+	case ue.Status == 0 && (a.prefillCtx.Err() != nil || !time.Now().Before(a.prefill.deadline)):
 		// We cancelled it, or the request's deadline ended it: that says nothing of the worker
 		// (unless decode's failure was its doing: the state says).
 		outcome = a.state.Outcome(router.Prefill)
@@ -280,7 +282,7 @@ func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 func (a *pdAttempt) commit(ctx context.Context) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return ctx.Err() == nil && a.state.Commit()
+	return !a.x.over(ctx) && a.state.Commit()
 }
 
 // failed ends an attempt before the commit, when decode failed (ue) or was cancelled (ue nil,
@@ -289,7 +291,7 @@ func (a *pdAttempt) commit(ctx context.Context) bool {
 // up waiting for its peer, still silent — with an error naming the peer, which is charged. A
 // decode failure cancels the prefill leg. It returns decode's outcome.
 func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResult, router.Outcome) {
-	if ctx.Err() != nil || timedOut(ctx) {
+	if a.x.over(ctx) {
 		return attemptResult{gone: true}, router.Cancelled
 	}
 	a.mu.Lock()
@@ -341,7 +343,7 @@ func (a *pdAttempt) blame(f router.PDFailureReport, first *upstreamError) *upstr
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
 	a.cancelDecode()
-	if ctx.Err() != nil {
+	if a.x.over(ctx) {
 		a.cancelPrefill()
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.rids)
 		return

@@ -15,14 +15,14 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	t := d.Regular
 	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
 	defer func() { d.Done(router.Regular, out) }()
-	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular"}
+	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", deadline: x.deadline}
 	if rank, ok := t.Rank(); ok { // the prompt is referred to, not copied
 		r.body, r.pieces = nil, x.body.DPRankPieces(rank)
 	}
 	s.logDecision(wire.DecisionLine{ID: x.id, Route: r.path}, d)
 	resp, ue := send(ctx, s.upstream(router.Regular), r, s.budget)
 	if ue != nil {
-		if ctx.Err() != nil {
+		if x.over(ctx) {
 			return attemptResult{gone: true}
 		}
 		out = legOutcome(ue)
@@ -43,7 +43,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 		s.observeCached(tee.b)
 		out = router.Success
 		return attemptResult{status: resp.StatusCode}
-	case ctx.Err() != nil:
+	case x.over(ctx):
 		return attemptResult{gone: true, committed: true}
 	}
 	// The reply broke after its head went out: abort the connection so the client sees a

@@ -85,6 +85,9 @@ type upstreamRequest struct {
 	pieces [][]byte    // when not nil, the body instead of body: their concatenation (PD legs, wire.Pieces)
 	hdr    http.Header // forwarded client headers; may be nil
 	role   string      // names the leg in errors: "prefill", "decode", "regular", "abort", …
+	// deadline, when not zero, ends the exchange then (--request-timeout-secs): h1's
+	// Request.Deadline, a context deadline on net/http's path.
+	deadline time.Time
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.

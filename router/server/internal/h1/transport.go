@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,11 @@ type Request struct {
 	// Pieces, when not nil, is the body instead of Body (which must then be nil): their
 	// concatenation, sent as Body is, without joining them (one writev). Not modified.
 	Pieces [][]byte
+	// Deadline, when not zero, ends the exchange — sending, the head, the body — at that time:
+	// it is the connection's deadline (one per exchange, where a context.WithDeadline per
+	// request costs a timer, a context and its registration with its parent), and a read or
+	// write cut by it fails with context.DeadlineExceeded. ctx still cancels the exchange.
+	Deadline time.Time
 }
 
 // bodyLen is the length of r's body.
@@ -69,6 +75,9 @@ type conn struct {
 	br     *bufio.Reader
 	idleAt time.Time
 	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
+	// deadline is set while the connection carries the Deadline of its last exchange (the
+	// next exchange sets or clears it: one call per exchange).
+	deadline bool
 }
 
 // MaxResponseHead bounds a worker's response head (status line and headers), as net/http's
@@ -190,18 +199,53 @@ func (t *Transport) Do(ctx context.Context, r *Request) (*http.Response, bool, e
 	return t.exchange(ctx, r, &tg)
 }
 
-// fallbackDo sends r through the fallback.
+// fallbackDo sends r through the fallback, with a context that ends at r.Deadline (if any)
+// until its body is closed or read to its end.
 func (t *Transport) fallbackDo(ctx context.Context, r Request) (*http.Response, bool, error) {
 	if r.Path != "" {
 		r.URL, r.Path = r.URL+r.Path, ""
 	}
-	return t.fallback.Do(ctx, &r)
+	if r.Deadline.IsZero() {
+		return t.fallback.Do(ctx, &r)
+	}
+	ctx, cancel := context.WithDeadline(ctx, r.Deadline)
+	resp, reused, err := t.fallback.Do(ctx, &r)
+	if err != nil {
+		cancel()
+		return resp, reused, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, reused, nil
+}
+
+// cancelBody cancels its request's context once read to its end or closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // exchange sends r to tg on a pooled connection and reads the response head.
 func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http.Response, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
+	}
+	timed := !r.Deadline.IsZero()
+	if timed && !time.Now().Before(r.Deadline) {
+		return nil, false, context.DeadlineExceeded
 	}
 	head, err := serialize(r, tg)
 	if err != nil {
@@ -210,6 +254,14 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	c, reused, err := t.get(ctx, tg.addr)
 	if err != nil {
 		return nil, false, err
+	}
+	switch {
+	case timed:
+		_ = c.nc.SetDeadline(r.Deadline)
+		c.deadline = true
+	case c.deadline: // the last exchange's, left in place when it ended
+		_ = c.nc.SetDeadline(time.Time{})
+		c.deadline = false
 	}
 	// A context that ends (cancelled, or at its deadline) unblocks the connection's reads and
 	// writes; the exchange then fails with the context's error.
@@ -220,10 +272,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		c.nc.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, reused, cerr
-		}
-		return nil, reused, err
+		return nil, reused, exchangeErr(ctx, err, timed)
 	}
 	var werr error
 	if r.bodyLen() > inlineBody {
@@ -248,7 +297,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	resp := &x.resp
 	keep := !resp.Close && werr == nil
 	chunked := len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"
-	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked}
+	x.b = body{c: c, body: resp.Body, stop: stop, ctx: ctx, keep: keep, chunked: chunked, timed: timed}
 	resp.Body = &x.b
 	return resp, reused, nil
 }
@@ -406,6 +455,7 @@ type body struct {
 	ctx     context.Context
 	keep    bool // the connection may be reused after a complete body
 	chunked bool
+	timed   bool // the connection carries the request's Deadline
 
 	mu   sync.Mutex
 	done bool // the connection went back to the pool or was closed
@@ -437,11 +487,21 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	b.c.nc.Close()
 	if err != io.EOF {
-		if cerr := b.ctx.Err(); cerr != nil {
-			err = cerr
-		}
+		err = exchangeErr(b.ctx, err, b.timed)
 	}
 	return n, err
+}
+
+// exchangeErr is the error an exchange that failed with err reports: ctx's when it ended, a
+// Deadline's expiry as context.DeadlineExceeded, else err.
+func exchangeErr(ctx context.Context, err error, timed bool) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if timed && errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // Close ends the body; a body not read to its end closes the connection.

@@ -643,3 +643,54 @@ func TestSerializeAllocatesOnce(t *testing.T) {
 	assert.Equal(t, 1.0, allocs)
 	assert.LessOrEqual(t, cap(head)-len(head), 160+len(tg.auth), "sized to the head, not rounded up to a guess")
 }
+
+// A Request's Deadline is its connection's: a stalled body ends there with
+// context.DeadlineExceeded though ctx never ends; an exchange past it fails at once; the next
+// exchange on the connection without a Deadline clears it (the connection is reused, not cut).
+func TestH1RequestDeadline(t *testing.T) {
+	hold := make(chan struct{})
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			_, _ = io.WriteString(w, "first")
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := newTransport(3 * time.Second)
+	t.Cleanup(func() {
+		close(hold)
+		tr.CloseIdleConnections()
+	})
+	host := strings.TrimPrefix(srv.URL, "http://")
+	do := func(path string, dl time.Time) (*http.Response, bool, error) {
+		return tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL + path, Body: []byte("{}"), Deadline: dl})
+	}
+
+	first, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	dl, _ := first.Deadline()
+	resp, _, err := do("/fast", dl)
+	require.NoError(t, err)
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp))
+	<-first.Done() // the first exchange's deadline is now past
+	resp, reused, err := do("/fast", time.Time{})
+	require.NoError(t, err)
+	assert.True(t, reused)
+	assert.Equal(t, "ok", testutil.ReadAll(t, resp), "the deadline left on the idle connection was cleared")
+	assert.EqualValues(t, 1, conns.Load())
+
+	resp, _, err = do("/stall", time.Now().Add(50*time.Millisecond))
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, resp.Body.Close())
+	assert.Empty(t, pooled(tr, host), "a connection cut at its deadline is not pooled")
+
+	_, _, err = do("/fast", time.Now().Add(-time.Second))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
