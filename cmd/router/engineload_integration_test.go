@@ -38,30 +38,11 @@ import (
 func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prof, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Regular: 4, Worker: fakeworker.Config{
-		Host: "127.0.0.1", Seed: 1, DPSize: 2, Profile: prof}})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
-	ws := cl.Workers()
-	require.Len(t, ws, 4)
-
 	const interval = 100 * time.Millisecond
-	rc := server.DefaultConfig()
-	rc.DPAware, rc.LoadPollIntervalMs, rc.Seed = true, int(interval/time.Millisecond), new(int64(1))
-	for _, w := range ws {
-		rc.WorkerURLs = append(rc.WorkerURLs, w.URL())
-	}
-	log := &syncBuffer{}
-	srv, err := server.New(server.Options{Config: rc, DecisionLog: log})
-	require.NoError(t, err)
-	sctx, stop := context.WithCancel(ctx)
-	require.NoError(t, srv.Start(sctx))
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	lc := startLoadCluster(t, ctx, 1, interval)
+	ws, front, log := lc.workers, lc.front, lc.log
 	hot := router.TargetName(ws[0].URL(), 0)
-	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front.URL, 2*len(ws)) },
+	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front, 2*len(ws)) },
 		"every rank's first load report")
 
 	// The router's own traffic: one short request after another, each decision logged with
@@ -72,7 +53,7 @@ func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
 		body, _ := json.Marshal(map[string]any{"text": fmt.Sprintf("%d: a question of its own, %d", i, i*7919),
 			"sampling_params": map[string]any{"max_new_tokens": 4}})
 		sends = append(sends, sent{time.Now()})
-		resp, err := http.Post(front.URL+"/generate", "application/json", bytes.NewReader(body))
+		resp, err := http.Post(front+"/generate", "application/json", bytes.NewReader(body))
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -201,13 +182,8 @@ func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const profile = "llama3-8b-h100"
-	prof, err := engine.LookupProfile(profile)
-	require.NoError(t, err)
-	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Regular: 4, Worker: fakeworker.Config{
-		Host: "127.0.0.1", Seed: 1, DPSize: 2, Profile: prof}})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
-	ws := cl.Workers()
+	lc := startLoadCluster(t, ctx, 7, 100*time.Millisecond)
+	ws, front, liveLog := lc.workers, lc.front, lc.log
 
 	p := workloads.DefaultParams()
 	p.Seed = 7
@@ -217,18 +193,6 @@ func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
 	direct := sim.DirectLoad{Requests: 24, PromptTokens: 7500, OutputTokens: 1500}
 
 	// Live.
-	rc := server.DefaultConfig()
-	rc.DPAware, rc.Seed = true, new(int64(7))
-	for _, w := range ws {
-		rc.WorkerURLs = append(rc.WorkerURLs, w.URL())
-	}
-	liveLog := &syncBuffer{}
-	srv, err := server.New(server.Options{Config: rc, DecisionLog: liveLog})
-	require.NoError(t, err)
-	sctx, stop := context.WithCancel(ctx)
-	require.NoError(t, srv.Start(sctx))
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
 	var wg sync.WaitGroup
 	dctx, stopDirect := context.WithCancel(ctx)
 	defer func() { stopDirect(); wg.Wait() }()
@@ -250,13 +214,13 @@ func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
 		}()
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return rankWaiting(t, ws[0].URL(), 0) > 0 }, "the direct requests queued")
-	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front.URL, 2*len(ws)) }, "reports after the queue")
-	_, err = bench.Run(ctx, bench.Config{URL: front.URL, Workload: p, Load: l, Out: t.TempDir(), RequestTimeout: time.Minute})
+	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front, 2*len(ws)) }, "reports after the queue")
+	_, err := bench.Run(ctx, bench.Config{URL: front, Workload: p, Load: l, Out: t.TempDir(), RequestTimeout: time.Minute})
 	require.NoError(t, err)
 	live := shares(t, liveLog.String())
 
 	// Simulated.
-	scfg := sim.Config{Cluster: sim.Cluster{Regular: 4, DPSize: 2, Profile: profile}, Router: rc.Config.RoutingOnly(), Workload: p, Load: l,
+	scfg := sim.Config{Cluster: sim.Cluster{Regular: 4, DPSize: 2, Profile: profile}, Router: lc.cfg.Config.RoutingOnly(), Workload: p, Load: l,
 		Routing: sim.Routing{LoadReportInterval: sim.DefaultLoadReportInterval, LoadReportDelay: sim.Delay{Fixed: sim.DefaultLoadReportDelay}}}
 	direct.Worker = sim.WorkerURL(router.Regular, 0)
 	scfg.Direct = []sim.DirectLoad{direct}
@@ -302,4 +266,37 @@ func shares(t *testing.T, log string) [5]float64 {
 		out[i] = float64(n[i]) / float64(total)
 	}
 	return out
+}
+
+// loadCluster is 4 regular fakeworkers of 2 DP ranks (llama3-8b-h100 timings, seed 1) behind
+// an in-process serve (DP-aware, defaults otherwise) polling their engine loads.
+type loadCluster struct {
+	workers []*fakeworker.Worker
+	front   string // the router's URL
+	log     *syncBuffer
+	cfg     server.Config
+}
+
+func startLoadCluster(t *testing.T, ctx context.Context, routerSeed int64, interval time.Duration) loadCluster {
+	t.Helper()
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	cl, err := fakeworker.StartCluster(ctx, fakeworker.ClusterConfig{Regular: 4, Worker: fakeworker.Config{
+		Host: "127.0.0.1", Seed: 1, DPSize: 2, Profile: prof}})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Stop(); _ = cl.Wait() })
+	lc := loadCluster{workers: cl.Workers(), log: &syncBuffer{}, cfg: server.DefaultConfig()}
+	require.Len(t, lc.workers, 4)
+	lc.cfg.DPAware, lc.cfg.LoadPollIntervalMs, lc.cfg.Seed = true, int(interval/time.Millisecond), new(routerSeed)
+	for _, w := range lc.workers {
+		lc.cfg.WorkerURLs = append(lc.cfg.WorkerURLs, w.URL())
+	}
+	srv, err := server.New(server.Options{Config: lc.cfg, DecisionLog: lc.log})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	lc.front = front.URL
+	return lc
 }

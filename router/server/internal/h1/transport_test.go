@@ -574,25 +574,7 @@ func (f doerFunc) Do(ctx context.Context, r *Request) (*http.Response, bool, err
 // context.DeadlineExceeded; a connection that finished in time goes back to the pool (it passes
 // the liveness check and is reused after that deadline has passed).
 func TestH1Deadline(t *testing.T) {
-	hold := make(chan struct{})
-	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/fast" {
-			_, _ = io.WriteString(w, "first")
-			w.(http.Flusher).Flush()
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	tr := newTransport(3 * time.Second)
-	t.Cleanup(func() {
-		close(hold)
-		tr.CloseIdleConnections()
-	})
-	host := strings.TrimPrefix(srv.URL, "http://")
+	srv, conns, tr, host := stallingServer(t)
 
 	first, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -626,6 +608,32 @@ func TestH1Deadline(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
+// stallingServer answers /fast with "ok" and every other path with "first" and then nothing
+// until the test ends or the client goes; it returns the server, its connection count, a
+// transport and the server's host.
+func stallingServer(t *testing.T) (*httptest.Server, *atomic.Int32, *Transport, string) {
+	t.Helper()
+	hold := make(chan struct{})
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			_, _ = io.WriteString(w, "first")
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := newTransport(3 * time.Second)
+	t.Cleanup(func() {
+		close(hold)
+		tr.CloseIdleConnections()
+	})
+	return srv, conns, tr, strings.TrimPrefix(srv.URL, "http://")
+}
+
 // serialize writes a request's head and small body in one allocation of the right size.
 func TestSerializeAllocatesOnce(t *testing.T) {
 	r := &Request{Method: http.MethodPost, URL: "http://u:p@127.0.0.1:9/", Path: "/generate",
@@ -648,25 +656,7 @@ func TestSerializeAllocatesOnce(t *testing.T) {
 // context.DeadlineExceeded though ctx never ends; an exchange past it fails at once; the next
 // exchange on the connection without a Deadline clears it (the connection is reused, not cut).
 func TestH1RequestDeadline(t *testing.T) {
-	hold := make(chan struct{})
-	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/fast" {
-			_, _ = io.WriteString(w, "first")
-			w.(http.Flusher).Flush()
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	tr := newTransport(3 * time.Second)
-	t.Cleanup(func() {
-		close(hold)
-		tr.CloseIdleConnections()
-	})
-	host := strings.TrimPrefix(srv.URL, "http://")
+	srv, conns, tr, host := stallingServer(t)
 	do := func(path string, dl time.Time) (*http.Response, bool, error) {
 		return tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL + path, Body: []byte("{}"), Deadline: dl})
 	}
