@@ -391,28 +391,13 @@ func TestH1DoSendsJSONAndReportsReuse(t *testing.T) {
 	assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
 }
 
-// rawHeadWorker accepts connections and hands each to serve after reading only the request
-// head (the body is left unread).
+// rawHeadWorker hands each connection to serve after reading only the request head (the body
+// is left unread); the connection closes when serve returns.
 func rawHeadWorker(t *testing.T, serve func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					serve(c)
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	return testutil.RawServer(t, func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+		serve(c)
+		return false
+	})
 }
 
 // 100 Continue and 103 Early Hints before the final response are skipped, as net/http does.
