@@ -115,13 +115,19 @@ func TestIntegrationKilledWorkerLeavesRotation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	killed := make(chan time.Time, 1)
-	profile := engine.ConstantProfile(5*time.Millisecond, 2*time.Millisecond)
+	// The victim decodes five times slower than the others and dies on its fourth request. Its
+	// first requests come with the clients' first wave (8 clients, round robin over 3 workers:
+	// 2 or 3 reach it) and stream for about 1.2 s; the fourth can only come once a client is
+	// done on a fast worker (about 0.25 s), so the crash always finds streams past their first
+	// byte on the victim. (Crashing on its 31st request cut none on a CI run: the clients'
+	// equal-length streams ran in waves, and the 31st arrived when the victim was empty.)
 	var urls []string
 	var victim *fakeworker.Worker
 	for i := range 3 {
-		cfg := fakeworker.Config{Profile: profile, Seed: uint64(i + 1)}
+		cfg := fakeworker.Config{Profile: engine.ConstantProfile(5*time.Millisecond, 2*time.Millisecond), Seed: uint64(i + 1)}
 		if i == 0 {
-			cfg.Failures.CrashAfter = 30
+			cfg.Profile = engine.ConstantProfile(5*time.Millisecond, 10*time.Millisecond)
+			cfg.Failures.CrashAfter = 3
 			cfg.Logger = slog.New(crashClock{at: killed})
 		}
 		w, err := fakeworker.Start(ctx, cfg)
@@ -157,10 +163,8 @@ func TestIntegrationKilledWorkerLeavesRotation(t *testing.T) {
 				default:
 				}
 				started := time.Now().UnixNano()
-				// Long streams (about 250 ms after the first token): the crash finds streams
-				// past their first byte on the victim however busy the machine is (a stream cut
-				// before its first byte is retried elsewhere, and a clean-clone run on a loaded
-				// machine once cut none with 24-token streams).
+				// Long streams (120 tokens): a stream cut before its first byte is retried
+				// elsewhere and shows nothing about cut streams.
 				body := fmt.Sprintf(`{"text":"client %d request %d","sampling_params":{"max_new_tokens":120},"stream":true}`, c, n)
 				resp, err := http.Post(base+"/generate", "application/json", strings.NewReader(body))
 				if err != nil {
