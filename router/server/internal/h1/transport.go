@@ -75,6 +75,10 @@ type conn struct {
 	br     *bufio.Reader
 	idleAt time.Time
 	abort  func() // unblocks the connection's reads and writes (a cancelled request), made once
+	// wbuf is the connection's write buffer: each exchange serializes its request head (and
+	// small body) into it, as net/http's persistConn writes through its own bufio.Writer. It is
+	// the connection's alone (one exchange at a time) and is kept only up to keptWriteBuf.
+	wbuf []byte
 	// deadline is set while the connection carries the Deadline of its last exchange (the
 	// next exchange sets or clears it: one call per exchange).
 	deadline bool
@@ -247,13 +251,21 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	if timed && !time.Now().Before(r.Deadline) {
 		return nil, false, context.DeadlineExceeded
 	}
-	head, err := serialize(r, tg)
-	if err != nil {
+	if err := validate(r, tg); err != nil {
 		return nil, false, err
 	}
-	c, reused, err := t.get(ctx, tg.addr)
+	c, reused, err := t.get(ctx, tg.addr, r.Deadline)
 	if err != nil {
+		if timed && ctx.Err() == nil && !time.Now().Before(r.Deadline) {
+			return nil, false, context.DeadlineExceeded // the dial ran into the request's deadline
+		}
 		return nil, false, err
+	}
+	head := serialize(c.wbuf[:0], r, tg)
+	if cap(head) <= keptWriteBuf {
+		c.wbuf = head
+	} else {
+		c.wbuf = nil // a large body's: not kept for every exchange after
 	}
 	switch {
 	case timed:
@@ -368,12 +380,13 @@ func validate(r *Request, tg *target) error {
 	return nil
 }
 
-// serialize validates r and writes its head, and its body unless it is over inlineBody, into a
-// buffer of its own.
-func serialize(r *Request, tg *target) ([]byte, error) {
-	if err := validate(r, tg); err != nil {
-		return nil, err
-	}
+// keptWriteBuf bounds the write buffer a connection keeps between exchanges (a request head
+// and a body of a few KiB fit).
+const keptWriteBuf = 16 << 10
+
+// serialize appends r's head, and its body unless it is over inlineBody, to w (grown once, to
+// the right size, when it is too small) and returns it. r was validated.
+func serialize(w []byte, r *Request, tg *target) []byte {
 	json := r.Body != nil || r.Pieces != nil
 	size := r.bodyLen()
 	inline := 0
@@ -389,7 +402,11 @@ func serialize(r *Request, tg *target) ([]byte, error) {
 			n += len(k) + len(v) + 4
 		}
 	}
-	w := make([]byte, 0, n)
+	if cap(w)-len(w) < n {
+		grown := make([]byte, len(w), len(w)+n)
+		copy(grown, w)
+		w = grown
+	}
 	w = append(w, r.Method...)
 	w = append(w, ' ')
 	w = appendTarget(w, tg)
@@ -430,7 +447,7 @@ func serialize(r *Request, tg *target) ([]byte, error) {
 			w = append(w, p...)
 		}
 	}
-	return w, nil
+	return w
 }
 
 // appendTarget appends tg's request target: the URL's path, then Request.Path (which starts
@@ -538,8 +555,9 @@ func (b *body) Pending() bool {
 	return bytes.IndexByte(buf, '\n') >= 0
 }
 
-// get returns an idle connection to addr that is still open, or dials a new one.
-func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+// get returns an idle connection to addr that is still open, or dials a new one, within
+// deadline (unless zero) as well as the dialer's timeout.
+func (t *Transport) get(ctx context.Context, addr string, deadline time.Time) (*conn, bool, error) {
 	for {
 		t.mu.Lock()
 		pool := t.pools[addr]
@@ -557,7 +575,9 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		c.nc.Close()
 	}
-	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	d := t.dialer
+	d.Deadline = deadline
+	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err
 	}

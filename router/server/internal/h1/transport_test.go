@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -619,7 +621,8 @@ func stallingServer(t *testing.T) (*httptest.Server, *atomic.Int32, *Transport, 
 	return srv, conns, tr, strings.TrimPrefix(srv.URL, "http://")
 }
 
-// serialize writes a request's head and small body in one allocation of the right size.
+// serialize writes a request's head and small body in one allocation of the right size, and
+// none into a connection's buffer that holds it already.
 func TestSerializeAllocatesOnce(t *testing.T) {
 	r := &Request{Method: http.MethodPost, URL: "http://u:p@127.0.0.1:9/", Path: "/generate",
 		Header: http.Header{"Traceparent": {"00-" + strings.Repeat("a", 50)}, "X-Request-Id": {"abc"}},
@@ -627,14 +630,15 @@ func TestSerializeAllocatesOnce(t *testing.T) {
 	tg, ok := parseURL(r.URL)
 	require.True(t, ok)
 	tg.path = r.Path
+	require.NoError(t, validate(r, &tg))
 	var head []byte
-	allocs := testing.AllocsPerRun(10, func() {
-		var err error
-		head, err = serialize(r, &tg)
-		require.NoError(t, err)
-	})
+	allocs := testing.AllocsPerRun(10, func() { head = serialize(nil, r, &tg) })
 	assert.Equal(t, 1.0, allocs)
 	assert.LessOrEqual(t, cap(head)-len(head), 160+len(tg.auth), "sized to the head, not rounded up to a guess")
+	n := len(head)
+	allocs = testing.AllocsPerRun(10, func() { head = serialize(head[:0], r, &tg) })
+	assert.Zero(t, allocs, "the connection's buffer is reused")
+	assert.Len(t, head, n, "the same request (its header lines in map order)")
 }
 
 // A Request's Deadline is its connection's: a stalled body ends there with
@@ -668,4 +672,50 @@ func TestH1RequestDeadline(t *testing.T) {
 
 	_, _, err = do("/fast", time.Now().Add(-time.Second))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// fullBacklog listens on loopback with a backlog of one and never accepts; once its queue is
+// full, Linux drops further SYNs, so a new connection's dial hangs (SYN retransmits) instead of
+// being refused.
+func fullBacklog(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue: dials that complete (the kernel accepts them into the queue) until one
+	// does not within a moment.
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return addr
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	t.Skip("loopback accepted 8 connections beyond a backlog of one: cannot make a hanging dial here")
+	return ""
+}
+
+// A Request's Deadline bounds its dial too: a worker whose accept queue is full fails the
+// exchange with context.DeadlineExceeded at the deadline, not at the dialer's timeout.
+func TestH1DeadlineBoundsTheDial(t *testing.T) {
+	addr := fullBacklog(t)
+	tr := New(time.Minute, nil)
+	tr.dialer.Timeout = 0 // only the deadline can end the dial
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := tr.Do(context.Background(), &Request{Method: http.MethodGet, URL: "http://" + addr, Path: "/health",
+			Deadline: time.Now().Add(200 * time.Millisecond)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "the dial ends at the request's deadline: %v", err)
+	case <-time.After(time.Minute): // a hang detector, not a timing: the deadline is 200 ms away
+		t.Fatal("the dial outlived the request's deadline by a minute")
+	}
 }
