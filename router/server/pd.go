@@ -94,18 +94,16 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	a.answered()
 	var pref *legResult // prefill's answer, when the hold waited for it
 	if needsPrefill(stream, sawEvent, x.body.Logprobs) {
-		until := time.NewTimer(time.Until(x.deadline))
-		defer until.Stop()
+		// No timer: prefill's leg ends at the request's deadline (its dial, exchange and
+		// answer run within it), so its result comes by then; a.failed says gone after it.
 		select {
 		case pr := <-a.result:
-			if pr.err != nil { // it failed, and cancelled decode
+			if pr.err != nil { // it failed (or ran out of time), and cancelled decode
 				res, decode = a.failed(ctx, nil)
 				return res
 			}
 			pref = &pr
 		case <-ctx.Done():
-			return attemptResult{gone: true}
-		case <-until.C:
 			return attemptResult{gone: true}
 		}
 	}
