@@ -325,9 +325,13 @@ func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool
 func (r *Router) recordLocked(w *Worker, success bool) {
 	now := r.clock.Now()
 	before := workerState(w, now)
+	probation := w.breaker.State(now) == BreakerHalfOpen
 	w.breaker.Record(success, now)
 	reason := "request succeeded"
-	if !success {
+	switch {
+	case !success && probation:
+		reason = "a request on probation failed (breaker half-open)"
+	case !success:
 		reason = fmt.Sprintf("%d failed requests in a row (--cb-failure-threshold)", r.cfg.CBFailureThreshold)
 	}
 	r.noteLocked(w, before, now, reason)

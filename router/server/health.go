@@ -37,10 +37,12 @@ type healthChecker struct {
 	recoverBusy atomic.Bool // a checkFailed round is running (Run starts at most one at a time)
 }
 
-// recovery is the probe schedule of a worker out of rotation (unhealthy or breaker open).
+// recovery is the probe schedule of a worker out of rotation (unhealthy or breaker open), kept
+// while a pass has it on probation (breaker half-open), so that a breaker that opens again
+// goes on with the schedule rather than starting it over.
 type recovery struct {
 	next  time.Time     // when to probe it next
-	delay time.Duration // the wait after the next probe that fails
+	delay time.Duration // the wait after the next probe that fails, or that grants probation
 	down  bool          // a probe failed since it left rotation: a pass now means it came back
 }
 
@@ -202,12 +204,15 @@ func (h *healthChecker) checkStarting(ctx context.Context) map[string]error {
 // checkFailed probes, once each and concurrently, the workers out of rotation (unhealthy or
 // breaker open) whose turn has come at h.Now(), and returns when the probes are done. The
 // schedule backs off per worker from recoveryFirstProbe, doubling after each failed probe up
-// to recoveryMaxProbe (or Interval, if shorter); a passing probe brings the next one back to
-// recoveryFirstProbe, so the --health-success-threshold passes a recovery needs come a second
-// apart. Results go to the health machine as scheduled probes' do (ObserveHealth, whose pass
-// also half-opens an open breaker) — except a pass of a worker whose breaker is open but which
-// never failed a probe since: its requests failed while its health endpoint answered (a hang, a
-// broken model), so the pass says nothing new and the breaker keeps its timeout.
+// to recoveryMaxProbe (or Interval, if shorter); a passing probe of a worker that failed one
+// brings the next back to recoveryFirstProbe, so the --health-success-threshold passes a
+// recovery needs come a second apart. Results go to the health machine as scheduled probes' do
+// (ObserveHealth, whose pass also half-opens an open breaker). A worker whose breaker opened
+// while its health endpoint kept answering (a hang, a broken model: no probe failed) is put on
+// probation by each pass too — at most --cb-success-threshold requests at once — but each such
+// grant doubles the wait before the next (up to recoveryMaxProbe): a worker that recovered is
+// back within seconds, not at the breaker's 60 s timeout, and one still broken takes its
+// probation share at most once per recoveryMaxProbe.
 func (h *healthChecker) checkFailed(ctx context.Context) {
 	h.init()
 	now := h.Now()
@@ -219,12 +224,14 @@ func (h *healthChecker) checkFailed(ctx context.Context) {
 	}
 	var todo []due
 	h.mu.Lock()
-	out := map[string]bool{}
+	keep := map[string]bool{}
 	for _, w := range h.Router.Workers() {
 		if w.State != router.WorkerUnhealthy && w.State != router.WorkerBreakerOpen {
+			// On probation after a pass: should its breaker open again, the schedule goes on.
+			keep[w.URL] = w.State == router.WorkerHealthy && w.Breaker == router.BreakerHalfOpen
 			continue
 		}
-		out[w.URL] = true
+		keep[w.URL] = true
 		rec := h.recovering[w.URL]
 		if rec == nil { // it just left rotation: first probe a second from now
 			rec = &recovery{next: now.Add(recoveryFirstProbe), delay: recoveryFirstProbe}
@@ -235,7 +242,7 @@ func (h *healthChecker) checkFailed(ctx context.Context) {
 		}
 	}
 	for url := range h.recovering {
-		if !out[url] {
+		if !keep[url] {
 			delete(h.recovering, url) // back in rotation (or gone): its schedule starts over next time
 		}
 	}
@@ -252,22 +259,16 @@ func (h *healthChecker) checkFailed(ctx context.Context) {
 			}
 			at := h.Now()
 			h.mu.Lock()
-			report := err != nil || d.unhealthy || d.rec.down
 			if err != nil {
 				d.rec.down = true
-				d.rec.delay = min(2*d.rec.delay, maxDelay)
-				d.rec.next = at.Add(d.rec.delay)
-			} else if report {
-				d.rec.delay = recoveryFirstProbe
-				d.rec.next = at.Add(recoveryFirstProbe)
+			}
+			if err == nil && (d.unhealthy || d.rec.down) {
+				d.rec.delay = recoveryFirstProbe // came back: the next passes a second apart
 			} else {
-				d.rec.delay = min(2*d.rec.delay, maxDelay)
-				d.rec.next = at.Add(d.rec.delay)
+				d.rec.delay = min(2*d.rec.delay, maxDelay) // still down, or probation granted
 			}
+			d.rec.next = at.Add(d.rec.delay)
 			h.mu.Unlock()
-			if !report {
-				return
-			}
 			flipped, rerr := h.Router.ObserveHealth(d.url, err == nil, at)
 			if rerr == nil && flipped && h.OnFlip != nil {
 				h.OnFlip(d.url, err == nil)

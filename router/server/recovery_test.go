@@ -95,39 +95,67 @@ func TestRestartedWorkerReturnsWithinSeconds(t *testing.T) {
 }
 
 // A worker whose breaker opened on failed requests while its health endpoint kept passing (a
-// hang: fakeworker's --hang-rate) is probed too, but a pass with no failed probe before it says
-// nothing new: its breaker keeps its timeout instead of half-opening a second later. Once a
-// probe fails and a later one passes — it went away and came back — the breaker half-opens.
-func TestBreakerOpenWorkerHalfOpensOnlyAfterComingBack(t *testing.T) {
+// hang: fakeworker's --hang-rate) is put on probation by the first pass, a second later, not at
+// the breaker's 60 s timeout. While its probation keeps failing, each grant doubles the wait
+// before the next, up to recoveryMaxProbe (a still-broken worker takes its probation share at
+// most that often); once a probation succeeds, the breaker closes.
+func TestBreakerOpenWorkerOnProbationWithinSeconds(t *testing.T) {
 	t.Parallel()
 	rig := newRecoveryRig(t)
 	rig.up.Store(true)
-	for range router.DefaultConfig().CBFailureThreshold {
+	cfg := router.DefaultConfig()
+	route := func(o router.Outcome) {
+		t.Helper()
 		d, err := rig.r.Route(&router.Request{})
 		require.NoError(t, err)
-		d.Done(router.Regular, router.Failure)
+		d.Done(router.Regular, o)
+	}
+	for range cfg.CBFailureThreshold {
+		route(router.Failure)
 	}
 	require.Equal(t, router.WorkerBreakerOpen, rig.state())
-	for range 20 {
-		rig.tick()
-		require.Equal(t, router.WorkerBreakerOpen, rig.state(), "a passing probe of a hung worker half-opened its breaker")
-	}
-	require.Positive(t, rig.probes.Load(), "it was probed")
-
-	rig.up.Store(false) // it dies…
-	for range 10 {
-		rig.tick()
-	}
-	require.NotEqual(t, router.WorkerHealthy, rig.state())
-	rig.up.Store(true) // …and comes back
-	for range 10 {
-		rig.tick()
-		if rig.state() == router.WorkerHealthy {
-			break
+	var reasons []string // why it left rotation, each time
+	rig.r.OnWorkerEvent(func(e router.WorkerEvent) {
+		if e.To == router.WorkerBreakerOpen {
+			reasons = append(reasons, e.Reason)
 		}
+	})
+	// untilProbation ticks until the breaker half-opens and returns how long that took.
+	untilProbation := func() time.Duration {
+		t.Helper()
+		from := rig.clock.Now()
+		for range 60 {
+			rig.tick()
+			if rig.r.Workers()[0].Breaker == router.BreakerHalfOpen {
+				return rig.clock.Now().Sub(from)
+			}
+		}
+		t.Fatal("no probation within a minute")
+		return 0
 	}
-	require.Equal(t, router.WorkerHealthy, rig.state())
-	assert.Equal(t, router.BreakerHalfOpen, rig.r.Workers()[0].Breaker, "on probation")
+	var waits []time.Duration
+	for range 4 {
+		waits = append(waits, untilProbation())
+		assert.Equal(t, router.WorkerHealthy, rig.state(), "on probation: in rotation")
+		route(router.Failure) // still broken: the probation fails and the breaker opens again
+		require.Equal(t, router.WorkerBreakerOpen, rig.state())
+	}
+	// The first: the round a second after it opened sees it out of rotation and probes it a
+	// second later.
+	assert.Equal(t, []time.Duration{time.Second + recoveryFirstProbe, 2 * recoveryFirstProbe, recoveryMaxProbe, recoveryMaxProbe}, waits,
+		"seconds after it opened, then backing off while its probations fail")
+	require.Len(t, reasons, 4)
+	assert.Equal(t, "a request on probation failed (breaker half-open)", reasons[0], "not the closed breaker's threshold")
+
+	untilProbation()
+	for range cfg.CBSuccessThreshold {
+		route(router.Success)
+	}
+	assert.Equal(t, router.BreakerClosed, rig.r.Workers()[0].Breaker, "recovered: closed")
+	rig.tick()
+	rig.h.mu.Lock()
+	defer rig.h.mu.Unlock()
+	assert.Empty(t, rig.h.recovering, "a closed breaker's schedule is dropped: the next outage starts over")
 }
 
 // End to end through Run at the default interval: a worker a request could not reach is out
