@@ -20,7 +20,9 @@ func TestDefaultConfigIsValidAndMatchesSGLang(t *testing.T) {
 	assert.Equal(t, 120, c.EvictionIntervalSecs)
 	assert.Equal(t, 67108864, c.MaxTreeSize)
 	assert.Equal(t, 1<<30, c.MaxTreeTotalChars)
-	assert.Equal(t, RetryConfig{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2}, c.Retry())
+	// The retry budget is pdrouter's, off by default: sgl-router has none.
+	assert.Equal(t, RetryConfig{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2,
+		BudgetPercent: 100, MinConcurrency: 3}, c.Retry())
 	assert.Equal(t, BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: time.Minute}, c.Breaker())
 	assert.Equal(t, HealthConfig{Interval: time.Minute, Timeout: 5 * time.Second, Endpoint: "/health", FailureThreshold: 3, SuccessThreshold: 2}, c.Health())
 	assert.Equal(t, PolicyCacheAware, c.PolicyFor(Prefill))

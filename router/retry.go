@@ -20,6 +20,21 @@ type RetryConfig struct {
 	Multiplier float64
 	// Jitter scales the wait by a uniform factor in [1-Jitter, 1+Jitter] (default 0.2).
 	Jitter float64
+	// BudgetPercent and MinConcurrency are the retry budget (Envoy's budget_percent and
+	// min_retry_concurrency): a request may start retrying only while fewer than
+	// max(MinConcurrency, BudgetPercent% of the requests in flight) are retrying (defaults 100 —
+	// no budget — and 3). BudgetPercent 0 or ≥ 100 is no budget.
+	BudgetPercent  float64
+	MinConcurrency int
+}
+
+// retryAllowed reports whether one more request may start retrying while retrying are, out of
+// inFlight requests.
+func (c RetryConfig) retryAllowed(retrying, inFlight int) bool {
+	if c.BudgetPercent <= 0 || c.BudgetPercent >= 100 {
+		return true
+	}
+	return retrying < max(c.MinConcurrency, int(c.BudgetPercent*float64(inFlight)/100))
 }
 
 // Backoff returns the wait before retry number attempt (0 = the first retry):
@@ -118,23 +133,59 @@ type Attempt struct {
 	Body []byte
 }
 
-// Retrier is one request's retry budget. Get it from [Router.NewRetrier]; it is owned by the
-// request's goroutine, and draws jitter from the router under the router's lock.
+// Retrier is one request's retries: its attempts and its place in the router's retry budget.
+// Get it from [Router.NewRetrier] when the request arrives and call Done when it ends; it is
+// owned by the request's goroutine, and counts and draws jitter under the router's lock.
 type Retrier struct {
-	r        *Router
-	cfg      RetryConfig
-	attempts int // attempts made so far
+	r          *Router
+	cfg        RetryConfig
+	attempts   int  // attempts made so far
+	retrying   bool // it holds one of the budget's retrying places
+	overBudget bool // the last Next refused for the budget alone
+	done       bool
 }
 
 // Next records a failed attempt and reports whether to try again and after how long. It
-// returns false when the failure is not retryable, the response already started, or the
-// budget of MaxAttempts attempts is spent.
+// returns false when the failure is not retryable, the response already started, the
+// MaxAttempts attempts are spent, or the request would start retrying while the router's
+// retry budget is full (OverBudget then says so).
 func (rt *Retrier) Next(a Attempt) (wait time.Duration, retry bool) {
 	rt.attempts++
+	rt.overBudget = false
 	if rt.attempts >= rt.cfg.MaxAttempts || !Retryable(a) {
 		return 0, false
 	}
-	return rt.r.backoff(rt.cfg, rt.attempts-1), true
+	r := rt.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !rt.retrying {
+		if !rt.cfg.retryAllowed(r.retrying, r.inFlight) {
+			rt.overBudget = true
+			return 0, false
+		}
+		rt.retrying = true
+		r.retrying++
+	}
+	return rt.cfg.Backoff(rt.attempts-1, r.rng), true
+}
+
+// OverBudget reports whether the last Next refused a retry only because the retry budget was
+// full (--retry-budget-percent, --retry-min-concurrency).
+func (rt *Retrier) OverBudget() bool { return rt.overBudget }
+
+// Done ends the request's part in the retry budget; calls after the first do nothing.
+func (rt *Retrier) Done() {
+	if rt.done {
+		return
+	}
+	rt.done = true
+	r := rt.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inFlight--
+	if rt.retrying {
+		r.retrying--
+	}
 }
 
 // peerWaitPhrases are what a PD leg's error says when its worker gave up waiting for the other

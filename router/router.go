@@ -77,6 +77,8 @@ type Router struct {
 	mu        sync.Mutex        // protects everything below; target loads are atomics
 	onEvent   func(WorkerEvent) // OnWorkerEvent; nil: nobody listens
 	rng       *rand.Rand
+	inFlight  int                 // requests with a Retrier not yet Done (the retry budget's base)
+	retrying  int                 // of those, the ones that retried
 	workers   [numRoles][]*Worker // in registration order
 	draining  []*Worker           // removed with requests in flight, in removal order (lifecycle.go)
 	targets   [numRoles][]*Target // role's targets in target order (worker order, then rank)
@@ -451,13 +453,20 @@ func (r *Router) TreeStats(role Role) (chars, nodes int, ok bool) {
 	return 0, 0, false
 }
 
-// NewRetrier returns a fresh retry budget for one request (SPEC §1.6).
-func (r *Router) NewRetrier() *Retrier { return &Retrier{r: r, cfg: r.cfg.Retry()} }
+// NewRetrier returns the retries of one request that has just arrived (SPEC §1.6): it counts
+// in flight, for the retry budget, until its Done.
+func (r *Router) NewRetrier() *Retrier {
+	r.mu.Lock()
+	r.inFlight++
+	r.mu.Unlock()
+	return &Retrier{r: r, cfg: r.cfg.Retry()}
+}
 
-func (r *Router) backoff(cfg RetryConfig, attempt int) time.Duration {
+// RetryBudget reports the requests in flight (with a Retrier not Done) and those retrying.
+func (r *Router) RetryBudget() (inFlight, retrying int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return cfg.Backoff(attempt, r.rng)
+	return r.inFlight, r.retrying
 }
 
 // leg is one role's part of a decision.

@@ -169,6 +169,66 @@ func TestRetrierBudget(t *testing.T) {
 	require.False(t, ok, "--disable-retries means one attempt")
 }
 
+// The retry budget (Envoy's shape): requests may start retrying while fewer than
+// max(--retry-min-concurrency, --retry-budget-percent of those in flight) are; one already
+// retrying goes on; Done frees its place (once); 100 % is no budget.
+func TestRetryBudgetBoundsConcurrentRetries(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.RetryBudgetPercent = 20 // Envoy's; at least 3 (the default)
+	r := newTestRouter(t, cfg)
+	var rts []*Retrier
+	for range 10 {
+		rts = append(rts, r.NewRetrier())
+	}
+	for i, rt := range rts[:3] {
+		_, ok := rt.Next(Attempt{Status: 503})
+		require.True(t, ok, "retry %d: within the floor of 3", i)
+	}
+	_, ok := rts[3].Next(Attempt{Status: 503})
+	assert.False(t, ok, "a fourth retrying request of 10 in flight: over max(3, 20 % of 10)")
+	assert.True(t, rts[3].OverBudget())
+	_, ok = rts[4].Next(Attempt{Status: 400})
+	assert.False(t, ok)
+	assert.False(t, rts[4].OverBudget(), "a 400 is final, whatever the budget")
+	_, ok = rts[0].Next(Attempt{Status: 503})
+	assert.True(t, ok, "a request already retrying goes on")
+	inFlight, retrying := r.RetryBudget()
+	assert.Equal(t, [2]int{10, 3}, [2]int{inFlight, retrying})
+
+	rts[0].Done()
+	rts[0].Done() // a second Done changes nothing
+	inFlight, retrying = r.RetryBudget()
+	assert.Equal(t, [2]int{9, 2}, [2]int{inFlight, retrying})
+	_, ok = rts[3].Next(Attempt{Status: 503})
+	assert.True(t, ok, "a place was freed")
+	assert.False(t, rts[3].OverBudget())
+
+	// 20 % of 39 in flight: 7 retrying at once.
+	for range 30 {
+		rts = append(rts, r.NewRetrier())
+	}
+	allowed := 3 // retrying now
+	for _, rt := range rts[4:] {
+		if _, ok := rt.Next(Attempt{Transport: true}); ok {
+			allowed++
+		}
+	}
+	assert.Equal(t, 7, allowed, "20 % of 39 in flight, rounded down")
+	for _, rt := range rts {
+		rt.Done()
+	}
+	inFlight, retrying = r.RetryBudget()
+	assert.Equal(t, [2]int{0, 0}, [2]int{inFlight, retrying})
+
+	cfg.RetryBudgetPercent = 100
+	r = newTestRouter(t, cfg)
+	for range 10 {
+		_, ok := r.NewRetrier().Next(Attempt{Status: 503})
+		require.True(t, ok, "100 %: no budget")
+	}
+}
+
 // The one retry rule: transport errors and 408/429/502/503/504 and a 500 that does not say the
 // request is invalid; nothing once the response started; any other status is final.
 func TestRetryable(t *testing.T) {

@@ -182,6 +182,9 @@ func (x *sim) arrival() {
 // clientEnd is the client receiving the end of r's response (or its error).
 func (x *sim) clientEnd(r *request) {
 	x.stats.Requests++
+	if r.retrier != nil { // routed: it leaves the router's retry budget
+		r.retrier.Done()
+	}
 	lv := x.lv
 	if r.recorded {
 		x.record(r)

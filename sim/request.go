@@ -427,6 +427,9 @@ func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, wh
 		x.push(x.clock.now+int64(wait), event{kind: evRetry, req: r})
 		return
 	}
+	if r.retrier.OverBudget() {
+		x.stats.RetriesOverBudget++
+	}
 	msg := fail.Failed.String() + " " + a.server(fail.Failed).url + ": " + why
 	switch {
 	case fail.Blamed == router.Prefill && fail.Failed == router.Decode:

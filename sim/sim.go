@@ -83,6 +83,9 @@ type Stats struct {
 	// BreakerOpens counts, by worker URL, how often a router's circuit breaker opened on the
 	// worker (summed over the router replicas; warm-up included). Nil when none did.
 	BreakerOpens map[string]int
+	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
+	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).
+	RetriesOverBudget int
 }
 
 // sim is one run. Everything runs on the caller's goroutine.

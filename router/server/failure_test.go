@@ -411,3 +411,47 @@ func TestWorkerURLCredentialsRedacted(t *testing.T) {
 	assert.Contains(t, seen.String(), "http://***@127.0.0.1:", "the worker is still named, its credentials hidden")
 	assert.NotContains(t, seen.String(), "s3cret")
 }
+
+// With a retry budget of one request retrying at once (--retry-budget-percent 1,
+// --retry-min-concurrency 1), a request that fails while another is being retried is answered
+// its failure at once, not retried, and counted in pdrouter_retries_over_budget_total; the
+// request being retried succeeds.
+func TestRetryBudgetRefusesWhileFull(t *testing.T) {
+	t.Parallel()
+	held, arrived := make(chan struct{}), make(chan struct{}, 1)
+	busy := func(w http.ResponseWriter, _ *http.Request, _ call) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"message":"busy"}}`))
+	}
+	var bCalls atomic.Int32
+	a := newWorker(t, busy)
+	b := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		if bCalls.Add(1) > 1 {
+			busy(w, r, c)
+			return
+		}
+		arrived <- struct{}{}
+		<-held
+		jsonReply(genReply)(w, r, c)
+	})
+	cfg := regularConfig(a, b)
+	cfg.Policy = router.PolicyRoundRobin
+	cfg.RetryBudgetPercent, cfg.RetryMinConcurrency = 1, 1
+	cfg.RetryInitialBackoffMs = 1
+	tr := startRouter(t, cfg)
+
+	first := make(chan int, 1)
+	go func() {
+		status, _, _ := tr.post(t, "/generate", `{"text":"first"}`, nil)
+		first <- status
+	}()
+	<-arrived // the first request failed on a and is being retried on b
+	require.Equal(t, 1, a.callCount(), "the first request went to a first (round robin)")
+
+	status, _, body := tr.post(t, "/generate", `{"text":"second"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, body)
+	assert.Contains(t, tr.metricsText(), `pdrouter_retries_over_budget_total{route="/generate"} 1`)
+	close(held)
+	assert.Equal(t, http.StatusOK, <-first, "the request being retried is answered")
+	assert.Equal(t, 3, a.callCount()+int(bCalls.Load()), "two attempts of the first request, one of the second")
+}

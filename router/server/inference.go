@@ -191,6 +191,7 @@ func (s *Server) reply(x *exchange, e *wire.Error) int {
 // status answered.
 func (s *Server) route(ctx context.Context, x *exchange) int {
 	rt := s.r.NewRetrier()
+	defer rt.Done()
 	retriedReuse := false
 	if x.id == "" && !s.r.PD() {
 		x.id = s.reqIDs.RID(x.route)
@@ -251,6 +252,9 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			retriedReuse, retry = true, true
 		} else {
 			wait, retry = rt.Next(router.Attempt{Status: ue.Status, Transport: ue.Status == 0, Body: ue.Body})
+		}
+		if rt.OverBudget() {
+			s.metrics.RetriesOverBudget.WithLabelValues(x.route.String()).Inc()
 		}
 		if !retry || x.over(ctx) {
 			return s.reply(x, ue.clientError())

@@ -27,6 +27,7 @@ type Metrics struct {
 	RequestDuration   *prometheus.HistogramVec // request_duration_seconds{route}
 	TTFT              *prometheus.HistogramVec // ttft_seconds{route}: first SSE event with text
 	Retries           *prometheus.CounterVec   // retries_total{route}
+	RetriesOverBudget *prometheus.CounterVec   // retries_over_budget_total{route}
 	Errors            *prometheus.CounterVec   // errors_total{kind}
 	PolicyDecisions   *prometheus.CounterVec   // policy_decisions_total{policy,role,reason}
 	PrefillFailures   prometheus.Counter       // pd_prefill_failures_total
@@ -164,6 +165,8 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 			Buckets: durationBuckets}, []string{"route"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_retries_total", Help: "Retried attempts, by route."}, []string{"route"}),
+		RetriesOverBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_retries_over_budget_total", Help: "Failed attempts not retried only because the retry budget was full (--retry-budget-percent, --retry-min-concurrency), by route."}, []string{"route"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_errors_total", Help: "Errors by kind (bad_request, no_workers, upstream_status, upstream_transport, timeout, client_disconnect, …)."},
 			[]string{"kind"}),
@@ -232,7 +235,7 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	m.RoleTTFT.WithLabelValues(streaming.String())
 	m.ITL.WithLabelValues(streaming.String())
 	m.TPOT.WithLabelValues(streaming.String())
-	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.Errors, m.PolicyDecisions,
+	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.RetriesOverBudget, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state,
 		m.LoadSource, m.LoadReports, m.Shed,
 		m.RoleTTFT, m.ITL, m.TPOT)
