@@ -69,7 +69,7 @@ func (w *Worker) serveRegister(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusServiceUnavailable, "fakeworker: prefill worker is stopping")
 		return
 	}
-	defer w.loop.do(context.Background(), func(l *loop, now time.Time) { l.unwatch(s, room, now) })
+	defer w.loop.do(context.Background(), func(l *loop, now time.Time) { l.unwatch(s, room, reg.Decode, now) })
 	w.log.Debug("bootstrap: room registered", "room", room, "decode", reg.Decode)
 	for {
 		select {

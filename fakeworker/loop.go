@@ -233,8 +233,9 @@ func (l *loop) watch(s *sub, room uint64, decodeCached int, now time.Time) {
 }
 
 // unwatch drops the bootstrap waiter s of room; when the room has not completed its transfer,
-// the decode side gave up, so the room is aborted too.
-func (l *loop) unwatch(s *sub, room uint64, now time.Time) {
+// the decode side is gone (it gave up, or died), so the room is aborted too, with the reason
+// SGLang's Mooncake sender gives when its decode's session is gone (mooncake/conn.py).
+func (l *loop) unwatch(s *sub, room uint64, decode string, now time.Time) {
 	rs, ok := l.subs[room]
 	if !ok || rs.waiter != s {
 		return
@@ -247,6 +248,6 @@ func (l *loop) unwatch(s *sub, room uint64, now time.Time) {
 		l.subs[room] = rs
 	}
 	if !st.transferred && !st.done {
-		l.srv.Abort(now, room, "decode side gave up on the bootstrap")
+		l.srv.Abort(now, room, "Decode instance could be dead, remote mooncake session "+decode+" is not alive")
 	}
 }

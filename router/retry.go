@@ -189,24 +189,50 @@ func (rt *Retrier) Done() {
 }
 
 // peerWaitPhrases are what a PD leg's error says when its worker gave up waiting for the other
-// worker of the pair, by the role that says it (matched case-insensitively). Such a failure is
-// the symptom, on this leg, of the other side's fault: the worker that reports it was fine.
+// worker of the pair, or found it gone, by the role that says it (matched case-insensitively).
+// Such a failure is the symptom, on this leg, of the other side's fault: the worker that
+// reports it was fine. They are SGLang's own reasons (python/sglang/srt/disaggregation, read at
+// sgl-project/sglang main of 2026-07-20, commit 8905cbd, through a mirror), which SGLang wraps
+// in "Prefill bootstrap/transfer failed for request …" or "Decode handshake/transfer failed
+// for request …" with " with exception KVTransferError(bootstrap_room=N): <reason>" and
+// answers with status 500; fakeworker's engine gives the same reasons. The wrappers only name
+// the reporting leg. Left out, as they cannot tell who is at fault: "Failed to get kvcache
+// from prefill instance" (decode; the prefill pushed the failure, so it was alive), "unknown
+// reason from another rank", "Aborted by AbortReq." and NIXL's "KVSender/KVReceiver
+// Exception" — those stay the reporting leg's.
 var peerWaitPhrases = [numRoles][]string{
-	// A prefill worker whose decode side never registered the room on its bootstrap server
-	// (hung, dead, or never sent its KV indices). SGLang's prefill bootstrap queue fails such a
-	// room with "Prefill bootstrap failed for request …" (disaggregation/prefill.py,
-	// PrefillBootstrapQueue.pop_bootstrapped, on KVPoll.Failed), whose cause is the sender's
-	// bootstrap timeout "… timed out after …s in KVPoll.Bootstrapping"
-	// (disaggregation/common/conn.py, CommonKVSender._check_bootstrap_timeout) or the decode's
-	// ABORT of the room (mooncake/conn.py, the bootstrap thread). fakeworker's engine says "no
-	// decode handshake" (sim/engine loop.go, the prefill's bootstrap timer).
-	Prefill: {"kvpoll.bootstrapping", "prefill bootstrap failed", "no decode handshake"},
-	// A decode worker whose prefill never delivered the KV: SGLang's receiver "… timed out
-	// after …s in KVPoll.WaitingForInput" (mooncake/conn.py, _check_waiting_timeout) and "Could
-	// not fetch prefill parallel info from bootstrap_addr" (the prefill's bootstrap server
-	// unreachable: MooncakeKVReceiver.send_metadata); fakeworker's "KV from the prefill server
-	// did not arrive" (sim/engine loop.go, the decode's bootstrap timer).
-	Decode: {"kvpoll.waitingforinput", "could not fetch prefill parallel info", "kv from the prefill server did not arrive"},
+	// Reported by a prefill worker, the decode at fault:
+	Prefill: {
+		// Its decode side never registered the room (hung, dead, never sent its KV indices):
+		// CommonKVSender's bootstrap timeout, common/conn.py:1119-1136.
+		"in kvpoll.bootstrapping",
+		// The wrapper of a failure during the bootstrap (before any KV moved): a bootstrap
+		// timeout or the decode's abort of the room; prefill.py:920-945.
+		"prefill bootstrap failed",
+		// The decode's transfer session is gone: mooncake/conn.py:1331-1334 (fakeworker says
+		// it when the decode's bootstrap registration drops).
+		"decode instance could be dead",
+		// The RDMA write to the decode failed: mooncake/conn.py:1419-1423.
+		"failed to send kv chunk of",
+		// NIXL: the decode aborted the room (its own timeout or abort): nixl/conn.py:2364-2367.
+		"aborted by decode-side abort notification",
+	},
+	// Reported by a decode worker, the prefill at fault:
+	Decode: {
+		// The KV never came: the receiver's waiting timeout, common/conn.py:1363-1386.
+		"in kvpoll.waitingforinput",
+		// The prefill's bootstrap server unreachable or without the rank:
+		// mooncake/conn.py:1953-1956, common/conn.py:1251-1254.
+		"could not fetch prefill parallel info",
+		"could not fetch bootstrap info for",
+		// The prefill's bootstrap server stopped answering its heartbeat ("Lost connection
+		// with prefill instance", "Losing connection …" before 2026-06): common/conn.py:965-969.
+		"connection with prefill instance",
+		// The prefill dropped from the table after the handshake: common/conn.py:1184-1187.
+		"is healthy before, but now it is down",
+		// PD retraction's re-bootstrap /generate to the prefill failed: common/conn.py:377-438.
+		"pd retract rebootstrap",
+	},
 }
 
 // WaitedForPeer reports whether a failed PD leg of role says, in its error body, that its

@@ -11,7 +11,7 @@ import (
 )
 
 // A decode server too small for its load holds requests in its preallocation queue past the
-// prefill's bootstrap timeout (30 s), so the prefill leg fails with "no decode handshake"
+// prefill's bootstrap timeout (30 s), so the prefill leg fails "in KVPoll.Bootstrapping"
 // while the decode is still silent (its own deadline starts only at preallocation, as
 // SGLang's). router.PDBlame charges that failure to the decode, as serve does: the decode's
 // breaker opens, the prefills' never do. (Before, the sim charged the prefill that reported

@@ -212,7 +212,7 @@ func TestPDStreamFirstEventErrorIsRetriedAndBlamed(t *testing.T) {
 		once.Do(func() { close(arrived) })
 		hangReply(nil)(w, r, c)
 	})
-	dw := newWorker(t, sseReply([]string{`data: {"error":{"message":"fakeworker: decode room 1 failed: bootstrap timeout: KV from the prefill server did not arrive within 3s","code":500}}`},
+	dw := newWorker(t, sseReply([]string{`data: {"error":{"message":"fakeworker: decode room 1 failed: Request 1 timed out after 3.0s in KVPoll.WaitingForInput","code":500}}`},
 		map[int]<-chan struct{}{0: arrived}))
 	tr := startRouter(t, noRetries(pdConfig([]*testWorker{hung}, []*testWorker{dw}, nil)))
 	status, hdr, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)

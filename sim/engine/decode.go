@@ -142,7 +142,7 @@ func (s *Server) preallocated(r *request, t time.Time) {
 	// mooncake/conn.py, MooncakeKVReceiver.init, called from decode.py
 	// DecodePreallocQueue.pop_preallocated) and its poll fails the room only after
 	// SGLANG_DISAGGREGATION_WAITING_TIMEOUT from then (_check_waiting_timeout). A room still
-	// queued for KV slots is the prefill's to time out ("no decode handshake").
+	// queued for KV slots is the prefill's to time out ("… in KVPoll.Bootstrapping").
 	s.armTimeout(r, t)
 	s.emit(Output{Kind: KindPreallocated, At: t, Room: r.room, Rank: r.rk.id, CachedTokens: r.decodeHit})
 }

@@ -115,11 +115,14 @@ func (s *Server) fire(tm timer, t time.Time) {
 	r := tm.r
 	switch tm.kind {
 	case tTimeout:
-		if s.cfg.Role == RolePrefill {
-			s.fail(r, t, fmt.Sprintf("bootstrap timeout: no decode handshake within %s", s.cfg.BootstrapTimeout))
-		} else {
-			s.fail(r, t, fmt.Sprintf("bootstrap timeout: KV from the prefill server did not arrive within %s", s.cfg.BootstrapTimeout))
+		// SGLang's own reasons (disaggregation/common/conn.py: the sender's bootstrap timeout,
+		// the receiver's waiting timeout), the text the router's blame rule meets in production
+		// (router.WaitedForPeer).
+		state := "KVPoll.Bootstrapping" // no decode handshake
+		if s.cfg.Role != RolePrefill {
+			state = "KVPoll.WaitingForInput" // the KV from the prefill server did not arrive
 		}
+		s.fail(r, t, fmt.Sprintf("Request %d timed out after %.1fs in %s", r.room, s.cfg.BootstrapTimeout.Seconds(), state))
 	case tStuck:
 		s.fail(r, t, fmt.Sprintf("kv transfer did not complete within %s", s.cfg.BootstrapTimeout))
 	case tTransfer:

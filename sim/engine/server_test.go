@@ -188,8 +188,8 @@ func TestTimeouts(t *testing.T) {
 		setup  func(s *Server)
 		reason string
 	}{
-		{"prefill without handshake", RolePrefill, func(*Server) {}, "no decode handshake within 2s"},
-		{"decode without kv", RoleDecode, func(*Server) {}, "did not arrive within 2s"},
+		{"prefill without handshake", RolePrefill, func(*Server) {}, "timed out after 2.0s in KVPoll.Bootstrapping"},
+		{"decode without kv", RoleDecode, func(*Server) {}, "timed out after 2.0s in KVPoll.WaitingForInput"},
 		{"prefill never signals kv", RolePrefill, func(s *Server) {
 			s.setNeverSignalKV(true)
 			s.Handshake(at(0), 1)
