@@ -71,9 +71,10 @@ func TestPassingSuspectProbeKeepsWorker(t *testing.T) {
 	waitState(t, tr.s, w.URL(), router.WorkerHealthy)
 }
 
-// A stream that ends in the worker's error event (then [DONE]) is relayed as it came but counted
-// as an error everywhere: errors_total, the worker's errors, requests_total under the event's
-// status, sgl-router's error counter; a stream cut mid-way likewise, as 502.
+// A stream that ends in the worker's error event (then [DONE]) is relayed as it came and counted
+// as the client saw it — requests_total under the 200 sent — and as an error everywhere else:
+// stream_errors_total under the event's status, errors_total, the worker's errors, sgl-router's
+// error counter; a stream cut mid-way likewise, as 502.
 func TestStreamEndingInErrorIsAnError(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -93,8 +94,8 @@ func TestStreamEndingInErrorIsAnError(t *testing.T) {
 			require.Equal(t, http.StatusOK, code, "the head went out as the worker sent it")
 			assert.Contains(t, body, "boom", "relayed as it came")
 			m := tr.metricsText()
-			assert.Contains(t, m, `pdrouter_requests_total{code="`+tc.code+`",route="/generate"} 1`)
-			assert.NotContains(t, m, `pdrouter_requests_total{code="200",route="/generate"}`)
+			assert.Contains(t, m, `pdrouter_requests_total{code="200",route="/generate"} 1`, "the status the client got")
+			assert.Contains(t, m, `pdrouter_stream_errors_total{code="`+tc.code+`",route="/generate"} 1`)
 			assert.Contains(t, m, `pdrouter_errors_total{kind="regular_stream"} 1`)
 			assert.Contains(t, m, `pdrouter_worker_errors_total{kind="stream",role="regular",worker="`+w.URL()+`"} 1`)
 			assert.Contains(t, m, `sgl_router_request_errors_total{error_type="`+errorType(atoi(t, tc.code))+`",route="/generate"} 1`)

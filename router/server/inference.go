@@ -465,7 +465,7 @@ func (s *Server) streamFailed(x *exchange, ue *upstreamError) int {
 		s.metrics.sgl.pdStreamErrors.inc(ue.Worker)
 	}
 	if sw, ok := x.w.(*statusWriter); ok {
-		sw.status = code // requests_total and sgl-router's errors count it under this status
+		sw.streamErr = code // counted as a stream error; requests_total keeps the 200 sent
 	}
 	return code
 }

@@ -27,6 +27,7 @@ type Metrics struct {
 	RequestDuration   *prometheus.HistogramVec // request_duration_seconds{route}
 	TTFT              *prometheus.HistogramVec // ttft_seconds{route}: first SSE event with text
 	Retries           *prometheus.CounterVec   // retries_total{route}
+	StreamErrors      *prometheus.CounterVec   // stream_errors_total{route,code}
 	RetriesOverBudget *prometheus.CounterVec   // retries_over_budget_total{route}
 	Errors            *prometheus.CounterVec   // errors_total{kind}
 	PolicyDecisions   *prometheus.CounterVec   // policy_decisions_total{policy,role,reason}
@@ -70,13 +71,15 @@ type routeSeries struct {
 
 // response is the label set of requests_total.
 type response struct {
-	route string
-	code  int
+	route     string
+	code      int // the status sent
+	streamErr int // the status of the error event a 200 stream ended with; 0: none
 }
 
 // responseSeries are the children countResponse adds to.
 type responseSeries struct {
-	requests, sglRequests, sglErrors prometheus.Counter // sglErrors nil below 400
+	requests, sglRequests, sglErrors prometheus.Counter // sglErrors nil unless an error
+	streamErrors                     prometheus.Counter // nil unless the stream ended in an error
 }
 
 // roleSeries are the token-stream children of one worker role.
@@ -165,6 +168,8 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 			Buckets: durationBuckets}, []string{"route"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_retries_total", Help: "Retried attempts, by route."}, []string{"route"}),
+		StreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_stream_errors_total", Help: "Streams sent with status 200 that ended in an error event (cut, or the worker's error), by route and the event's status; requests_total counts them under 200, as the client saw them."}, []string{"route", "code"}),
 		RetriesOverBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_retries_over_budget_total", Help: "Failed attempts not retried only because the retry budget was full (--retry-budget-percent, --retry-min-concurrency), by route."}, []string{"route"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -235,7 +240,7 @@ func newMetrics(reg prometheus.Registerer, r *router.Router) *Metrics {
 	m.RoleTTFT.WithLabelValues(streaming.String())
 	m.ITL.WithLabelValues(streaming.String())
 	m.TPOT.WithLabelValues(streaming.String())
-	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.RetriesOverBudget, m.Errors, m.PolicyDecisions,
+	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Retries, m.RetriesOverBudget, m.StreamErrors, m.Errors, m.PolicyDecisions,
 		m.PrefillFailures, m.DecodeFailures, m.PrefixMatchRatio, m.WorkerCachedRatio, m.DiscoveryEvents, m.WorkerErrors, m.state,
 		m.LoadSource, m.LoadReports, m.Shed,
 		m.RoleTTFT, m.ITL, m.TPOT)
@@ -334,14 +339,21 @@ func (m *Metrics) retried(route string) {
 // countResponse counts one response of any route — inference, admin, health, 401, 404, 405 —
 // in requests_total{route,code}; route is the matched path ("other" for unknown ones, so a
 // scanner cannot grow the label set).
-func (m *Metrics) countResponse(route string, code int) {
-	rs := m.responses.get(response{route, code}, func(k response) *responseSeries {
+// countResponse counts one answered request under the status sent (code) and, for a stream
+// that ended in an error event, that event's status (streamErr): requests_total says what the
+// client saw, stream_errors_total and sgl-router's error counter that it failed.
+func (m *Metrics) countResponse(route string, code, streamErr int) {
+	rs := m.responses.get(response{route, code, streamErr}, func(k response) *responseSeries {
 		r := &responseSeries{
 			requests:    m.Requests.WithLabelValues(k.route, strconv.Itoa(k.code)),
 			sglRequests: m.sgl.requests.WithLabelValues(k.route),
 		}
-		if k.code >= 400 {
+		switch {
+		case k.code >= 400:
 			r.sglErrors = m.sgl.errors.WithLabelValues(k.route, errorType(k.code))
+		case k.streamErr != 0:
+			r.sglErrors = m.sgl.errors.WithLabelValues(k.route, errorType(k.streamErr))
+			r.streamErrors = m.StreamErrors.WithLabelValues(k.route, strconv.Itoa(k.streamErr))
 		}
 		return r
 	})
@@ -349,6 +361,9 @@ func (m *Metrics) countResponse(route string, code int) {
 	rs.sglRequests.Inc()
 	if rs.sglErrors != nil {
 		rs.sglErrors.Inc()
+	}
+	if rs.streamErrors != nil {
+		rs.streamErrors.Inc()
 	}
 }
 

@@ -29,7 +29,7 @@ func TestMetricsMirrorRouterState(t *testing.T) {
 	require.NoError(t, err)
 	m.observeDecision(d)
 	m.observeRequest("/generate", 200, 0.5)
-	m.countResponse("/generate", 200)
+	m.countResponse("/generate", 200, 0)
 
 	want := `
 # HELP pdrouter_target_load Requests routed to the target and not finished (the router's own count).

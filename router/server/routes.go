@@ -74,7 +74,7 @@ func (s *Server) Handler() http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
-			s.metrics.countResponse(routeOf(r.URL.Path), code)
+			s.metrics.countResponse(routeOf(r.URL.Path), code, sw.streamErr)
 		}()
 		if rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/workers/"); found && rest != "" {
 			r.SetPathValue("url", rest)
@@ -147,10 +147,11 @@ func (s *Server) cors(h http.Handler) http.Handler {
 	})
 }
 
-// statusWriter records the status for the access log and keeps Flush working.
+// statusWriter records the status for the access log and the metrics, and keeps Flush working.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status    int
+	streamErr int // the status of the error event a stream sent with status 200 ended in
 }
 
 func (w *statusWriter) WriteHeader(code int) {
