@@ -315,6 +315,12 @@ func (s *Server) ended(ctx context.Context, x *exchange) int {
 }
 
 func errorKind(ue *upstreamError) string {
+	var answer *upstreamError
+	if ue.Status == 0 && errors.As(ue.Err, &answer) {
+		// A PD failure charged to the peer of the leg that failed (pdAttempt.blame): the
+		// failing answer is that leg's.
+		return errorKind(answer)
+	}
 	if ue.Status == 0 {
 		if errors.Is(ue.Err, context.DeadlineExceeded) {
 			return "timeout"

@@ -192,6 +192,9 @@ func TestPDBlameInTheAnswer(t *testing.T) {
 	require.Equal(t, http.StatusBadGateway, status, body)
 	assert.Contains(t, body, "decode worker "+dw.URL()+": never completed the bootstrap with its prefill: prefill worker "+pw.URL()+" answered 500")
 	assert.Contains(t, body, "KVPoll.Bootstrapping")
+	m := tr.metricsText()
+	assert.Contains(t, m, `pdrouter_errors_total{kind="prefill_status"} 1`, "the failing answer was the prefill's 500")
+	assert.NotContains(t, m, `kind="decode_transport"`, "charged to the decode, but no decode transport failed")
 	tr.requireLoadsZero(t)
 	for _, w := range tr.s.r.Workers() {
 		assert.Equal(t, router.WorkerHealthy, w.State, "one failure opens nothing: %s", w.URL)
