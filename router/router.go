@@ -73,6 +73,7 @@ func (q *Request) blockHashes(page int) []kvindex.Hash {
 type Router struct {
 	cfg   Config
 	clock Clock
+	retry RetryConfig // cfg.Retry(), every request's
 
 	mu        sync.Mutex        // protects everything below; target loads are atomics
 	onEvent   func(WorkerEvent) // OnWorkerEvent; nil: nobody listens
@@ -97,7 +98,7 @@ func New(cfg Config, clock Clock, rng *rand.Rand) (*Router, error) {
 	if clock == nil || rng == nil {
 		return nil, fmt.Errorf("router: New needs a clock and a random source")
 	}
-	r := &Router{cfg: cfg, clock: clock, rng: rng, lastEvict: clock.Now()}
+	r := &Router{cfg: cfg, retry: cfg.Retry(), clock: clock, rng: rng, lastEvict: clock.Now()}
 	roles := []Role{Regular}
 	if cfg.PDDisaggregation {
 		roles = []Role{Prefill, Decode}
@@ -456,10 +457,15 @@ func (r *Router) TreeStats(role Role) (chars, nodes int, ok bool) {
 // NewRetrier returns the retries of one request that has just arrived (SPEC §1.6): it counts
 // in flight, for the retry budget, until its Done.
 func (r *Router) NewRetrier() *Retrier {
+	r.arrived()
+	return &Retrier{r: r, cfg: r.retry} // inlined: the Retrier stays on its caller's stack
+}
+
+// arrived counts one more request in flight for the retry budget.
+func (r *Router) arrived() {
 	r.mu.Lock()
 	r.inFlight++
 	r.mu.Unlock()
-	return &Retrier{r: r, cfg: r.cfg.Retry()}
 }
 
 // RetryBudget reports the requests in flight (with a Retrier not Done) and those retrying.

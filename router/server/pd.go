@@ -39,21 +39,24 @@ type pdAttempt struct {
 	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
 	result          chan legResult // prefill's result, sent once; buffered, as the handler may not wait for it
 
-	// The prefill leg may outlive the handler (prefillGrace): its context is not the
-	// request's, and cancelPrefill ends it. Decode's context is the request's, and cancelDecode
-	// ends it (prefill failed first). Both legs end at the request's deadline (their exchanges'
+	// Both legs run on legs, which cancel ends: when either leg fails before the commit (the
+	// other is of no use then), when the request ends (the client went away: the request
+	// context's watch, stopWatch's to undo), and once both legs are over. It is not derived
+	// from the request's context because the prefill leg may outlive the handler
+	// (prefillGrace). Both legs end at the request's deadline (their exchanges'
 	// upstreamRequest.deadline). Why a leg was cancelled is the state's to say
-	// (router.PDAttempt), not the contexts'.
-	prefillCtx    context.Context
-	cancelPrefill context.CancelFunc
-	decodeCtx     context.Context
-	cancelDecode  context.CancelFunc
-	x             *exchange // the request (its deadline); its handler's, the prefill runner reads only deadline
+	// (router.PDAttempt), not the context's. (One context for both legs, not one each: each
+	// costs a cancelCtx, a children map in its parent and a Done channel.)
+	legs      context.Context
+	cancel    context.CancelFunc
+	stopWatch func() bool
+	x         *exchange // the request (its deadline); its handler's, the prefill runner reads only deadline
 
 	mu          sync.Mutex // protects the fields below
 	state       router.PDAttempt
 	firstErr    *upstreamError // the error of the leg whose failure ended the attempt (state.Failure)
 	prefillOver bool           // runPrefill has reported the leg's Done
+	handlerOver bool           // end has run: the decode leg is over
 	grace       *time.Timer    // end's prefillGrace timer, when armed
 }
 
@@ -70,7 +73,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		d.Done(router.Decode, decode)
 		a.end(ctx)
 	}()
-	resp, ue := send(a.decodeCtx, s.upstream(router.Decode), &a.decode, s.budget)
+	resp, ue := send(a.legs, s.upstream(router.Decode), &a.decode, s.budget)
 	if ue != nil {
 		res, decode = a.failed(ctx, ue)
 		return res
@@ -157,9 +160,8 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a := &pdAttempt{s: s, d: d, x: x, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}}
-	// Not derived from ctx: the leg may outlive the handler.
-	a.prefillCtx, a.cancelPrefill = context.WithCancel(context.Background())
-	a.decodeCtx, a.cancelDecode = context.WithCancel(ctx)
+	a.legs, a.cancel = context.WithCancel(context.Background())
+	a.stopWatch = context.AfterFunc(ctx, a.cancel) // the client went away: both legs end
 	go a.runPrefill()
 	return a
 }
@@ -184,7 +186,7 @@ func (a *pdAttempt) runPrefill() {
 	switch {
 	case ue == nil:
 		a.state.Answered(router.Prefill)
-	case ue.Status == 0 && (a.prefillCtx.Err() != nil || !time.Now().Before(a.prefill.deadline)):
+	case ue.Status == 0 && (a.legs.Err() != nil || !time.Now().Before(a.prefill.deadline)):
 		// We cancelled it, or the request's deadline ended it: that says nothing of the worker
 		// (unless decode's failure was its doing: the state says).
 		outcome = a.state.Outcome(router.Prefill)
@@ -198,11 +200,11 @@ func (a *pdAttempt) runPrefill() {
 	if a.grace != nil {
 		a.grace.Stop()
 	}
+	bothOver := a.handlerOver
 	a.mu.Unlock()
 	a.d.Done(router.Prefill, outcome)
-	a.cancelPrefill() // the leg is over: release its context
-	if cancelDecode {
-		a.cancelDecode()
+	if cancelDecode || bothOver { // decode is of no use now, or over too: release the context
+		a.cancel()
 	}
 	if ue != nil && ue.Status == 0 && outcome == router.Failure && connFailure(ue.Err) {
 		a.s.hc.suspect(a.prefill.worker)
@@ -251,7 +253,7 @@ func (a *pdAttempt) answered() {
 // is kept only when the client asked for logprobs (merged into decode's); otherwise it is
 // read through and dropped (nil).
 func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
-	resp, ue := send(a.prefillCtx, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
+	resp, ue := send(a.legs, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
 	if ue != nil {
 		return nil, ue
 	}
@@ -294,9 +296,9 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	}
 	a.mu.Lock()
 	cancelPrefill := false
-	// A decode leg that failed on its own account (not cut by prefill's failure) is the state's
-	// to judge.
-	if ue != nil && (ue.Status != 0 || a.decodeCtx.Err() == nil) {
+	// A decode leg that failed on its own account (not cut by prefill's failure: the request
+	// is not over, so only that cancels the legs) is the state's to judge.
+	if ue != nil && (ue.Status != 0 || a.legs.Err() == nil) {
 		if cancelPrefill = a.state.Failed(router.Decode, attemptOf(ue)); cancelPrefill {
 			a.firstErr = ue
 		}
@@ -306,7 +308,7 @@ func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResul
 	decode := a.state.Outcome(router.Decode)
 	a.mu.Unlock()
 	if cancelPrefill {
-		a.cancelPrefill()
+		a.cancel()
 	}
 	if !ok || first == nil { // cannot happen: a failure before the commit was recorded
 		first = &upstreamError{Worker: a.decode.worker, Role: "decode", Err: errors.New("attempt failed before its commit")}
@@ -340,15 +342,18 @@ func (a *pdAttempt) blame(f router.PDFailureReport, first *upstreamError) *upstr
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
 func (a *pdAttempt) end(ctx context.Context) {
-	a.cancelDecode()
+	a.stopWatch() // the handler returns, and net/http then cancels ctx: the prefill leg may go on
 	if a.x.over(ctx) {
-		a.cancelPrefill()
+		a.cancel()
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.rids)
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.prefillOver {
-		a.grace = time.AfterFunc(prefillGrace, a.cancelPrefill)
+	a.handlerOver = true
+	if a.prefillOver {
+		a.cancel()
+		return
 	}
+	a.grace = time.AfterFunc(prefillGrace, a.cancel)
 }
