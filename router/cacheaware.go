@@ -20,6 +20,12 @@ type CacheAwareConfig struct {
 	MaxTreeSize int
 	// MaxTreeTotalChars is the whole tree's character budget enforced by Evict (2^30).
 	MaxTreeTotalChars int
+	// WarmUp is how long after a worker entered rotation a cache hit on another worker goes to
+	// it instead while it carries less than the mean load (30 s; 0: never). Without it a worker
+	// added (or back) under cache_aware gets only the requests nothing matches: when every
+	// prompt shares a prefix cached elsewhere and the loads stay within the balance
+	// thresholds, it serves nothing.
+	WarmUp time.Duration
 }
 
 // CacheAware routes by longest prefix match in an approximate radix tree of the texts it has
@@ -72,10 +78,16 @@ func (*CacheAware) Name() string { return PolicyCacheAware }
 func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, error) {
 	if p.kv == nil || len(req.Tokens) == 0 {
 		idx, reason, rate := p.choose(req, ts)
+		if w := p.warming(now, req.loads, ts, idx, reason); w >= 0 {
+			idx, reason = w, ReasonWarmUp
+		}
 		p.tree.Insert(req.Text, ts[idx].name)
 		return Pick{Index: idx, Reason: reason, MatchRate: rate, Signal: reasonSignal(reason, req.loads)}, nil
 	}
 	pk := p.chooseKV(now, req, ts)
+	if w := p.warming(now, req.loads, ts, pk.Index, pk.Reason); w >= 0 {
+		pk = p.kvPick(w, ReasonWarmUp, pk.MatchRate, p.matchedOf(w))
+	}
 	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
 	p.tree.Insert(req.Text, ts[pk.Index].name)
@@ -134,6 +146,50 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	}
 	i := leastBy(req.loads, ts)
 	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i])
+}
+
+// matchedOf returns the blocks target i of the last chooseKV matched in the index (-1: stale or
+// not looked up: an imbalanced choice looks up the chosen target alone).
+func (p *CacheAware) matchedOf(i int) int {
+	if len(p.matched) != len(p.ids) {
+		return -1
+	}
+	return p.matched[i]
+}
+
+// warming returns where a cache hit on ts[hit] goes instead: the least-loaded (by c) target
+// whose worker entered rotation within WarmUp of now and carries less than the mean load of
+// ts, when ts[hit]'s worker is not warming up itself and carries more; -1 otherwise (and for
+// any choice but a hit). So a worker added or back takes matching requests until it carries
+// its share, and builds its cache on them; established workers keep their affinity among
+// themselves, and at start, when every worker joined together, nothing changes.
+func (p *CacheAware) warming(now time.Time, c loadCmp, ts []*Target, hit int, reason Reason) int {
+	if reason != ReasonCacheHit || p.cfg.WarmUp <= 0 || p.warmingUp(now, ts[hit]) {
+		return -1
+	}
+	var sum int64
+	for _, t := range ts {
+		sum += c.reqs(t)
+	}
+	best := -1
+	for i, t := range ts {
+		if !p.warmingUp(now, t) || c.reqs(t)*int64(len(ts)) >= sum { // at or above the mean
+			continue
+		}
+		if best < 0 || c.less(t, ts[best]) {
+			best = i
+		}
+	}
+	if best >= 0 && !c.less(ts[best], ts[hit]) {
+		return -1
+	}
+	return best
+}
+
+// warmingUp reports whether t's worker entered rotation within WarmUp of now.
+func (p *CacheAware) warmingUp(now time.Time, t *Target) bool {
+	j := t.worker.joined
+	return !j.IsZero() && now.Sub(j) < p.cfg.WarmUp
 }
 
 // kvPick builds a Pick whose chosen target matched m blocks in the index (-1: stale).

@@ -63,6 +63,10 @@ type Config struct {
 	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`                                                                 // default 64
 	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"`                                                           // default 1.5
 	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"`                                                                                                             // default 120
+	// CacheWarmupSecs is how long a worker that entered rotation (added, or back from
+	// unhealthy or an open breaker) takes, under cache_aware, a request whose prompt another
+	// worker's cache holds, while it carries less than the mean load (CacheAwareConfig.WarmUp).
+	CacheWarmupSecs int `json:"cache_warmup_secs" yaml:"cache_warmup_secs" help:"cache_aware: for this many seconds after a worker enters rotation (added, back from unhealthy or an open breaker), it takes requests that match another worker's cache while it carries less than the mean load, so it gets its share at once; 0: never (sgl-router's rule)"` // default 30
 	// MaxTreeSize is the per-tenant (per-target) character budget of the cache-aware tree
 	// (--max-tree-size, default 2^26), sgl-router's meaning.
 	MaxTreeSize int `json:"max_tree_size" yaml:"max_tree_size" help:"cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction"`
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		CacheThreshold:          0.3,
 		BalanceAbsThreshold:     64,
 		BalanceRelThreshold:     1.5,
+		CacheWarmupSecs:         30,
 		EvictionIntervalSecs:    120,
 		MaxTreeSize:             1 << 26,
 		MaxTreeTotalChars:       1 << 30,
@@ -307,6 +312,8 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("cache_threshold", "--cache-threshold %g is outside [0,1]", c.CacheThreshold)
 	case c.BalanceAbsThreshold < 0:
 		return SettingErrorf("balance_abs_threshold", "--balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
+	case c.CacheWarmupSecs < 0:
+		return SettingErrorf("cache_warmup_secs", "--cache-warmup-secs %d must be ≥ 0 (0: no warm-up)", c.CacheWarmupSecs)
 	case !(c.BalanceRelThreshold >= 0):
 		return SettingErrorf("balance_rel_threshold", "--balance-rel-threshold %g must be ≥ 0", c.BalanceRelThreshold)
 	case c.EvictionIntervalSecs < 1:

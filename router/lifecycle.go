@@ -30,6 +30,9 @@ func (r *Router) emitLocked(ev WorkerEvent) {
 // noteLocked emits w's state change since before, if any (r.mu held).
 func (r *Router) noteLocked(w *Worker, before WorkerState, now time.Time, reason string) {
 	if after := workerState(w, now); after != before {
+		if after == WorkerHealthy {
+			w.joined = now
+		}
 		r.emitLocked(WorkerEvent{URL: w.url, Role: w.role, From: before, To: after, Reason: reason})
 	}
 }

@@ -61,6 +61,7 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 			BalanceRelThreshold: cfg.BalanceRelThreshold,
 			MaxTreeSize:         cfg.MaxTreeSize,
 			MaxTreeTotalChars:   cfg.MaxTreeTotalChars,
+			WarmUp:              time.Duration(cfg.CacheWarmupSecs) * time.Second,
 		}), nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))

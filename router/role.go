@@ -73,6 +73,7 @@ const (
 	ReasonCacheHit   Reason = "cache_hit"   // cache_aware: match rate above cache_threshold
 	ReasonCacheMiss  Reason = "cache_miss"  // cache_aware: balanced, no good match → least loaded
 	ReasonImbalance  Reason = "imbalance"   // cache_aware: loads imbalanced → least loaded
+	ReasonWarmUp     Reason = "warm_up"     // cache_aware: a hit elsewhere went to a worker warming up below the mean load
 	ReasonRandom     Reason = "random"      // random policy
 	ReasonRoundRobin Reason = "round_robin" // round_robin policy
 	ReasonPowerOfTwo Reason = "power_of_two"

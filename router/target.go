@@ -21,6 +21,10 @@ type Worker struct {
 	health        *Health
 	breaker       *Breaker
 	targets       []*Target
+	// joined is when the worker last entered rotation (became healthy: registered, or back
+	// from unhealthy or an open breaker), guarded by the router's mutex: cache_aware's warm-up
+	// runs from there.
+	joined time.Time
 
 	// removed is set once RemoveWorker took the worker out of routing; atomic so that
 	// Decision.Done can tell without the router's lock whether a finished leg may end a drain.
