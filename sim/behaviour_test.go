@@ -122,6 +122,31 @@ func TestKillDecodeWorker(t *testing.T) {
 	}
 }
 
+// A decode worker killed and restarted (--kill WORKER@T..BACK) serves again once its health
+// probes pass: it serves more requests than when it stays dead.
+func TestKilledDecodeWorkerRestarts(t *testing.T) {
+	t.Parallel()
+	victim := WorkerURL(router.Decode, 1)
+	served := func(k Kill) int {
+		cfg := baseConfig()
+		cfg.Cluster.Prefill, cfg.Cluster.Decode = 1, 2
+		cfg.Workload.Conversations = 200
+		cfg.Router.HealthCheckIntervalSecs = 1
+		cfg.Kills = []Kill{k}
+		n := 0
+		for _, r := range mustRun(t, cfg).Records {
+			if r.Error == nil && r.Targets.Decode != nil && *r.Targets.Decode == victim {
+				n++
+			}
+		}
+		return n
+	}
+	dead := served(Kill{Worker: victim, At: 2_000_000_000})
+	back := served(Kill{Worker: victim, At: 2_000_000_000, Back: 4_000_000_000})
+	t.Logf("requests served by %s: %d killed at 2 s, %d restarted at 4 s", victim, dead, back)
+	assert.Greater(t, back, dead+10, "it serves again after its restart")
+}
+
 // At --rate inf every request is sent at one instant; they must reach the router in the
 // order sent (the arrival jitter spreads them without reordering), so --gsp-ordered sends
 // group by group and the router sees the groups one after another.

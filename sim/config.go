@@ -355,28 +355,45 @@ func gpuNames() string {
 }
 
 // Kill makes the server named Worker (e.g. "http://sim-decode-1:30000") die At virtual time
-// after the start of the run (--kill WORKER@T).
+// after the start of the run and, when Back is after At, restart then with empty caches
+// (--kill WORKER@T or WORKER@T..BACK).
 type Kill struct {
 	Worker string
 	At     time.Duration
+	Back   time.Duration // 0: it stays dead
 }
 
-// ParseKill parses "WORKER@T", T a Go duration ("http://sim-decode-1:30000@30s"). The last
-// "@" separates them.
+// ParseKill parses "WORKER@T" or "WORKER@T..BACK", T and BACK Go durations since the start
+// ("http://sim-decode-1:30000@30s", "http://sim-regular-1:30000@60s..90s"). The last "@"
+// separates the worker.
 func ParseKill(s string) (Kill, error) {
 	i := strings.LastIndexByte(s, '@')
 	if i <= 0 {
-		return Kill{}, fmt.Errorf("sim: --kill %q: want WORKER@TIME, e.g. http://sim-decode-0:30000@30s", s)
+		return Kill{}, fmt.Errorf("sim: --kill %q: want WORKER@TIME or WORKER@TIME..BACK, e.g. http://sim-decode-0:30000@30s", s)
 	}
-	d, err := time.ParseDuration(s[i+1:])
+	at, back, restarts := strings.Cut(s[i+1:], "..")
+	d, err := time.ParseDuration(at)
 	if err != nil || d < 0 {
-		return Kill{}, fmt.Errorf("sim: --kill %q: %q is not a duration ≥ 0", s, s[i+1:])
+		return Kill{}, fmt.Errorf("sim: --kill %q: %q is not a duration ≥ 0", s, at)
 	}
-	return Kill{Worker: s[:i], At: d}, nil
+	k := Kill{Worker: s[:i], At: d}
+	if restarts {
+		b, err := time.ParseDuration(back)
+		if err != nil || b <= d {
+			return Kill{}, fmt.Errorf("sim: --kill %q: the restart time %q is not a duration after %s", s, back, d)
+		}
+		k.Back = b
+	}
+	return k, nil
 }
 
 // String returns the --kill form.
-func (k Kill) String() string { return k.Worker + "@" + k.At.String() }
+func (k Kill) String() string {
+	if k.Back > 0 {
+		return k.Worker + "@" + k.At.String() + ".." + k.Back.String()
+	}
+	return k.Worker + "@" + k.At.String()
+}
 
 // WorkerURL returns the name of the i-th simulated worker of role: "http://sim-{role}-{i}:30000".
 func WorkerURL(role router.Role, i int) string {

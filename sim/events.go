@@ -17,6 +17,7 @@ const (
 	evTick                         // Router.Tick, every second of virtual time
 	evProbe                        // health probes of every worker
 	evKill                         // server srv dies
+	evRestart                      // server srv, killed, restarts with empty caches
 	evKVBatch                      // KV-event batch kv reaches router replica srv
 	evLoadPoll                     // router replica srv polls every server's engine load
 	evLoadReport                   // the answer of load poll slot srv reaches its replica
@@ -29,7 +30,7 @@ type event struct {
 	kind evKind
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
-	srv  int32 // evWake, evKill: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot; evDirect: Config.Direct index
+	srv  int32 // evWake, evKill, evRestart: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot; evDirect: Config.Direct index
 	conv *conv
 	kv   *kvBatch
 	req  *request

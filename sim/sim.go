@@ -295,6 +295,9 @@ func (x *sim) run() error {
 	}()
 	for _, k := range x.cfg.Kills {
 		x.push(int64(k.At), event{kind: evKill, srv: x.byURL[k.Worker].idx})
+		if k.Back > 0 {
+			x.push(int64(k.Back), event{kind: evRestart, srv: x.byURL[k.Worker].idx})
+		}
 	}
 	for i, d := range x.cfg.Direct {
 		x.push(int64(d.At), event{kind: evDirect, srv: int32(i)})
@@ -407,6 +410,11 @@ func (x *sim) dispatch(ev *event) {
 		sv := x.servers[ev.srv]
 		sv.eng.Kill(x.t())
 		sv.killed = true
+		x.touch(sv)
+	case evRestart: // back in rotation once the health probes pass, as serve's
+		sv := x.servers[ev.srv]
+		sv.eng.Restart(x.t())
+		sv.killed = false
 		x.touch(sv)
 	case evKVBatch:
 		x.deliverKV(ev.kv, int(ev.srv))

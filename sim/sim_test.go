@@ -155,7 +155,11 @@ func TestParseKill(t *testing.T) {
 	k, err := ParseKill("http://sim-decode-1:30000@1m30s")
 	require.NoError(t, err)
 	assert.Equal(t, Kill{Worker: "http://sim-decode-1:30000", At: 90 * time.Second}, k)
-	for _, bad := range []string{"http://x", "@3s", "http://x@soon", "http://x@-1s"} {
+	k, err = ParseKill("http://sim-regular-1:30000@60s..90s")
+	require.NoError(t, err)
+	assert.Equal(t, Kill{Worker: "http://sim-regular-1:30000", At: time.Minute, Back: 90 * time.Second}, k)
+	assert.Equal(t, "http://sim-regular-1:30000@1m0s..1m30s", k.String())
+	for _, bad := range []string{"http://x", "@3s", "http://x@soon", "http://x@-1s", "http://x@3s..2s", "http://x@3s..later"} {
 		_, err := ParseKill(bad)
 		assert.Error(t, err, bad)
 	}

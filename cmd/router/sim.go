@@ -178,7 +178,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.StringVar(&f.writeConfig, "write-config", "", "write the router settings (serve --config format) to this file")
 	fs.StringVar(&f.label, "label", "", "name of the run in reports (default: the --out directory's name); recorded with the command line")
 	fs.StringVar(&f.slo, "slo", "", "service-level objectives ttft=MS,tpot=MS: goodput per level (sweep: filter)")
-	fs.StringArrayVar(&f.kills, "kill", nil, "WORKER@T: the simulated worker dies at virtual time T (repeatable), e.g. http://sim-decode-0:30000@30s")
+	fs.StringArrayVar(&f.kills, "kill", nil, "WORKER@T or WORKER@T..BACK: the simulated worker dies at virtual time T and, with BACK, restarts then with empty caches (repeatable), e.g. http://sim-decode-0:30000@30s")
 	fs.StringArrayVar(&f.direct, "direct-load", nil, "worker=URL,rank=R,requests=N,prompt=TOKENS,output=TOKENS,at=T: N requests reach a regular worker's DP rank at virtual time T around the routers, which see them only in its load reports (repeatable), e.g. worker=http://sim-regular-0:30000,requests=24,prompt=7500,output=600")
 	return f
 }

@@ -358,6 +358,13 @@ func (s *Server) Kill(now time.Time) {
 // Dead reports whether the server was killed and not restarted.
 func (s *Server) Dead() bool { return s.dead }
 
+// Restart brings a killed server back at now, as a restarted SGLang process: empty caches and
+// queues (Kill emptied them), accepting requests again.
+func (s *Server) Restart(now time.Time) {
+	s.sync(now)
+	s.dead = false
+}
+
 // FlushCache empties every rank's prefix cache, as SGLang's /flush_cache, and reports whether it
 // did: like SGLang it refuses while any request is live. With KVEvents, each rank publishes
 // its AllBlocksCleared at once, stamped with the latest time seen (the server is idle, and
