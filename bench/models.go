@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 )
 
 // discoverModel asks the target's GET /v1/models (OpenAI's list; SGLang workers and router
@@ -47,4 +49,24 @@ func discoverModel(ctx context.Context, client *http.Client, base string, header
 		}
 	}
 	return "", fmt.Errorf("GET /v1/models lists no model")
+}
+
+// reachable reports, as the run's first error, a target nothing answers at: connection
+// refused, no such host, unreachable, or no connection within describeTimeout. Without it a
+// dead --url ran every level and said why only after a table of zeros.
+func reachable(ctx context.Context, u *url.URL) error {
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	d := net.Dialer{Timeout: describeTimeout}
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return fmt.Errorf("bench: --url %s: nothing answers there (is the router or worker running?): %w", RedactURL(u.String()), err)
+	}
+	return c.Close()
 }

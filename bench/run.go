@@ -53,6 +53,11 @@ func Run(ctx context.Context, cfg Config) (*reports.Results, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cfg.Transport == nil { // a test's own transport needs no listener
+		if err := reachable(ctx, u); err != nil {
+			return nil, err
+		}
+	}
 
 	if cfg.DiscoverModel && cfg.Workload.API != workloads.APIGenerate {
 		m, err := discoverModel(ctx, &http.Client{Transport: base}, strings.TrimRight(u.String(), "/"), cfg.Header)

@@ -147,23 +147,33 @@ func TestRunWarmupAndFlush(t *testing.T) {
 	}
 }
 
+// A --url nothing answers at fails the run before its first level, naming the URL and the
+// cause (not after a table of zeros).
+func TestRunNamesAnUnreachableTarget(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "http://u:secret@" + ln.Addr().String()
+	ln.Close()
+	cfg := smallConfig(url)
+	cfg.Out = t.TempDir()
+	res, err := Run(context.Background(), cfg)
+	require.Error(t, err)
+	assert.Nil(t, res)
+	assert.Contains(t, err.Error(), "bench: --url http://***@"+ln.Addr().String()+": nothing answers there")
+	assert.Contains(t, err.Error(), "connection refused")
+	assert.NotContains(t, err.Error(), "secret")
+}
+
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
-	dead := func(t *testing.T) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		ln.Close()
-		return "http://" + addr
-	}
 	for _, tc := range []struct {
 		name    string
-		fake    *fakeSSE // nil: a dead endpoint
+		fake    *fakeSSE
 		timeout time.Duration
 		kind    string
 		msg     string
 	}{
-		{name: "dead", kind: reports.ErrKindConnection, msg: "connection refused"},
 		{name: "500", fake: &fakeSSE{Status: 500}, kind: "http_500", msg: "fake failure 500"},
 		{name: "503", fake: &fakeSSE{Status: 503}, kind: "http_503", msg: "fake failure 503"},
 		{name: "cut", fake: &fakeSSE{CutAfter: 2}, kind: reports.ErrKindStreamCut, msg: "before [DONE] after 2 events"},
@@ -172,13 +182,7 @@ func TestRunErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url := ""
-			if tc.fake == nil {
-				url = dead(t)
-			} else {
-				url = startFake(t, tc.fake).URL
-			}
-			cfg := smallConfig(url)
+			cfg := smallConfig(startFake(t, tc.fake).URL)
 			cfg.Load.Concurrency = []int{2}
 			if tc.timeout > 0 {
 				cfg.RequestTimeout = tc.timeout
