@@ -105,3 +105,18 @@ func TestServeGolden(t *testing.T) {
 		})
 	}
 }
+
+// An unknown flag's error names the command it was given to and that command's --help, for
+// every command (serve parses its own flags and says the same).
+func TestFlagErrorsNameTheCommand(t *testing.T) {
+	for _, cmd := range [][]string{{"sim"}, {"sim", "sweep"}, {"bench"}, {"fakeworker"}, {"demo"}, {"report"}, {"serve"}} {
+		var stdout, stderr bytes.Buffer
+		args := append(append([]string(nil), cmd...), "--bogus")
+		require.Equal(t, 1, execute(args, &stdout, &stderr), cmd)
+		name := strings.Join(cmd, " ")
+		assert.Equal(t, "router: "+name+": unknown flag: --bogus (see router "+name+" --help)\n", stderr.String())
+	}
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, execute([]string{"--bogus"}, &stdout, &stderr))
+	assert.Equal(t, "router: unknown flag: --bogus (see router --help)\n", stderr.String())
+}

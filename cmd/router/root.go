@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -30,6 +31,9 @@ prefill and decode onto separate GPU pools (and for regular clusters too):
               to tune cache_threshold and the balance thresholds against TTFT/TPOT
   bench       a load generator reporting P50-P99 TTFT/TPOT/ITL/E2E against a live deployment
   fakeworker  an SGLang-compatible fake worker, so a whole PD cluster runs on a laptop
+  demo        a local PD cluster of fakeworkers, serve in front, a bench run and the
+              simulator's prediction of it side by side (what 'make demo' runs)
+  report      an HTML or text report of bench or sim results, or two runs compared
 
 Every command explains its flags with --help.`,
 		SilenceUsage:  true,
@@ -37,6 +41,14 @@ Every command explains its flags with --help.`,
 		Version:       versionString(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	// Every command's flag errors name it and its --help (serve parses its own flags and says
+	// the same).
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if c == root {
+			return fmt.Errorf("%w (see router --help)", err)
+		}
+		return fmt.Errorf("%s: %w (see %s --help)", strings.TrimPrefix(c.CommandPath(), "router "), err, c.CommandPath())
+	})
 	root.AddCommand(newVersionCmd())
 	for _, c := range subcommands {
 		root.AddCommand(c())
