@@ -33,6 +33,7 @@ func (r *Router) noteLocked(w *Worker, before WorkerState, now time.Time, reason
 		if after == WorkerHealthy {
 			w.joined = now
 		}
+		w.reason = reason
 		r.emitLocked(WorkerEvent{URL: w.url, Role: w.role, From: before, To: after, Reason: reason})
 	}
 }

@@ -164,7 +164,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			r.avail[role] = avoid(r.avail[role], req.Avoid)
 		}
 		if len(r.avail[role]) == 0 {
-			return nil, &NoTargetError{Role: role, Registered: len(r.targets[role])}
+			return nil, r.noTargetLocked(role, now)
 		}
 		if r.cfg.WorkerOverloadTokenUsage > 0 || r.cfg.WorkerOverloadWaitingRequests > 0 {
 			var shed bool
@@ -304,8 +304,9 @@ func (r *Router) workerIndexLocked(t *Target) int {
 }
 
 // ObserveHealth feeds one probe result of the worker with url (at now) into its health
-// machine and reports whether its verdict flipped.
-func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool, err error) {
+// machine — passed when probeErr is nil, else failed for that reason — and reports whether its
+// verdict flipped.
+func (r *Router) ObserveHealth(url string, probeErr error, now time.Time) (flipped bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	role, i, found := r.findLocked(url)
@@ -314,10 +315,12 @@ func (r *Router) ObserveHealth(url string, ok bool, now time.Time) (flipped bool
 	}
 	w := r.workers[role][i]
 	before := workerState(w, now)
+	ok := probeErr == nil
 	flipped = w.health.Observe(ok)
-	reason := "health probe failed"
-	if ok {
-		reason = "health probe passed"
+	reason := "health probe passed"
+	if !ok {
+		reason = "health probe failed: " + probeErr.Error()
+	} else {
 		w.breaker.ProbePassed(now) // the worker is back: traffic on probation at once
 	}
 	r.noteLocked(w, before, now, reason)
@@ -569,4 +572,13 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	}
 	r.drainedLocked(w)
 	return true
+}
+
+// noTargetLocked describes role's workers when none is available at now (r.mu held).
+func (r *Router) noTargetLocked(role Role, now time.Time) *NoTargetError {
+	e := &NoTargetError{Role: role, Registered: len(r.targets[role])}
+	for _, w := range r.workers[role] {
+		e.Workers = append(e.Workers, UnavailableWorker{URL: RedactURL(w.url), State: workerState(w, now), Reason: RedactIn(w.reason, w.url)})
+	}
+	return e
 }

@@ -179,7 +179,7 @@ func TestRemovedWorkerDrainsThenGoes(t *testing.T) {
 		{URL: "http://a:1", Role: Regular, From: WorkerAdded, To: WorkerHealthy, Reason: "registered", Source: "config"},
 		{URL: "http://b:1", Role: Regular, From: WorkerAdded, To: WorkerStarting, Reason: "registered", Source: "api"},
 	}, events)
-	_, err = r.ObserveHealth("http://b:1", true, epoch)
+	_, err = r.ObserveHealth("http://b:1", nil, epoch)
 	require.NoError(t, err)
 	events = nil
 
@@ -333,7 +333,7 @@ func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 		return d.Regular.URL()
 	}
 	// b fails its probe: skipped.
-	flipped, err := r.ObserveHealth("http://b:1", false, clock.Now())
+	flipped, err := r.ObserveHealth("http://b:1", errors.New("status 503"), clock.Now())
 	require.NoError(t, err)
 	require.True(t, flipped)
 	got := []string{route(), route(), route()}
@@ -353,11 +353,14 @@ func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 	for range 4 {
 		require.Equal(t, "http://c:1", route())
 	}
-	// Everything unavailable → NoTargetError naming the count.
-	_, err = r.ObserveHealth("http://c:1", false, clock.Now())
+	// Everything unavailable → NoTargetError naming the count, each worker, its state and why.
+	_, err = r.ObserveHealth("http://c:1", errors.New("GET /health: status 503"), clock.Now())
 	require.NoError(t, err)
 	_, err = r.Route(&Request{})
-	require.EqualError(t, err, "no available regular workers (3 registered, all starting, unhealthy or circuit open)")
+	require.EqualError(t, err, "no available regular workers (3 registered, all starting, unhealthy or circuit open): "+
+		"http://a:1 breaker_open (2 failed requests in a row (--cb-failure-threshold)); "+
+		"http://b:1 unhealthy (health probe failed: status 503); "+
+		"http://c:1 unhealthy (health probe failed: GET /health: status 503)")
 	require.False(t, r.Ready())
 
 	// After the breaker timeout, a is half-open and gets traffic again.
@@ -366,7 +369,7 @@ func TestUnhealthyAndOpenWorkersAreSkipped(t *testing.T) {
 	require.True(t, r.Ready())
 	r.recordOutcome("http://a:1", Success)
 	require.Equal(t, BreakerClosed, r.Workers()[0].Breaker)
-	_, err = r.ObserveHealth("http://nope:1", true, clock.Now())
+	_, err = r.ObserveHealth("http://nope:1", nil, clock.Now())
 	require.Error(t, err)
 }
 
@@ -552,7 +555,7 @@ func TestHalfOpenWorkerTakesABoundedBurst(t *testing.T) {
 	burst = append(burst, d)
 
 	// With b gone, the full half-open a still takes every request: probation never refuses.
-	_, err = r.ObserveHealth("http://b:1", false, clock.Now())
+	_, err = r.ObserveHealth("http://b:1", errors.New("status 503"), clock.Now())
 	require.NoError(t, err)
 	for range 3 {
 		d, err := r.Route(&Request{})

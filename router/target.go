@@ -25,6 +25,9 @@ type Worker struct {
 	// from unhealthy or an open breaker), guarded by the router's mutex: cache_aware's warm-up
 	// runs from there.
 	joined time.Time
+	// reason is why it is in its state: the reason of its last change of state (guarded by
+	// the router's mutex), for a NoTargetError to name.
+	reason string
 
 	// removed is set once RemoveWorker took the worker out of routing; atomic so that
 	// Decision.Done can tell without the router's lock whether a finished leg may end a drain.
@@ -226,13 +229,42 @@ type WorkerEvent struct {
 type NoTargetError struct {
 	Role       Role
 	Registered int // targets registered for the role
+	// Workers are the role's workers and why each takes no traffic (URLs and reasons
+	// redacted), in registration order.
+	Workers []UnavailableWorker
 }
+
+// UnavailableWorker is a worker that takes no traffic, its state and the reason it entered it.
+type UnavailableWorker struct {
+	URL    string // redacted
+	State  WorkerState
+	Reason string // redacted; "" when none was recorded
+}
+
+// maxNamedWorkers bounds the workers a NoTargetError's message names.
+const maxNamedWorkers = 4
 
 func (e *NoTargetError) Error() string {
 	if e.Registered == 0 {
 		return fmt.Sprintf("no %s workers registered", e.Role)
 	}
-	return fmt.Sprintf("no available %s workers (%d registered, all starting, unhealthy or circuit open)", e.Role, e.Registered)
+	var b strings.Builder
+	fmt.Fprintf(&b, "no available %s workers (%d registered, all starting, unhealthy or circuit open)", e.Role, e.Registered)
+	for i, w := range e.Workers {
+		if i == maxNamedWorkers {
+			fmt.Fprintf(&b, "; %d more", len(e.Workers)-i)
+			break
+		}
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s %s", sep, w.URL, w.State)
+		if w.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", w.Reason)
+		}
+	}
+	return b.String()
 }
 
 // Redacted is what stands for a URL's credentials (user name and password alike) wherever a

@@ -55,7 +55,7 @@ func TestCacheAwareWarmUpGivesAReturningWorkerItsShare(t *testing.T) {
 			require.Equal(t, map[string]int{a: 10}, to, "b out of rotation")
 			clk.Advance(time.Second)
 			for range cfg.HealthSuccessThreshold {
-				_, err = r.ObserveHealth(b, true, clk.Now())
+				_, err = r.ObserveHealth(b, nil, clk.Now())
 				require.NoError(t, err)
 			}
 			require.Equal(t, WorkerHealthy, r.Workers()[1].State)

@@ -400,7 +400,11 @@ func (x *sim) dispatch(ev *event) {
 	case evProbe:
 		for _, rep := range x.reps {
 			for _, sv := range x.servers {
-				if _, err := rep.rt.ObserveHealth(sv.url, !sv.killed, x.t()); err != nil {
+				var probeErr error
+				if sv.killed {
+					probeErr = errSimKilled
+				}
+				if _, err := rep.rt.ObserveHealth(sv.url, probeErr, x.t()); err != nil {
 					x.err = err
 				}
 			}
@@ -454,3 +458,6 @@ func (x *sim) result() (*Result, error) {
 	}
 	return &Result{Results: res, Records: x.records, Stats: x.stats}, nil
 }
+
+// errSimKilled is a killed server's health probe failure.
+var errSimKilled = errors.New("GET /health: connection refused (the server was killed)")

@@ -190,6 +190,8 @@ func TestWorkerEventsLogged(t *testing.T) {
 			`level=WARN msg="worker stopped taking traffic" worker=http://***@w:1 role=decode from=healthy to=breaker_open reason="3 failed requests in a row"`},
 		{"back", router.WorkerEvent{From: router.WorkerUnhealthy, To: router.WorkerHealthy, Reason: "health probe passed"},
 			`level=INFO msg="worker takes traffic again" worker=http://***@w:1 role=decode from=unhealthy to=healthy reason="health probe passed"`},
+		{"ready", router.WorkerEvent{From: router.WorkerStarting, To: router.WorkerHealthy, Reason: "health probe passed"},
+			`level=INFO msg="worker ready: takes traffic" worker=http://***@w:1 role=decode from=starting to=healthy reason="health probe passed"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

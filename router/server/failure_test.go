@@ -329,7 +329,7 @@ func TestOneHealthTruthAndLoudFailures(t *testing.T) {
 	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.Contains(t, rec.Body.String(), `pdrouter_worker_healthy{role="regular",worker="`+bad.URL()+`"} 0`)
 
-	_, err = s.Router().ObserveHealth(bad.URL(), true, time.Now())
+	_, err = s.Router().ObserveHealth(bad.URL(), nil, time.Now())
 	require.NoError(t, err)
 	waitFor(t, func() bool { return strings.Contains(logs.String(), "worker takes traffic again") })
 	assert.Contains(t, logs.String(), "reason=\"health probe passed\"")
@@ -454,4 +454,29 @@ func TestRetryBudgetRefusesWhileFull(t *testing.T) {
 	close(held)
 	assert.Equal(t, http.StatusOK, <-first, "the request being retried is answered")
 	assert.Equal(t, 3, a.callCount()+int(bCalls.Load()), "two attempts of the first request, one of the second")
+}
+
+// serve with no workers at all says so at start, and a request then hears why no worker takes
+// it: the 503 names each worker, its state and the cause (here none registered; with workers,
+// router.NoTargetError lists them).
+func TestServeWithoutWorkersWarns(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	tr := startRouterLogging(t, DefaultConfig(), slog.New(slog.NewTextHandler(logs, nil)))
+	assert.Contains(t, logs.String(), `msg="no workers: every request is answered 503 until some are added (--worker-urls, POST /workers, or --service-discovery)"`)
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, "no regular workers registered")
+}
+
+// A 503 for want of a worker names each, its state and why it is in it.
+func TestNoWorkerAnswerNamesTheWorkers(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, jsonReply(genReply))
+	tr := startRouter(t, regularConfig(w))
+	_, err := tr.s.r.ObserveFailureProbe(w.URL(), false, time.Now(), "GET /health: connection refused")
+	require.NoError(t, err)
+	status, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body, w.URL()+" unhealthy (a request failed to reach it and a health probe then failed: GET /health: connection refused)")
 }

@@ -127,20 +127,18 @@ func (h *healthChecker) checkAll(ctx context.Context) {
 		wg.Add(1)
 		go func(url string) {
 			defer wg.Done()
-			ok := h.probe(ctx, url)
+			perr := h.check(ctx, url)
 			if ctx.Err() != nil {
 				return // shutting down: a cancelled probe says nothing about the worker
 			}
-			flipped, err := h.Router.ObserveHealth(url, ok, h.Now())
+			flipped, err := h.Router.ObserveHealth(url, perr, h.Now())
 			if err == nil && flipped && h.OnFlip != nil {
-				h.OnFlip(url, ok)
+				h.OnFlip(url, perr == nil)
 			}
 		}(w.URL)
 	}
 	wg.Wait()
 }
-
-func (h *healthChecker) probe(ctx context.Context, url string) bool { return h.check(ctx, url) == nil }
 
 // check probes url's health endpoint once and says why it failed.
 func (h *healthChecker) check(ctx context.Context, url string) error {
@@ -191,7 +189,7 @@ func (h *healthChecker) checkStarting(ctx context.Context) map[string]error {
 				failed[url] = err
 				mu.Unlock()
 			}
-			flipped, rerr := h.Router.ObserveHealth(url, err == nil, h.Now())
+			flipped, rerr := h.Router.ObserveHealth(url, err, h.Now())
 			if rerr == nil && flipped && h.OnFlip != nil {
 				h.OnFlip(url, err == nil)
 			}
@@ -269,7 +267,7 @@ func (h *healthChecker) checkFailed(ctx context.Context) {
 			}
 			d.rec.next = at.Add(d.rec.delay)
 			h.mu.Unlock()
-			flipped, rerr := h.Router.ObserveHealth(d.url, err == nil, at)
+			flipped, rerr := h.Router.ObserveHealth(d.url, err, at)
 			if rerr == nil && flipped && h.OnFlip != nil {
 				h.OnFlip(d.url, err == nil)
 			}

@@ -64,6 +64,8 @@ func (s *Server) workerEvent(ev router.WorkerEvent) {
 		} else {
 			s.log.Info("worker removed", "worker", u, "role", role, "from", string(ev.From), "reason", ev.Reason, "source", ev.Source)
 		}
+	case ev.To == router.WorkerHealthy && ev.From == router.WorkerStarting:
+		s.log.Info("worker ready: takes traffic", "worker", u, "role", role, "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason)
 	case ev.To == router.WorkerHealthy:
 		s.log.Info("worker takes traffic again", "worker", u, "role", role, "from", string(ev.From), "to", string(ev.To), "reason", ev.Reason)
 	default:

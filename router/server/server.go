@@ -235,8 +235,12 @@ func (s *Server) Start(ctx context.Context) error {
 				"url", router.RedactURL(url), "cause", err.Error())
 		}
 	}
-	if s.cfg.PDDisaggregation && !s.cfg.ServiceDiscovery && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0) {
+	switch {
+	case s.cfg.ServiceDiscovery:
+	case s.cfg.PDDisaggregation && (len(s.cfg.Prefill) == 0 || len(s.cfg.Decode) == 0):
 		s.log.Warn("PD mode without prefill or decode workers: /readiness answers 503 until both are added through /workers")
+	case !s.cfg.PDDisaggregation && len(s.cfg.WorkerURLs) == 0:
+		s.log.Warn("no workers: every request is answered 503 until some are added (--worker-urls, POST /workers, or --service-discovery)")
 	}
 	if s.loads != nil {
 		s.bg.Add(1)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -146,13 +147,13 @@ func TestUnhealthyWorkersSkippedAndBack(t *testing.T) {
 	cfg.HealthFailureThreshold, cfg.HealthSuccessThreshold = 1, 1
 	tr := startRouter(t, cfg)
 	r := tr.s.Router()
-	_, err := r.ObserveHealth(a.URL(), false, time.Now())
+	_, err := r.ObserveHealth(a.URL(), errors.New("status 503"), time.Now())
 	require.NoError(t, err)
 	for range 3 {
 		_, _, body := tr.post(t, "/generate", `{"text":"x"}`, nil)
 		require.JSONEq(t, `{"w":"b"}`, body)
 	}
-	_, err = r.ObserveHealth(a.URL(), true, time.Now())
+	_, err = r.ObserveHealth(a.URL(), nil, time.Now())
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	for range 2 {
