@@ -26,6 +26,9 @@ type shardDoc struct {
 	Total  int          `json:"total"`
 	Shard  int          `json:"shard"`
 	Shards int          `json:"shards"`
+	// Base is the grid index of the point with the defaults' settings (BaseIndex); absent
+	// when the grid does not hold it (or the shard was written before it was recorded).
+	Base   *int         `json:"base,omitempty"`
 	Points []shardPoint `json:"points"`
 }
 
@@ -44,10 +47,14 @@ type shardPoint struct {
 	Results  json.RawMessage `json:"results"`
 }
 
-// WriteShard writes shard i of n of a sweep over vars (total points in the whole grid) to
-// dir/ShardFile. Every point must have run without error.
-func WriteShard(dir string, vars []Vary, total, i, n int, pts []Point) error {
+// WriteShard writes shard i of n of a sweep over vars (total points in the whole grid, base
+// the grid index of the defaults' point or -1) to dir/ShardFile. Every point must have run
+// without error.
+func WriteShard(dir string, vars []Vary, total, base, i, n int, pts []Point) error {
 	doc := shardDoc{Schema: shardSchema, Total: total, Shard: i, Shards: n}
+	if base >= 0 {
+		doc.Base = &base
+	}
 	for _, v := range vars {
 		doc.Vars = append(doc.Vars, shardVary(v))
 	}
@@ -78,9 +85,9 @@ func WriteShard(dir string, vars []Vary, total, i, n int, pts []Point) error {
 // grid and every point, in grid order, as a single sweep would have them (results without
 // records). The shards must come from one sweep — the same grid and shard count — and
 // together hold every point exactly once; the error says which are missing or doubled.
-func ReadShards(dirs []string) ([]Vary, []Point, error) {
+func ReadShards(dirs []string) ([]Vary, []Point, int, error) {
 	if len(dirs) == 0 {
-		return nil, nil, fmt.Errorf("sim: --merge needs the shards' --out directories")
+		return nil, nil, -1, fmt.Errorf("sim: --merge needs the shards' --out directories")
 	}
 	var first *shardDoc
 	byIndex := map[int]Point{}
@@ -89,29 +96,29 @@ func ReadShards(dirs []string) ([]Vary, []Point, error) {
 		path := filepath.Join(dir, ShardFile)
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("sim: --merge: %w", err)
+			return nil, nil, -1, fmt.Errorf("sim: --merge: %w", err)
 		}
 		var doc shardDoc
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&doc); err != nil {
-			return nil, nil, fmt.Errorf("sim: --merge %s: %w", path, err)
+			return nil, nil, -1, fmt.Errorf("sim: --merge %s: %w", path, err)
 		}
 		if doc.Schema != shardSchema {
-			return nil, nil, fmt.Errorf("sim: --merge %s: schema %q, want %q", path, doc.Schema, shardSchema)
+			return nil, nil, -1, fmt.Errorf("sim: --merge %s: schema %q, want %q", path, doc.Schema, shardSchema)
 		}
 		if first == nil {
 			first = &doc
 		} else if !sameGrid(first, &doc) {
-			return nil, nil, fmt.Errorf("sim: --merge %s: another sweep (grid or shard count differs from %s)", path, dirs[0])
+			return nil, nil, -1, fmt.Errorf("sim: --merge %s: another sweep (grid or shard count differs from %s)", path, dirs[0])
 		}
 		for _, sp := range doc.Points {
 			if prev, dup := from[sp.Index]; dup {
-				return nil, nil, fmt.Errorf("sim: --merge: point %d is in both %s and %s", sp.Index, prev, dir)
+				return nil, nil, -1, fmt.Errorf("sim: --merge: point %d is in both %s and %s", sp.Index, prev, dir)
 			}
 			res, err := reports.DecodeResults(bytes.NewReader(sp.Results))
 			if err != nil {
-				return nil, nil, fmt.Errorf("sim: --merge %s: point %d: %w", path, sp.Index, err)
+				return nil, nil, -1, fmt.Errorf("sim: --merge %s: point %d: %w", path, sp.Index, err)
 			}
 			from[sp.Index] = dir
 			byIndex[sp.Index] = Point{Index: sp.Index, Values: sp.Values, Config: Config{Router: sp.Router, Routing: Routing{KVEvents: sp.KVEvents}}, Result: &Result{Results: res}}
@@ -128,14 +135,18 @@ func ReadShards(dirs []string) ([]Vary, []Point, error) {
 		pts = append(pts, p)
 	}
 	if len(missing) > 0 {
-		return nil, nil, fmt.Errorf("sim: --merge: %d of %d points missing (indexes %s): give every shard's directory",
+		return nil, nil, -1, fmt.Errorf("sim: --merge: %d of %d points missing (indexes %s): give every shard's directory",
 			len(missing), first.Total, strings.Join(missing, ","))
 	}
 	vars := make([]Vary, len(first.Vars))
 	for i, v := range first.Vars {
 		vars[i] = Vary(v)
 	}
-	return vars, pts, nil
+	base := -1
+	if first.Base != nil {
+		base = *first.Base
+	}
+	return vars, pts, base, nil
 }
 
 func sameGrid(a, b *shardDoc) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -99,6 +100,28 @@ func Grid(base Config, vars []Vary) ([]Point, error) {
 		pts[i].Index = i
 	}
 	return pts, nil
+}
+
+// BaseIndex returns the Index of the point of pts that is base itself — every varied key at
+// base's own value — or -1 when pts do not hold it.
+func BaseIndex(base Config, vars []Vary, pts []Point) int {
+	for _, p := range pts {
+		same := len(p.Values) == len(vars)
+		for k := 0; same && k < len(vars); k++ {
+			c, err := apply(base, vars[k].Key, p.Values[k])
+			same = err == nil && sameSettings(c, base)
+		}
+		if same {
+			return p.Index
+		}
+	}
+	return -1
+}
+
+// sameSettings reports whether a and b simulate the same thing.
+func sameSettings(a, b Config) bool {
+	return reflect.DeepEqual(a.Cluster, b.Cluster) && reflect.DeepEqual(a.Router, b.Router) &&
+		reflect.DeepEqual(a.Routing, b.Routing) && reflect.DeepEqual(a.Workload, b.Workload) && reflect.DeepEqual(a.Load, b.Load)
 }
 
 // keyAliases are other names of sweep keys: SGLang's flag names where the cluster key keeps
@@ -334,7 +357,8 @@ func (o Objective) Label() string {
 	return "worst P95 TTFT ms"
 }
 
-func (o Objective) higherIsBetter() bool {
+// HigherIsBetter reports whether a higher score is better (goodput, throughput).
+func (o Objective) HigherIsBetter() bool {
 	return o.Name == ObjectiveGoodput || o.Name == ObjectiveThroughput
 }
 
@@ -358,7 +382,7 @@ func (o Objective) Score(p *Point) (float64, bool) {
 		default:
 			v = l.TTFTMs.P95
 		}
-		if i == 0 || (o.higherIsBetter() && v < score) || (!o.higherIsBetter() && v > score) {
+		if i == 0 || (o.HigherIsBetter() && v < score) || (!o.HigherIsBetter() && v > score) {
 			score = v
 		}
 	}
@@ -407,7 +431,7 @@ func RankBy(points []Point, o Objective) []Ranked {
 			return -1
 		}
 		if a.Score != b.Score {
-			if (a.Score < b.Score) != o.higherIsBetter() {
+			if (a.Score < b.Score) != o.HigherIsBetter() {
 				return -1
 			}
 			return 1

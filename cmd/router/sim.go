@@ -384,7 +384,10 @@ in parallel on all cores, each run deterministic, and prints the configurations 
 
 Configurations with equal scores share a rank ("2=") and are named as ties; runs with errors
 rank last. --slo ttft=MS,tpot=MS drops configurations whose P95 misses it at any level (with
---objective goodput it defines the goodput instead). --write-config FILE writes the winner in
+--objective goodput it defines the goodput instead). Below the table: the best configuration's
+margin over the runner-up and over the defaults (the grid point with every varied key at its
+default). When the best beats the defaults by no more than --tie-margin percent, the defaults
+are the winner: a tie is no reason to move a setting. --write-config FILE writes the winner in
 'router serve --config' form and --out DIR its results. Progress goes to stderr: a bar on a
 terminal, a line per finished point otherwise.
 
@@ -408,6 +411,7 @@ is sim's.`,
 		objective string
 		shard     string
 		merge     bool
+		tieMargin float64
 	)
 	parallel := runtime.GOMAXPROCS(0)
 	cmd.Flags().StringArrayVar(&varies, "vary", nil, "KEY=v1,v2,...: one sweep dimension (repeatable)")
@@ -415,6 +419,7 @@ is sim's.`,
 	cmd.Flags().StringVar(&objective, "objective", sim.ObjectiveP95TTFT, "ranking: "+strings.Join(sim.Objectives, ", ")+", each over the worst level")
 	cmd.Flags().StringVar(&shard, "shard", "", "I/N: run only the points whose index is I mod N, writing them to --out DIR for --merge")
 	cmd.Flags().BoolVar(&merge, "merge", false, "rank the shards in the directories given as arguments instead of running")
+	cmd.Flags().Float64Var(&tieMargin, "tie-margin", 2, "percent of the objective within which a configuration does not beat the defaults: --write-config then keeps the defaults")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if f.format != "table" {
 			return fmt.Errorf("sweep: --format %s: a sweep prints a table (use --out DIR for the best run's results)", f.format)
@@ -435,11 +440,11 @@ is sim's.`,
 			if len(varies) > 0 || shard != "" {
 				return fmt.Errorf("sweep: --merge ranks finished shards: it takes no --vary or --shard")
 			}
-			vars, pts, err := sim.ReadShards(args)
+			vars, pts, base, err := sim.ReadShards(args)
 			if err != nil {
 				return err
 			}
-			return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, false)
+			return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, false, base, tieMargin)
 		}
 		if len(args) > 0 {
 			return fmt.Errorf("sweep: unexpected argument %q (directories are for --merge)", args[0])
@@ -470,6 +475,7 @@ is sim's.`,
 		if err != nil {
 			return err
 		}
+		defaults := sim.BaseIndex(base, vars, all) // a grid index
 		prog := newSweepProgress(cmd.ErrOrStderr(), vars, obj)
 		pts, err := sim.SweepShard(base, vars, parallel, si, sn, prog.point)
 		prog.finish()
@@ -482,39 +488,100 @@ is sim's.`,
 			}
 		}
 		if sn > 1 {
-			if err := sim.WriteShard(f.out, vars, len(all), si, sn, pts); err != nil {
+			if err := sim.WriteShard(f.out, vars, len(all), defaults, si, sn, pts); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "shard %d/%d: %d of %d points written to %s (rank them with --merge)\n", si, sn, len(pts), len(all), filepath.Join(f.out, sim.ShardFile))
 			return nil
 		}
-		return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, true)
+		return finishSweep(cmd.OutOrStdout(), f, vars, pts, obj, true, defaults, tieMargin)
 	}
 	return cmd
 }
 
-// finishSweep ranks pts, prints the table, and writes --out (the best run's results, when
-// its records are at hand) and --write-config.
-func finishSweep(w io.Writer, f *simFlags, vars []sim.Vary, pts []sim.Point, obj sim.Objective, haveRecords bool) error {
+// finishSweep ranks pts, prints the table and the winner's margins, and writes --out (the
+// chosen run's results, when its records are at hand) and --write-config. base is the grid
+// index of the defaults' point (-1: not in the grid): when no configuration beats it by more
+// than tieMargin percent, the defaults are chosen.
+func finishSweep(w io.Writer, f *simFlags, vars []sim.Vary, pts []sim.Point, obj sim.Objective, haveRecords bool, base int, tieMargin float64) error {
 	ranked := sim.RankBy(pts, obj)
 	if err := writeSweepTable(w, vars, ranked, len(pts), obj); err != nil {
 		return err
 	}
-	if f.out != "" && len(ranked) > 0 && haveRecords {
-		if err := reports.WriteDir(f.out, ranked[0].Result.Results, ranked[0].Result.Records); err != nil {
+	choice := chooseWinner(w, vars, ranked, base, obj, tieMargin)
+	if f.out != "" && choice >= 0 && haveRecords {
+		if err := reports.WriteDir(f.out, ranked[choice].Result.Results, ranked[choice].Result.Records); err != nil {
 			return err
 		}
 	}
 	if f.writeConfig != "" {
-		if len(ranked) == 0 {
+		if choice < 0 {
 			return fmt.Errorf("sweep: no configuration meets --slo %s; %s not written", f.slo, f.writeConfig)
 		}
-		if err := writeSimConfig(f.writeConfig, ranked[0].Config.Router, f.chosenRouting(ranked[0].Config.Routing, vars)); err != nil {
+		if err := writeSimConfig(f.writeConfig, ranked[choice].Config.Router, f.chosenRouting(ranked[choice].Config.Routing, vars)); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "\nwrote the best configuration (%s) to %s\n", ranked[0].Label(vars), f.writeConfig)
+		fmt.Fprintf(w, "\nwrote the chosen configuration (%s) to %s\n", ranked[choice].Label(vars), f.writeConfig)
 	}
 	return nil
+}
+
+// chooseWinner prints the best configuration's margin over the runner-up and over the
+// defaults (grid index base) and returns the position in ranked of the one to keep: the best,
+// or the defaults when the best beats them by no more than tieMargin percent of the objective
+// (-1: nothing ranked).
+func chooseWinner(w io.Writer, vars []sim.Vary, ranked []sim.Ranked, base int, obj sim.Objective, tieMargin float64) int {
+	if len(ranked) == 0 {
+		return -1
+	}
+	best := &ranked[0]
+	// margin is how much worse other scores than the best, in percent of the best.
+	margin := func(other float64) float64 {
+		if best.Score == 0 {
+			return 0
+		}
+		m := 100 * (other - best.Score) / math.Abs(best.Score)
+		if obj.HigherIsBetter() {
+			m = -m
+		}
+		return m
+	}
+	def := -1
+	if base >= 0 {
+		for i := range ranked {
+			if ranked[i].Index == base {
+				def = i
+			}
+		}
+	}
+	line := fmt.Sprintf("\nbest: %s (%s %.4g)", best.Label(vars), obj.Label(), best.Score)
+	if len(ranked) > 1 {
+		line += fmt.Sprintf("; runner-up %s by %.1f %%", ranked[1].Label(vars), margin(ranked[1].Score))
+	}
+	switch {
+	case base < 0:
+		line += "; the defaults are not in the grid"
+	case def < 0:
+		line += "; the defaults miss the SLO"
+	case def > 0:
+		line += fmt.Sprintf("; the defaults (%s) by %.1f %%", ranked[def].Label(vars), margin(ranked[def].Score))
+	}
+	fmt.Fprintln(w, line)
+	if def > 0 && margin(ranked[def].Score) <= tieMargin && !failed(&ranked[def]) {
+		fmt.Fprintf(w, "no configuration beats the defaults by more than --tie-margin %g %%: keeping the defaults (%s)\n", tieMargin, ranked[def].Label(vars))
+		return def
+	}
+	return 0
+}
+
+// failed reports whether any level of r had errors.
+func failed(r *sim.Ranked) bool {
+	for _, l := range r.Result.Results.Levels {
+		if l.Errors > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // parseShard parses --shard I/N ("" is the whole grid, 0/1).

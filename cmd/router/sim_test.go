@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/reports"
+	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
@@ -184,17 +185,11 @@ func TestSimSweepWriteConfigThenServe(t *testing.T) {
 	require.NoError(t, err)
 	t.Log(out)
 	assert.Contains(t, out, "TTFT p95 ms")
-	assert.Contains(t, out, "wrote the best configuration")
-	// The winner is the first ranked row.
-	var winner []string
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.TrimSuffix(f[0], "=") == "1" {
-			winner = f[1:4]
-			break
-		}
-	}
-	require.Len(t, winner, 3, out)
+	// The winner is the configuration the last line names (the first ranked row, or the
+	// defaults when nothing beats them by more than --tie-margin).
+	m := regexp.MustCompile(`wrote the chosen configuration \(cache_threshold=(\S+) balance_abs_threshold=(\S+) policy=(\S+)\)`).FindStringSubmatch(out)
+	require.Len(t, m, 4, out)
+	winner := m[1:]
 	res, _, err := reports.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Contains(t, string(res.Meta.Router), `"policy":"`+winner[2]+`"`)
@@ -291,6 +286,27 @@ func TestSimSweepProgressAndTies(t *testing.T) {
 	assert.Regexp(t, `tie at rank 1: \S+.*eviction_interval_secs=100 \| .*eviction_interval_secs=200`, out)
 }
 
+// A sweep whose points tie within --tie-margin keeps the defaults and says so (eviction
+// changes nothing in a short run, so every point ties); its best configuration's margins over
+// the runner-up and the defaults are printed.
+func TestSimSweepKeepsTheDefaultsOnATie(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "chosen.yaml")
+	args := append([]string{"sim", "sweep", "--vary", "eviction_interval_secs=60,120,240", "--write-config", cfg}, simSmall...)
+	out, err := run(t, args...)
+	require.NoError(t, err)
+	assert.Regexp(t, `best: eviction_interval_secs=60 \(worst P95 TTFT ms [0-9.]+\); runner-up eviction_interval_secs=120 by 0\.0 %; the defaults \(eviction_interval_secs=120\) by 0\.0 %`, out)
+	assert.Contains(t, out, "no configuration beats the defaults by more than --tie-margin 2 %: keeping the defaults (eviction_interval_secs=120)")
+	assert.Contains(t, out, "wrote the chosen configuration (eviction_interval_secs=120)")
+	b, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "eviction_interval_secs: 120")
+
+	out, err = run(t, append([]string{"sim", "sweep", "--vary", "eviction_interval_secs=60,240"}, simSmall...)...)
+	require.NoError(t, err)
+	assert.Contains(t, out, "the defaults are not in the grid")
+}
+
 // Three shards and a merge rank exactly as one sweep, and write the same config file.
 func TestSimSweepShardsMerge(t *testing.T) {
 	dir := t.TempDir()
@@ -308,7 +324,7 @@ func TestSimSweepShardsMerge(t *testing.T) {
 	}
 	merged, err := run(t, append([]string{"sim", "sweep", "--merge", "--objective", "p99-ttft", "--write-config", filepath.Join(dir, "merged.yaml")}, shards...)...)
 	require.NoError(t, err)
-	table := func(s string) string { s, _, _ = strings.Cut(s, "\nwrote the best"); return s }
+	table := func(s string) string { s, _, _ = strings.Cut(s, "\nwrote the chosen"); return s }
 	assert.Equal(t, table(one), table(merged))
 	a, err := os.ReadFile(filepath.Join(dir, "one.yaml"))
 	require.NoError(t, err)
@@ -443,4 +459,37 @@ func TestSimLoadReportsAndShedding(t *testing.T) {
 	sweep, err := run(t, append([]string{"sim", "sweep", "--vary", "load_report_interval=0,100ms"}, simSmall...)...)
 	require.NoError(t, err)
 	assert.Contains(t, sweep, "load_report_interval")
+}
+
+// The winner: the best unless it beats the defaults by no more than the margin (lower is
+// better for latency, higher for throughput); defaults that failed requests are never kept.
+func TestChooseWinnerMargins(t *testing.T) {
+	vars := []sim.Vary{{Key: "k", Values: []string{"a", "b", "c"}}}
+	point := func(i int, score float64, errs int) sim.Ranked {
+		res := &reports.Results{Levels: []reports.Level{{Errors: errs}}}
+		return sim.Ranked{Point: sim.Point{Index: i, Values: []string{vars[0].Values[i]}, Result: &sim.Result{Results: res}}, Score: score}
+	}
+	p95, err := sim.ParseObjective(sim.ObjectiveP95TTFT, nil)
+	require.NoError(t, err)
+	tput, err := sim.ParseObjective(sim.ObjectiveThroughput, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		obj    sim.Objective
+		ranked []sim.Ranked
+		base   int
+		want   int
+		line   string
+	}{
+		{"within the margin", p95, []sim.Ranked{point(0, 100, 0), point(1, 101.5, 0), point(2, 110, 0)}, 1, 1, "the defaults (k=b) by 1.5 %"},
+		{"beyond it", p95, []sim.Ranked{point(0, 100, 0), point(2, 101, 0), point(1, 103, 0)}, 1, 0, "runner-up k=c by 1.0 %; the defaults (k=b) by 3.0 %"},
+		{"higher is better", tput, []sim.Ranked{point(2, 10, 0), point(1, 9.9, 0)}, 1, 1, "the defaults (k=b) by 1.0 %"},
+		{"defaults failed", p95, []sim.Ranked{point(0, 100, 0), point(1, 100, 3)}, 1, 0, "the defaults (k=b) by 0.0 %"},
+		{"defaults best", p95, []sim.Ranked{point(1, 100, 0), point(0, 120, 0)}, 1, 0, "runner-up k=a by 20.0 %"},
+		{"not in the grid", p95, []sim.Ranked{point(0, 100, 0)}, -1, 0, "the defaults are not in the grid"},
+	} {
+		var out bytes.Buffer
+		assert.Equal(t, tc.want, chooseWinner(&out, vars, tc.ranked, tc.base, tc.obj, 2), tc.name)
+		assert.Contains(t, out.String(), tc.line, tc.name)
+	}
 }
