@@ -81,7 +81,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 		if w := p.warming(now, req.loads, ts, idx, reason); w >= 0 {
 			idx, reason = w, ReasonWarmUp
 		}
-		p.tree.Insert(req.Text, ts[idx].name)
+		p.insert(req.Text, ts[idx].name)
 		return Pick{Index: idx, Reason: reason, MatchRate: rate, Signal: reasonSignal(reason, req.loads)}, nil
 	}
 	pk := p.chooseKV(now, req, ts)
@@ -90,8 +90,19 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 	}
 	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
-	p.tree.Insert(req.Text, ts[pk.Index].name)
+	p.insert(req.Text, ts[pk.Index].name)
 	return pk, nil
+}
+
+// insert puts text in the tree for tenant and trims the tree by size at once when it goes
+// over MaxTreeTotalChars (down to 90 % of it, so the full walk an eviction costs comes once per
+// tenth of the budget), not only at the next --eviction-interval-secs: the memory bound holds
+// between evictions too.
+func (p *CacheAware) insert(text, tenant string) {
+	p.tree.Insert(text, tenant)
+	if m := p.cfg.MaxTreeTotalChars; m > 0 && p.tree.TotalChars() > m {
+		p.tree.Evict(p.cfg.MaxTreeSize, m-m/10)
+	}
 }
 
 // imbalanced reports whether the loads of ts, compared as c says, are imbalanced
@@ -364,4 +375,6 @@ func (p *CacheAware) ResetTree() { p.tree = tree.New() }
 func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }
 
 // TreeStats returns the runes stored in the tree's edges and its node count.
-func (p *CacheAware) TreeStats() (chars, nodes int) { return p.tree.TotalChars(), p.tree.Nodes() }
+func (p *CacheAware) TreeStats() TreeSize {
+	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes()}
+}

@@ -38,7 +38,7 @@ type (
 	targetRemover interface{ RemoveTarget(name string) }
 	evicter       interface{ Evict() }
 	treeResetter  interface{ ResetTree() }
-	treeStatser   interface{ TreeStats() (chars, nodes int) }
+	treeStatser   interface{ TreeStats() TreeSize }
 )
 
 // NewPolicy builds the named policy. Each call returns an independent instance (PD mode builds

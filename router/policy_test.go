@@ -235,19 +235,22 @@ func TestCacheAwareRouterPDSeparateTreesAndEviction(t *testing.T) {
 		d.Done(Prefill, Success)
 		d.Done(Decode, Success)
 	}
-	pc, _, _ := r.TreeStats(Prefill)
-	dc, _, _ := r.TreeStats(Decode)
+	ps, _ := r.TreeStats(Prefill)
+	ds, _ := r.TreeStats(Decode)
+	pc, dc := ps.Chars, ds.Chars
 	require.Equal(t, 90, pc)
 	require.Equal(t, 90, dc, "each role has its own tree")
-	_, _, ok := r.TreeStats(Regular)
+	_, ok := r.TreeStats(Regular)
 	require.False(t, ok)
 
 	// Eviction runs only once the interval has passed in injected time.
 	r.Tick(epoch.Add(59 * time.Second))
-	pc, _, _ = r.TreeStats(Prefill)
+	ps, _ = r.TreeStats(Prefill)
+	pc = ps.Chars
 	require.Equal(t, 90, pc)
 	r.Tick(epoch.Add(60 * time.Second))
-	pc, _, _ = r.TreeStats(Prefill)
+	ps, _ = r.TreeStats(Prefill)
+	pc = ps.Chars
 	require.LessOrEqual(t, pc, 20, "each of the 2 tenants is cut to ≤ 10 chars")
 	require.NoError(t, r.Policy(Prefill).(*CacheAware).tree.Check())
 

@@ -442,19 +442,25 @@ func (r *Router) Ready() bool {
 	return has(Regular)
 }
 
-// TreeStats returns the size of role's cache-aware tree (runes stored, nodes); ok is false
-// when the role's policy keeps no tree.
-func (r *Router) TreeStats(role Role) (chars, nodes int, ok bool) {
+// TreeSize is the size of a cache-aware tree.
+type TreeSize struct {
+	Chars int // runes stored on its edges
+	Nodes int
+	Bytes int // the heap it holds, estimated (tree.Tree.Bytes)
+}
+
+// TreeStats returns the size of role's cache-aware tree; ok is false when the role's policy
+// keeps no tree.
+func (r *Router) TreeStats(role Role) (size TreeSize, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if role >= numRoles {
-		return 0, 0, false
+		return TreeSize{}, false
 	}
 	if s, isTree := r.policies[role].(treeStatser); isTree {
-		chars, nodes = s.TreeStats()
-		return chars, nodes, true
+		return s.TreeStats(), true
 	}
-	return 0, 0, false
+	return TreeSize{}, false
 }
 
 // NewRetrier returns the retries of one request that has just arrived (SPEC §1.6): it counts

@@ -76,3 +76,24 @@ func TestCacheAwareWarmUpGivesAReturningWorkerItsShare(t *testing.T) {
 		})
 	}
 }
+
+// The tree is trimmed by size as it grows, not only at the eviction interval: with
+// --max-tree-total-chars 2000 and no Tick, it never holds more.
+func TestTreeTrimmedBySizeBetweenEvictions(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxTreeTotalChars = 2000
+	r := newTestRouter(t, cfg)
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://a:1", Role: Regular}))
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://b:1", Role: Regular}))
+	peak := 0
+	for i := range 500 {
+		d, err := r.Route(&Request{Text: fmt.Sprintf("prompt %d %s", i, strings.Repeat("x", 40))})
+		require.NoError(t, err)
+		d.Done(Regular, Success)
+		size, _ := r.TreeStats(Regular)
+		peak = max(peak, size.Chars)
+	}
+	assert.LessOrEqual(t, peak, 2000)
+	assert.Greater(t, peak, 1500, "trimmed to 90 %, not emptied")
+}

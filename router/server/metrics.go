@@ -266,10 +266,11 @@ var (
 		[]string{"worker", "role", "state"}, nil)
 	descTreeChars = prometheus.NewDesc("pdrouter_tree_chars", "Characters held by the cache-aware tree.", []string{"role"}, nil)
 	descTreeNodes = prometheus.NewDesc("pdrouter_tree_nodes", "Nodes of the cache-aware tree.", []string{"role"}, nil)
+	descTreeBytes = prometheus.NewDesc("pdrouter_tree_bytes", "Heap held by the cache-aware tree, estimated: its edges' bytes and 104 bytes per node.", []string{"role"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descWorkerState, descTreeChars, descTreeNodes} {
+	for _, d := range []*prometheus.Desc{descTargetLoad, descWorkerHealthy, descCBState, descWorkerState, descTreeChars, descTreeNodes, descTreeBytes} {
 		ch <- d
 	}
 	c.sgl.describe(ch)
@@ -289,9 +290,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWorkerState, prometheus.GaugeValue, 1, router.RedactURL(w.URL), w.Role.String(), string(w.State))
 	}
 	for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
-		if chars, nodes, ok := c.r.TreeStats(role); ok {
-			ch <- prometheus.MustNewConstMetric(descTreeChars, prometheus.GaugeValue, float64(chars), role.String())
-			ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(nodes), role.String())
+		if size, ok := c.r.TreeStats(role); ok {
+			ch <- prometheus.MustNewConstMetric(descTreeChars, prometheus.GaugeValue, float64(size.Chars), role.String())
+			ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(size.Nodes), role.String())
+			ch <- prometheus.MustNewConstMetric(descTreeBytes, prometheus.GaugeValue, float64(size.Bytes), role.String())
 		}
 	}
 	c.sgl.collectState(c.r, ch)

@@ -114,6 +114,11 @@ func (t *Tree) Check() error {
 	if t.nodes != nodes {
 		fail("maintained %d nodes, recount %d", t.nodes, nodes)
 	}
+	edgeBytes := 0
+	t.walk(func(n *node) { edgeBytes += len(n.edge) })
+	if t.bytes != edgeBytes {
+		fail("maintained %d edge bytes, recount %d", t.bytes, edgeBytes)
+	}
 	return errors.Join(errs...)
 }
 

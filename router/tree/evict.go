@@ -55,6 +55,7 @@ func (t *Tree) unlink(n *node) {
 	n.parent = nil
 	t.nodes--
 	t.total -= int(n.runes)
+	t.bytes -= len(n.edge)
 }
 
 // childCarries reports whether any child of n carries id.
