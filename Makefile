@@ -97,7 +97,8 @@ test-k8s:
 
 # The published-results suite (sim/validate/published/*.json): prints sim ÷ published per
 # figure and fails when one lies outside its band or cannot be computed (router sim validate
-# --help). Its table in README.md is checked by a unit test of sim/validate.
+# --help). Its table in docs/validation.md is checked by a unit test of sim/validate
+# (TestREADMETable, which -update rewrites).
 test-published:
 	$(GO) run ./cmd/router sim validate
 

@@ -17,7 +17,7 @@ import (
 // --dataset-path FILE); --workload sharegpt --dataset-path FILE reads ShareGPT conversations.
 const WorkloadCustom = "custom"
 
-// DatasetSchema documents what --dataset-path reads, for --help and README.
+// DatasetSchema documents what --dataset-path reads, for --help and docs/bench.md.
 const DatasetSchema = `--dataset-path FILE holds one record per prompt, either as a JSON array (ShareGPT's
 ShareGPT_V3_unfiltered_cleaned_split.json) or as JSON Lines (one object per line):
   {"prompt": "Explain KV caches.", "output_len": 128}

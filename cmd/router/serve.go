@@ -32,9 +32,9 @@ with underscores — the file 'router sim sweep --write-config' writes), then th
 lists from flags are added to the file's.
 
 Every flag of today's sgl-router (the SGLang Model Gateway, smg) works here with its meaning,
-under its old spellings too, except those the README lists as unsupported, with why: serve
-refuses them (exit 1, naming each and what it would have done) unless --allow-ignored-flags
-is given, which runs without them after one warning.`
+under its old spellings too, except those docs/sgl-router-compat.md lists as unsupported, with
+why: serve refuses them (exit 1, naming each and what it would have done) unless
+--allow-ignored-flags is given, which runs without them after one warning.`
 
 const serveExample = `  # PD cluster, cache-aware and DP-aware, as sgl-router takes it
   router serve --pd-disaggregation --dp-aware \

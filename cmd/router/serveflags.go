@@ -85,12 +85,13 @@ func (f scaledFlag) Set(v string) error {
 }
 
 // noEffectSGLangFlags are sgl-router switches that turn off something pdrouter never does:
-// accepted, and they change nothing (README lists them).
+// accepted, and they change nothing (docs/sgl-router-compat.md lists them).
 var noEffectSGLangFlags = map[string]string{
 	"disable-tokenizer-autoload": "pdrouter loads a tokenizer only from --model-path or --tokenizer-path, never from the workers",
 }
 
-// Reasons pdrouter does not implement an sgl-router flag (README's table gives the same).
+// Reasons pdrouter does not implement an sgl-router flag (docs/sgl-router-compat.md's table gives
+// the same).
 const (
 	whyGateway     = "a gateway feature outside PD routing: "
 	whyStorage     = "the Responses/conversation history storage"

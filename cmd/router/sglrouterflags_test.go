@@ -43,14 +43,15 @@ func readSGLRouterFlags(t *testing.T) []sglFlag {
 	return out
 }
 
-// unsupportedSection is README's list of the sgl-router flags serve does not implement.
+// unsupportedSection is docs/sgl-router-compat.md's list of the sgl-router flags serve does not
+// implement.
 func unsupportedSection(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/sgl-router-compat.md")
 	require.NoError(t, err)
-	const head = "### sgl-router flags pdrouter does not implement"
+	const head = "## sgl-router flags pdrouter does not implement"
 	_, rest, ok := strings.Cut(string(raw), head)
-	require.True(t, ok, "README has a section %q", head)
+	require.True(t, ok, "docs/sgl-router-compat.md has a section %q", head)
 	if i := strings.Index(rest, "\n#"); i >= 0 {
 		rest = rest[:i]
 	}
@@ -69,7 +70,7 @@ func arityOf(nargs string) int {
 }
 
 // defaultsThatDiffer are the implemented flags whose default is not today's sgl-router's, with
-// why (README says the same).
+// why (docs/sgl-router-compat.md says the same).
 var defaultsThatDiffer = map[string]string{
 	"eviction-interval-secs":           "120 s (smg: 60): router sim and serve share the routing defaults; the tuned settings and calibrations were made with 120",
 	"worker-startup-check-interval":    "10 s (smg: 30): a starting worker is found up to 20 s sooner",
@@ -77,11 +78,11 @@ var defaultsThatDiffer = map[string]string{
 	"request-id-headers":               "smg's None means its common defaults; ours are listed (x-request-id, x-correlation-id, x-trace-id, request-id)",
 	"worker-overload-token-usage":      "0, off: smg's None",
 	"worker-overload-waiting-requests": "0, off: smg's None",
-	"load-monitor-interval":            "100 ms (smg: 10 s, shown as 0 in whole seconds): a report ten seconds old cannot see a queue that built in one; polling costs a GET per worker per interval (measured in README)",
+	"load-monitor-interval":            "100 ms (smg: 10 s, shown as 0 in whole seconds): a report ten seconds old cannot see a queue that built in one; polling costs a GET per worker per interval (measured in docs/engine-load.md)",
 }
 
 // Every flag of today's sgl-router is implemented (under its name or as an alias), accepted
-// with no effect, or refused as unsupported and listed in README with the reason; and an
+// with no effect, or refused as unsupported and listed in docs/sgl-router-compat.md with the reason; and an
 // implemented flag keeps its default unless defaultsThatDiffer says why not.
 func TestEverySGLRouterFlagIsImplementedOrListed(t *testing.T) {
 	fs := newServeCmd().Flags()
@@ -97,7 +98,7 @@ func TestEverySGLRouterFlagIsImplementedOrListed(t *testing.T) {
 				implemented++
 				if name == fl.name {
 					if _, differs := defaultsThatDiffer[target]; !differs {
-						assert.Equal(t, pyDefault(fl.def), f.DefValue, "--%s: the default differs from today's sgl-router's; adopt it or say why in defaultsThatDiffer and README", name)
+						assert.Equal(t, pyDefault(fl.def), f.DefValue, "--%s: the default differs from today's sgl-router's; adopt it or say why in defaultsThatDiffer and docs/sgl-router-compat.md", name)
 					}
 				}
 				continue
@@ -109,16 +110,16 @@ func TestEverySGLRouterFlagIsImplementedOrListed(t *testing.T) {
 			if _, ok := noEffectSGLangFlags[name]; ok {
 				noEffect++
 				assert.Equal(t, "0", fl.nargs, "--%s: only switches can be accepted with no effect", name)
-				assert.Contains(t, readme, "`--"+name+"`", "README lists --%s as accepted with no effect", name)
+				assert.Contains(t, readme, "`--"+name+"`", "docs/sgl-router-compat.md lists --%s as accepted with no effect", name)
 				continue
 			}
 			ig, ok := ignoredSGLangFlags[name]
-			if !assert.True(t, ok, "--%s is neither a serve flag, an alias, nor in ignoredSGLangFlags (with README's reason)", name) {
+			if !assert.True(t, ok, "--%s is neither a serve flag, an alias, nor in ignoredSGLangFlags (with the reason in docs/sgl-router-compat.md)", name) {
 				continue
 			}
 			unsupported++
 			assert.Equal(t, arityOf(fl.nargs), ig.arity, "--%s takes nargs=%s values in sgl-router", name, fl.nargs)
-			assert.Contains(t, readme, "`--"+name+"`", "README's unsupported section lists --%s with the reason", name)
+			assert.Contains(t, readme, "`--"+name+"`", "docs/sgl-router-compat.md's unsupported section lists --%s with the reason", name)
 		}
 	}
 	t.Logf("today's sgl-router flags: %d implemented, %d accepted with no effect, %d unsupported", implemented, noEffect, unsupported)
@@ -145,7 +146,7 @@ func TestAliasesAreNotFlags(t *testing.T) {
 		assert.NotNil(t, fs.Lookup(target), "alias --%s names no flag --%s", alias, target)
 	}
 	for name := range ignoredSGLangFlags {
-		assert.Nil(t, fs.Lookup(name), "--%s is implemented now: drop it from ignoredSGLangFlags and README", name)
+		assert.Nil(t, fs.Lookup(name), "--%s is implemented now: drop it from ignoredSGLangFlags and docs/sgl-router-compat.md", name)
 	}
 }
 

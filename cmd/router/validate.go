@@ -35,7 +35,7 @@ files of the same format. Exit status 1 when any figure is outside its band or n
 Adding a set: write NAME.json in the format of sim/validate/published/README.md (source URL,
 date, SGLang version, model, precision, GPU, parallelism, pd, server_args, workload, levels with
 load, figures and the place each figure was read), try it with 'router sim validate NAME.json',
-move it into sim/validate/published/, and refresh the README table with
+move it into sim/validate/published/, and refresh the table of docs/validation.md with
 'go test ./sim/validate -run TestREADMETable -update'.`
 
 func newSimValidateCmd() *cobra.Command {
@@ -45,7 +45,7 @@ func newSimValidateCmd() *cobra.Command {
 		Short: "Compare the simulator with published SGLang measurements (sim ÷ published per figure)",
 		Long:  simValidateLong,
 		Example: `  router sim validate                       # the embedded suite, table and summary
-  router sim validate --markdown --no-fail  # the README's table
+  router sim validate --markdown --no-fail  # the table of docs/validation.md
   router sim validate my-cluster.json       # a data file of your own`,
 		RunE: func(cmd *cobra.Command, files []string) error {
 			sets, err := validate.Embedded()
@@ -77,7 +77,7 @@ func newSimValidateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as README markdown (with the summary line)")
+	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
 	return cmd
 }

@@ -20,7 +20,7 @@ const fallbackBudget = 2 << 30
 // request bodies as they are read, and the worker replies the router holds whole before
 // relaying them (a PD decode leg's non-streaming reply, a prefill leg's answer). It counts
 // bytes the router allocated for them, not the Go heap; a request's whole cost is a small
-// multiple of its body (see README), so the heap stays within a multiple of the budget. Safe
+// multiple of its body (docs/serve.md, "Limits"), so the heap stays within a multiple of the budget. Safe
 // for concurrent use. A nil *budget admits everything.
 type budget struct {
 	limit int64

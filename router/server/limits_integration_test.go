@@ -180,7 +180,7 @@ func TestIntegrationMillionPromptListRefused(t *testing.T) {
 
 // One 500 MB body under --max-payload-size (the default, 512 MiB) costs the router at most
 // twice its size (peak RSS growth) in both modes: in PD mode its two legs are pieces of the
-// body the router read, not copies (README states the multiple).
+// body the router read, not copies (docs/serve.md states the multiple).
 func TestIntegrationLargeBodyCost(t *testing.T) {
 	const size = 500e6
 	for _, mode := range []string{"regular", "pd"} {

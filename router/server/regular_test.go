@@ -255,7 +255,7 @@ func TestRouterConfigEndpoint(t *testing.T) {
 }
 
 // A known path with the wrong method answers 405 with Allow; DELETE /workers/{url} takes the
-// worker URL raw (the README's form, no 307 from path cleaning) or percent-encoded.
+// worker URL raw (docs/serve.md's form, no 307 from path cleaning) or percent-encoded.
 func TestMethodNotAllowedAndRawWorkerURLs(t *testing.T) {
 	a, b := newWorker(t, nil), newWorker(t, nil)
 	cfg := DefaultConfig()

@@ -26,6 +26,6 @@
 //
 // Write published/NAME.json in the format of published/README.md (every figure with the place
 // it was read in the level's notes), add its row to that README, run `router sim validate
-// published/NAME.json` to see it, then regenerate the README table (`go test ./sim/validate
-// -run TestREADMETable -update`).
+// published/NAME.json` to see it, then regenerate the table of docs/validation.md (`go test
+// ./sim/validate -run TestREADMETable -update`).
 package validate

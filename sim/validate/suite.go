@@ -316,8 +316,8 @@ type Summary struct {
 }
 
 // validatedJSON is, for each engine preset, the sets of the embedded suite that validate it
-// (summarizeByPreset in presets_test.go), written by the README table's test (go test
-// ./sim/validate -run TestREADMETable -update) and checked current by it, so `router
+// (summarizeByPreset in presets_test.go), written by the test of docs/validation.md's table (go
+// test ./sim/validate -run TestREADMETable -update) and checked current by it, so `router
 // fakeworker profiles` can say which sets validate each preset without running them.
 //
 //go:embed validated.json

@@ -18,7 +18,7 @@ import (
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's published-results table from the suite")
+var update = flag.Bool("update", false, "rewrite docs/validation.md's published-results table from the suite")
 
 // suite runs the embedded suite once for every test that needs it.
 var suite = sync.OnceValues(func() ([]SetReport, error) {
@@ -164,8 +164,9 @@ func TestPublishedSuite(t *testing.T) {
 	t.Logf("\n%s\n%s", b.String(), Count(Results(reps)))
 }
 
-// The README's "How close to real SGLang" table is the suite's markdown output, between the
-// markers; `go test ./sim/validate -run TestREADMETable -update` rewrites it.
+// The table of docs/validation.md ("How close to real SGLang", once a section of README.md,
+// hence the name) is the suite's markdown output, between the markers; `go test ./sim/validate
+// -run TestREADMETable -update` rewrites it.
 func TestREADMETable(t *testing.T) {
 	skipUnderRace(t)
 	t.Parallel()
@@ -173,12 +174,12 @@ func TestREADMETable(t *testing.T) {
 	require.NoError(t, err)
 	var b bytes.Buffer
 	require.NoError(t, WriteMarkdown(&b, reps))
-	const path = "../../README.md"
+	const path = "../../docs/validation.md"
 	readme, err := os.ReadFile(path)
 	require.NoError(t, err)
 	re := regexp.MustCompile(`(?s)(<!-- validate:begin[^>]*-->\n)(.*?)(<!-- validate:end -->)`)
 	m := re.FindSubmatchIndex(readme)
-	require.NotNil(t, m, "README.md has no <!-- validate:begin --> … <!-- validate:end --> block")
+	require.NotNil(t, m, "docs/validation.md has no <!-- validate:begin --> … <!-- validate:end --> block")
 	var rs []Result
 	for _, r := range reps {
 		rs = append(rs, r.Results...)
@@ -193,7 +194,7 @@ func TestREADMETable(t *testing.T) {
 		return
 	}
 	assert.Equal(t, b.String(), string(readme[m[4]:m[5]]),
-		"README.md's table is stale: go test ./sim/validate -run TestREADMETable -update")
+		"docs/validation.md's table is stale: go test ./sim/validate -run TestREADMETable -update")
 	assert.Equal(t, string(byPreset), string(validatedJSON),
 		"validated.json is stale: go test ./sim/validate -run TestREADMETable -update")
 }

@@ -35,7 +35,7 @@ func WriteTable(w io.Writer, reps []SetReport) error {
 	return nil
 }
 
-// WriteMarkdown prints the results as the README's table.
+// WriteMarkdown prints the results as the table of docs/validation.md.
 func WriteMarkdown(w io.Writer, reps []SetReport) error {
 	var b strings.Builder
 	b.WriteString("| set | level | figure | published | sim | sim ÷ published | band | ok |\n")
