@@ -71,7 +71,7 @@ func TestCacheAwareWarmUpGivesAReturningWorkerItsShare(t *testing.T) {
 			assert.InDelta(t, 20+to[a], to[b], 1, "both carry the same load: %v", to)
 
 			clk.Advance(time.Duration(warm) * time.Second)
-			to, why = route(10)
+			_, why = route(10)
 			assert.Zero(t, why[ReasonWarmUp], "the warm-up is over")
 		})
 	}

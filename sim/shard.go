@@ -21,11 +21,11 @@ const ShardFile = "sweep.json"
 const shardSchema = "pdrouter.sweep-shard/v1"
 
 type shardDoc struct {
-	Schema string       `json:"schema"`
-	Vars   []shardVary  `json:"vars"`
-	Total  int          `json:"total"`
-	Shard  int          `json:"shard"`
-	Shards int          `json:"shards"`
+	Schema string      `json:"schema"`
+	Vars   []shardVary `json:"vars"`
+	Total  int         `json:"total"`
+	Shard  int         `json:"shard"`
+	Shards int         `json:"shards"`
 	// Base is the grid index of the point with the defaults' settings (BaseIndex); absent
 	// when the grid does not hold it (or the shard was written before it was recorded).
 	Base   *int         `json:"base,omitempty"`
