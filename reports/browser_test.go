@@ -203,7 +203,10 @@ func countColor(img image.Image, r, g, b uint8) int {
 // script), writes into the DOM Chromium dumps the page's horizontal overflow in CSS pixels
 // (document.scrollingElement: scrollWidth − clientWidth) and each table box's own ("id=px").
 const overflowProbe = `<script>
+for (const d of document.querySelectorAll("details")) d.open = true;
 const se = document.scrollingElement;
+const fig = document.querySelector("figure");
+if (fig) document.body.setAttribute("data-chart-top", String(Math.round(fig.getBoundingClientRect().top)));
 document.body.setAttribute("data-overflow-x", String(se.scrollWidth - se.clientWidth));
 document.body.setAttribute("data-viewport", String(se.clientWidth));
 const boxes = [];
@@ -214,6 +217,7 @@ document.body.setAttribute("data-boxes", boxes.join(" "));
 var overflowRE = regexp.MustCompile(`data-overflow-x="(-?\d+)"`)
 var viewportRE = regexp.MustCompile(`data-viewport="(\d+)"`)
 var boxesRE = regexp.MustCompile(`data-boxes="([^"]*)"`)
+var chartTopRE = regexp.MustCompile(`data-chart-top="(-?\d+)"`)
 
 // withRealisticMeta gives a run what real results.json files carry and once pushed the page
 // sideways: the simulator's cluster with durations in nanoseconds, a router whose worker list
@@ -241,9 +245,11 @@ func withRealisticMeta(run Run, threshold string, workers int) Run {
 }
 
 // TestBrowserReportFits1280 opens a comparison report and the demo's live-vs-sim report in
-// headless Chromium at 1,280 × 800: the page never scrolls sideways (wide tables scroll
-// inside their own box), a screenshot of that window is taken, and the live-vs-sim page
-// says "error", never "impr".
+// headless Chromium at 1,280 × 800: the page never scrolls sideways (with every folded part
+// open, no table scrolls inside its box either), its first chart starts on the first screen
+// (the summary comes first, the long tables fold after the charts), a screenshot of that
+// window is taken, and the live-vs-sim page says "error", never "impr". At a phone's 390 px
+// the page does not scroll sideways either: wide tables scroll inside their own box.
 func TestBrowserReportFits1280(t *testing.T) {
 	off := withRealisticMeta(sweepRun(t, "off", 1.5), "0.3", 4)
 	on := withRealisticMeta(sweepRun(t, "on", 1), "0.7", 8)
@@ -287,7 +293,17 @@ func TestBrowserReportFits1280(t *testing.T) {
 			// both runs' level tables fit.
 			b := boxesRE.FindStringSubmatch(dom)
 			require.NotNil(t, b)
-			assert.Equal(t, "compare=0 settings=0 levels-0=0 levels-1=0", b[1], "table boxes' horizontal overflow (px)")
+			assert.Equal(t, "summary=0 compare=0 settings=0 levels-0=0 levels-1=0", b[1], "table boxes' horizontal overflow (px)")
+			top := chartTopRE.FindStringSubmatch(dom)
+			require.NotNil(t, top, "no chart")
+			y, err := strconv.Atoi(top[1])
+			require.NoError(t, err)
+			assert.Less(t, y, 800-200, "the first chart starts on the first screen of 800 px, at %d px", y)
+
+			phone := string(chromium(t, "--window-size=390,844", "--virtual-time-budget=2000", "--dump-dom", srv.URL+"/probed.html"))
+			m = overflowRE.FindStringSubmatch(phone)
+			require.NotNil(t, m, "the probe did not run")
+			assert.Equal(t, "0", m[1], "the page overflows a 390-px window by %s px", m[1])
 
 			// The settings diff lists settings only, durations as durations.
 			settings := dom[strings.Index(dom, `id="settings"`):]

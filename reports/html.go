@@ -27,10 +27,12 @@ const (
 // (no scripts, styles inline, charts as inline SVG made with gonum/plot): TTFT P95 and TPOT P95
 // against concurrency (or rate, for open-loop-only runs) with one line per run, the TTFT CDFs
 // of the runs that have Records (one line per level, every CDF on the same x axis), and each
-// run's level table. With a CompareMode and two runs it starts with their comparison and the
-// settings that differ, and draws both runs' CDFs on one chart (a level's colour, solid for A,
-// dashed for B). The page fits a 1,280-px window without scrolling sideways: tables wrap
-// their headers and long values instead of growing wider.
+// run's level table. With a CompareMode and two runs it starts with a summary — per level, the
+// headline metrics of both runs and B's difference — then the charts (both runs' CDFs on one:
+// a level's colour, solid for A, dashed for B), then, folded, every compared metric, the
+// settings both runs record with different values, and the settings only one run records.
+// The page fits a 1,280-px window without scrolling sideways, and a phone's: tables wrap their
+// headers and long values, and a table wider than the window scrolls inside its own box.
 func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	page := htmlPage{Title: "pdrouter report"}
 	names := make([]string, len(runs))
@@ -42,7 +44,7 @@ func RenderHTML(w io.Writer, runs []Run, mode CompareMode) error {
 	}
 	comparing := mode != NoCompare && len(runs) == 2
 	if comparing {
-		page.Compare, page.Settings = compareTables(Compare(runs[0], runs[1]), mode)
+		page.Summary, page.Compare, page.Settings, page.OneSided = compareTables(Compare(runs[0], runs[1]), mode)
 	}
 	if xLabel, x, ok := chartAxis(runs); ok {
 		for _, ch := range []struct {
@@ -135,17 +137,38 @@ func overlaidCDFs(runs []Run, cdfs [][]series) (ss []series, na, nb string) {
 	return ss, na, nb
 }
 
-// compareTables builds the comparison table and the table of settings that differ (nil when
-// none do). The comparison is long rather than wide, one row per level and metric (level,
-// metric, A, B, and "impr" or "error" per mode, with the rule in the caption), so it fits a
-// 1,280-px window whatever the runs' names and however many metrics.
-func compareTables(c Comparison, mode CompareMode) (cmp, settings *htmlTable) {
+// summaryKeys are the headline metrics of the summary table.
+var summaryKeys = []string{"ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "tpot_ms_p95"}
+
+// compareTables builds the summary (one row per level: each headline metric as "A → B" and
+// B's difference), the comparison of every metric, the table of settings both runs record with
+// different values, and that of settings only one run records (nil when there are none). The
+// comparison is long rather than wide, one row per level and metric (level, metric, A, B, and
+// "impr" or "error" per mode, with the rule in the caption), so it fits a 1,280-px window
+// whatever the runs' names and however many metrics.
+func compareTables(c Comparison, mode CompareMode) (summary, cmp, settings, oneSided *htmlTable) {
 	rule, col := ImprovementRule, "impr"
 	if mode == CompareError {
 		rule, col = ErrorRule, "error"
 	}
-	_, wide := c.rows(mdCompareKeys, mode == CompareError)
 	na, nb := c.names()
+	_, heads := c.rows(summaryKeys, mode == CompareError)
+	// Its caption is a paragraph above its box, so that it wraps to the window on a phone
+	// while the table scrolls inside the box.
+	summary = &htmlTable{ID: "summary", Class: "summary", Above: "summary: " + c.title() + ", each cell " + na + " → " + nb + " (" + rule + ")"}
+	top := []htmlHead{{Name: "level"}}
+	for _, k := range summaryKeys {
+		top = append(top, htmlHead{Name: metricByKey(k).Name})
+	}
+	summary.Head = [][]htmlHead{top}
+	for _, row := range heads {
+		cells := []string{row[0]}
+		for j := range summaryKeys {
+			cells = append(cells, row[1+3*j]+" → "+row[2+3*j]+" ("+row[3+3*j]+")")
+		}
+		summary.Rows = append(summary.Rows, htmlRow{Cells: cells})
+	}
+	_, wide := c.rows(mdCompareKeys, mode == CompareError)
 	cmp = &htmlTable{ID: "compare", Class: "long", Caption: "compare " + c.title() + " (" + rule + ")",
 		Head: [][]htmlHead{{{Name: "level"}, {Name: "metric"}, {Name: na}, {Name: nb}, {Name: col}}}}
 	for _, row := range wide {
@@ -158,14 +181,22 @@ func compareTables(c Comparison, mode CompareMode) (cmp, settings *htmlTable) {
 				Cells: []string{level, metricByKey(k).Name, row[1+3*j], row[2+3*j], row[3+3*j]}})
 		}
 	}
-	if d := c.Settings(); len(d) > 0 {
-		settings = &htmlTable{ID: "settings", Class: "fit", Caption: "settings that differ",
-			Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}}
-		for _, x := range d {
-			settings.Rows = append(settings.Rows, htmlRow{Cells: []string{x.Key, x.A, x.B}})
+	for _, x := range c.Settings() {
+		t := &settings
+		caption := "settings both runs record, with different values"
+		if x.A == "-" || x.B == "-" { // a live run records router.* and server_info.*, sim cluster.*
+			t, caption = &oneSided, "settings only one run records"
 		}
+		if *t == nil {
+			id := "settings"
+			if t == &oneSided {
+				id = "settings-one"
+			}
+			*t = &htmlTable{ID: id, Class: "fit", Caption: caption, Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}}
+		}
+		(*t).Rows = append((*t).Rows, htmlRow{Cells: []string{x.Key, x.A, x.B}})
 	}
-	return cmp, settings
+	return summary, cmp, settings, oneSided
 }
 
 // htmlLevelTable is a run's level table for the page: the columns of the Markdown table plus
@@ -211,8 +242,10 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 type htmlPage struct {
 	Title    string
+	Summary  *htmlTable
 	Compare  *htmlTable
 	Settings *htmlTable
+	OneSided *htmlTable
 	Charts   []htmlChart
 	Runs     []htmlRun
 }
@@ -227,6 +260,7 @@ type htmlChart struct {
 type htmlTable struct {
 	ID, Class string
 	Caption   string
+	Above     string // a caption set above the table's box rather than in it
 	Head      [][]htmlHead // header rows
 	Rows      []htmlRow
 }
@@ -268,6 +302,10 @@ table.fit col.key { width: 30%; }
 table.fit td { white-space: normal; text-align: left; overflow-wrap: anywhere; }
 table.long td:nth-child(2) { text-align: left; }
 table.long tr.first td { border-top: 2px solid #999; }
+table.summary td, table.summary th { white-space: normal; overflow-wrap: normal; }
+table.summary td:first-child { white-space: nowrap; }
+details { margin: 0.5rem 0; } summary { cursor: pointer; font-weight: 600; }
+p.above { font-weight: 600; margin: 0.5rem 0 0.3rem; }
 .charts { display: flex; flex-wrap: wrap; gap: 1rem; }
 figure { margin: 0; } figcaption { font-size: 0.9rem; color: #555; max-width: 36rem; }
 svg { max-width: 100%; height: auto; }
@@ -275,21 +313,27 @@ svg { max-width: 100%; height: auto; }
 </head>
 <body>
 <h1>{{.Title}}</h1>
-{{with .Compare}}{{template "table" .}}{{end}}
-{{with .Settings}}{{template "table" .}}{{end}}
+{{with .Summary}}{{template "table" .}}{{end}}
 <div class="charts">
 {{range .Charts}}<figure id="{{.ID}}">
 {{.SVG}}
 <figcaption>{{.Caption}}</figcaption>
 </figure>
 {{end}}</div>
-{{range .Runs}}<h2>{{.Name}}</h2>
+{{with .Compare}}<details><summary>every compared metric, per level</summary>
+{{template "table" .}}</details>
+{{end}}{{with .Settings}}<details><summary>{{len .Rows}} settings both runs record, with different values</summary>
+{{template "table" .}}</details>
+{{end}}{{with .OneSided}}<details><summary>{{len .Rows}} settings only one run records</summary>
+{{template "table" .}}</details>
+{{end}}{{range .Runs}}<h2>{{.Name}}</h2>
 <p>{{.Title}}</p>
 {{template "table" .Table}}
 {{range .Errors}}<p>errors {{.}}</p>
 {{end}}{{end}}</body>
 </html>
-{{define "table"}}<div class="scroll"{{with .ID}} id="{{.}}"{{end}}><table{{with .Class}} class="{{.}}"{{end}}>
+{{define "table"}}{{with .Above}}<p class="above">{{.}}</p>
+{{end}}<div class="scroll"{{with .ID}} id="{{.}}"{{end}}><table{{with .Class}} class="{{.}}"{{end}}>
 {{with .Caption}}<caption>{{.}}</caption>
 {{end}}{{if eq .Class "fit"}}<colgroup><col class="key"><col><col></colgroup>
 {{end}}<thead>{{range .Head}}<tr>{{range .}}<th{{with .Colspan}} colspan="{{.}}"{{end}}{{with .Rowspan}} rowspan="{{.}}"{{end}}>{{.Name}}</th>{{end}}</tr>{{end}}</thead>

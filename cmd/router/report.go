@@ -35,11 +35,13 @@ and prints A and B side by side with B's improvement over A in percent (positive
 lower latency, higher throughput), e.g. TTFT P95 with DP-aware routing off / on / improvement.
 
 --format html writes one self-contained page (no network access) that fits a 1,280-px
-window: with --compare the comparison (one row per level and metric) and the settings that
-differ (settings only, not the servers' runtime state; durations as durations), then SVG
-charts: TTFT P95 and TPOT P95 against concurrency, one line per run, and the TTFT CDFs when
-requests.jsonl lies beside results.json (with --compare both runs on one chart: a colour per
-level, A solid, B dashed), then each run's level table with means beside the percentiles.`,
+window and a phone's: with --compare a summary first (per level, TTFT and TPOT P50/P95 of both
+runs and B's improvement), then SVG charts: TTFT P95 and TPOT P95 against concurrency, one line
+per run, and the TTFT CDFs when requests.jsonl lies beside results.json (with --compare both
+runs on one chart: a colour per level, A solid, B dashed); then, folded, every compared metric
+(one row per level and metric), the settings both runs record with different values and
+those only one run records (settings only, not the servers' runtime state; durations as
+durations); then each run's level table with means beside the percentiles.`,
 		Example: `  router report runs/on
   router report --compare runs/off runs/on
   router report --compare runs/off runs/on --format html --out compare.html`,
