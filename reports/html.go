@@ -260,7 +260,7 @@ type htmlChart struct {
 type htmlTable struct {
 	ID, Class string
 	Caption   string
-	Above     string // a caption set above the table's box rather than in it
+	Above     string       // a caption set above the table's box rather than in it
 	Head      [][]htmlHead // header rows
 	Rows      []htmlRow
 }
