@@ -325,3 +325,28 @@ func TestNiceTicks(t *testing.T) {
 		assert.LessOrEqual(t, len(labels), 7, "range %v: %v", r, labels)
 	}
 }
+
+// A live run's /get_server_info and a simulated run's resolved cluster are compared by
+// meaning: the same engine setting is one engine.ROLE.SETTING row, listed only when the values
+// differ; what only one side records stays one-sided under its own key.
+func TestDiffSettingsByMeaning(t *testing.T) {
+	t.Parallel()
+	live, sim := *sweepRun(t, "live", 1).Results, *sweepRun(t, "sim", 1).Results
+	live.Meta.ServerInfo = json.RawMessage(`{"disaggregation_mode":"prefill","dp_size":4,"tp_size":1,"page_size":1,` +
+		`"max_total_num_tokens":451647,"chunked_prefill_size":8192,"max_running_requests":4096,"host":"127.0.0.1"}`)
+	sim.Meta.Cluster = json.RawMessage(`{"prefill":2,"resolved":{"prefill":{"dp_size":4,"tp_size":2,` +
+		`"engine_args":{"page_size":1,"max_total_tokens":451647,"chunked_prefill_size":8192,"max_running_requests":1024}},` +
+		`"decode":{"dp_size":4}}}`)
+	got := map[string]SettingDiff{}
+	for _, d := range DiffSettings(&live, &sim) {
+		got[d.Key] = d
+	}
+	assert.Equal(t, SettingDiff{Key: "engine.prefill.tp_size", A: "1", B: "2"}, got["engine.prefill.tp_size"])
+	for _, same := range []string{"engine.prefill.dp_size", "engine.prefill.page_size", "engine.prefill.max_total_num_tokens",
+		"engine.prefill.chunked_prefill_size", "server_info.dp_size", "cluster.resolved.prefill.dp_size"} {
+		assert.NotContains(t, got, same, "equal by meaning: no row")
+	}
+	assert.Equal(t, SettingDiff{Key: "engine.decode.dp_size", A: "-", B: "4"}, got["engine.decode.dp_size"], "recorded by the simulation only")
+	assert.Equal(t, "4096", got["server_info.max_running_requests"].A, "not the same meaning (all ranks against one): kept apart")
+	assert.Equal(t, "1024", got["cluster.resolved.prefill.engine_args.max_running_requests"].B)
+}

@@ -34,8 +34,17 @@ func (d SettingDiff) MarshalJSON() ([]byte, error) {
 // Settings only: state that changes by itself while a server runs (runtimeKeys: its
 // per-rank internal_states, the load snapshot) is left out. Durations the simulator records
 // in nanoseconds (cluster.ttft, cluster.net_latency, …) read as Go durations ("100ms").
+//
+// A live run's engine settings (the target's /get_server_info: server_info.dp_size, …) and a
+// simulated run's (cluster.resolved.prefill.dp_size, …) are compared by meaning: when one run
+// records each form, both are keyed engine.ROLE.SETTING (engine.prefill.dp_size), so the same
+// setting is one row — listed only when its values differ — rather than two one-sided ones.
 func DiffSettings(a, b *Results) []SettingDiff {
 	sa, sb := settingsOf(a), settingsOf(b)
+	if live, sim := hasPrefix(sa, "server_info."), hasPrefix(sb, "cluster.resolved."); live && sim || hasPrefix(sb, "server_info.") && hasPrefix(sa, "cluster.resolved.") {
+		byMeaning(sa)
+		byMeaning(sb)
+	}
 	keys := slices.Sorted(maps.Keys(sa))
 	for k := range sb {
 		if _, ok := sa[k]; !ok {
@@ -136,5 +145,49 @@ func flattenJSON(m map[string]string, prefix string, raw json.RawMessage) {
 	var buf bytes.Buffer
 	if json.Compact(&buf, raw) == nil && buf.String() != "null" {
 		m[prefix] = buf.String()
+	}
+}
+
+// hasPrefix reports whether any key of m starts with prefix.
+func hasPrefix(m map[string]string, prefix string) bool {
+	for k := range m {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// engineSettings maps the /get_server_info fields a simulated cluster also resolves to their
+// place under cluster.resolved.ROLE: the parallelism, the engine model and the engine
+// arguments whose meaning is the same on both sides (max_running_requests is left out: SGLang
+// reports it over all DP ranks, the simulator per rank).
+var engineSettings = map[string]string{
+	"dp_size": "dp_size", "tp_size": "tp_size", "ep_size": "ep_size",
+	"enable_dp_attention": "enable_dp_attention", "profile": "profile",
+	"chunked_prefill_size":      "engine_args.chunked_prefill_size",
+	"page_size":                 "engine_args.page_size",
+	"schedule_conservativeness": "engine_args.schedule_conservativeness",
+	"max_total_num_tokens":      "engine_args.max_total_tokens",
+}
+
+// byMeaning rekeys m's engine settings as engine.ROLE.SETTING: server_info.F (ROLE from its
+// disaggregation_mode; regular without one) and cluster.resolved.ROLE.PATH (engineSettings).
+func byMeaning(m map[string]string) {
+	role := m["server_info.disaggregation_mode"]
+	if role == "" || role == "null" {
+		role = "regular"
+	}
+	for f, path := range engineSettings {
+		if v, ok := m["server_info."+f]; ok {
+			m["engine."+role+"."+f] = v
+			delete(m, "server_info."+f)
+		}
+		for _, r := range []string{"prefill", "decode", "regular"} {
+			if v, ok := m["cluster.resolved."+r+"."+path]; ok {
+				m["engine."+r+"."+f] = v
+				delete(m, "cluster.resolved."+r+"."+path)
+			}
+		}
 	}
 }
