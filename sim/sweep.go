@@ -398,6 +398,16 @@ type Ranked struct {
 	Tied  bool
 }
 
+// Failed reports whether any level of the point's run had errors.
+func (r *Ranked) Failed() bool {
+	for _, l := range r.Result.Results.Levels {
+		if l.Errors > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // RankBy orders points best first by objective o: points without errors before the others,
 // then by score; equal scores share a rank (1, 2, 2, 4) and are marked Tied, listed in grid
 // order. With an SLO and a latency or throughput objective, points whose worst level misses
@@ -415,16 +425,8 @@ func RankBy(points []Point, o Objective) []Ranked {
 		}
 		out = append(out, Ranked{Point: p, Score: score})
 	}
-	errs := func(r *Ranked) bool {
-		for _, l := range r.Result.Results.Levels {
-			if l.Errors > 0 {
-				return true
-			}
-		}
-		return false
-	}
 	slices.SortStableFunc(out, func(a, b Ranked) int {
-		if ea, eb := errs(&a), errs(&b); ea != eb {
+		if ea, eb := a.Failed(), b.Failed(); ea != eb {
 			if ea {
 				return 1
 			}
@@ -440,7 +442,7 @@ func RankBy(points []Point, o Objective) []Ranked {
 	})
 	for i := range out {
 		out[i].Rank = i + 1
-		if i > 0 && out[i].Score == out[i-1].Score && errs(&out[i]) == errs(&out[i-1]) {
+		if i > 0 && out[i].Score == out[i-1].Score && out[i].Failed() == out[i-1].Failed() {
 			out[i].Rank = out[i-1].Rank
 			out[i].Tied, out[i-1].Tied = true, true
 		}

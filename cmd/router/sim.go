@@ -567,21 +567,11 @@ func chooseWinner(w io.Writer, vars []sim.Vary, ranked []sim.Ranked, base int, o
 		line += fmt.Sprintf("; the defaults (%s) by %.1f %%", ranked[def].Label(vars), margin(ranked[def].Score))
 	}
 	fmt.Fprintln(w, line)
-	if def > 0 && margin(ranked[def].Score) <= tieMargin && !failed(&ranked[def]) {
+	if def > 0 && margin(ranked[def].Score) <= tieMargin && !ranked[def].Failed() {
 		fmt.Fprintf(w, "no configuration beats the defaults by more than --tie-margin %g %%: keeping the defaults (%s)\n", tieMargin, ranked[def].Label(vars))
 		return def
 	}
 	return 0
-}
-
-// failed reports whether any level of r had errors.
-func failed(r *sim.Ranked) bool {
-	for _, l := range r.Result.Results.Levels {
-		if l.Errors > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // parseShard parses --shard I/N ("" is the whole grid, 0/1).
