@@ -181,22 +181,23 @@ func compareTables(c Comparison, mode CompareMode) (summary, cmp, settings, oneS
 				Cells: []string{level, metricByKey(k).Name, row[1+3*j], row[2+3*j], row[3+3*j]}})
 		}
 	}
+	var both, one []htmlRow
 	for _, x := range c.Settings() {
-		t := &settings
-		caption := "settings both runs record, with different values"
+		row := htmlRow{Cells: []string{x.Key, x.A, x.B}}
 		if x.A == "-" || x.B == "-" { // a live run records router.* and server_info.*, sim cluster.*
-			t, caption = &oneSided, "settings only one run records"
+			one = append(one, row)
+		} else {
+			both = append(both, row)
 		}
-		if *t == nil {
-			id := "settings"
-			if t == &oneSided {
-				id = "settings-one"
-			}
-			*t = &htmlTable{ID: id, Class: "fit", Caption: caption, Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}}
-		}
-		(*t).Rows = append((*t).Rows, htmlRow{Cells: []string{x.Key, x.A, x.B}})
 	}
-	return summary, cmp, settings, oneSided
+	settingsTable := func(id, caption string, rows []htmlRow) *htmlTable {
+		if len(rows) == 0 {
+			return nil
+		}
+		return &htmlTable{ID: id, Class: "fit", Caption: caption, Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}, Rows: rows}
+	}
+	return summary, cmp, settingsTable("settings", "settings both runs record, with different values", both),
+		settingsTable("settings-one", "settings only one run records", one)
 }
 
 // htmlLevelTable is a run's level table for the page: the columns of the Markdown table plus

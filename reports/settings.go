@@ -41,7 +41,7 @@ func (d SettingDiff) MarshalJSON() ([]byte, error) {
 // setting is one row — listed only when its values differ — rather than two one-sided ones.
 func DiffSettings(a, b *Results) []SettingDiff {
 	sa, sb := settingsOf(a), settingsOf(b)
-	if live, sim := hasPrefix(sa, "server_info."), hasPrefix(sb, "cluster.resolved."); live && sim || hasPrefix(sb, "server_info.") && hasPrefix(sa, "cluster.resolved.") {
+	if liveVsSim(sa, sb) || liveVsSim(sb, sa) {
 		byMeaning(sa)
 		byMeaning(sb)
 	}
@@ -146,6 +146,12 @@ func flattenJSON(m map[string]string, prefix string, raw json.RawMessage) {
 	if json.Compact(&buf, raw) == nil && buf.String() != "null" {
 		m[prefix] = buf.String()
 	}
+}
+
+// liveVsSim reports whether live records a target's /get_server_info and sim a simulated
+// cluster's resolved engines.
+func liveVsSim(live, sim map[string]string) bool {
+	return hasPrefix(live, "server_info.") && hasPrefix(sim, "cluster.resolved.")
 }
 
 // hasPrefix reports whether any key of m starts with prefix.
