@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,124 +23,6 @@ import (
 	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
 )
-
-// The calibration proof: a live PD cluster of fakeworkers runs a made-up GPU (a profile file
-// 45 % slower than llama3-8b-h100 in prefill and 35 % faster in decode, with its own fixed
-// costs) behind the real router; router bench measures four load levels; router sim
-// calibrate starts from another preset (llama3-8b-a100) and fits. The calibrated simulator
-// then predicts a level and a workload it never saw, benched live; the uncalibrated base,
-// on the same comparison, misses by more.
-func TestIntegrationCalibrationPredictsUnseenRuns(t *testing.T) {
-	dir := t.TempDir()
-	h100, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	truth := sim.Fit{Prefill: 1.45, PrefillFixed: 3 * h100.A0, Decode: 0.65, DecodeFixed: 1.3 * h100.B0, PDOverhead: 0.035, T0: h100.T0}.Apply(h100)
-	truth.Name, truth.Source = "made-up-gpu", "calibration test"
-	gpuFile := filepath.Join(dir, "made-up-gpu.yaml")
-	y, err := profileYAML(truth)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(gpuFile, y, 0o600))
-	prof, err := loadProfileFile(gpuFile) // the live cluster runs the file form
-	require.NoError(t, err)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	frontURL := startLivePD(t, ctx, prof)
-
-	// Every run draws its own conversations (its own seed): the live caches keep what earlier
-	// runs sent, and the simulator starts each run cold.
-	seed := uint64(0)
-	multiturn := func() workloads.Params {
-		p := workloads.DefaultParams()
-		seed++
-		p.Seed = seed
-		p.Conversations, p.Turns, p.SystemPromptLen, p.QuestionLen, p.OutputLen, p.RangeRatio = 96, 3, 512, 384, 24, 0.5
-		return p
-	}
-	benchRun := func(name string, p workloads.Params, clients, requests int) string {
-		l := workloads.DefaultLoadParams()
-		l.Concurrency, l.Requests, l.Warmup = []int{clients}, requests, 8
-		out := filepath.Join(dir, name)
-		res, err := bench.Run(ctx, bench.Config{URL: frontURL, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
-		require.NoError(t, err, name)
-		lv := res.Levels[0]
-		t.Logf("live %s: TTFT p50 %.1f p95 %.1f ms, TPOT p50 %.2f ms", name, lv.TTFTMs.P50, lv.TTFTMs.P95, lv.TPOTMs.P50)
-		return out
-	}
-	random := func(seed uint64) workloads.Params {
-		p := workloads.DefaultParams()
-		p.Seed = seed
-		p.Workload, p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio = workloads.WorkloadRandom, 100000, 1500, 48, 0.5
-		return p
-	}
-	// The fit sees both cache regimes an operator would bench (multi-turn, ~70 % cached, and
-	// random prompts, none cached): from cached runs alone the per-token prefill cost and the
-	// fixed costs trade off against each other, and an uncached run was then missed by 12 %
-	// on a busy CI machine while the true profile landed within 3 %.
-	fitRuns := []string{benchRun("c2", multiturn(), 2, 96), benchRun("c8", multiturn(), 8, 160), benchRun("c24", multiturn(), 24, 240),
-		benchRun("random-c10", random(98), 10, 120)}
-	unseen := []string{benchRun("c14", multiturn(), 14, 200), benchRun("random-c6", random(99), 6, 120)}
-
-	fitted := filepath.Join(dir, "fitted.yaml")
-	start := time.Now()
-	// Every level is fitted, as before holdout existed: the unseen runs below are the proof.
-	out, err := run(t, append(append([]string{"sim", "calibrate"}, fitRuns...),
-		"--prefill", "2", "--decode", "2", "--net-latency", "250us", "--base-profile", "llama3-8b-a100", "--holdout", "none", "--out", fitted)...)
-	require.NoError(t, err)
-	t.Logf("calibrate took %.1f s:\n%s", time.Since(start).Seconds(), out)
-	fit, err := loadProfileFile(fitted)
-	require.NoError(t, err)
-	a100, err := engine.LookupProfile("llama3-8b-a100")
-	require.NoError(t, err)
-
-	cluster := sim.Cluster{Prefill: 2, Decode: 2, NetLatency: 250 * time.Microsecond}
-	simRC := router.DefaultConfig()
-	simRC.PDDisaggregation = true
-	worse := 0
-	for _, d := range unseen {
-		r, err := readCalibrationRun(d)
-		require.NoError(t, err)
-		live := r.Measured[0]
-		predict := func(p engine.Profile) reports.Level { return predictRun(t, cluster, simRC, p, r) }
-		cal, base, exact := predict(fit), predict(a100), predict(truth)
-		errPct := func(s, m float64) float64 { return (s - m) / m * 100 }
-		line := func(what string, lv reports.Level) string {
-			return fmt.Sprintf("%s TTFT p50 %.1f (%+.1f%%) p95 %.1f (%+.1f%%), TPOT p50 %.2f (%+.1f%%)", what,
-				lv.TTFTMs.P50, errPct(lv.TTFTMs.P50, live.TTFTMs.P50), lv.TTFTMs.P95, errPct(lv.TTFTMs.P95, live.TTFTMs.P95),
-				lv.TPOTMs.P50, errPct(lv.TPOTMs.P50, live.TPOTMs.P50))
-		}
-		t.Logf("%s: live TTFT p50 %.1f p95 %.1f, TPOT p50 %.2f ms\n  %s\n  %s", r.Name, live.TTFTMs.P50, live.TTFTMs.P95, live.TPOTMs.P50,
-			line("calibrated", cal), line("base a100 ", base))
-		hit := func(lv reports.Level) float64 {
-			if lv.CacheHitRate == nil {
-				return -1
-			}
-			return *lv.CacheHitRate
-		}
-		t.Logf("  %s; cache hit live %.3f sim %.3f; input tokens/req live %.0f sim %.0f", line("made-up profile itself", exact), hit(live), hit(exact),
-			live.Throughput.InputTokS/live.Throughput.ReqS, exact.Throughput.InputTokS/exact.Throughput.ReqS)
-		// The calibrated profile must predict the unseen run about as well as the live cluster's
-		// true profile does: the true profile's own miss is the live run's noise and the
-		// simulator's fidelity (the fidelity gate's business), so the tolerance is that miss
-		// plus 8 points (P50) or 15 (P95), never more than 20 %/30 %. On a quiet machine the true
-		// profile lands within ~3 %; on a busy one a live c14 run came out 10 % slow, and its
-		// own profile missed it by as much as the calibrated one.
-		within := func(what string, cal, exact, live, margin, limit float64) {
-			tol := min(abs(errPct(exact, live))+margin, limit)
-			assert.InDelta(t, 0, errPct(cal, live), tol, "%s %s (the true profile misses by %+.1f%%)", r.Name, what, errPct(exact, live))
-		}
-		within("TTFT P50", cal.TTFTMs.P50, exact.TTFTMs.P50, live.TTFTMs.P50, 8, 20)
-		within("TPOT P50", cal.TPOTMs.P50, exact.TPOTMs.P50, live.TPOTMs.P50, 8, 20)
-		within("TTFT P95", cal.TTFTMs.P95, exact.TTFTMs.P95, live.TTFTMs.P95, 15, 30)
-		calErr := abs(errPct(cal.TTFTMs.P50, live.TTFTMs.P50)) + abs(errPct(cal.TPOTMs.P50, live.TPOTMs.P50))
-		baseErr := abs(errPct(base.TTFTMs.P50, live.TTFTMs.P50)) + abs(errPct(base.TPOTMs.P50, live.TPOTMs.P50))
-		if baseErr > calErr {
-			worse++
-		}
-	}
-	assert.Equal(t, len(unseen), worse, "the uncalibrated base misses by more on every unseen run")
-	assert.True(t, strings.Contains(out, "rms log error"))
-}
 
 func abs(v float64) float64 {
 	if v < 0 {
@@ -277,13 +158,19 @@ func TestIntegrationCalibrationWarnsOutsideItsFamily(t *testing.T) {
 	assert.Empty(t, sim.ExtrapolationWarnings(fit, 5400, 6000, 0), "the held-out prompts are inside the fitted range")
 }
 
-// Calibration that knows its limits (issue 25, b): the live cluster's KV capacity is far
-// below its profile's (fakeworker --max-total-tokens 12000, which its /get_server_info
-// reports as max_total_num_tokens). router bench records it, calibrate takes it as given —
-// from a base preset with another capacity and other speeds — and the fit predicts a load it
-// did not see and a workload of ~6,000-token prompts (two at most per decode rank) within
-// 15 %, or, on a machine so busy that the live cluster's own profile misses by more than 10 %,
-// within that miss plus 5 points.
+// The calibration proof, and calibration that knows its limits (issue 25, b): a live PD
+// cluster of fakeworkers runs a made-up GPU (a profile 30 % slower than llama3-8b-h100 in
+// prefill and 20 % faster in decode, with its own fixed costs) behind the real router, with
+// a KV capacity far below its profile's (fakeworker --max-total-tokens 12000, which its
+// /get_server_info reports as max_total_num_tokens). router bench measures cached
+// (multi-turn) and uncached (random) runs and records the capacity; router sim calibrate
+// takes it as given — from a base preset (llama3-8b-a100) with another capacity and other
+// speeds — and fits. The fit then predicts a load it did not see, the held-out level and a
+// workload of ~6,000-token prompts (two at most per decode rank) within 15 % (P95 within
+// 30 %), or, on a machine so busy that the live cluster's own profile misses by more than
+// 10 %, within that miss plus 5 points; the uncalibrated base, on the same comparison, misses
+// by more on every one of them. (One live cluster for both proofs: they were two tests of
+// ~40 s each, fitting and predicting the same way.)
 func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 	dir := t.TempDir()
 	h100, err := engine.LookupProfile("llama3-8b-h100")
@@ -337,19 +224,26 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 		require.NoError(t, err)
 		live := r.Measured[0]
 		predict := func(p engine.Profile) reports.Level { return predictRun(t, cluster, simRC, p, r) }
-		cal, exact, unaware := predict(fit), predict(exactProf), predict(blind)
+		cal, exact, unaware, base := predict(fit), predict(exactProf), predict(blind), predict(a100)
 		line := func(what string, lv reports.Level) string {
 			return fmt.Sprintf("%s TTFT p50 %.1f (%+.1f%%), TPOT p50 %.2f (%+.1f%%)", what,
 				lv.TTFTMs.P50, errPct(lv.TTFTMs.P50, live.TTFTMs.P50), lv.TPOTMs.P50, errPct(lv.TPOTMs.P50, live.TPOTMs.P50))
 		}
-		t.Logf("%s: live TTFT p50 %.1f, TPOT p50 %.2f ms\n  %s\n  %s\n  %s", r.Name, live.TTFTMs.P50, live.TPOTMs.P50,
-			line("calibrated            ", cal), line("live profile itself   ", exact), line("fit, capacity unknown ", unaware))
+		t.Logf("%s: live TTFT p50 %.1f, TPOT p50 %.2f ms\n  %s\n  %s\n  %s\n  %s", r.Name, live.TTFTMs.P50, live.TPOTMs.P50,
+			line("calibrated            ", cal), line("live profile itself   ", exact), line("fit, capacity unknown ", unaware),
+			line("base a100             ", base))
 		within := func(what string, cal, exact, live float64) {
 			tol := max(15, abs(errPct(exact, live))+5)
 			assert.InDelta(t, 0, errPct(cal, live), tol, "%s %s (the live cluster's own profile misses by %+.1f%%)", r.Name, what, errPct(exact, live))
 		}
 		within("TTFT P50", cal.TTFTMs.P50, exact.TTFTMs.P50, live.TTFTMs.P50)
 		within("TPOT P50", cal.TPOTMs.P50, exact.TPOTMs.P50, live.TPOTMs.P50)
+		// P95 carries the queueing the P50s hide: the live run's noise there is larger.
+		assert.InDelta(t, 0, errPct(cal.TTFTMs.P95, live.TTFTMs.P95), min(abs(errPct(exact.TTFTMs.P95, live.TTFTMs.P95))+15, 30),
+			"%s TTFT P95 (the live cluster's own profile misses by %+.1f%%)", r.Name, errPct(exact.TTFTMs.P95, live.TTFTMs.P95))
+		calErr := abs(errPct(cal.TTFTMs.P50, live.TTFTMs.P50)) + abs(errPct(cal.TPOTMs.P50, live.TPOTMs.P50))
+		baseErr := abs(errPct(base.TTFTMs.P50, live.TTFTMs.P50)) + abs(errPct(base.TPOTMs.P50, live.TPOTMs.P50))
+		assert.Greater(t, baseErr, calErr, "%s: the uncalibrated base misses by more (TTFT+TPOT P50 error, %%)", r.Name)
 		if r.Name == "c24" { // the busiest level, where the capacity binds: knowing it is what carries the fit there
 			assert.Greater(t, abs(errPct(unaware.TTFTMs.P50, exact.TTFTMs.P50)), abs(errPct(cal.TTFTMs.P50, exact.TTFTMs.P50)),
 				"at c24 the fit without the recorded capacity is further from the live cluster's own profile than the fit with it")
