@@ -80,6 +80,12 @@ type Config struct {
 	LoadReportMaxAgeMs            int     `json:"load_report_max_age_ms" yaml:"load_report_max_age_ms" help:"engine load reports older than this count as absent (the policies fall back to the router's in-flight counts), ms; 0: never use them"` // default 1000
 	WorkerOverloadTokenUsage      float64 `json:"worker_overload_token_usage" yaml:"worker_overload_token_usage" help:"a worker whose engine reports KV token usage at or above this, in (0,1], is passed over while another is below it; all over: 503 with Retry-After; 0: off"`
 	WorkerOverloadWaitingRequests int     `json:"worker_overload_waiting_requests" yaml:"worker_overload_waiting_requests" help:"a worker whose engine reports this many waiting requests or more is passed over while another has fewer; all over: 503 with Retry-After; 0: off"`
+	// MaxWorkerRequests caps the requests this router has in flight on one worker (its DP
+	// ranks together; a PD request counts once on its prefill and once on its decode), from
+	// the router's own count, not the engine's: a worker that hangs holds at most this many
+	// requests and upstream connections until its breaker opens, instead of every request
+	// the policy sends it meanwhile (and their retries).
+	MaxWorkerRequests int `json:"max_worker_requests" yaml:"max_worker_requests" help:"requests in flight from this router to one worker (its DP ranks together); a worker at the cap is passed over while another is below it; all at it: 503 with Retry-After; 0: off"`
 
 	// DP awareness.
 	DPAware      bool   `json:"dp_aware" yaml:"dp_aware"`
@@ -328,6 +334,8 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("worker_overload_token_usage", "--worker-overload-token-usage %g is outside [0,1] (0: off)", c.WorkerOverloadTokenUsage)
 	case c.WorkerOverloadWaitingRequests < 0:
 		return SettingErrorf("worker_overload_waiting_requests", "--worker-overload-waiting-requests %d must be ≥ 0 (0: off)", c.WorkerOverloadWaitingRequests)
+	case c.MaxWorkerRequests < 0:
+		return SettingErrorf("max_worker_requests", "--max-worker-requests %d must be ≥ 0 (0: off)", c.MaxWorkerRequests)
 	}
 	return nil
 }

@@ -249,8 +249,8 @@ func (t *Target) overloaded(now time.Time, maxAge time.Duration, tokenUsage floa
 }
 
 // OverloadError is Route's error when every available target of a role is overloaded
-// (--worker-overload-token-usage, --worker-overload-waiting-requests): the request is shed,
-// not queued. RetryAfter is how long a client should wait before trying again.
+// (--worker-overload-token-usage, --worker-overload-waiting-requests, --max-worker-requests):
+// the request is shed, not queued. RetryAfter is how long a client should wait before trying again.
 type OverloadError struct {
 	Role       Role
 	Targets    int // how many were available, all overloaded
@@ -258,5 +258,5 @@ type OverloadError struct {
 }
 
 func (e *OverloadError) Error() string {
-	return fmt.Sprintf("router: all %d available %s workers are overloaded (engine KV usage or waiting requests over --worker-overload-*): retry in %s", e.Targets, e.Role, e.RetryAfter)
+	return fmt.Sprintf("router: all %d available %s workers are overloaded (engine KV usage or waiting requests over --worker-overload-*, or requests in flight at --max-worker-requests): retry in %s", e.Targets, e.Role, e.RetryAfter)
 }

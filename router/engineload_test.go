@@ -156,6 +156,34 @@ func TestOverloadedWorkersArePassedOverThenShed(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// --max-worker-requests: a worker with that many requests in flight from this router is
+// passed over, however strongly cache_aware's tree attracts the request to it (a hung worker
+// holds at most that many); every worker at the cap sheds the request with Retry-After; a
+// finished request frees its place.
+func TestMaxWorkerRequestsCapsEachWorker(t *testing.T) {
+	t.Parallel()
+	r, _ := engineRouter(t, PolicyCacheAware, func(c *Config) { c.MaxWorkerRequests = 2 })
+	var ds []*Decision
+	per := map[string]int{}
+	for range 6 {
+		d, err := r.Route(&Request{Text: "the same long prompt, cached where it went first"})
+		require.NoError(t, err)
+		ds = append(ds, d)
+		per[d.Regular.URL()]++
+	}
+	assert.Equal(t, map[string]int{"http://a": 2, "http://b": 2, "http://c": 2}, per, "two each, then the next worker")
+	_, err := r.Route(&Request{Text: "x"})
+	var oe *OverloadError
+	require.True(t, errors.As(err, &oe), "%v", err)
+	assert.Equal(t, 3, oe.Targets)
+	assert.Positive(t, oe.RetryAfter)
+	assert.Contains(t, err.Error(), "--max-worker-requests")
+	ds[0].Done(Regular, Success)
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, ds[0].Regular.URL(), d.Regular.URL(), "the one place freed")
+}
+
 // A report older than the one kept is dropped; an unknown target is an error; a whole worker's
 // ranks add up.
 func TestReportLoad(t *testing.T) {
@@ -183,6 +211,7 @@ func TestEngineLoadConfigValidation(t *testing.T) {
 		{func(c *Config) { c.LoadReportMaxAgeMs = -1 }, "--load-report-max-age-ms"},
 		{func(c *Config) { c.WorkerOverloadTokenUsage = 1.5 }, "--worker-overload-token-usage"},
 		{func(c *Config) { c.WorkerOverloadWaitingRequests = -2 }, "--worker-overload-waiting-requests"},
+		{func(c *Config) { c.MaxWorkerRequests = -1 }, "--max-worker-requests"},
 	} {
 		cfg := DefaultConfig()
 		tc.set(&cfg)

@@ -166,7 +166,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		if len(r.avail[role]) == 0 {
 			return nil, r.noTargetLocked(role, now)
 		}
-		if r.cfg.WorkerOverloadTokenUsage > 0 || r.cfg.WorkerOverloadWaitingRequests > 0 {
+		if r.cfg.WorkerOverloadTokenUsage > 0 || r.cfg.WorkerOverloadWaitingRequests > 0 || r.cfg.MaxWorkerRequests > 0 {
 			var shed bool
 			if r.avail[role], shed = r.notOverloaded(r.avail[role], now); shed {
 				return nil, &OverloadError{Role: role, Targets: len(r.avail[role]), RetryAfter: shedRetryAfter}
@@ -214,13 +214,16 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 const shedRetryAfter = time.Second
 
 // notOverloaded removes the overloaded targets from ts in place (fresh reports over
-// --worker-overload-token-usage or --worker-overload-waiting-requests), unless that would
-// leave none: then it returns ts whole and shed.
+// --worker-overload-token-usage or --worker-overload-waiting-requests, or a worker at
+// --max-worker-requests), unless that would leave none: then it returns ts whole and shed.
 func (r *Router) notOverloaded(ts []*Target, now time.Time) (_ []*Target, shed bool) {
 	maxAge, usage, waiting := r.cfg.LoadReportMaxAge(), r.cfg.WorkerOverloadTokenUsage, r.cfg.WorkerOverloadWaitingRequests
+	over := func(t *Target) bool {
+		return t.overloaded(now, maxAge, usage, waiting) || r.cfg.MaxWorkerRequests > 0 && t.worker.Load() >= int64(r.cfg.MaxWorkerRequests)
+	}
 	keep := 0
 	for _, t := range ts {
-		if !t.overloaded(now, maxAge, usage, waiting) {
+		if !over(t) {
 			keep++
 		}
 	}
@@ -232,7 +235,7 @@ func (r *Router) notOverloaded(ts []*Target, now time.Time) (_ []*Target, shed b
 	}
 	out := ts[:0]
 	for _, t := range ts {
-		if !t.overloaded(now, maxAge, usage, waiting) {
+		if !over(t) {
 			out = append(out, t)
 		}
 	}

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +249,51 @@ func TestSweepVariesLoadReports(t *testing.T) {
 		require.Error(t, err, bad)
 		assert.Contains(t, err.Error(), bad.Key)
 	}
+}
+
+// --max-worker-requests in the simulator, as in serve: at 1000 req/s of hot-spot bursts on 4
+// servers, no server holds more than the cap of this router's requests (their spans from their
+// arrival at the router to its end), the excess is shed with Retry-After, and
+// without the cap the hottest server holds several times as many.
+func TestMaxWorkerRequestsCapsEachServer(t *testing.T) {
+	t.Parallel()
+	peak := func(res *Result) (maxPer int, shed int) {
+		type edge struct {
+			at    float64
+			delta int
+		}
+		per := map[string][]edge{}
+		for _, r := range res.Records {
+			if r.Error != nil {
+				shed++
+				continue
+			}
+			// The router's span: from the request's arrival (a nanosecond's latency and its
+			// jitter after the client sent it) to its end (a nanosecond before the client's).
+			w, ns := *r.Targets.Regular, 1e-6
+			start := r.StartMs + ns + float64(arrivalJitter(r.ID))*ns
+			per[w] = append(per[w], edge{start, 1}, edge{r.StartMs + r.E2EMs - ns, -1})
+		}
+		for _, es := range per {
+			slices.SortFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+			n := 0
+			for _, e := range es {
+				n += e.delta
+				maxPer = max(maxPer, n)
+			}
+		}
+		return maxPer, shed
+	}
+	cfg := hotspotConfig()
+	cfg.Routing.Replicas = 1
+	cfg.Load.Rates = []float64{1000}
+	cfg.Cluster.NetLatency = 1 // a nanosecond: the client's span of a request is then about the router's
+	free, freeShed := peak(mustRun(t, cfg))
+	cfg.Router.MaxWorkerRequests = 4
+	capped, shed := peak(mustRun(t, cfg))
+	t.Logf("hottest server: %d requests at once without the cap, %d with cap 4 (%d shed)", free, capped, shed)
+	assert.Zero(t, freeShed)
+	assert.LessOrEqual(t, capped, 4)
+	assert.Greater(t, free, 2*capped)
+	assert.Positive(t, shed)
 }
