@@ -78,7 +78,7 @@ matrix() {
 		for rep in 1 4; do
 			base=$(cell "$c --router-replicas $rep --load-report-interval 0")
 			row "--router-replicas $rep --load-report-interval 0 (in-flight only)" <<<"$base"
-			cell "$c --router-replicas $rep" | row "--router-replicas $rep (engine load every 100ms)" "$base"
+			cell "$c --router-replicas $rep" | row "--router-replicas $rep (engine load every 500ms, the default)" "$base"
 		done
 	done
 }
@@ -105,7 +105,7 @@ overload() {
 	for c in "${OVER[@]}"; do
 		for bound in "" "--worker-overload-waiting-requests 32" "--worker-overload-waiting-requests 16" \
 			"--worker-overload-waiting-requests 8" "--worker-overload-token-usage 0.8 --worker-overload-waiting-requests 8"; do
-			cell "$c $bound" | jq -r --arg l "$c ${bound:-(no bound)}" '
+			cell "$c --load-report-interval 100ms $bound" | jq -r --arg l "$c ${bound:-(no bound)}" '
 				"| \($l) | \(.reqs|round) | \(.shed|round) (\(.shed / .reqs * 1000 | round / 10) %) | \(.mean|round) | \(.p99|round) | \(.max|round) | \(.out|round) |"'
 		done
 	done

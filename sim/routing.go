@@ -58,7 +58,7 @@ type Routing struct {
 // Defaults of `router sim`'s load-report flags (Routing's zero value has no reports).
 const (
 	// DefaultLoadReportInterval is serve's --load-poll-interval-ms default.
-	DefaultLoadReportInterval = 100 * time.Millisecond
+	DefaultLoadReportInterval = 500 * time.Millisecond
 	// DefaultLoadReportDelay is the age of a report's numbers when the router holds them: the
 	// answer's network hop and JSON parse. SGLang's scheduler answers between two forward
 	// steps, which delays the answer but not its freshness, so the wait for the step is not

@@ -182,7 +182,8 @@ func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const profile = "llama3-8b-h100"
-	lc := startLoadCluster(t, ctx, 7, 100*time.Millisecond)
+	const interval = 100 * time.Millisecond // live and simulated
+	lc := startLoadCluster(t, ctx, 7, interval)
 	ws, front, liveLog := lc.workers, lc.front, lc.log
 
 	p := workloads.DefaultParams()
@@ -221,7 +222,7 @@ func TestIntegrationEngineLoadSplitMatchesTheSimulator(t *testing.T) {
 
 	// Simulated.
 	scfg := sim.Config{Cluster: sim.Cluster{Regular: 4, DPSize: 2, Profile: profile}, Router: lc.cfg.Config.RoutingOnly(), Workload: p, Load: l,
-		Routing: sim.Routing{LoadReportInterval: sim.DefaultLoadReportInterval, LoadReportDelay: sim.Delay{Fixed: sim.DefaultLoadReportDelay}}}
+		Routing: sim.Routing{LoadReportInterval: interval, LoadReportDelay: sim.Delay{Fixed: sim.DefaultLoadReportDelay}}}
 	direct.Worker = sim.WorkerURL(router.Regular, 0)
 	scfg.Direct = []sim.DirectLoad{direct}
 	var simLog bytes.Buffer

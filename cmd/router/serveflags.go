@@ -46,7 +46,7 @@ var scaledServeFlags = []struct {
 	{"upstream-pool-idle-timeout-secs", "upstream-idle-timeout-ms", 1000,
 		"smg's spelling of --upstream-idle-timeout-ms, in seconds (its default 3 is ours)"},
 	{"load-monitor-interval", "load-poll-interval-ms", 1000,
-		"smg's interval of its worker load monitor, in seconds (ours: --load-poll-interval-ms, default 100 ms)"},
+		"smg's interval of its worker load monitor, in seconds (ours: --load-poll-interval-ms, default 500 ms)"},
 	{"worker-load-check-interval", "load-poll-interval-ms", 1000,
 		"the SGLang Model Gateway's spelling of --load-monitor-interval, in seconds"},
 }

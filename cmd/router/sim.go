@@ -79,7 +79,7 @@ session keeps a conversation on one. With --vary kv_events=off,on
 --vary router_replicas=1,2,4 --vary kv_events_delay=0,100ms, 'router sim sweep' answers what
 precise routing wins and what replicas cost on a workload (try --workload cache-pressure).
 
-Engine load reports: every --load-report-interval (default 100ms, serve's
+Engine load reports: every --load-report-interval (default 500ms, serve's
 --load-poll-interval-ms) each router replica reads every server's load per DP rank — running and
 waiting requests, queued uncached prompt tokens, KV token usage, as SGLang's GET /v1/loads
 reports them — and the answer reaches it --load-report-delay later (default 1ms; a duration,

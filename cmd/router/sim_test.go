@@ -427,7 +427,7 @@ func TestSimNamesBreakersThatOpened(t *testing.T) {
 	assert.NotContains(t, stderr, "circuit breakers opened")
 }
 
-// Engine load reports are on by default (serve's 100ms poll, 1ms late), recorded in
+// Engine load reports are on by default (serve's 500ms poll, 1ms late), recorded in
 // meta.router; every worker over --worker-overload-waiting-requests sheds with 503, counted on
 // stderr; the sweep varies the interval.
 func TestSimLoadReportsAndShedding(t *testing.T) {
@@ -436,7 +436,7 @@ func TestSimLoadReportsAndShedding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, stderr, "sim: engine load reports:")
 	_, meta := simResults(t, out)
-	assert.Equal(t, "100ms", meta["load_report_interval"])
+	assert.Equal(t, "500ms", meta["load_report_interval"])
 	assert.Equal(t, "1ms", meta["load_report_delay"])
 
 	_, stderr, err = runWithStderr(t, append(args, "--load-report-interval", "0")...)

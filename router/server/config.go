@@ -62,7 +62,10 @@ type Config struct {
 	// (5 s) closes them (--upstream-idle-timeout-ms, default 3000).
 	UpstreamIdleTimeoutMs int `json:"upstream_idle_timeout_ms" yaml:"upstream_idle_timeout_ms" help:"close idle upstream connections after this many ms (keep it below the workers' keep-alive)"`
 	// LoadPollIntervalMs is how often each worker's engine load is read (GET /v1/loads, else
-	// its sglang gauges) for the policies (--load-poll-interval-ms, default 100; 0: never).
+	// its sglang gauges) for the policies (--load-poll-interval-ms, default 500; 0: never).
+	// The simulated gain of reports is the same from 10 ms to 1 s (docs/engine-load.md, report
+	// age), while a poll costs the router about as much CPU as half a proxied request: at
+	// 100 ms, 64 workers' polls added 10–12 % CPU per request (BenchmarkLoadPolling).
 	LoadPollIntervalMs int `json:"load_poll_interval_ms" yaml:"load_poll_interval_ms" help:"read each worker's engine load (GET /v1/loads, else its sglang gauges on /metrics) every this many ms, for the policies; 0: never (they use in-flight counts)"`
 
 	// Admission.
@@ -145,7 +148,7 @@ func DefaultConfig() Config {
 		MaxBatchSize:               1024,
 		MaxConnections:             10000,
 		UpstreamIdleTimeoutMs:      3000,
-		LoadPollIntervalMs:         100,
+		LoadPollIntervalMs:         500,
 		MaxConcurrentRequests:      -1,
 		QueueSize:                  100,
 		QueueTimeoutSecs:           60,
