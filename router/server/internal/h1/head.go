@@ -43,8 +43,11 @@ var commonKeys = func() map[string]string {
 	return m
 }()
 
-// maxFastHeaders bounds the header lines of a head the fast path parses.
-const maxFastHeaders = 64
+// maxFastHeaders bounds the header lines of a head the fast path parses (workers send about
+// ten). It sizes fastHead's frame: a goroutine that sends a request (a PD prefill leg) starts
+// on a small stack, and a larger frame made each one grow and copy its stack
+// (BenchmarkHotPath's CPU profile: runtime.newstack under fastHead).
+const maxFastHeaders = 32
 
 // fastHead parses the response head buffered in c.br if it is one the fast path takes
 // (see response), consuming it; nil leaves c.br untouched for http.ReadResponse.
@@ -87,7 +90,10 @@ func (c *conn) fastHead(method string) *response {
 		r = next
 	}
 	head := string(buf[:end]) // the one copy: status and values are substrings of it
-	var keys, vals [maxFastHeaders + 1]string
+	var fields [maxFastHeaders + 1]struct {
+		key    string
+		vs, ve int32 // the value: head[vs:ve]
+	}
 	nf := 0
 	var cl, te string
 	ncl, nte := 0, 0
@@ -120,17 +126,16 @@ func (c *conn) fastHead(method string) *response {
 		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
 			ve--
 		}
-		val := head[vs:ve]
 		switch key {
 		case "Connection", "Pragma", "Trailer":
 			return nil // ReadResponse's rules (close, Cache-Control, trailers)
 		case "Content-Length":
-			cl, ncl = val, ncl+1
+			cl, ncl = head[vs:ve], ncl+1
 		case "Transfer-Encoding":
-			te, nte = val, nte+1
+			te, nte = head[vs:ve], nte+1
 			continue // not kept in Header, as net/http does
 		}
-		keys[nf], vals[nf] = key, val
+		fields[nf].key, fields[nf].vs, fields[nf].ve = key, int32(vs), int32(ve)
 		nf++
 	}
 	x := new(response)
@@ -153,14 +158,15 @@ func (c *conn) fastHead(method string) *response {
 	}
 	h := make(http.Header, nf)
 	slab := make([]string, nf)
-	for i, key := range keys[:nf] {
-		vv := h[key]
+	for _, f := range fields[:nf] {
+		val := head[f.vs:f.ve]
+		vv := h[f.key]
 		if vv == nil {
 			vv, slab = slab[:1:1], slab[1:]
-			vv[0] = vals[i]
-			h[key] = vv
+			vv[0] = val
+			h[f.key] = vv
 		} else {
-			h[key] = append(vv, vals[i])
+			h[f.key] = append(vv, val)
 		}
 	}
 	x.resp.Status, x.resp.StatusCode, x.resp.Header = head[len(proto):len(line)], code, h
