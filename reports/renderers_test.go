@@ -334,6 +334,8 @@ func TestDiffSettingsByMeaning(t *testing.T) {
 	live, sim := *sweepRun(t, "live", 1).Results, *sweepRun(t, "sim", 1).Results
 	live.Meta.ServerInfo = json.RawMessage(`{"disaggregation_mode":"prefill","dp_size":4,"tp_size":1,"page_size":1,` +
 		`"max_total_num_tokens":451647,"chunked_prefill_size":8192,"max_running_requests":4096,"host":"127.0.0.1"}`)
+	live.Meta.Router = json.RawMessage(`{"policy":"cache_aware","cache_threshold":0.3,"load_poll_interval_ms":500,"port":30000}`)
+	sim.Meta.Router = json.RawMessage(`{"policy":"cache_aware","cache_threshold":0.5,"load_report_interval":"500ms","router_replicas":1}`)
 	sim.Meta.Cluster = json.RawMessage(`{"prefill":2,"resolved":{"prefill":{"dp_size":4,"tp_size":2,` +
 		`"engine_args":{"page_size":1,"max_total_tokens":451647,"chunked_prefill_size":8192,"max_running_requests":1024}},` +
 		`"decode":{"dp_size":4}}}`)
@@ -349,4 +351,11 @@ func TestDiffSettingsByMeaning(t *testing.T) {
 	assert.Equal(t, SettingDiff{Key: "engine.decode.dp_size", A: "-", B: "4"}, got["engine.decode.dp_size"], "recorded by the simulation only")
 	assert.Equal(t, "4096", got["server_info.max_running_requests"].A, "not the same meaning (all ranks against one): kept apart")
 	assert.Equal(t, "1024", got["cluster.resolved.prefill.engine_args.max_running_requests"].B)
+	// The router's settings: shared ones by their name, serve's poll interval as sim's.
+	assert.Equal(t, SettingDiff{Key: "router.cache_threshold", A: "0.3", B: "0.5"}, got["router.cache_threshold"])
+	for _, same := range []string{"router.policy", "router.load_report_interval", "router.load_poll_interval_ms"} {
+		assert.NotContains(t, got, same, "equal by meaning: no row")
+	}
+	assert.Equal(t, SettingDiff{Key: "router.port", A: "30000", B: "-"}, got["router.port"], "serve's own")
+	assert.Equal(t, SettingDiff{Key: "router.router_replicas", A: "-", B: "1"}, got["router.router_replicas"], "sim's own")
 }

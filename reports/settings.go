@@ -179,7 +179,15 @@ var engineSettings = map[string]string{
 
 // byMeaning rekeys m's engine settings as engine.ROLE.SETTING: server_info.F (ROLE from its
 // disaggregation_mode; regular without one) and cluster.resolved.ROLE.PATH (engineSettings).
+// The router settings serve and sim share keep their names (router.Config's), except serve's
+// load poll interval, in ms, which is sim's load_report_interval (a Go duration).
 func byMeaning(m map[string]string) {
+	if v, ok := m["router.load_poll_interval_ms"]; ok {
+		if ms, err := strconv.Atoi(v); err == nil {
+			m["router.load_report_interval"] = (time.Duration(ms) * time.Millisecond).String()
+			delete(m, "router.load_poll_interval_ms")
+		}
+	}
 	role := m["server_info.disaggregation_mode"]
 	if role == "" || role == "null" {
 		role = "regular"

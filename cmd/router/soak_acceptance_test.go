@@ -221,7 +221,9 @@ func TestSoakAcceptance(t *testing.T) {
 	}()
 
 	p := workloads.DefaultParams()
-	p.Workload, p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio = workloads.WorkloadRandom, 100000, 256, 32, 0.5
+	// Prompts for the whole run and more (the load's rate is Poisson's mean): the run ends at
+	// its duration, not when they run out.
+	p.Workload, p.NumPrompts, p.InputLen, p.OutputLen, p.RangeRatio = workloads.WorkloadRandom, int(1.5*rate*duration.Seconds())+1000, 256, 32, 0.5
 	l := workloads.DefaultLoadParams()
 	l.Rates, l.Arrival, l.Duration = []float64{rate}, workloads.ArrivalPoisson, duration
 	benchOut := filepath.Join(dir, "bench")
