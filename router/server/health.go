@@ -52,7 +52,7 @@ type recovery struct {
 // (60 s by default) later, for one GET every few seconds per failed worker.
 const (
 	recoveryFirstProbe = time.Second
-	recoveryMaxProbe   = 4 * time.Second
+	recoveryMaxProbe   = 3 * time.Second // with --health-success-threshold 2: back within 4 s of a restart, under the 5 s of issue 45
 )
 
 // init makes the suspect queue (the struct is built as a literal).
