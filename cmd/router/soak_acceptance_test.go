@@ -198,7 +198,7 @@ func TestSoakAcceptance(t *testing.T) {
 		decA = start(engine.RoleDecode, 52, fakeworker.Failures{}, portOf(t, urlA))
 		healthyAt := time.Since(began) // Start returns once it answers /health
 		poll := time.NewTicker(20 * time.Millisecond)
-		for i := 0; i < 1000 && workerState(front, urlA) != string(router.WorkerHealthy); i++ { // 20 s at most
+		for i := 0; i < 1000 && soakWorkerState(front, urlA) != string(router.WorkerHealthy); i++ { // 20 s at most
 			<-poll.C
 		}
 		poll.Stop()
@@ -474,8 +474,8 @@ func healthyWorkers(front string) int {
 	return len(seen)
 }
 
-// workerState is url's state in /workers (its first rank's under --dp-aware), "" when absent.
-func workerState(front, url string) string {
+// soakWorkerState is url's state in /workers (its first rank's under --dp-aware), "" when absent.
+func soakWorkerState(front, url string) string {
 	for _, w := range workerList(front) {
 		if base, _, _ := strings.Cut(w.URL, "@"); base == url {
 			return w.State
