@@ -31,7 +31,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,11 +43,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/bench"
 	"github.com/pdrouter/pdrouter/fakeworker"
+	"github.com/pdrouter/pdrouter/internal/testutil"
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -59,6 +61,12 @@ import (
 const (
 	soakMaxWorkerRequests = 48 // --max-worker-requests
 	soakWorkers           = 6
+)
+
+// Decode B hangs for hangFor from hangFrom after the load began.
+const (
+	hangFrom = 60 * time.Second
+	hangFor  = 30 * time.Second
 )
 
 func TestSoakAcceptance(t *testing.T) {
@@ -77,9 +85,7 @@ func TestSoakAcceptance(t *testing.T) {
 
 	base := fakeworker.Config{Host: "127.0.0.1", Profile: prof, Speedup: 2, BootstrapTimeout: 3 * time.Second, DPSize: 2}
 	start := func(mode engine.Role, seed uint64, f fakeworker.Failures, port int) *fakeworker.Worker {
-		c := base
-		c.Mode, c.Seed, c.Failures, c.Port = mode, seed, f, port
-		w, err := fakeworker.Start(ctx, c)
+		w, err := startSoakWorker(ctx, base, mode, seed, f, port)
 		require.NoError(t, err)
 		return w
 	}
@@ -92,13 +98,14 @@ func TestSoakAcceptance(t *testing.T) {
 	decB := start(engine.RoleDecode, 5, fakeworker.Failures{}, 0)
 	decC := start(engine.RoleDecode, 6, fakeworker.Failures{CutStreamAfter: 16, ErrorRate: 0.02, ErrorStatus: 503}, 0)
 	urlA, urlB := decA.URL(), decB.URL()
+	portA, portB := portOf(t, urlA), portOf(t, urlB)
 
 	// The router, as its own process: its RSS, fds and goroutines are its own.
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "router")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
-	port, metricsPort := freePort(t), freePort(t)
+	port, metricsPort := testutil.FreePort(t, "127.0.0.1"), testutil.FreePort(t, "127.0.0.1")
 	args := []string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--prometheus-host", "127.0.0.1",
 		"--prometheus-port", strconv.Itoa(metricsPort), "--pd-disaggregation", "--dp-aware", "--seed", "1",
 		"--request-timeout-secs", "10", "--max-worker-requests", strconv.Itoa(soakMaxWorkerRequests),
@@ -162,40 +169,46 @@ func TestSoakAcceptance(t *testing.T) {
 			return true
 		}
 	}
+	// What the schedule measured, the test's to read once scheduled is closed.
 	var (
-		events                  sync.Map // name → time.Duration since began
 		backA                   time.Duration
 		reAddedBCount, reAddAll [2]float64 // decode B's finished requests, and all decodes', at the re-add and 30 s later
 	)
-	note := func(name string) { events.Store(name, time.Since(began)) }
-	restartAs := func(w **fakeworker.Worker, url string, seed uint64, f fakeworker.Failures) {
+	scheduled := make(chan struct{})
+	// restart stops *w and starts a decode worker on its port in its place.
+	restart := func(w **fakeworker.Worker, port int, seed uint64, f fakeworker.Failures) bool {
 		(*w).Stop()
 		_ = (*w).Wait()
-		*w = start(engine.RoleDecode, seed, f, portOf(t, url))
+		nw, err := startSoakWorker(ctx, base, engine.RoleDecode, seed, f, port)
+		if err != nil {
+			t.Errorf("restart on port %d: %v", port, err)
+			return false
+		}
+		*w = nw
+		return true
 	}
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
-		if !at(60 * time.Second) {
+		defer close(scheduled)
+		if !at(hangFrom) || !restart(&decB, portB, 50, fakeworker.Failures{HangRate: 1}) {
 			return
 		}
-		note("hang")
-		restartAs(&decB, urlB, 50, fakeworker.Failures{HangRate: 1})
-		if !at(90 * time.Second) {
+		if !at(hangFrom+hangFor) || !restart(&decB, portB, 51, fakeworker.Failures{}) {
 			return
 		}
-		note("hang over")
-		restartAs(&decB, urlB, 51, fakeworker.Failures{})
 		if !at(120 * time.Second) {
 			return
 		}
-		note("kill A")
-		decA.Stop()
+		decA.Stop() // killed: down for 5 s
 		_ = decA.Wait()
 		if !at(125 * time.Second) {
 			return
 		}
-		decA = start(engine.RoleDecode, 52, fakeworker.Failures{}, portOf(t, urlA))
+		nw, err := startSoakWorker(ctx, base, engine.RoleDecode, 52, fakeworker.Failures{}, portA)
+		if err != nil {
+			t.Errorf("restart decode A: %v", err)
+			return
+		}
+		decA = nw
 		healthyAt := time.Since(began) // Start returns once it answers /health
 		poll := time.NewTicker(20 * time.Millisecond)
 		for i := 0; i < 1000 && soakWorkerState(front, urlA) != string(router.WorkerHealthy); i++ { // 20 s at most
@@ -206,13 +219,11 @@ func TestSoakAcceptance(t *testing.T) {
 		if !at(150 * time.Second) {
 			return
 		}
-		note("remove B")
 		post(t, front+"/remove_worker?url="+urlB)
 		if !at(165 * time.Second) {
 			return
 		}
 		post(t, front+"/add_worker?url="+urlB+"&role=decode")
-		note("re-add B")
 		reAddedBCount[0], reAddAll[0] = finished(decB), finished(decA)+finished(decB)+finished(decC)
 		if !at(195 * time.Second) {
 			return
@@ -230,6 +241,7 @@ func TestSoakAcceptance(t *testing.T) {
 	res, err := bench.Run(ctx, bench.Config{URL: front, Workload: p, Load: l, Out: benchOut,
 		RequestTimeout: 30 * time.Second, MaxErrorRate: -1})
 	require.NoError(t, err)
+	<-scheduled // the fault schedule ends by 195 s, inside the shortest run
 	lv := res.Levels[0]
 	t.Logf("soak: %d requests at %.0f req/s for %s, %d failed %v; TTFT p50 %.0f p99 %.0f, E2E p99 %.0f max %.0f ms",
 		lv.Requests, rate, duration, lv.Errors, lv.ErrorsByKind, lv.TTFTMs.P50, lv.TTFTMs.P99, lv.E2EMs.P99, lv.E2EMs.Max)
@@ -297,8 +309,7 @@ func TestSoakAcceptance(t *testing.T) {
 	assert.GreaterOrEqual(t, share, 0.5, "re-added worker at ≥ 50 %% of its fair share within 30 s")
 
 	// TTFT P99 during the hang ≤ 2× the steady P99.
-	hang, _ := events.Load("hang")
-	steady, during := ttftsSent(recs, 20*time.Second, 60*time.Second), ttftsSent(recs, hang.(time.Duration), hang.(time.Duration)+30*time.Second)
+	steady, during := ttftsSent(recs, 20*time.Second, hangFrom), ttftsSent(recs, hangFrom, hangFrom+hangFor)
 	ps, ph := reports.Percentile(steady, 99), reports.Percentile(during, 99)
 	t.Logf("TTFT P99: steady (20–60 s, %d requests) %.0f ms, during the hang (%d requests) %.0f ms: %.2f×", len(steady), ps, len(during), ph, ph/ps)
 	assert.LessOrEqual(t, ph, 2*ps, "P99 during the hang ≤ 2× the steady P99")
@@ -422,13 +433,6 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	return d
 }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func post(t *testing.T, url string) {
 	resp, err := http.Post(url, "", nil)
 	if !assert.NoError(t, err, url) {
@@ -489,35 +493,32 @@ func finished(w *fakeworker.Worker) float64 {
 	return scrape(w.URL() + "/metrics")["sglang:num_requests_total"]
 }
 
-// scrape reads the unlabelled (or first-labelled) value of every metric of a Prometheus text
-// page; nil when it does not answer.
+// scrape reads every metric of a Prometheus text page, the value of its first series (the
+// router's and fakeworkers' metrics read here have one); nil when the page does not answer or
+// parse.
 func scrape(url string) map[string]float64 {
 	resp, err := http.Get(url)
 	if err != nil {
 		return nil
 	}
 	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil
+	}
 	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
+	for name, f := range families {
+		if len(f.GetMetric()) == 0 {
 			continue
 		}
-		name, rest, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-		}
-		if _, seen := m[name]; seen {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-		if err == nil {
-			m[name] = v
+		switch x := f.GetMetric()[0]; {
+		case x.GetGauge() != nil:
+			m[name] = x.GetGauge().GetValue()
+		case x.GetCounter() != nil:
+			m[name] = x.GetCounter().GetValue()
+		case x.GetUntyped() != nil:
+			m[name] = x.GetUntyped().GetValue()
 		}
 	}
 	return m

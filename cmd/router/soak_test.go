@@ -16,7 +16,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -55,9 +54,7 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	defer cancel()
 	base := fakeworker.Config{Host: "127.0.0.1", Profile: prof, Speedup: 2, BootstrapTimeout: 3 * time.Second}
 	start := func(mode engine.Role, seed uint64, f fakeworker.Failures, port int) *fakeworker.Worker {
-		c := base
-		c.Mode, c.Seed, c.Failures, c.Port = mode, seed, f, port
-		w, err := fakeworker.Start(ctx, c)
+		w, err := startSoakWorker(ctx, base, mode, seed, f, port)
 		require.NoError(t, err)
 		return w
 	}
@@ -80,7 +77,7 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 	part := startPartitionable(t, ctx)
 
 	// The crashing decode worker comes back on its port a moment after it dies, every time.
-	crashURL := decodes[1].URL()
+	crashPort := portOf(t, decodes[1].URL())
 	var restarts int
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -97,9 +94,7 @@ func TestSoakFaultsUnderLoad(t *testing.T) {
 				return
 			case <-time.After(2 * time.Second): // a quick restart
 			}
-			c := base
-			c.Mode, c.Seed, c.Failures, c.Port = engine.RoleDecode, uint64(50+restarts), fakeworker.Failures{CrashAfter: 150}, portOf(t, crashURL)
-			nw, err := fakeworker.Start(ctx, c)
+			nw, err := startSoakWorker(ctx, base, engine.RoleDecode, uint64(50+restarts), fakeworker.Failures{CrashAfter: 150}, crashPort)
 			if err != nil {
 				t.Errorf("restart: %v", err)
 				return
@@ -390,22 +385,21 @@ func (p *partitioned) link(t *testing.T, up bool) {
 	}
 }
 
-// served reads the worker's finished-request counter.
+// served reads the worker's finished-request counter (-1: it does not answer).
 func (p *partitioned) served(t *testing.T) int {
-	resp, err := http.Get(p.url + "/metrics")
-	if err != nil {
+	m := scrape(p.url + "/metrics")
+	if m == nil {
 		return -1
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "sglang:num_requests_total") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return int(v)
-		}
-	}
-	return -1
+	return int(m["sglang:num_requests_total"])
+}
+
+// startSoakWorker starts a fakeworker configured as base, with the role, seed, faults and
+// port given (0: any).
+func startSoakWorker(ctx context.Context, base fakeworker.Config, mode engine.Role, seed uint64, f fakeworker.Failures, port int) (*fakeworker.Worker, error) {
+	c := base
+	c.Mode, c.Seed, c.Failures, c.Port = mode, seed, f, port
+	return fakeworker.Start(ctx, c)
 }
 
 // settledHeap is the heap in use after a full collection, in bytes.
