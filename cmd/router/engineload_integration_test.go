@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,10 +32,13 @@ import (
 // TestIntegrationEngineLoadSteersTraffic: 4 regular fakeworkers of 2 DP ranks (llama3-8b-h100
 // timings) behind serve (DP-aware, cache_aware, engine loads polled every 100 ms). A client
 // behind the router's back queues long requests on worker 0's rank 0, straight at the worker.
-// From the first decision whose engine reports were all taken after that queue showed on the
-// worker's own /v1/loads, the router sends the rank nothing more; that decision comes within
-// two poll intervals (the interval the router actually kept in this run) of the queue showing;
-// and the decision log names the engine signal.
+// Of the decisions whose engine reports were all taken while that queue showed on the worker's
+// own /v1/loads, none goes to the rank; the first of them comes within two poll intervals (the
+// interval the router actually kept in this run) of the queue showing; and the decision log
+// names the engine signal. The router's own traffic comes from four
+// clients, one request after another each: a request routed to the rank just before its report
+// showed the queue waits behind it (840 ms beside CPU hogs), and with one client no decision
+// was made meanwhile.
 func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -45,23 +49,34 @@ func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() bool { return reportsFresh(t, front, 2*len(ws)) },
 		"every rank's first load report")
 
-	// The router's own traffic: one short request after another, each decision logged with
-	// the time it was sent.
-	type sent struct{ at time.Time }
-	var sends []sent
-	generate := func(i int) {
+	// The router's own traffic: short requests, each with its own id, the time it was sent
+	// kept by id (the decision log names the id).
+	var smu sync.Mutex
+	sentAt := map[string]time.Time{}
+	var next atomic.Int64
+	generate := func() error {
+		i := next.Add(1)
+		id := fmt.Sprintf("own-%d", i)
 		body, _ := json.Marshal(map[string]any{"text": fmt.Sprintf("%d: a question of its own, %d", i, i*7919),
 			"sampling_params": map[string]any{"max_new_tokens": 4}})
-		sends = append(sends, sent{time.Now()})
-		resp, err := http.Post(front+"/generate", "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
+		req, _ := http.NewRequest(http.MethodPost, front+"/generate", bytes.NewReader(body))
+		req.Header.Set("X-Request-Id", id)
+		smu.Lock()
+		sentAt[id] = time.Now()
+		smu.Unlock()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("request %s: status %d", id, resp.StatusCode)
+		}
+		return nil
 	}
-	i := 0
-	for ; i < 10; i++ { // before: the idle ranks tie, and the rank that will be hot takes its share
-		generate(i)
+	for range 10 { // before: the idle ranks tie, and the rank that will be hot takes its share
+		require.NoError(t, generate())
 	}
 
 	// Behind the router's back: long requests straight at worker 0's rank 0.
@@ -91,44 +106,76 @@ func TestIntegrationEngineLoadSteersTraffic(t *testing.T) {
 		}
 		return false
 	}, "the direct requests queued on worker 0's rank 0")
-	deadline := queued.Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		generate(i)
-		i++
+	deadline := queued.Add(2 * time.Second)
+	var clients sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		clients.Go(func() {
+			for time.Now().Before(deadline) {
+				if err := generate(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
 	}
+	// Meanwhile, the worker's own view of the queue: the last time it still showed (the direct
+	// requests' prefills drain it within a second or two, and a rank that runs them but queues
+	// nothing is not the rank this test makes slow).
+	lastQueued := queued
+	tick := time.NewTicker(10 * time.Millisecond)
+	for now := range tick.C {
+		if !now.Before(deadline) {
+			break
+		}
+		if rankWaiting(t, ws[0].URL(), 0) == 0 {
+			break
+		}
+		lastQueued = now
+	}
+	tick.Stop()
+	clients.Wait()
 	stopDirect()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 
 	lines := decisionLines(t, log)
-	require.Len(t, lines, len(sends))
-	hotBefore, firstAfter, maxAgeBefore := 0, -1, 0.0
-	for k, line := range lines {
+	require.Len(t, lines, len(sentAt))
+	hotBefore, after, maxAgeBefore := 0, 0, 0.0
+	var firstAfter time.Time // the send time of the first decision on reports taken after the queue showed
+	for _, line := range lines {
+		at, ok := sentAt[line["id"].(string)]
+		require.True(t, ok, "decision for an unknown request %v", line["id"])
 		reg := line["regular"].(map[string]any)
 		target := router.TargetName(reg["worker"].(string), int(reg["rank"].(float64)))
 		signal, _ := reg["signal"].(string)
 		age, _ := reg["load_age_ms"].(float64)
-		if sends[k].at.Before(queued) {
+		if at.Before(queued) {
 			if target == hot {
 				hotBefore++
 			}
 			maxAgeBefore = max(maxAgeBefore, age)
 			continue
 		}
-		reportsAt := sends[k].at.Add(-time.Duration(age * float64(time.Millisecond)))
-		if signal != "engine_load" && signal != "cache_match" || !reportsAt.After(queued) {
-			continue // decided on reports (possibly) taken before the queue showed
+		reportsAt := at.Add(-time.Duration(age * float64(time.Millisecond)))
+		if signal != "engine_load" && signal != "cache_match" || !reportsAt.After(queued) || reportsAt.After(lastQueued) {
+			continue // decided on reports (possibly) taken before the queue showed, or after it drained
 		}
-		if firstAfter < 0 {
-			firstAfter = k
+		after++
+		if firstAfter.IsZero() || at.Before(firstAfter) {
+			firstAfter = at
 		}
-		assert.NotEqual(t, hot, target, "decision %d, on reports taken after the queue showed (%s), went to the queued rank", k+1, signal)
+		assert.NotEqual(t, hot, target, "request %s, decided on reports taken after the queue showed (%s), went to the queued rank", line["id"], signal)
 	}
 	require.Positive(t, hotBefore, "before the queue, the rank took its share")
-	require.GreaterOrEqual(t, firstAfter, 0, "no decision was made on reports taken after the queue showed")
+	require.False(t, firstAfter.IsZero(), "no decision was made on reports taken after the queue showed")
 	// The router's own poll period in this run: the oldest report any decision used before.
 	period := time.Duration(max(maxAgeBefore, float64(interval/time.Millisecond)) * float64(time.Millisecond))
-	lag := sends[firstAfter].at.Sub(queued)
-	t.Logf("queue showed at the worker; the first decision on later reports came %s after (poll period seen %s); %d decisions before, %d after",
-		lag, period, hotBefore, len(lines)-firstAfter)
+	lag := firstAfter.Sub(queued)
+	t.Logf("queue showed at the worker for %s; the first decision on later reports came %s after (poll period seen %s); %d decisions before to the rank, %d on reports taken while it showed",
+		lastQueued.Sub(queued), lag, period, hotBefore, after)
 	assert.LessOrEqual(t, lag, 2*period, "the queued rank lost its traffic within two poll intervals")
 }
 
