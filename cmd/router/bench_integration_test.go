@@ -50,14 +50,16 @@ func randomBench(url string, out int) bench.Config {
 // truth is measured in the same run, not taken as the configured 100 ms: the fakeworker's timers
 // fire late on a busy machine (a clean-clone make test saw 103.4 ms at c64), so a minimal client
 // (refTTFT) measures its time to first event at the same concurrency right after the bench, and
-// the worker itself must never answer early. Not parallel: the other tests here load the CPU.
+// the worker itself must never answer early. Each client first sends one unrecorded request,
+// which opens its connection, and so does each of the reference client's.
+// Not parallel: the other tests here load the CPU.
 func TestIntegrationBenchAccuracyFakeworker(t *testing.T) {
 	url := startConstantWorker(t, 100*time.Millisecond, 20*time.Millisecond)
 	for _, tc := range []struct{ clients, requests int }{{1, 10}, {16, 64}, {64, 192}} {
 		cfg := randomBench(url, 8)
 		cfg.Workload.API = workloads.APIGenerate
 		cfg.Load.Concurrency = []int{tc.clients}
-		cfg.Load.Requests = tc.requests
+		cfg.Load.Requests, cfg.Load.Warmup = tc.requests, tc.clients
 		res, err := bench.Run(context.Background(), cfg)
 		require.NoError(t, err)
 		l := res.Levels[0]
@@ -73,14 +75,46 @@ func TestIntegrationBenchAccuracyFakeworker(t *testing.T) {
 
 // refTTFT sends n streamed /generate requests from clients goroutines and returns the P50 of
 // the time from sending each to its first SSE event and the P50 of its time per output token
-// ((last event − first event)/(events − 1)), in ms: a reference with no bench machinery.
+// ((last event − first event)/(events − 1)), in ms: a reference with no bench machinery. Each
+// client keeps its connection, opened by one unrecorded request first, as the bench's do.
 func refTTFT(t *testing.T, url string, clients, n int) (ttft, tpot float64) {
 	t.Helper()
 	body := `{"text":"a prompt of sixteen tokens or so for the reference client to send","stream":true,"sampling_params":{"max_new_tokens":8,"ignore_eos":true}}`
 	ms := make([]float64, n)
 	tpots := make([]float64, n)
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	// send sends one request and returns its time to first event and time per output token.
+	send := func() (ttft, tpot float64, err error) {
+		start := time.Now()
+		resp, err := hc.Post(url+"/generate", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		line, err := br.ReadString('\n')
+		first := time.Now()
+		if err == nil && !strings.HasPrefix(line, "data:") {
+			err = fmt.Errorf("first line %q is not an SSE event", line)
+		}
+		last, events := first, 1
+		for err == nil {
+			if line, err = br.ReadString('\n'); err == nil && strings.HasPrefix(line, "data:") && !strings.HasPrefix(line, "data: [DONE]") {
+				last, events = time.Now(), events+1
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
+		if events > 1 {
+			tpot = float64(last.Sub(first).Microseconds()) / 1000 / float64(events-1)
+		}
+		return float64(first.Sub(start).Microseconds()) / 1000, tpot, err
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, clients)
 	next := make(chan int, n)
 	for i := range n {
 		next <- i
@@ -88,34 +122,13 @@ func refTTFT(t *testing.T, url string, clients, n int) (ttft, tpot float64) {
 	close(next)
 	for range clients {
 		wg.Go(func() {
+			if _, _, err := send(); err != nil { // opens this client's connection
+				errs <- err
+				return
+			}
 			for i := range next {
-				start := time.Now()
-				resp, err := http.Post(url+"/generate", "application/json", strings.NewReader(body))
-				if err != nil {
-					errs <- err
-					return
-				}
-				br := bufio.NewReader(resp.Body)
-				line, err := br.ReadString('\n')
-				first := time.Now()
-				ms[i] = float64(first.Sub(start).Microseconds()) / 1000
-				if err == nil && !strings.HasPrefix(line, "data:") {
-					err = fmt.Errorf("first line %q is not an SSE event", line)
-				}
-				last, events := first, 1
-				for err == nil {
-					if line, err = br.ReadString('\n'); err == nil && strings.HasPrefix(line, "data:") && !strings.HasPrefix(line, "data: [DONE]") {
-						last, events = time.Now(), events+1
-					}
-				}
-				if err == io.EOF {
-					err = nil
-				}
-				if events > 1 {
-					tpots[i] = float64(last.Sub(first).Microseconds()) / 1000 / float64(events-1)
-				}
-				resp.Body.Close()
-				if err != nil {
+				var err error
+				if ms[i], tpots[i], err = send(); err != nil {
 					errs <- err
 					return
 				}
