@@ -51,9 +51,17 @@ func (l EngineLoad) Add(m EngineLoad) EngineLoad {
 type engineView struct {
 	load EngineLoad
 	at   time.Time // when the report was taken; zero: none
-	// sentReqs and sentTokens count the requests routed to the target since the report (and
-	// their prompt tokens, estimated): what the report cannot include yet.
+	gen  uint64    // counts the reports taken: a leg routed under one report knows it by this
+	// sentReqs and sentTokens count the requests routed to the target since the report and
+	// still in flight (and their uncached prompt tokens, estimated): what the report cannot
+	// include yet. A request that also finished before the next report leaves both counts:
+	// counted until then, every request routed since a report looked queued for the whole
+	// interval, and at the 500 ms default a prefill worker's queue looked several times its
+	// size.
 	sentReqs, sentTokens int64
+	// routedTokens is every uncached prompt token routed to the target since the report,
+	// finished or not: what the prefill rate is learned from.
+	routedTokens int64
 	// rate is the target's prefill rate, uncached tokens/s, learned from its reports; 0:
 	// not known yet.
 	rate float64
@@ -69,7 +77,7 @@ func (e *engineView) report(l EngineLoad, at time.Time) {
 	}
 	if !e.at.IsZero() && l.WaitingUncachedTokens >= 0 && e.load.WaitingUncachedTokens >= 0 {
 		if dt := at.Sub(e.at).Seconds(); dt > 0 {
-			done := max(float64(int64(e.load.WaitingUncachedTokens)+e.sentTokens-int64(l.WaitingUncachedTokens))/dt, 0)
+			done := max(float64(int64(e.load.WaitingUncachedTokens)+e.routedTokens-int64(l.WaitingUncachedTokens))/dt, 0)
 			switch {
 			case done == 0 && l.WaitingUncachedTokens == 0: // idle: says nothing of its rate
 			case e.rate == 0:
@@ -79,7 +87,8 @@ func (e *engineView) report(l EngineLoad, at time.Time) {
 			}
 		}
 	}
-	e.load, e.at, e.sentReqs, e.sentTokens = l, at, 0, 0
+	e.load, e.at, e.sentReqs, e.sentTokens, e.routedTokens = l, at, 0, 0, 0
+	e.gen++
 }
 
 // prefillRateWeight is the weight of each new sample of a target's prefill rate (an
@@ -87,13 +96,28 @@ func (e *engineView) report(l EngineLoad, at time.Time) {
 const prefillRateWeight = 0.2
 
 // sent counts a request routed to the target since its report: one more request waiting, and
-// its prompt tokens (tokens) queued.
-func (e *engineView) sent(tokens int) {
+// its uncached prompt tokens (tokens) queued. It returns the report's generation, for
+// finished (0: no report, nothing counted).
+func (e *engineView) sent(tokens int) uint64 {
 	if e.at.IsZero() {
-		return
+		return 0
 	}
 	e.sentReqs++
 	e.sentTokens += int64(tokens)
+	e.routedTokens += int64(tokens)
+	return e.gen
+}
+
+// finished takes a request counted by sent under report generation gen (with its tokens) out
+// of the counts when it finishes before the next report: the engine no longer holds it, and
+// the next report will not either. Once a newer report came, the request is the engine's to
+// count (or not).
+func (e *engineView) finished(gen uint64, tokens int) {
+	if gen == 0 || gen != e.gen {
+		return
+	}
+	e.sentReqs = max(e.sentReqs-1, 0)
+	e.sentTokens = max(e.sentTokens-int64(tokens), 0)
 }
 
 // Signal says what a policy's choice among loads rested on (decision logs).

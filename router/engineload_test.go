@@ -105,6 +105,51 @@ func TestLoadComparatorOrder(t *testing.T) {
 	assert.Equal(t, "http://b", d.Regular.URL())
 }
 
+// A request routed since a report counts only while it is in flight: one that finished before
+// the next report is neither in the engine nor in that report. One routed under an older
+// report is the engine's to count once a newer one came.
+func TestRoutedSinceReportCountsWhileInFlight(t *testing.T) {
+	t.Parallel()
+	r, clk := engineRouter(t, PolicyLeastLoad, nil)
+	now := clk.Now()
+	idle := map[string]EngineLoad{"http://a": {}, "http://b": {}, "http://c": {}}
+	report(t, r, now, idle)
+	routed := map[string]*Decision{}
+	for range 3 { // one to each: a, b, c (tokens and waiting tie, then in-flight)
+		d, err := r.Route(&Request{Text: "abcd"})
+		require.NoError(t, err)
+		routed[d.Regular.URL()] = d
+	}
+	require.Len(t, routed, 3)
+	view := func(u string) engineView {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		role, i, ok := r.findLocked(u)
+		require.True(t, ok)
+		return r.workers[role][i].targets[0].engine
+	}
+	assert.EqualValues(t, 1, view("http://a").sentReqs)
+	routed["http://a"].Done(Regular, Success)
+	a := view("http://a")
+	assert.Zero(t, a.sentReqs, "finished before the next report: no longer queued")
+	assert.Zero(t, a.sentTokens)
+	assert.EqualValues(t, 1, a.routedTokens, "the prefill rate still learns from it")
+	d, err := r.Route(&Request{Text: "abcd"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://a", d.Regular.URL(), "a holds nothing of this router's now")
+
+	// A newer report counts b's request (or not) itself: its end does not take a request
+	// routed under the new report out of the count.
+	report(t, r, now.Add(10*time.Millisecond), map[string]EngineLoad{"http://b": {WaitingReqs: 1}})
+	d, err = r.Route(&Request{Text: "abcd"})
+	require.NoError(t, err)
+	require.Equal(t, "http://b", d.Regular.URL(), "b's fresh report holds no queued tokens")
+	routed["http://b"].Done(Regular, Success)
+	assert.EqualValues(t, 1, view("http://b").sentReqs, "the request routed under the new report still counts")
+	routed["http://c"].Done(Regular, Cancelled)
+	assert.Zero(t, view("http://c").sentReqs, "a cancelled request leaves the count too")
+}
+
 // least_load divides queued tokens by each worker's prefill rate, learned from its reports: a
 // worker that works off its queue twice as fast takes twice the queue.
 func TestLeastLoadUsesLearnedPrefillRate(t *testing.T) {

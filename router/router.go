@@ -193,7 +193,9 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			d.legs[role].loadAge = req.loads.age
 		}
 		if !t.engine.at.IsZero() { // the report does not hold this request yet
-			t.engine.sent(int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1))))
+			l := &d.legs[role]
+			l.uncached = int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
+			l.engineGen = t.engine.sent(l.uncached)
 		}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
@@ -498,7 +500,11 @@ type leg struct {
 	predictedCached int
 	signal          Signal
 	loadAge         time.Duration
-	done            atomic.Bool
+	// engineGen is the generation of the target's engine report the leg was counted under as
+	// routed since (0: none), and uncached its uncached prompt tokens counted there.
+	engineGen uint64
+	uncached  int
+	done      atomic.Bool
 	// trial is set when the leg's worker was half-open at Route: the leg holds one of its
 	// breaker's probation slots (of half-open spell spell) until Done.
 	trial bool
@@ -567,12 +573,16 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	w := t.worker
 	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
 	// reads the load, so one of the two sees the last request finish (lifecycle.go).
-	if o == Cancelled && !w.removed.Load() && !l.trial {
+	if o == Cancelled && !w.removed.Load() && !l.trial && l.engineGen == 0 {
 		return true
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	t.engine.finished(l.engineGen, l.uncached)
+	if o == Cancelled && !w.removed.Load() && !l.trial {
+		return true
+	}
 	if l.trial {
 		w.breaker.Finish(l.spell)
 	}
