@@ -79,7 +79,7 @@ type Config struct {
 	// "loads"), and the overload bounds under which a worker is passed over.
 	LoadReportMaxAgeMs            int     `json:"load_report_max_age_ms" yaml:"load_report_max_age_ms" help:"engine load reports older than this count as absent (the policies fall back to the router's in-flight counts), ms; 0: never use them"` // default 1000
 	WorkerOverloadTokenUsage      float64 `json:"worker_overload_token_usage" yaml:"worker_overload_token_usage" help:"a worker whose engine reports KV token usage at or above this, in (0,1], is passed over while another is below it; all over: 503 with Retry-After; 0: off"`
-	WorkerOverloadWaitingRequests int     `json:"worker_overload_waiting_requests" yaml:"worker_overload_waiting_requests" help:"a worker whose engine reports this many waiting requests or more is passed over while another has fewer; all over: 503 with Retry-After; 0: off. Poll every 100 ms with it (--load-poll-interval-ms): between reports every request sent since counts as waiting"`
+	WorkerOverloadWaitingRequests int     `json:"worker_overload_waiting_requests" yaml:"worker_overload_waiting_requests" help:"a worker whose engine reports this many waiting requests or more is passed over while another has fewer; all over: 503 with Retry-After; 0: off. Poll every 100 ms with it (--load-poll-interval-ms): between reports every request sent since and still in flight counts as waiting"`
 	// MaxWorkerRequests caps the requests this router has in flight on one worker (its DP
 	// ranks together; a PD request counts once on its prefill and once on its decode), from
 	// the router's own count, not the engine's: a worker that hangs holds at most this many

@@ -157,16 +157,17 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 
 // loadCmp compares the loads of one Pick's candidates with the most precise signal they all
 // have (SPEC §1.2, "loads"): when every candidate has a fresh engine report, by
-//  1. queued uncached prompt tokens (the engine's, plus those routed to it since its report;
+//  1. queued uncached prompt tokens (the engine's, plus those routed to it since its report and
+//     still in flight;
 //     skipped on decode targets, whose engines report 0);
-//  2. waiting requests (the engine's, plus those routed since);
+//  2. waiting requests (the engine's, plus those routed since and still in flight);
 //  3. running requests (the engine's: a rank decoding for other clients is busier than an
 //     idle one, though neither queues);
 //  4. the router's in-flight requests;
 //
 // and otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise,
-// the engine's running and waiting requests plus those routed since (at least the in-flight
-// requests), or in-flight requests.
+// the engine's running and waiting requests plus those routed since and in flight (at least
+// the in-flight requests), or in-flight requests.
 type loadCmp struct {
 	engine bool
 	age    time.Duration // the oldest report's age, when engine
@@ -220,8 +221,8 @@ func (c loadCmp) less(a, b *Target) bool {
 }
 
 // reqs is t's load for the balance check: with engine reports, the engine's running and
-// waiting requests plus those routed since its report, but never below this router's own
-// in-flight count, a lower bound on what the worker holds (SGLang's prefill server reports
+// waiting requests plus those routed since its report and in flight, but never below this
+// router's own in-flight count, a lower bound on what the worker holds (SGLang's prefill server reports
 // no running requests, and a request in a prefill step counts as neither running nor waiting:
 // on reports alone a prefill worker busy with this router's requests looked idle, and one
 // router in front of a PD cluster balanced later than on in-flight counts).
@@ -234,7 +235,7 @@ func (c loadCmp) reqs(t *Target) int64 {
 }
 
 // uncached is t's queued uncached prompt tokens: the engine's (0 when it does not say) plus
-// those routed since its report.
+// those routed since its report and still in flight.
 func (t *Target) uncached() int64 {
 	return int64(max(t.engine.load.WaitingUncachedTokens, 0)) + t.engine.sentTokens
 }

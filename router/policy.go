@@ -126,9 +126,9 @@ func (p *PowerOfTwo) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error)
 // engine report (smg's least_load), and the least in-flight requests otherwise (lowest index
 // on ties):
 //   - prefill targets by expected prefill wait: queued uncached prompt tokens (the engine's,
-//     plus those routed since its report) ÷ the target's prefill rate, learned from its
-//     reports (uncached tokens worked off per second); while a candidate's rate is unknown, by
-//     the tokens alone;
+//     plus those routed since its report and in flight) ÷ the target's prefill rate,
+//     learned from its reports (uncached tokens worked off per second); while a candidate's
+//     rate is unknown, by the tokens alone;
 //   - decode targets by their fullness: the larger of requests (running, waiting and routed
 //     since) ÷ max_running_requests, and KV token usage;
 //   - regular targets, which do both, by fullness first once it reaches nearlyFull (in steps
