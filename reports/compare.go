@@ -161,13 +161,18 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 		var s strings.Builder
 		fmt.Fprintf(&s, "### compare: %s\n\n%s\n", mdEscape(c.title()), ImprovementRule)
 		na, nb := c.names()
-		if d := c.Settings(); len(d) > 0 {
+		if both, one := c.splitSettings(); len(both)+len(one) > 0 {
 			s.WriteString("\nsettings that differ:\n\n")
-			rows := make([][]string, len(d))
-			for i, x := range d {
+			rows := make([][]string, len(both))
+			for i, x := range both {
 				rows[i] = []string{x.Key, x.A, x.B}
 			}
-			writeMDTable(&s, []string{"setting", na, nb}, rows)
+			if len(rows) > 0 {
+				writeMDTable(&s, []string{"setting", na, nb}, rows)
+			}
+			if len(one) > 0 {
+				s.WriteString("\n" + oneSidedNote(len(one)) + "\n")
+			}
 		}
 		for i := range c.Levels {
 			cl := &c.Levels[i]
@@ -216,21 +221,49 @@ func RenderCompare(w io.Writer, f Format, a, b Run) error {
 // Settings lists the settings the two runs differ in (DiffSettings).
 func (c *Comparison) Settings() []SettingDiff { return DiffSettings(c.A.Results, c.B.Results) }
 
-// writeSettingsText writes "settings that differ" as aligned lines "key  A → B", or that none
-// differ.
+// splitSettings splits the settings that differ into those both runs record (with different
+// values) and those only one run records: a live run records router.* and server_info.*, a
+// simulated one cluster.*, and most of those have no counterpart (serve's listener and TLS,
+// the simulator's engine model), so they are listed apart, after the ones that matter.
+func (c *Comparison) splitSettings() (both, one []SettingDiff) {
+	for _, x := range c.Settings() {
+		if x.A == "-" || x.B == "-" {
+			one = append(one, x)
+		} else {
+			both = append(both, x)
+		}
+	}
+	return both, one
+}
+
+// oneSidedNote is the line that stands for the settings only one run records, in the text and
+// markdown comparisons (the HTML report folds them; JSON lists them).
+func oneSidedNote(n int) string {
+	return fmt.Sprintf("%d more settings only one run records (--format html folds them, --format json lists them)", n)
+}
+
+// writeSettingsText writes "settings that differ" as aligned lines "key  A → B" (those both
+// runs record), then how many only one run records, or that none differ.
 func (c *Comparison) writeSettingsText(s *strings.Builder) {
-	d := c.Settings()
-	if len(d) == 0 {
+	both, one := c.splitSettings()
+	if len(both)+len(one) == 0 {
 		s.WriteString("settings: no recorded setting differs\n\n")
 		return
 	}
-	width := 0
-	for _, x := range d {
-		width = max(width, len(x.Key))
+	if len(both) == 0 {
+		s.WriteString("settings: none both runs record differs\n")
+	} else {
+		width := 0
+		for _, x := range both {
+			width = max(width, len(x.Key))
+		}
+		s.WriteString("settings that differ (A → B):\n")
+		for _, x := range both {
+			fmt.Fprintf(s, "  %-*s  %s → %s\n", width, x.Key, x.A, x.B)
+		}
 	}
-	s.WriteString("settings that differ (A → B):\n")
-	for _, x := range d {
-		fmt.Fprintf(s, "  %-*s  %s → %s\n", width, x.Key, x.A, x.B)
+	if len(one) > 0 {
+		s.WriteString("  " + oneSidedNote(len(one)) + "\n")
 	}
 	s.WriteString("\n")
 }

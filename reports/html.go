@@ -181,20 +181,16 @@ func compareTables(c Comparison, mode CompareMode) (summary, cmp, settings, oneS
 				Cells: []string{level, metricByKey(k).Name, row[1+3*j], row[2+3*j], row[3+3*j]}})
 		}
 	}
-	var both, one []htmlRow
-	for _, x := range c.Settings() {
-		row := htmlRow{Cells: []string{x.Key, x.A, x.B}}
-		if x.A == "-" || x.B == "-" { // a live run records router.* and server_info.*, sim cluster.*
-			one = append(one, row)
-		} else {
-			both = append(both, row)
-		}
-	}
-	settingsTable := func(id, caption string, rows []htmlRow) *htmlTable {
-		if len(rows) == 0 {
+	both, one := c.splitSettings()
+	settingsTable := func(id, caption string, d []SettingDiff) *htmlTable {
+		if len(d) == 0 {
 			return nil
 		}
-		return &htmlTable{ID: id, Class: "fit", Caption: caption, Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}, Rows: rows}
+		t := &htmlTable{ID: id, Class: "fit", Caption: caption, Head: [][]htmlHead{{{Name: "setting"}, {Name: na}, {Name: nb}}}}
+		for _, x := range d {
+			t.Rows = append(t.Rows, htmlRow{Cells: []string{x.Key, x.A, x.B}})
+		}
+		return t
 	}
 	return summary, cmp, settingsTable("settings", "settings both runs record, with different values", both),
 		settingsTable("settings-one", "settings only one run records", one)

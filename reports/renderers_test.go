@@ -359,3 +359,27 @@ func TestDiffSettingsByMeaning(t *testing.T) {
 	assert.Equal(t, SettingDiff{Key: "router.port", A: "30000", B: "-"}, got["router.port"], "serve's own")
 	assert.Equal(t, SettingDiff{Key: "router.router_replicas", A: "-", B: "1"}, got["router.router_replicas"], "sim's own")
 }
+
+// The text and markdown comparisons list the settings both runs record, with different values,
+// and stand for the ones only one run records (a live run's serve listener, a simulation's
+// engine model: dozens of rows of "value → -") with one line, as the HTML report folds them.
+func TestCompareTextFoldsOneSidedSettings(t *testing.T) {
+	t.Parallel()
+	live, sim := sweepRun(t, "live", 1), sweepRun(t, "sim", 1)
+	live.Results.Meta.Router = json.RawMessage(`{"cache_threshold":0.3,"port":30000,"host":"127.0.0.1"}`)
+	sim.Results.Meta.Router = json.RawMessage(`{"cache_threshold":0.5,"router_replicas":1}`)
+	var text, md bytes.Buffer
+	require.NoError(t, RenderCompare(&text, FormatTable, live, sim))
+	require.NoError(t, RenderCompare(&md, FormatMarkdown, live, sim))
+	assert.Regexp(t, `settings that differ \(A → B\):\n  router\.cache_threshold  0\.3 → 0\.5\n  3 more settings only one run records \(--format html folds them, --format json lists them\)\n\n`, text.String())
+	assert.NotContains(t, text.String(), "router.port")
+	assert.Contains(t, md.String(), "| router.cache\\_threshold | 0.3 | 0.5 |")
+	assert.Contains(t, md.String(), "\n3 more settings only one run records")
+	assert.NotContains(t, md.String(), "router.port")
+
+	// Only one-sided differences: said so, then counted.
+	sim.Results.Meta.Router = json.RawMessage(`{"cache_threshold":0.3,"router_replicas":1}`)
+	text.Reset()
+	require.NoError(t, RenderCompare(&text, FormatTable, live, sim))
+	assert.Contains(t, text.String(), "settings: none both runs record differs\n  3 more settings only one run records")
+}
