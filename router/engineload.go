@@ -156,18 +156,22 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 }
 
 // loadCmp compares the loads of one Pick's candidates with the most precise signal they all
-// have (SPEC §1.2, "loads"): when every candidate has a fresh engine report, by
+// have (SPEC §1.2, "loads"): when every candidate has a fresh engine report, prefill and
+// regular targets by
 //  1. queued uncached prompt tokens (the engine's, plus those routed to it since its report and
-//     still in flight;
-//     skipped on decode targets, whose engines report 0);
+//     still in flight);
 //  2. waiting requests (the engine's, plus those routed since and still in flight);
 //  3. running requests (the engine's: a rank decoding for other clients is busier than an
 //     idle one, though neither queues);
 //  4. the router's in-flight requests;
 //
-// and otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise,
-// the engine's running and waiting requests plus those routed since and in flight (at least
-// the in-flight requests), or in-flight requests.
+// decode targets by the requests they hold (reqs, below), then in-flight requests: a decode
+// engine queues a request only while its KV arrives and memory is set aside, and what delays
+// its first token there is the whole batch it joins (ranking decode by waiting, then running,
+// cost a PD cluster 4 % of mean TTFT on the hot-spot workload, 10 seeds, P99 the same); and
+// otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise, the
+// engine's running and waiting requests plus those routed since and in flight (at least the
+// in-flight requests), or in-flight requests.
 type loadCmp struct {
 	engine bool
 	age    time.Duration // the oldest report's age, when engine
@@ -205,10 +209,14 @@ func (c loadCmp) signal() Signal {
 // less reports whether a is less loaded than b.
 func (c loadCmp) less(a, b *Target) bool {
 	if c.engine {
-		if a.worker.role != Decode {
-			if ua, ub := a.uncached(), b.uncached(); ua != ub {
-				return ua < ub
+		if a.worker.role == Decode {
+			if ra, rb := c.reqs(a), c.reqs(b); ra != rb {
+				return ra < rb
 			}
+			return a.Load() < b.Load()
+		}
+		if ua, ub := a.uncached(), b.uncached(); ua != ub {
+			return ua < ub
 		}
 		if wa, wb := a.engine.load.WaitingReqs+int(a.engine.sentReqs), b.engine.load.WaitingReqs+int(b.engine.sentReqs); wa != wb {
 			return wa < wb

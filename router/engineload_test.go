@@ -297,3 +297,38 @@ func TestLeastLoadRegularLooksAtFullnessFirst(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "http://b", d.Regular.URL(), "a is full of running requests, c of KV: b's queue is the shorter wait")
 }
+
+// Decode targets rank by the requests they hold, not by waiting requests first: a decode
+// engine's queue is short-lived (KV arriving, memory set aside), and a new request's first
+// token waits on the whole batch it joins.
+func TestDecodeRanksByRequestsHeld(t *testing.T) {
+	t.Parallel()
+	cfg := pdConfig()
+	cfg.DecodePolicy = PolicyPowerOfTwo // with two decode targets: compares both
+	r := newTestRouter(t, cfg)
+	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://p0:1", Role: Prefill}))
+	for _, u := range []string{"http://d0:1", "http://d1:1"} {
+		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Decode}))
+	}
+	now := epoch
+	report(t, r, now, map[string]EngineLoad{
+		"http://p0:1": {},
+		"http://d0:1": {RunningReqs: 30, WaitingReqs: 0}, // a full batch, nothing queued
+		"http://d1:1": {RunningReqs: 4, WaitingReqs: 2},  // a short batch, two arriving
+	})
+	d, err := r.Route(&Request{Text: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "http://d1:1", d.Decode.URL(), "6 requests held against 30")
+	leg, _ := d.Leg(Decode)
+	assert.Equal(t, SignalEngineLoad, leg.Signal)
+	// What this router routed since the report counts: once 24 more went to d1 it holds as
+	// many as d0, and d0, with fewer of this router's in flight, takes the next.
+	for range 25 {
+		d, err = r.Route(&Request{Text: "x"})
+		require.NoError(t, err)
+		if d.Decode.URL() != "http://d1:1" {
+			break
+		}
+	}
+	assert.Equal(t, "http://d0:1", d.Decode.URL(), "d1 as full as d0 after 24 more")
+}

@@ -136,7 +136,7 @@ func (p *PowerOfTwo) Pick(_ time.Time, req *Request, ts []*Target) (Pick, error)
 //     full takes new requests after the others though its prefill queue is short (SGLang
 //     schedules prefills first, so its queue stays short while its running batch grows).
 //
-// Ties are broken as loadCmp compares (waiting requests, then running, then in-flight).
+// Ties are broken as loadCmp compares.
 type LeastLoad struct{}
 
 var _ Policy = (*LeastLoad)(nil)
