@@ -95,13 +95,10 @@ func (e *engineView) report(l EngineLoad, at time.Time) {
 // exponential moving average over about five reports).
 const prefillRateWeight = 0.2
 
-// sent counts a request routed to the target since its report: one more request waiting, and
-// its uncached prompt tokens (tokens) queued. It returns the report's generation, for
-// finished (0: no report, nothing counted).
+// sent counts a request routed to the target since its report (one the caller has): one more
+// request waiting, and its uncached prompt tokens (tokens) queued. It returns the report's
+// generation (≥ 1), for finished.
 func (e *engineView) sent(tokens int) uint64 {
-	if e.at.IsZero() {
-		return 0
-	}
 	e.sentReqs++
 	e.sentTokens += int64(tokens)
 	e.routedTokens += int64(tokens)
@@ -218,7 +215,7 @@ func (c loadCmp) less(a, b *Target) bool {
 		if ua, ub := a.uncached(), b.uncached(); ua != ub {
 			return ua < ub
 		}
-		if wa, wb := a.engine.load.WaitingReqs+int(a.engine.sentReqs), b.engine.load.WaitingReqs+int(b.engine.sentReqs); wa != wb {
+		if wa, wb := a.waiting(), b.waiting(); wa != wb {
 			return wa < wb
 		}
 		if ra, rb := a.engine.load.RunningReqs, b.engine.load.RunningReqs; ra != rb {
@@ -230,10 +227,11 @@ func (c loadCmp) less(a, b *Target) bool {
 
 // reqs is t's load for the balance check: with engine reports, the engine's running and
 // waiting requests plus those routed since its report and in flight, but never below this
-// router's own in-flight count, a lower bound on what the worker holds (SGLang's prefill server reports
-// no running requests, and a request in a prefill step counts as neither running nor waiting:
-// on reports alone a prefill worker busy with this router's requests looked idle, and one
-// router in front of a PD cluster balanced later than on in-flight counts).
+// router's own in-flight count, a lower bound on what the worker holds (SGLang's prefill
+// server reports no running requests, and a request in a prefill step counts as neither
+// running nor waiting: on reports alone a prefill worker busy with this router's requests
+// looked idle, and one router in front of a PD cluster balanced later than on in-flight
+// counts).
 func (c loadCmp) reqs(t *Target) int64 {
 	if c.engine {
 		e := &t.engine
@@ -241,6 +239,10 @@ func (c loadCmp) reqs(t *Target) int64 {
 	}
 	return t.Load()
 }
+
+// waiting is t's waiting requests: the engine's, plus those routed since its report and still
+// in flight.
+func (t *Target) waiting() int { return t.engine.load.WaitingReqs + int(t.engine.sentReqs) }
 
 // uncached is t's queued uncached prompt tokens: the engine's (0 when it does not say) plus
 // those routed since its report and still in flight.
@@ -278,7 +280,7 @@ func (t *Target) overloaded(now time.Time, maxAge time.Duration, tokenUsage floa
 		return false
 	}
 	return tokenUsage > 0 && e.load.TokenUsage >= tokenUsage ||
-		waitingReqs > 0 && e.load.WaitingReqs+int(e.sentReqs) >= waitingReqs
+		waitingReqs > 0 && t.waiting() >= waitingReqs
 }
 
 // OverloadError is Route's error when every available target of a role is overloaded

@@ -573,14 +573,15 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	w := t.worker
 	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
 	// reads the load, so one of the two sees the last request finish (lifecycle.go).
-	if o == Cancelled && !w.removed.Load() && !l.trial && l.engineGen == 0 {
+	quiet := o == Cancelled && !w.removed.Load() && !l.trial // nothing for the breaker to learn
+	if quiet && l.engineGen == 0 {
 		return true
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.engine.finished(l.engineGen, l.uncached)
-	if o == Cancelled && !w.removed.Load() && !l.trial {
+	if quiet {
 		return true
 	}
 	if l.trial {
