@@ -132,7 +132,8 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 		return attemptResult{status: resp.StatusCode}
 	}
 	// The relay reads into held's buffer: held is relayed first, in place.
-	err := s.relayStream(ctx, s.newStreamWriter(x, pre, router.Decode), &heldBody{held: held, end: end, body: resp.Body}, &a.decode, held[:cap(held)])
+	sw := s.newStreamWriter(x, pre, router.Decode)
+	err := s.relayStream(ctx, &sw, &heldBody{held: held, end: end, body: resp.Body}, &a.decode, held[:cap(held)])
 	if res, decode = s.streamEnd(err, resp.StatusCode); decode == router.Failure {
 		s.metrics.DecodeFailures.Inc()
 	}

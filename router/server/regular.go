@@ -32,7 +32,8 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	stream := isEventStream(resp, x.body)
 	commitHeaders(x, resp, stream)
 	if stream {
-		res, out = s.streamEnd(s.relayStream(ctx, s.newStreamWriter(x, nil, router.Regular), resp.Body, r, nil), resp.StatusCode)
+		sw := s.newStreamWriter(x, nil, router.Regular)
+		res, out = s.streamEnd(s.relayStream(ctx, &sw, resp.Body, r, nil), resp.StatusCode)
 		return res
 	}
 	// Keep a bounded copy of the reply to read the worker's cache hit from.

@@ -154,9 +154,10 @@ type streamWriter struct {
 	errEvent []byte
 }
 
-// newStreamWriter returns a stream writer to w; pre is as in streamWriter.
-func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time) *streamWriter {
-	sw := &streamWriter{w: w, pre: pre, started: started}
+// newStreamWriter returns a stream writer to w; pre is as in streamWriter. It is a value: the
+// relay's caller keeps it on its own stack (448 B a streamed response otherwise).
+func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time) streamWriter {
+	sw := streamWriter{w: w, pre: pre, started: started}
 	sw.flusher, _ = w.(http.Flusher)
 	return sw
 }
@@ -164,7 +165,7 @@ func newStreamWriter(w http.ResponseWriter, pre []byte, started time.Time) *stre
 // newStreamWriter returns the stream writer of x's relayed response from a worker of role,
 // observing its TTFT (by route, and by role) and inter-token gaps and flushing as
 // Options.FlushEachEvent says; pre is as in streamWriter.
-func (s *Server) newStreamWriter(x *exchange, pre []byte, role router.Role) *streamWriter {
+func (s *Server) newStreamWriter(x *exchange, pre []byte, role router.Role) streamWriter {
 	sw := newStreamWriter(x.w, pre, x.start)
 	rs := s.metrics.role(role)
 	sw.ttft, sw.roleTTFT, sw.itl, sw.tpotObs = s.metrics.routeTTFT(x.route.String()), rs.ttft, rs.itl, rs.tpot
