@@ -6,7 +6,8 @@ package server
 // -benchtime 1x (make bench does). nginx must be installed (make bench installs it); a
 // missing nginx fails the benchmark. $PDROUTER_BENCH_BIN replaces the router binary built from
 // this tree; $PDROUTER_BENCH_BIN_B adds a second one (targets router-b and router-pd-b) for A/B
-// comparisons, and $PDROUTER_BENCH_BIN_C a third (router-c, router-pd-c). perf (linux-perf),
+// comparisons, and $PDROUTER_BENCH_BIN_C a third (router-c, router-pd-c); $PDROUTER_BENCH_ROUND
+// turns the order they run in (rotated). perf (linux-perf),
 // when it can count raw_syscalls, adds syscalls and context switches per request.
 
 import (
@@ -489,30 +490,29 @@ func BenchmarkProxy(b *testing.B) {
 	bin := buildRouter(b)
 	regular := []string{"--worker-urls", wurl, "--policy", "round_robin"}
 	pdArgs := []string{"--pd-disaggregation", "--prefill", purl, "--decode", wurl, "--policy", "round_robin"}
+	// The router builds compared: this tree's (or $PDROUTER_BENCH_BIN) and up to two more.
+	builds := []struct{ suffix, bin string }{{"", bin}}
+	for _, e := range []struct{ suffix, env string }{{"-b", "PDROUTER_BENCH_BIN_B"}, {"-c", "PDROUTER_BENCH_BIN_C"}} {
+		if v := os.Getenv(e.env); v != "" {
+			builds = append(builds, struct{ suffix, bin string }{e.suffix, v})
+		}
+	}
+	builds = rotated(b, builds)
 	targets := []target{{"direct", 0, wurl, nil}}
 	for _, procs := range []int{1, 2} {
 		env := []string{fmt.Sprintf("GOMAXPROCS=%d", procs)}
 		ng := startNginx(b, wurl, procs)
-		rp := startRouterProcEnv(b, bin, env, regular...)
-		pd := startRouterProcEnv(b, bin, env, pdArgs...)
-		targets = append(targets, target{"nginx", procs, ng.url, &ng}, target{"router", procs, rp.url, &rp}, target{"router-pd", procs, pd.url, &pd})
+		targets = append(targets, target{"nginx", procs, ng.url, &ng})
 		if procs == 2 {
 			// The known trap (SPEC §1.4): flushing after every event instead of when the
 			// upstream runs dry.
 			fe := startRouterProcEnv(b, bin, env, append(regular, "--flush-each-event")...)
 			targets = append(targets, target{"router-flush-each-event", procs, fe.url, &fe})
 		}
-		if binB := os.Getenv("PDROUTER_BENCH_BIN_B"); binB != "" {
-			// A/B: a second router binary (another commit) side by side with the first.
-			rb := startRouterProcEnv(b, binB, env, regular...)
-			pb := startRouterProcEnv(b, binB, env, pdArgs...)
-			targets = append(targets, target{"router-b", procs, rb.url, &rb}, target{"router-pd-b", procs, pb.url, &pb})
-		}
-		if binC := os.Getenv("PDROUTER_BENCH_BIN_C"); binC != "" {
-			// A third binary, for A/B/C.
-			rb := startRouterProcEnv(b, binC, env, regular...)
-			pb := startRouterProcEnv(b, binC, env, pdArgs...)
-			targets = append(targets, target{"router-c", procs, rb.url, &rb}, target{"router-pd-c", procs, pb.url, &pb})
+		for _, bd := range builds {
+			rp := startRouterProcEnv(b, bd.bin, env, regular...)
+			pd := startRouterProcEnv(b, bd.bin, env, pdArgs...)
+			targets = append(targets, target{"router" + bd.suffix, procs, rp.url, &rp}, target{"router-pd" + bd.suffix, procs, pd.url, &pd})
 		}
 	}
 	lc := newLoadClient()
@@ -615,6 +615,25 @@ func BenchmarkProxy(b *testing.B) {
 			b.ReportMetric(float64(during-before)/float64(max(1, started.Load())), "B/stream")
 		})
 	}
+}
+
+// rotated returns builds in the order they run in each phase: as given, or turned by
+// $PDROUTER_BENCH_ROUND (an integer) places. Targets run one after another, and on a machine
+// whose speed drifts within a round the place in the order may show (two copies of one build
+// measured first and third differed by 3 % in PD CPU per request over 12 rounds: within noise,
+// but the size of what comparisons look for). Rounds 0, 1, 2, … run every build in every place
+// equally often.
+func rotated[T any](tb testing.TB, builds []T) []T {
+	v := os.Getenv("PDROUTER_BENCH_ROUND")
+	if v == "" {
+		return builds
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		tb.Fatalf("PDROUTER_BENCH_ROUND=%q: want a round number (0, 1, 2, …)", v)
+	}
+	k := n % len(builds)
+	return append(builds[k:len(builds):len(builds)], builds[:k]...)
 }
 
 // BenchmarkLoadPolling measures what reading the workers' engine loads costs the router (as
