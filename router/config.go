@@ -10,15 +10,16 @@ import (
 
 // Policy names accepted by --policy, --prefill-policy and --decode-policy.
 const (
-	PolicyRandom     = "random"
-	PolicyRoundRobin = "round_robin"
-	PolicyPowerOfTwo = "power_of_two"
-	PolicyCacheAware = "cache_aware"
-	PolicyLeastLoad  = "least_load"
+	PolicyRandom            = "random"
+	PolicyRoundRobin        = "round_robin"
+	PolicyPowerOfTwo        = "power_of_two"
+	PolicyCacheAware        = "cache_aware"
+	PolicyLeastLoad         = "least_load"
+	PolicyConsistentHashing = "consistent_hashing"
 )
 
 // PolicyNames lists the policies in the order --help shows them.
-var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad}
+var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad, PolicyConsistentHashing}
 
 // DP rank field styles for --dp-rank-fields (SPEC §1.4).
 const (
@@ -56,7 +57,7 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two or least_load"`                                                                                                            // default cache_aware
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load or consistent_hashing (by routing key)"`                                                                       // default cache_aware
 	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                      // "" = --policy
 	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                         // "" = --policy
 	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"` // default 0.3
@@ -67,6 +68,8 @@ type Config struct {
 	// unhealthy or an open breaker) takes, under cache_aware, a request whose prompt another
 	// worker's cache holds, while it carries less than the mean load (CacheAwareConfig.WarmUp).
 	CacheWarmupSecs int `json:"cache_warmup_secs" yaml:"cache_warmup_secs" help:"cache_aware: for this many seconds after a worker enters rotation (added, back from unhealthy or an open breaker), it takes requests that match another worker's cache while it carries less than the mean load, so it gets its share at once; 0: never (sgl-router's rule)"` // default 30
+	// HashLoadFactor bounds consistent_hashing's load (ConsistentHashing.LoadFactor).
+	HashLoadFactor float64 `json:"hash_load_factor" yaml:"hash_load_factor" help:"consistent_hashing: a worker takes a key's request only while its load is below this times the mean load (plus one); otherwise the request goes to the next worker on the ring, so one hot key cannot pile onto one worker; 0: never (pure consistent hashing)"` // default 1.25
 	// MaxTreeSize is the per-tenant (per-target) character budget of the cache-aware tree
 	// (--max-tree-size, default 2^26), sgl-router's meaning.
 	MaxTreeSize int `json:"max_tree_size" yaml:"max_tree_size" help:"cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction"`
@@ -133,6 +136,7 @@ func DefaultConfig() Config {
 		BalanceAbsThreshold:     64,
 		BalanceRelThreshold:     1.5,
 		CacheWarmupSecs:         30,
+		HashLoadFactor:          1.25,
 		EvictionIntervalSecs:    120,
 		MaxTreeSize:             1 << 26,
 		MaxTreeTotalChars:       1 << 30,
@@ -318,6 +322,8 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("cache_threshold", "--cache-threshold %g is outside [0,1]", c.CacheThreshold)
 	case c.BalanceAbsThreshold < 0:
 		return SettingErrorf("balance_abs_threshold", "--balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
+	case !(c.HashLoadFactor == 0 || c.HashLoadFactor >= 1):
+		return SettingErrorf("hash_load_factor", "--hash-load-factor %g must be 0 (no bound) or ≥ 1 (a multiple of the mean load)", c.HashLoadFactor)
 	case c.CacheWarmupSecs < 0:
 		return SettingErrorf("cache_warmup_secs", "--cache-warmup-secs %d must be ≥ 0 (0: no warm-up)", c.CacheWarmupSecs)
 	case !(c.BalanceRelThreshold >= 0):

@@ -54,6 +54,8 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 		return &PowerOfTwo{rng: rng}, nil
 	case PolicyLeastLoad:
 		return &LeastLoad{}, nil
+	case PolicyConsistentHashing:
+		return &ConsistentHashing{LoadFactor: cfg.HashLoadFactor, rng: rng}, nil
 	case PolicyCacheAware:
 		return NewCacheAware(CacheAwareConfig{
 			CacheThreshold:      cfg.CacheThreshold,

@@ -70,13 +70,16 @@ type Reason string
 
 // Reasons reported by the policies.
 const (
-	ReasonCacheHit   Reason = "cache_hit"   // cache_aware: match rate above cache_threshold
-	ReasonCacheMiss  Reason = "cache_miss"  // cache_aware: balanced, no good match → least loaded
-	ReasonImbalance  Reason = "imbalance"   // cache_aware: loads imbalanced → least loaded
-	ReasonWarmUp     Reason = "warm_up"     // cache_aware: a hit elsewhere went to a worker warming up below the mean load
-	ReasonRandom     Reason = "random"      // random policy
-	ReasonRoundRobin Reason = "round_robin" // round_robin policy
-	ReasonPowerOfTwo Reason = "power_of_two"
-	ReasonLeastLoad  Reason = "least_load"  // least_load policy
-	ReasonOnlyTarget Reason = "only_target" // power_of_two with a single available target
+	ReasonCacheHit     Reason = "cache_hit"   // cache_aware: match rate above cache_threshold
+	ReasonCacheMiss    Reason = "cache_miss"  // cache_aware: balanced, no good match → least loaded
+	ReasonImbalance    Reason = "imbalance"   // cache_aware: loads imbalanced → least loaded
+	ReasonWarmUp       Reason = "warm_up"     // cache_aware: a hit elsewhere went to a worker warming up below the mean load
+	ReasonRandom       Reason = "random"      // random policy
+	ReasonRoundRobin   Reason = "round_robin" // round_robin policy
+	ReasonPowerOfTwo   Reason = "power_of_two"
+	ReasonLeastLoad    Reason = "least_load"     // least_load policy
+	ReasonOnlyTarget   Reason = "only_target"    // power_of_two with a single available target
+	ReasonRoutingKey   Reason = "routing_key"    // consistent_hashing: the target the request's key hashes to
+	ReasonKeySpilled   Reason = "key_spilled"    // consistent_hashing: the key's target was at the load bound; the next one on the ring
+	ReasonNoRoutingKey Reason = "no_routing_key" // consistent_hashing: a request without a key, to a random target
 )

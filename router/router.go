@@ -34,6 +34,10 @@ type Request struct {
 	Tokens []uint32
 	// CacheSalt is the request's cache_salt ("" none): it seeds the block-hash chain.
 	CacheSalt string
+	// RoutingKey is the request's routing key ("" none): consistent_hashing sends every
+	// request of a key to one target (serve takes it from --routing-key-headers, the simulator
+	// from the session).
+	RoutingKey string
 
 	runes    int            // len(Text) in runes, counted at most once per Route for every role's policy
 	hashes   []kvindex.Hash // block hashes of Tokens for page size hashPage

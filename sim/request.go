@@ -125,6 +125,7 @@ func arrivalJitter(id string) int64 {
 func (x *sim) route(r *request) {
 	if r.rreq.Text == "" {
 		r.rreq.Text, r.rreq.Model, r.rreq.TextRunes = r.turn.RouteText, r.turn.Model, r.turn.RouteRunes
+		r.rreq.RoutingKey = r.turn.Session // consistent_hashing keys a conversation, as a client sending X-SMG-Routing-Key
 		if x.kv != nil {
 			// Serve's precise mode gives the router the prompt ids the worker will see (input_ids,
 			// or its tokenizer and chat template): the very ids the engine caches.

@@ -163,7 +163,6 @@ var ignoredSGLangFlags = map[string]struct {
 	"sticky-key-idle-secs":              {1, whyPolicy + "manual's idle routing keys"},
 	"sticky-sessions":                   {0, whyPolicy + "routing keys"},
 	"routing-key-override":              {0, whyPolicy + "routing keys"},
-	"routing-key-headers":               {-1, whyPolicy + "routing keys"},
 	"overlap-decay":                     {1, whyPolicy + "smg's cache_aware scoring variants"},
 	"selection-temperature":             {1, whyPolicy + "smg's cache_aware scoring variants"},
 	"cache-index":                       {1, whyPolicy + "smg's cache index variants"},

@@ -83,6 +83,7 @@ type Config struct {
 
 	// Request ids, CORS.
 	RequestIDHeaders   []string `json:"request_id_headers" yaml:"request_id_headers" help:"headers whose first present value is the request id (space-separated or repeated)"`
+	RoutingKeyHeaders  []string `json:"routing_key_headers" yaml:"routing_key_headers" help:"consistent_hashing: headers whose first present value is a request's routing key, read before X-SMG-Routing-Key (always read, as smg does); space-separated or repeated"`
 	CORSAllowedOrigins []string `json:"cors_allowed_origins" yaml:"cors_allowed_origins" help:"allowed CORS origins (space-separated or repeated; empty: any)"`
 
 	// Observability.
@@ -177,9 +178,12 @@ func (c Config) seed() int64 {
 // requestIDKeys returns RequestIDHeaders in canonical form (net/http's header map keys), once,
 // for New: looking a lowercase name up with Header.Get canonicalises it again on every request
 // (an allocation each).
-func (c Config) requestIDKeys() []string {
-	keys := make([]string, 0, len(c.RequestIDHeaders))
-	for _, h := range c.RequestIDHeaders {
+func (c Config) requestIDKeys() []string { return canonicalKeys(c.RequestIDHeaders) }
+
+// canonicalKeys returns header names in canonical form, each once.
+func canonicalKeys(names []string) []string {
+	keys := make([]string, 0, len(names))
+	for _, h := range names {
 		k := http.CanonicalHeaderKey(strings.TrimSpace(h))
 		if !slices.Contains(keys, k) {
 			keys = append(keys, k)

@@ -119,9 +119,17 @@ func (s *Server) forwardHeaders(req *http.Request) http.Header {
 }
 
 // clientRequestID returns the first configured request-id header present, or "".
-func (s *Server) clientRequestID(req *http.Request) string {
-	for _, k := range s.ridKeys {
-		if v := req.Header[k]; len(v) > 0 && v[0] != "" {
+func (s *Server) clientRequestID(req *http.Request) string { return firstHeader(req.Header, s.ridKeys) }
+
+// routingKeyHeader carries a request's routing key (smg's header), read after
+// Config.RoutingKeyHeaders.
+const routingKeyHeader = "X-Smg-Routing-Key"
+
+// firstHeader returns the first non-empty value of the first of keys (canonical) h has, "" when
+// none has one.
+func firstHeader(h http.Header, keys []string) string {
+	for _, k := range keys {
+		if v := h[k]; len(v) > 0 && v[0] != "" {
 			return v[0]
 		}
 	}
@@ -197,7 +205,7 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		x.id = s.reqIDs.RID(x.route)
 	}
 	rreq := &x.rreq
-	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model}
+	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: firstHeader(x.req.Header, s.keyHdrs)}
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type Server struct {
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
 	ridKeys   []string     // cfg.RequestIDHeaders in canonical form (Config.requestIDKeys)
+	keyHdrs   []string     // cfg.RoutingKeyHeaders, then routingKeyHeader, in canonical form
 	clients   [3]legClient // per role: regular, prefill, decode
 	admin     *http.Client // probes, aborts, flush, proxied GETs
 	adm       *admission
@@ -125,6 +127,7 @@ func New(opts Options) (*Server, error) {
 		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
 		style:     style,
 		ridKeys:   cfg.requestIDKeys(),
+		keyHdrs:   canonicalKeys(append(slices.Clip(cfg.RoutingKeyHeaders), routingKeyHeader)),
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
 		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
 		metrics:   newMetrics(reg, r),

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// keyedCalls maps each routing key to the workers whose /v1/chat/completions calls carried it
+// (the tests send it in the body's "key" too: the router forwards no routing-key header).
+func keyedCalls(ws []*testWorker) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, w := range ws {
+		for _, c := range w.callsTo("/v1/chat/completions") {
+			k, _ := c.body["key"].(string)
+			if out[k] == nil {
+				out[k] = map[string]bool{}
+			}
+			out[k][w.URL()] = true
+		}
+	}
+	return out
+}
+
+// consistent_hashing: every request of a routing key (smg's X-SMG-Routing-Key) goes to one
+// worker through both of two router replicas, and the keys spread over the workers.
+func TestRoutingKeyStickyAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	var ws []*testWorker
+	for range 4 {
+		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
+	}
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyConsistentHashing
+	replicas := []*testRouter{startRouter(t, cfg), startRouter(t, cfg)}
+	for k := range 24 {
+		for turn := range 4 {
+			status, _, _ := replicas[turn%2].post(t, "/v1/chat/completions",
+				fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"conv-%d"}`, turn, k),
+				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("conv-", k)})
+			require.Equal(t, http.StatusOK, status)
+		}
+	}
+	byKey := keyedCalls(ws)
+	require.Len(t, byKey, 24)
+	used := map[string]bool{}
+	for k, workers := range byKey {
+		require.Len(t, workers, 1, "key %s went to %v", k, workers)
+		for u := range workers {
+			used[u] = true
+		}
+	}
+	assert.GreaterOrEqual(t, len(used), 3, "24 keys over 4 workers")
+	for _, r := range replicas {
+		r.requireLoadsZero(t)
+	}
+}
+
+// PD: prefill and decode are keyed independently (each role's ring), and the key is read from
+// the headers --routing-key-headers names.
+func TestRoutingKeyPDAndHeaderList(t *testing.T) {
+	t.Parallel()
+	var prefill, decode []*testWorker
+	for range 2 {
+		prefill = append(prefill, newWorker(t, jsonReply(`{"ok":true}`)))
+		decode = append(decode, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
+	}
+	cfg := pdConfig(prefill, decode, nil)
+	cfg.Policy = router.PolicyConsistentHashing
+	cfg.RoutingKeyHeaders = []string{"x-session-id", "x-smg-routing-key"}
+	tr := startRouter(t, cfg)
+	for k := range 12 {
+		for range 3 {
+			status, _, _ := tr.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"key":"s-%d"}`, k),
+				map[string]string{"X-Session-Id": fmt.Sprint("s-", k), "X-SMG-Routing-Key": "ignored: X-Session-Id comes first"})
+			require.Equal(t, http.StatusOK, status)
+		}
+	}
+	for _, role := range [][]*testWorker{prefill, decode} {
+		byKey := keyedCalls(role)
+		require.Len(t, byKey, 12)
+		used := map[string]bool{}
+		for k, workers := range byKey {
+			require.Len(t, workers, 1, "key %s went to %v", k, workers)
+			for u := range workers {
+				used[u] = true
+			}
+		}
+		// One key for all (the X-SMG-Routing-Key value) would have put them on one worker.
+		assert.Len(t, used, 2, "12 keys over 2 workers")
+	}
+	tr.requireLoadsZero(t)
+}
