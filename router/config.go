@@ -16,10 +16,11 @@ const (
 	PolicyCacheAware        = "cache_aware"
 	PolicyLeastLoad         = "least_load"
 	PolicyConsistentHashing = "consistent_hashing"
+	PolicyManual            = "manual"
 )
 
 // PolicyNames lists the policies in the order --help shows them.
-var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad, PolicyConsistentHashing}
+var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad, PolicyConsistentHashing, PolicyManual}
 
 // DP rank field styles for --dp-rank-fields (SPEC §1.4).
 const (
@@ -57,7 +58,7 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load or consistent_hashing (by routing key)"`                                                                       // default cache_aware
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing or manual (both by routing key)"`                                                          // default cache_aware
 	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                      // "" = --policy
 	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                         // "" = --policy
 	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"` // default 0.3
@@ -70,6 +71,9 @@ type Config struct {
 	CacheWarmupSecs int `json:"cache_warmup_secs" yaml:"cache_warmup_secs" help:"cache_aware: for this many seconds after a worker enters rotation (added, back from unhealthy or an open breaker), it takes requests that match another worker's cache while it carries less than the mean load, so it gets its share at once; 0: never (sgl-router's rule)"` // default 30
 	// HashLoadFactor bounds consistent_hashing's load (ConsistentHashing.LoadFactor).
 	HashLoadFactor float64 `json:"hash_load_factor" yaml:"hash_load_factor" help:"consistent_hashing: a worker takes a key's request only while its load is below this times the mean load (plus one); otherwise the request goes to the next worker on the ring, so one hot key cannot pile onto one worker; 0: never (pure consistent hashing)"` // default 1.25
+	// MaxIdleSecs and AssignmentMode are the manual policy's (Manual.MaxIdle, Manual.AssignMode).
+	MaxIdleSecs    int    `json:"max_idle_secs" yaml:"max_idle_secs" help:"manual: a routing key without a request for this many seconds is forgotten (its next request is assigned anew)"`                                    // default 14400
+	AssignmentMode string `json:"assignment_mode" yaml:"assignment_mode" help:"manual: how a new routing key gets its worker: random (empty too), min_load (the least loaded) or min_group (the one holding the fewest keys)"` // default "" (random)
 	// MaxTreeSize is the per-tenant (per-target) character budget of the cache-aware tree
 	// (--max-tree-size, default 2^26), sgl-router's meaning.
 	MaxTreeSize int `json:"max_tree_size" yaml:"max_tree_size" help:"cache_aware: characters each worker (DP rank) may own in the tree before LRU eviction"`
@@ -137,6 +141,7 @@ func DefaultConfig() Config {
 		BalanceRelThreshold:     1.5,
 		CacheWarmupSecs:         30,
 		HashLoadFactor:          1.25,
+		MaxIdleSecs:             14400,
 		EvictionIntervalSecs:    120,
 		MaxTreeSize:             1 << 26,
 		MaxTreeTotalChars:       1 << 30,
@@ -324,6 +329,10 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("balance_abs_threshold", "--balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
 	case !(c.HashLoadFactor == 0 || c.HashLoadFactor >= 1):
 		return SettingErrorf("hash_load_factor", "--hash-load-factor %g must be 0 (no bound) or ≥ 1 (a multiple of the mean load)", c.HashLoadFactor)
+	case c.MaxIdleSecs < 0:
+		return SettingErrorf("max_idle_secs", "--max-idle-secs %d must be ≥ 0 (0: keys are never forgotten)", c.MaxIdleSecs)
+	case c.AssignmentMode != "" && c.AssignmentMode != AssignRandom && c.AssignmentMode != AssignMinLoad && c.AssignmentMode != AssignMinGroup:
+		return SettingErrorf("assignment_mode", "--assignment-mode %q is not random, min_load or min_group", c.AssignmentMode)
 	case c.CacheWarmupSecs < 0:
 		return SettingErrorf("cache_warmup_secs", "--cache-warmup-secs %d must be ≥ 0 (0: no warm-up)", c.CacheWarmupSecs)
 	case !(c.BalanceRelThreshold >= 0):

@@ -56,6 +56,8 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 		return &LeastLoad{}, nil
 	case PolicyConsistentHashing:
 		return &ConsistentHashing{LoadFactor: cfg.HashLoadFactor, rng: rng}, nil
+	case PolicyManual:
+		return &Manual{MaxIdle: time.Duration(cfg.MaxIdleSecs) * time.Second, AssignMode: cfg.AssignmentMode, rng: rng}, nil
 	case PolicyCacheAware:
 		return NewCacheAware(CacheAwareConfig{
 			CacheThreshold:      cfg.CacheThreshold,

@@ -81,5 +81,7 @@ const (
 	ReasonOnlyTarget   Reason = "only_target"    // power_of_two with a single available target
 	ReasonRoutingKey   Reason = "routing_key"    // consistent_hashing: the target the request's key hashes to
 	ReasonKeySpilled   Reason = "key_spilled"    // consistent_hashing: the key's target was at the load bound; the next one on the ring
-	ReasonNoRoutingKey Reason = "no_routing_key" // consistent_hashing: a request without a key, to a random target
+	ReasonNoRoutingKey Reason = "no_routing_key" // consistent_hashing, manual: a request without a key, to a random target
+	ReasonKeyAssigned  Reason = "key_assigned"   // manual: a new key's first target (--assignment-mode)
+	ReasonKeyMoved     Reason = "key_moved"      // manual: the key's target was not available; its previous one, or a new one
 )

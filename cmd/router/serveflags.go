@@ -34,6 +34,7 @@ var serveFlagAliases = map[string]string{
 	// 30 s after SIGTERM unless its terminationGracePeriodSeconds says otherwise, so a longer
 	// default drain would be cut short anyway.
 	"shutdown-grace-period-secs": "shutdown-timeout-secs",
+	"sticky-key-idle-secs":       "max-idle-secs", // smg's other spelling
 }
 
 // scaledServeFlags are sgl-router flags whose setting we hold in another unit: serve takes
@@ -158,9 +159,6 @@ var ignoredSGLangFlags = map[string]struct {
 	"least-load-mean-prefill-tokens":    {1, whyLeastLoad},
 	"least-load-max-waiting-requests":   {1, whyLeastLoad},
 	"bucket-adjust-interval-secs":       {1, whyPolicy + "bucket"},
-	"assignment-mode":                   {1, whyPolicy + "manual's routing keys"},
-	"max-idle-secs":                     {1, whyPolicy + "manual's idle routing keys"},
-	"sticky-key-idle-secs":              {1, whyPolicy + "manual's idle routing keys"},
 	"sticky-sessions":                   {0, whyPolicy + "routing keys"},
 	"routing-key-override":              {0, whyPolicy + "routing keys"},
 	"overlap-decay":                     {1, whyPolicy + "smg's cache_aware scoring variants"},

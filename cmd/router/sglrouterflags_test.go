@@ -156,7 +156,7 @@ func TestTodaysSpellings(t *testing.T) {
 	cfg, ignored, err := parseServe(t, strings.Fields(`--worker-urls http://a:1 --cache-match-threshold 0.6
 		--spill-abs-threshold 9 --spill-rel-threshold 2.5 --shutdown-grace-period-secs 45
 		--upstream-pool-idle-timeout-secs 2 --disable-tokenizer-autoload --disable-load-monitoring
-		--server-cert-path c.pem --server-key-path k.pem --max-idle-secs 60 --sticky-sessions`)...)
+		--server-cert-path c.pem --server-key-path k.pem --sticky-key-idle-secs 60 --prefix-token-count 60 --sticky-sessions`)...)
 	require.NoError(t, err)
 	assert.Equal(t, 0.6, cfg.CacheThreshold)
 	assert.Equal(t, 9, cfg.BalanceAbsThreshold)
@@ -165,7 +165,8 @@ func TestTodaysSpellings(t *testing.T) {
 	assert.Equal(t, 2000, cfg.UpstreamIdleTimeoutMs)
 	assert.Equal(t, "c.pem", cfg.TLSCertPath)
 	assert.Equal(t, "k.pem", cfg.TLSKeyPath)
-	assert.Equal(t, []string{"--max-idle-secs", "--sticky-sessions"}, ignored, "values of an ignored flag are dropped with it")
+	assert.Equal(t, 60, cfg.MaxIdleSecs, "smg's --sticky-key-idle-secs")
+	assert.Equal(t, []string{"--prefix-token-count", "--sticky-sessions"}, ignored, "values of an ignored flag are dropped with it")
 
 	_, _, err = parseServe(t, "--upstream-pool-idle-timeout-secs", "x")
 	require.ErrorContains(t, err, "upstream-pool-idle-timeout-secs")

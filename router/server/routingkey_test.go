@@ -95,3 +95,33 @@ func TestRoutingKeyPDAndHeaderList(t *testing.T) {
 	}
 	tr.requireLoadsZero(t)
 }
+
+// manual (smg's): a key sticks to the worker it was assigned; --assignment-mode min_group
+// spreads new keys evenly.
+func TestRoutingKeyManual(t *testing.T) {
+	t.Parallel()
+	var ws []*testWorker
+	for range 3 {
+		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
+	}
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyManual
+	cfg.AssignmentMode = router.AssignMinGroup
+	tr := startRouter(t, cfg)
+	for turn := range 3 {
+		for k := range 9 {
+			status, _, _ := tr.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"k%d"}`, turn, k),
+				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("k", k)})
+			require.Equal(t, http.StatusOK, status)
+		}
+	}
+	byKey := keyedCalls(ws)
+	require.Len(t, byKey, 9)
+	for k, workers := range byKey {
+		require.Len(t, workers, 1, "key %s went to %v", k, workers)
+	}
+	for _, w := range ws {
+		assert.Len(t, w.callsTo("/v1/chat/completions"), 9, "min_group: three keys a worker")
+	}
+	tr.requireLoadsZero(t)
+}
