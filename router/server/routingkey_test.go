@@ -47,6 +47,13 @@ func TestRoutingKeyStickyAcrossReplicas(t *testing.T) {
 	}
 	byKey := keyedCalls(ws)
 	require.Len(t, byKey, 24)
+	// The key goes on to the worker, as smg forwards it (SGLang reads it as the request's
+	// routing_key).
+	for _, w := range ws {
+		for _, c := range w.callsTo("/v1/chat/completions") {
+			require.Equal(t, c.body["key"], c.header.Get("X-SMG-Routing-Key"))
+		}
+	}
 	used := map[string]bool{}
 	for k, workers := range byKey {
 		require.Len(t, workers, 1, "key %s went to %v", k, workers)

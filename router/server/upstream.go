@@ -33,8 +33,9 @@ func newTransport(idle time.Duration) *http.Transport {
 }
 
 // forwardedHeaders are copied from the client's request to workers (SPEC §1.4 step 5), besides
-// the configured request-id headers.
-var forwardedHeaders = []string{"Authorization", "Traceparent", "Tracestate"}
+// the configured request-id headers; smg forwards its routing key too (SGLang reads it as the
+// request's routing_key).
+var forwardedHeaders = []string{"Authorization", "Traceparent", "Tracestate", routingKeyHeader}
 
 // hopHeaders are not relayed from worker responses to clients.
 var hopHeaders = map[string]bool{
