@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -131,4 +132,53 @@ func TestRoutingKeyManual(t *testing.T) {
 		assert.Len(t, w.callsTo("/v1/chat/completions"), 9, "min_group: three keys a worker")
 	}
 	tr.requireLoadsZero(t)
+}
+
+// Removing one of four workers (DELETE /workers on both replicas) moves only the keys it held,
+// to the workers after it on the ring; no key goes to it any more.
+func TestRoutingKeyWorkerRemovalMovesOnlyItsKeys(t *testing.T) {
+	t.Parallel()
+	var ws []*testWorker
+	for range 4 {
+		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
+	}
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyConsistentHashing
+	replicas := []*testRouter{startRouter(t, cfg), startRouter(t, cfg)}
+	const keys = 60
+	send := func(round int) map[string]string {
+		for k := range keys {
+			status, _, _ := replicas[(k+round)%2].post(t, "/v1/chat/completions",
+				fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"k%d","round":%d}`, round, k, round),
+				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("k", k)})
+			require.Equal(t, http.StatusOK, status)
+		}
+		at := map[string]string{}
+		for _, w := range ws {
+			for _, c := range w.callsTo("/v1/chat/completions") {
+				if c.body["round"] == float64(round) {
+					at[c.body["key"].(string)] = w.URL()
+				}
+			}
+		}
+		require.Len(t, at, keys)
+		return at
+	}
+	before := send(0)
+	gone := ws[1].URL()
+	for _, r := range replicas {
+		status, out := delJSON(t, r.srv.URL, "/workers/"+url.QueryEscape(gone))
+		require.Equal(t, http.StatusAccepted, status, out)
+	}
+	after := send(1)
+	moved := 0
+	for k, w := range after {
+		require.NotEqual(t, gone, w, "key %s went to the removed worker", k)
+		if before[k] == gone {
+			moved++
+		} else {
+			require.Equal(t, before[k], w, "key %s moved though its worker stayed", k)
+		}
+	}
+	t.Logf("%d of %d keys moved (the removed worker's)", moved, keys)
 }
