@@ -21,6 +21,17 @@ func manualPick(t *testing.T, p *Manual, now time.Time, ts []*Target, key string
 	return ts[pk.Index], pk.Reason
 }
 
+// except returns ts without x.
+func except(ts []*Target, x *Target) []*Target {
+	var out []*Target
+	for _, t := range ts {
+		if t != x {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // A key sticks to the target it was assigned; when that target leaves rotation the key moves
 // (to a new target), and back to its previous one when the new one leaves in turn.
 func TestManualStickyMovesAndComesBack(t *testing.T) {
@@ -34,26 +45,14 @@ func TestManualStickyMovesAndComesBack(t *testing.T) {
 		require.Same(t, first, again)
 		require.Equal(t, ReasonRoutingKey, reason)
 	}
-	var without []*Target
-	for _, x := range ts {
-		if x != first {
-			without = append(without, x)
-		}
-	}
-	second, reason := manualPick(t, p, epoch, without, "k")
+	second, reason := manualPick(t, p, epoch, except(ts, first), "k")
 	assert.NotSame(t, first, second)
 	assert.Equal(t, ReasonKeyMoved, reason)
 	// Back in rotation: the key stays on its new target (it moves only when it must)...
 	stay, _ := manualPick(t, p, epoch, ts, "k")
 	assert.Same(t, second, stay)
 	// ...and when that one leaves, it returns to the one before.
-	var withoutSecond []*Target
-	for _, x := range ts {
-		if x != second {
-			withoutSecond = append(withoutSecond, x)
-		}
-	}
-	back, reason := manualPick(t, p, epoch, withoutSecond, "k")
+	back, reason := manualPick(t, p, epoch, except(ts, second), "k")
 	assert.Same(t, first, back)
 	assert.Equal(t, ReasonKeyMoved, reason)
 }
@@ -101,13 +100,7 @@ func TestManualRemoveTarget(t *testing.T) {
 	ts := mkTargets(0, 0)
 	a, _ := manualPick(t, p, epoch, ts, "k")
 	p.RemoveTarget(a.Name())
-	rest := []*Target{}
-	for _, x := range ts {
-		if x != a {
-			rest = append(rest, x)
-		}
-	}
-	x, reason := manualPick(t, p, epoch, rest, "k")
+	x, reason := manualPick(t, p, epoch, except(ts, a), "k")
 	assert.NotSame(t, a, x)
 	assert.Equal(t, ReasonKeyAssigned, reason)
 }

@@ -27,23 +27,49 @@ func keyedCalls(ws []*testWorker) map[string]map[string]bool {
 	return out
 }
 
+// keyWorkers starts n workers answering every chat request alike.
+func keyWorkers(t *testing.T, n int) []*testWorker {
+	var ws []*testWorker
+	for range n {
+		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
+	}
+	return ws
+}
+
+// postKeyed sends turn of a chat with routing key key (in X-SMG-Routing-Key, and in the body's
+// "key" and "round" for keyedCalls).
+func postKeyed(t *testing.T, tr *testRouter, key string, turn int) {
+	t.Helper()
+	status, _, body := tr.post(t, "/v1/chat/completions",
+		fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":%q,"round":%d}`, turn, key, turn),
+		map[string]string{"X-SMG-Routing-Key": key})
+	require.Equal(t, http.StatusOK, status, body)
+}
+
+// oneWorkerPerKey requires that each key went to one worker, and returns the workers used.
+func oneWorkerPerKey(t *testing.T, byKey map[string]map[string]bool) map[string]bool {
+	t.Helper()
+	used := map[string]bool{}
+	for k, workers := range byKey {
+		require.Len(t, workers, 1, "key %s went to %v", k, workers)
+		for u := range workers {
+			used[u] = true
+		}
+	}
+	return used
+}
+
 // consistent_hashing: every request of a routing key (smg's X-SMG-Routing-Key) goes to one
 // worker through both of two router replicas, and the keys spread over the workers.
 func TestRoutingKeyStickyAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	var ws []*testWorker
-	for range 4 {
-		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
-	}
+	ws := keyWorkers(t, 4)
 	cfg := regularConfig(ws...)
 	cfg.Policy = router.PolicyConsistentHashing
 	replicas := []*testRouter{startRouter(t, cfg), startRouter(t, cfg)}
 	for k := range 24 {
 		for turn := range 4 {
-			status, _, _ := replicas[turn%2].post(t, "/v1/chat/completions",
-				fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"conv-%d"}`, turn, k),
-				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("conv-", k)})
-			require.Equal(t, http.StatusOK, status)
+			postKeyed(t, replicas[turn%2], fmt.Sprint("conv-", k), turn)
 		}
 	}
 	byKey := keyedCalls(ws)
@@ -55,14 +81,7 @@ func TestRoutingKeyStickyAcrossReplicas(t *testing.T) {
 			require.Equal(t, c.body["key"], c.header.Get("X-SMG-Routing-Key"))
 		}
 	}
-	used := map[string]bool{}
-	for k, workers := range byKey {
-		require.Len(t, workers, 1, "key %s went to %v", k, workers)
-		for u := range workers {
-			used[u] = true
-		}
-	}
-	assert.GreaterOrEqual(t, len(used), 3, "24 keys over 4 workers")
+	assert.GreaterOrEqual(t, len(oneWorkerPerKey(t, byKey)), 3, "24 keys over 4 workers")
 	for _, r := range replicas {
 		r.requireLoadsZero(t)
 	}
@@ -91,15 +110,8 @@ func TestRoutingKeyPDAndHeaderList(t *testing.T) {
 	for _, role := range [][]*testWorker{prefill, decode} {
 		byKey := keyedCalls(role)
 		require.Len(t, byKey, 12)
-		used := map[string]bool{}
-		for k, workers := range byKey {
-			require.Len(t, workers, 1, "key %s went to %v", k, workers)
-			for u := range workers {
-				used[u] = true
-			}
-		}
 		// One key for all (the X-SMG-Routing-Key value) would have put them on one worker.
-		assert.Len(t, used, 2, "12 keys over 2 workers")
+		assert.Len(t, oneWorkerPerKey(t, byKey), 2, "12 keys over 2 workers")
 	}
 	tr.requireLoadsZero(t)
 }
@@ -108,26 +120,19 @@ func TestRoutingKeyPDAndHeaderList(t *testing.T) {
 // spreads new keys evenly.
 func TestRoutingKeyManual(t *testing.T) {
 	t.Parallel()
-	var ws []*testWorker
-	for range 3 {
-		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
-	}
+	ws := keyWorkers(t, 3)
 	cfg := regularConfig(ws...)
 	cfg.Policy = router.PolicyManual
 	cfg.AssignmentMode = router.AssignMinGroup
 	tr := startRouter(t, cfg)
 	for turn := range 3 {
 		for k := range 9 {
-			status, _, _ := tr.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"k%d"}`, turn, k),
-				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("k", k)})
-			require.Equal(t, http.StatusOK, status)
+			postKeyed(t, tr, fmt.Sprint("k", k), turn)
 		}
 	}
 	byKey := keyedCalls(ws)
 	require.Len(t, byKey, 9)
-	for k, workers := range byKey {
-		require.Len(t, workers, 1, "key %s went to %v", k, workers)
-	}
+	oneWorkerPerKey(t, byKey)
 	for _, w := range ws {
 		assert.Len(t, w.callsTo("/v1/chat/completions"), 9, "min_group: three keys a worker")
 	}
@@ -138,20 +143,14 @@ func TestRoutingKeyManual(t *testing.T) {
 // to the workers after it on the ring; no key goes to it any more.
 func TestRoutingKeyWorkerRemovalMovesOnlyItsKeys(t *testing.T) {
 	t.Parallel()
-	var ws []*testWorker
-	for range 4 {
-		ws = append(ws, newWorker(t, jsonReply(`{"id":"x","choices":[]}`)))
-	}
+	ws := keyWorkers(t, 4)
 	cfg := regularConfig(ws...)
 	cfg.Policy = router.PolicyConsistentHashing
 	replicas := []*testRouter{startRouter(t, cfg), startRouter(t, cfg)}
 	const keys = 60
 	send := func(round int) map[string]string {
 		for k := range keys {
-			status, _, _ := replicas[(k+round)%2].post(t, "/v1/chat/completions",
-				fmt.Sprintf(`{"messages":[{"role":"user","content":"turn %d"}],"key":"k%d","round":%d}`, round, k, round),
-				map[string]string{"X-SMG-Routing-Key": fmt.Sprint("k", k)})
-			require.Equal(t, http.StatusOK, status)
+			postKeyed(t, replicas[(k+round)%2], fmt.Sprint("k", k), round)
 		}
 		at := map[string]string{}
 		for _, w := range ws {
