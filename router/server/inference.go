@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,6 +126,30 @@ func (s *Server) clientRequestID(req *http.Request) string { return firstHeader(
 // Config.RoutingKeyHeaders.
 const routingKeyHeader = "X-Smg-Routing-Key"
 
+// routingKey returns the request's routing key: the first routing-key header present, else
+// the first of --routing-key-fields the body has as a string or number, else "".
+func (s *Server) routingKey(x *exchange) string {
+	if k := firstHeader(x.req.Header, s.keyHdrs); k != "" {
+		return k
+	}
+	for _, f := range s.cfg.RoutingKeyFields {
+		v, ok := x.body.Field(f)
+		if !ok || len(v) == 0 {
+			continue
+		}
+		switch {
+		case v[0] == '"':
+			var k string
+			if json.Unmarshal(v, &k) == nil && k != "" {
+				return k
+			}
+		case v[0] == '-' || '0' <= v[0] && v[0] <= '9':
+			return string(v)
+		}
+	}
+	return ""
+}
+
 // firstHeader returns the first non-empty value of the first of keys (canonical) h has, "" when
 // none has one.
 func firstHeader(h http.Header, keys []string) string {
@@ -205,7 +230,7 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		x.id = s.reqIDs.RID(x.route)
 	}
 	rreq := &x.rreq
-	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: firstHeader(x.req.Header, s.keyHdrs)}
+	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: s.routingKey(x)}
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}

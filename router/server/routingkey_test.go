@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
@@ -184,4 +185,43 @@ func TestRoutingKeyWorkerRemovalMovesOnlyItsKeys(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d keys moved (the removed worker's)", moved, keys)
+}
+
+// --routing-key-fields: without a routing-key header, the first of the listed body fields the
+// request has (a string, or a number as written) is the key; the header wins when sent.
+func TestRoutingKeyFromBodyFields(t *testing.T) {
+	t.Parallel()
+	ws := keyWorkers(t, 4)
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyConsistentHashing
+	cfg.RoutingKeyFields = []string{"user", "session_id"}
+	tr := startRouter(t, cfg)
+	post := func(body string, hdr map[string]string) {
+		status, _, out := tr.post(t, "/v1/chat/completions", body, hdr)
+		require.Equal(t, http.StatusOK, status, out)
+	}
+	for k := range 16 {
+		for range 3 {
+			post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"user":"u%d","key":"u%d"}`, k, k), nil)
+			post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"session_id":%d,"key":"s%d"}`, k, k), nil)
+		}
+	}
+	byKey := keyedCalls(ws)
+	require.Len(t, byKey, 32)
+	assert.GreaterOrEqual(t, len(oneWorkerPerKey(t, byKey)), 3, "32 keys over 4 workers")
+
+	// The header's key wins over the body's: the same user with two header keys that hash to
+	// different workers goes to two workers.
+	seen := map[string]bool{}
+	for k := range 16 {
+		post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"user":"same","key":"hdr%d"}`, k), map[string]string{"X-SMG-Routing-Key": fmt.Sprint("h", k)})
+	}
+	for _, w := range ws {
+		for _, c := range w.callsTo("/v1/chat/completions") {
+			if strings.HasPrefix(c.body["key"].(string), "hdr") {
+				seen[w.URL()] = true
+			}
+		}
+	}
+	assert.Greater(t, len(seen), 1)
 }
