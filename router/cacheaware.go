@@ -37,6 +37,7 @@ type CacheAware struct {
 	tenants []string           // scratch for PrefixMatch
 	byName  map[string]*Target // tenant name → registered target
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
+	trims   int                // times insert found the tree over MaxTreeTotalChars
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
@@ -101,6 +102,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 func (p *CacheAware) insert(text, tenant string) {
 	p.tree.Insert(text, tenant)
 	if m := p.cfg.MaxTreeTotalChars; m > 0 && p.tree.TotalChars() > m {
+		p.trims++
 		p.tree.Evict(p.cfg.MaxTreeSize, m-m/10)
 	}
 }
@@ -374,7 +376,8 @@ func (p *CacheAware) ResetTree() { p.tree = tree.New() }
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
 func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }
 
-// TreeStats returns the runes stored in the tree's edges and its node count.
+// TreeStats returns the runes stored in the tree's edges, its node count and how often it was
+// trimmed by size.
 func (p *CacheAware) TreeStats() TreeSize {
-	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes()}
+	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes(), Trims: p.trims}
 }

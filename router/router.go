@@ -452,6 +452,9 @@ type TreeSize struct {
 	Chars int // runes stored on its edges
 	Nodes int
 	Bytes int // the heap it holds, estimated (tree.Tree.Bytes)
+	// Trims counts the routed texts that took the tree over MaxTreeTotalChars, each followed
+	// by an LRU trim to 90 % of it (ResetTrees does not reset it).
+	Trims int
 }
 
 // TreeStats returns the size of role's cache-aware tree; ok is false when the role's policy

@@ -83,6 +83,10 @@ type Stats struct {
 	// BreakerOpens counts, by worker URL, how often a router's circuit breaker opened on the
 	// worker (summed over the router replicas; warm-up included). Nil when none did.
 	BreakerOpens map[string]int
+	// TreeTrims counts the times a router tree went over its bound (Config.TreeChars or
+	// max_tree_total_chars) and was trimmed, summed over the replicas and roles: while it is
+	// zero the trees held every routed text, as serve's would.
+	TreeTrims int
 	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
 	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).
 	RetriesOverBudget int
@@ -166,11 +170,15 @@ func newSim(cfg Config) (*sim, error) {
 	if err := cfg.Routing.Validate(); err != nil {
 		return nil, err
 	}
+	trc := rc // the routers' settings: rc with the trees bounded by TreeChars
+	if tc := cmp.Or(cfg.TreeChars, DefaultTreeChars); tc > 0 && tc < trc.MaxTreeTotalChars {
+		trc.MaxTreeTotalChars = tc
+	}
 	for i := range cfg.Routing.replicas() {
 		// Replica 0 draws from the run's seed, so one replica is exactly the simulator without
 		// replicas; the others from seeds of their own.
 		rs := seed + int64(i)*replicaSeedStride
-		rt, err := router.New(rc, &x.clock, router.NewRand(rs))
+		rt, err := router.New(trc, &x.clock, router.NewRand(rs))
 		if err != nil {
 			return nil, err
 		}
@@ -339,6 +347,11 @@ func (x *sim) run() error {
 	x.stats.Virtual = time.Duration(x.clock.now)
 	for _, rep := range x.reps {
 		x.stats.Targets = append(x.stats.Targets, rep.rt.Targets()...)
+		for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+			if size, ok := rep.rt.TreeStats(role); ok {
+				x.stats.TreeTrims += size.Trims
+			}
+		}
 	}
 	if x.kv != nil {
 		x.kv.count(&x.stats.KV, x.reps)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -347,6 +348,7 @@ func newSimCmd() *cobra.Command {
 		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
 		printLoadStats(cmd.ErrOrStderr(), res.Stats)
 		printBreakerOpens(cmd.ErrOrStderr(), res.Stats.BreakerOpens)
+		printTreeTrims(cmd.ErrOrStderr(), cfg, res.Stats.TreeTrims)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
@@ -884,6 +886,20 @@ func printBreakerOpens(w io.Writer, opens map[string]int) {
 		parts = append(parts, fmt.Sprintf("%s ×%d", url, opens[url]))
 	}
 	fmt.Fprintf(w, "sim: circuit breakers opened (--cb-failure-threshold failures in a row): %s\n", strings.Join(parts, ", "))
+}
+
+// printTreeTrims says on w (stderr) when the router trees reached the simulator's bound: from
+// then on cache_aware matched against less history than serve's trees would keep.
+func printTreeTrims(w io.Writer, cfg sim.Config, trims int) {
+	if trims == 0 {
+		return
+	}
+	bound := min(cmp.Or(cfg.TreeChars, sim.DefaultTreeChars), cfg.Router.MaxTreeTotalChars)
+	if cfg.TreeChars < 0 {
+		bound = cfg.Router.MaxTreeTotalChars
+	}
+	fmt.Fprintf(w, "sim: the router trees went over %d characters %d times and were trimmed (least recently used first, to 90 %%): the simulator's bound, which keeps a long run's memory in check; serve's trees keep up to --max-tree-total-chars each\n",
+		bound, trims)
 }
 
 // printKVStats writes the run's KV-event traffic on w (stderr) when events were on.
