@@ -17,6 +17,7 @@ func (t *Tree) RemoveTenant(tenant string) {
 	if !ok {
 		return
 	}
+	t.changed()
 	t.strip(t.root, id)
 	t.live[id] = false
 	t.chars[id] = 0
@@ -25,7 +26,7 @@ func (t *Tree) RemoveTenant(tenant string) {
 // strip removes id from n's subtree (n carries id), children first.
 func (t *Tree) strip(n *node, id uint32) {
 	for i := len(n.children) - 1; i >= 0; i-- {
-		if c := n.children[i]; c.has(id) {
+		if c := n.children[i].n; c.has(id) {
 			t.strip(c, id)
 		}
 	}
@@ -47,11 +48,15 @@ func (t *Tree) unmark(n *node, id uint32) {
 // unlink removes childless n from its parent.
 func (t *Tree) unlink(n *node) {
 	p := n.parent
-	i, _ := p.find(n.key)
+	i, _ := p.find(firstKey(n.edge))
 	p.children = slices.Delete(p.children, i, i+1)
 	if len(p.children) == 0 {
 		p.children = nil
+		if p != t.root {
+			t.addLeaf(p)
+		}
 	}
+	t.dropLeaf(n)
 	n.parent = nil
 	t.nodes--
 	t.total -= int(n.runes)
@@ -61,7 +66,7 @@ func (t *Tree) unlink(n *node) {
 // childCarries reports whether any child of n carries id.
 func (n *node) childCarries(id uint32) bool {
 	for _, c := range n.children {
-		if c.has(id) {
+		if c.n.has(id) {
 			return true
 		}
 	}
@@ -80,6 +85,7 @@ func (n *node) childCarries(id uint32) bool {
 // registered. Ties cannot happen between stamps of different inserts; equal stamps (a split
 // copies them) are taken in depth-first order of keys.
 func (t *Tree) Evict(maxPerTenant, maxTotal int) int {
+	t.changed()
 	before := t.total
 	if maxPerTenant > 0 {
 		t.evictPerTenant(maxPerTenant)
@@ -126,12 +132,12 @@ func (t *Tree) evictPerTenant(limit int) {
 }
 
 func (t *Tree) evictTotal(limit int) {
-	h := &lruHeap{}
-	t.walk(func(n *node) {
-		if len(n.children) == 0 {
-			h.push(newest(n), 0, n)
-		}
-	})
+	// Leaves never share their newest stamp (a stamp marks the nodes of one Insert's path, of
+	// which one at most is a leaf), so the order of the registry does not matter.
+	h := &lruHeap{entries: make([]lruEntry, 0, len(t.leaves))}
+	for _, n := range t.leaves {
+		h.push(newest(n), 0, n)
+	}
 	heap.Init(h)
 	for t.total > limit && h.Len() > 0 {
 		n := heap.Pop(h).(lruEntry).n
@@ -162,8 +168,8 @@ func (t *Tree) walk(f func(*node)) {
 	var rec func(*node)
 	rec = func(n *node) {
 		for _, c := range n.children {
-			f(c)
-			rec(c)
+			f(c.n)
+			rec(c.n)
 		}
 	}
 	rec(t.root)

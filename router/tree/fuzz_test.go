@@ -160,7 +160,8 @@ func (m *model) resync(tr *Tree) map[string]map[string]bool {
 	}
 	var rec func(n *node, path string)
 	rec = func(n *node, path string) {
-		for _, c := range n.children {
+		for _, ch := range n.children {
+			c := ch.n
 			p := path + c.edge
 			for _, mk := range c.marks {
 				if !c.childCarries(mk.id) {
@@ -240,9 +241,17 @@ func fuzzOps(t *testing.T, data []byte) {
 		op := r.byte() % 8
 		var desc string
 		switch op {
-		case 0, 1, 2: // insert
+		case 0, 1, 2: // insert (2: after matching it, as cache_aware does, which resumes the match)
 			tenant, text := fuzzTenants[r.byte()%4], r.text()
 			desc = fmt.Sprintf("Insert(%q, %s)", text, tenant)
+			if op == 2 {
+				desc = fmt.Sprintf("PrefixMatch(%q), Insert(%q, %s)", text, text, tenant)
+				var got int
+				got, dst = tr.PrefixMatch(text, dst)
+				if want, _ := m.match(text); got != want {
+					t.Fatalf("%d %s: matched %d runes, want %d", step, desc, got, want)
+				}
+			}
 			tr.Insert(text, tenant)
 			m.insert(text, tenant)
 			if got := tr.prefixMatchTenant(text, tenant); got != runeCount(text) {
