@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/pdrouter/pdrouter/sim/internal/heapq"
+import (
+	"unsafe"
+
+	"github.com/pdrouter/pdrouter/sim/internal/heapq"
+)
 
 // The radix KV cache of one rank: SGLang's RadixCache over token ids. Keys are page-aligned;
 // each node holds the KV of its key's tokens. Nodes referenced by a running request are locked
@@ -71,11 +75,32 @@ func (c *radix) childKey(tok []uint32) uint64 {
 // commonPrefix returns the length of the common prefix of a and b, rounded down to a page.
 func (c *radix) commonPrefix(a, b []uint32) int {
 	n := min(len(a), len(b))
+	i := mismatch(a[:n], b[:n])
+	return i - i%c.page
+}
+
+// mismatch returns the index of the first token where a and b (of equal length) differ, or
+// their length. A prompt's path through the cache is mostly whole edges equal to it, and a
+// token loop over them cost 5 % of a large run: the whole slices, then blocks of 64 tokens, are
+// compared as bytes first (the runtime's vectorised memequal).
+func mismatch(a, b []uint32) int {
+	if len(a) == 0 || bytesOf(a) == bytesOf(b) {
+		return len(a)
+	}
+	const block = 64
 	i := 0
-	for i < n && a[i] == b[i] {
+	for i+block <= len(a) && bytesOf(a[i:i+block]) == bytesOf(b[i:i+block]) {
+		i += block
+	}
+	for a[i] == b[i] {
 		i++
 	}
-	return i - i%c.page
+	return i
+}
+
+// bytesOf views a non-empty token slice as a string of its bytes, for comparisons only.
+func bytesOf(t []uint32) string {
+	return unsafe.String((*byte)(unsafe.Pointer(unsafe.SliceData(t))), len(t)*4)
 }
 
 // match finds the longest cached prefix of tok (whole pages only), marks the path as accessed

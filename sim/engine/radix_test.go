@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -184,4 +186,32 @@ func FuzzRadix(f *testing.F) {
 			require.NoError(t, checkRadix(c))
 		}
 	})
+}
+
+// mismatch finds the first differing token as a token loop does, at every position and length
+// around its block size (empty, whole blocks, tails, no difference).
+func TestMismatch(t *testing.T) {
+	t.Parallel()
+	naive := func(a, b []uint32) int {
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= 200; n++ {
+		a := make([]uint32, n)
+		for i := range a {
+			a[i] = rng.Uint32N(4)
+		}
+		for diff := 0; diff <= n; diff++ { // diff == n: equal
+			b := slices.Clone(a)
+			if diff < n {
+				b[diff] ^= 1 << (rng.UintN(4) * 8) // any one byte of the token
+			}
+			require.Equal(t, naive(a, b), mismatch(a, b), "n=%d diff=%d", n, diff)
+			require.Equal(t, diff, mismatch(a, b))
+		}
+	}
 }
