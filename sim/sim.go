@@ -113,6 +113,7 @@ type sim struct {
 	rooms                 map[uint64]*attempt // live attempts by room; lookups only
 	slot                  map[string]int      // target name → slot within its role; lookups only
 	nslots                [3]int
+	urls                  [3][]*string // by role and slot: the target's worker URL, shared by the records
 	outs                  []engine.Output
 	logBuf                []byte
 	logSeq                uint64
@@ -236,6 +237,7 @@ func newSim(cfg Config) (*sim, error) {
 	for _, t := range rt.Targets() {
 		x.slot[t.Name] = x.nslots[t.Role]
 		x.nslots[t.Role]++
+		x.urls[t.Role] = append(x.urls[t.Role], &t.URL)
 	}
 	if x.kv != nil {
 		if err := x.setupKV(kvRoles); err != nil {
