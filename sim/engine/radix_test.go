@@ -15,9 +15,13 @@ func checkRadix(c *radix) error {
 	size, evictable, nodes := 0, 0, 0
 	var walk func(x *node) error
 	walk = func(x *node) error {
-		for k, ch := range x.children {
+		for i, kc := range x.children {
+			k, ch := kc.key, kc.n
 			if c.childKey(ch.key) != k || ch.parent != x {
 				return fmt.Errorf("bad child link")
+			}
+			if i > 0 && x.children[i-1].key >= k {
+				return fmt.Errorf("children not sorted by distinct keys")
 			}
 			if len(ch.key) == 0 || len(ch.key)%c.page != 0 {
 				return fmt.Errorf("key of %d tokens, page %d", len(ch.key), c.page)
