@@ -65,6 +65,10 @@ func (x *sim) startLevel() {
 	for role := range lv.counts {
 		lv.counts[role] = make([]int, x.nslots[role])
 	}
+	if n := x.levelRequests(); n > 0 {
+		lv.records = make([]reports.Record, 0, n)
+		lv.queue = make([]float64, 0, n)
+	}
 	x.lv = lv
 	switch {
 	case info.Concurrency > 0:
@@ -83,6 +87,22 @@ func (x *sim) startLevel() {
 	if lv.active == 0 {
 		x.endLevel()
 	}
+}
+
+// levelRequests is how many requests a level of the multiturn workload sends when nothing cuts
+// it short (its conversations × turns, or the --requests budget): the capacity of its records,
+// which a run of a million requests would otherwise grow by copying, 150 MB at the last step.
+// 0 when unknown.
+func (x *sim) levelRequests() int {
+	p := x.cfg.Workload
+	if p.Workload != workloads.WorkloadMultiTurn || x.cfg.Load.Duration > 0 {
+		return 0
+	}
+	n := p.Conversations * p.Turns
+	if x.cfg.Load.Requests > 0 {
+		n = min(n, x.cfg.Load.Warmup+x.cfg.Load.Requests)
+	}
+	return n
 }
 
 // nextSession gives conversation c a new conversation and sends its first turn now, or ends c.
