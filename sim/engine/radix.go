@@ -161,11 +161,29 @@ func (c *radix) match(tok []uint32) (int, *node) {
 
 // insert adds tok (its whole pages) to the cache and returns the node ending at its last whole
 // page and the number of tokens newly added.
-func (c *radix) insert(tok []uint32) (*node, int) {
+func (c *radix) insert(tok []uint32) (*node, int) { return c.insertBelow(tok, nil) }
+
+// insertBelow is insert of tok when the path to from (nil: the root) spells tok's first tokens,
+// as the node a request locked when its prompt was matched does until the prompt is cached: it
+// touches that path as insert would and compares only what lies below it. A from not in the
+// tree any more (reset since), or deeper than tok, is ignored.
+func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
 	c.gen++
 	tok = tok[:len(tok)-len(tok)%c.page]
 	c.tick++
 	x, n := c.root, 0
+	if from != nil {
+		d, y := 0, from
+		for ; y != nil && y != c.root; y = y.parent {
+			d += len(y.key)
+		}
+		if y == c.root && d <= len(tok) {
+			for y := from; y != c.root; y = y.parent {
+				c.touch(y)
+			}
+			x, n = from, d
+		}
+	}
 	for n < len(tok) {
 		var ch *node
 		if len(x.children) > 0 {
