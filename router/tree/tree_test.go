@@ -526,7 +526,7 @@ func TestCheckDetects(t *testing.T) {
 		}, "not sorted"},
 		{"tenant missing on parent", func(tr *Tree) {
 			n := tr.root.children[0].n // "hel"
-			n.marks = n.marks[:1]    // t1 only, its child "p" carries t2
+			n.marks = n.marks[:1]      // t1 only, its child "p" carries t2
 		}, "its parent"},
 		{"cut inside a rune", func(tr *Tree) {
 			n := tr.root.children[1].n.children[0].n // "你" → "好" becomes "\xe4\xbd" → "\xa0好"
