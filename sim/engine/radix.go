@@ -17,11 +17,11 @@ import (
 type node struct {
 	key      []uint32
 	parent   *node
-	children []kid // sorted by key (childKey of the first page); nil when empty
-	lock     int32            // running requests referencing this node or a descendant
-	last     uint64           // access counter at the last match or insert through this node
-	id       uint64           // creation order, for deterministic ties
-	heapIdx  int              // position in radix.heap, -1 when not an evictable leaf (kept by heap.Moved)
+	children []kid  // sorted by key (childKey of the first page); nil when empty
+	lock     int32  // running requests referencing this node or a descendant
+	last     uint64 // access counter at the last match or insert through this node
+	id       uint64 // creation order, for deterministic ties
+	heapIdx  int    // position in radix.heap, -1 when not an evictable leaf (kept by heap.Moved)
 }
 
 // kid is a child under the key of its first page. A sorted slice rather than a map: a lookup
