@@ -140,7 +140,7 @@ func (x *sim) begin(c *conv, sc *script) {
 		x.endConv(c)
 		return
 	}
-	x.push(x.clock.now, event{kind: evSend, conv: c})
+	x.push(x.clock.now, event{kind: evSend, p: c})
 }
 
 // endConv retires c; the level ends with its last conversation.
@@ -215,7 +215,7 @@ func (x *sim) clientEnd(r *request) {
 	c := r.conv
 	if r.errMsg == nil {
 		if c.sc.next() {
-			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, conv: c})
+			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, p: c})
 			return
 		}
 	}

@@ -382,29 +382,30 @@ func (x *sim) dispatch(ev *event) {
 		}
 		x.touch(sv)
 	case evSend:
-		x.send(ev.conv)
+		x.send(ev.conv())
 	case evArrive:
-		ev.req.rep = x.pickReplica(ev.req.turn.Session)
-		ev.req.retrier = x.reps[ev.req.rep].rt.NewRetrier()
-		x.route(ev.req)
+		r := ev.req()
+		r.rep = x.pickReplica(r.turn.Session)
+		r.retrier = x.reps[r.rep].rt.NewRetrier()
+		x.route(r)
 	case evRetry:
-		x.route(ev.req)
+		x.route(ev.req())
 	case evSubmit:
-		x.submit(ev.att)
+		x.submit(ev.att())
 	case evHandshake:
-		if a := ev.att; !a.over && !a.preEnded {
+		if a := ev.att(); !a.over && !a.preEnded {
 			a.pre.eng.HandshakeCached(x.t(), a.room, a.decCached)
 			x.touch(a.pre)
 		}
 	case evKVArrived:
-		if a := ev.att; !a.over && !a.decEnded {
+		if a := ev.att(); !a.over && !a.decEnded {
 			a.dec.eng.KVArrived(x.t(), a.room, a.preCached)
 			x.touch(a.dec)
 		}
 	case evLegEnd:
 		x.legEnd(ev)
 	case evClientEnd:
-		x.clientEnd(ev.req)
+		x.clientEnd(ev.req())
 	case evArrival:
 		x.arrival()
 	case evTick:
@@ -436,7 +437,7 @@ func (x *sim) dispatch(ev *event) {
 		sv.killed = false
 		x.touch(sv)
 	case evKVBatch:
-		x.deliverKV(ev.kv, int(ev.srv))
+		x.deliverKV(ev.kv(), int(ev.srv))
 	case evLoadPoll:
 		x.pollLoads(int(ev.srv))
 	case evLoadReport:
