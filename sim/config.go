@@ -400,11 +400,13 @@ func WorkerURL(role router.Role, i int) string {
 	return "http://sim-" + role.String() + "-" + strconv.Itoa(i) + ":30000"
 }
 
-// DefaultTreeChars is Config.TreeChars's default, 2^26 characters per tree: about 11,000
-// conversations of the default multiturn workload (16 s of the scale benchmark's arrivals, a
-// multiple of the time a conversation waits between turns). Serve's own bound, 2^30 per tree,
-// would hold about a gigabyte per tree in a run of a million requests; no test or default run
-// comes near either bound, so their results are serve's.
+// DefaultTreeChars is Config.TreeChars's default, 2^26 characters per tree: the text of about
+// 10,000 conversations of the default multiturn workload, 20 s of the scale benchmark's
+// arrivals, five times the 4 s a conversation waits between its turns there (a trim takes the
+// least recently used texts, so a conversation in progress keeps its history). Serve's bound,
+// 2^30 per tree, holds about a gigabyte per tree in a run of a million requests. No test or
+// default run reaches either; at a million requests the scale benchmark's TTFT mean moves by
+// 0.3 % (219.2 -> 218.5 ms), its P99 by 3 % (468 -> 483 ms), its cache hit rate by 0.0001.
 const DefaultTreeChars = 1 << 26
 
 // Config is one simulation run.
