@@ -38,6 +38,7 @@ type CacheAware struct {
 	byName  map[string]*Target // tenant name → registered target
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
 	trims   int                // times insert found the tree over MaxTreeTotalChars
+	retain  bool               // trees keep substrings of the routed texts (Router.RetainRoutedTexts)
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
@@ -371,7 +372,18 @@ func (p *CacheAware) RemoveTarget(name string) {
 
 // ResetTree forgets every routed text (the workers' caches were flushed); registered targets
 // stay known.
-func (p *CacheAware) ResetTree() { p.tree = tree.New() }
+func (p *CacheAware) ResetTree() {
+	p.tree = tree.New()
+	if p.retain {
+		p.tree.RetainTexts()
+	}
+}
+
+// retainTexts makes the tree, and every tree after a reset, keep substrings of the routed texts.
+func (p *CacheAware) retainTexts() {
+	p.retain = true
+	p.tree.RetainTexts()
+}
 
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
 func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }

@@ -364,6 +364,22 @@ func (r *Router) Tick(now time.Time) {
 	}
 }
 
+// RetainRoutedTexts makes the cache-aware trees keep substrings of the routed texts instead of
+// copies (tree.Tree.RetainTexts), from now on and after resets. It is for a driver whose request
+// texts are never modified and are kept anyway, as the simulator's conversations are: it saves
+// a copy per routed text and lets the same text, or a conversation's next turn, compare without
+// being read again. Serve does not call it: a request's body must not outlive the request. Call
+// it before the first Route.
+func (r *Router) RetainRoutedTexts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.policies {
+		if c, ok := p.(*CacheAware); ok {
+			c.retainTexts()
+		}
+	}
+}
+
 // ResetTrees empties every cache-aware tree, for when the workers' prefix caches were flushed
 // (POST /flush_cache in serve, --flush-cache between levels in sim): the router's picture of
 // the caches must not outlive them.

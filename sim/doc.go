@@ -79,7 +79,9 @@
 // max_tree_total_chars (2^30 characters, a gigabyte of text per tree), which a run of a million
 // requests reaches. The simulator bounds them lower, at Config.TreeChars (DefaultTreeChars,
 // 2^26), and trims them as serve does at its bound; Stats.TreeTrims says whether a run got
-// there (no test or default run does). Config.TreeChars < 0 restores serve's bound.
+// there (no test or default run does). Config.TreeChars < 0 restores serve's bound. The trees
+// keep their texts as substrings of the conversations' own (router.Router.RetainRoutedTexts),
+// which the prefill and decode trees then share, rather than a copy each.
 //
 // # Sweeps
 //

@@ -184,6 +184,9 @@ func newSim(cfg Config) (*sim, error) {
 			return nil, err
 		}
 		rt.OnWorkerEvent(x.countBreakerOpens)
+		// A routing text is a view of its conversation's text, which only grows by appending
+		// (workloads.Session.ForSimulator) and lives while the conversation does.
+		rt.RetainRoutedTexts()
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
 	rt := x.reps[0].rt

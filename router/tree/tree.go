@@ -23,6 +23,7 @@ type Tree struct {
 	bytes int // bytes of all edges (maintained)
 	nodes int // nodes, root excluded (maintained)
 
+	retain bool    // new edges are substrings of the inserted texts (RetainTexts)
 	leaves []*node // every node but the root without children, in no order (node.leaf)
 	gen    uint64  // bumped by every change of the tree: a cursor is valid while it stays
 	cur    cursor  // the last PrefixMatch's walk, for the Insert of the same text after it
@@ -39,7 +40,7 @@ type cursor struct {
 
 // node is one edge of the tree. Children are sorted by key; marks by tenant id.
 type node struct {
-	edge     string // never empty except at the root; owned (cloned), never a caller's substring
+	edge     string // never empty except at the root; owned (cloned), not a caller's substring, unless RetainTexts
 	parent   *node
 	children []child
 	marks    []mark
@@ -63,6 +64,24 @@ type mark struct {
 // New returns an empty tree.
 func New() *Tree {
 	return &Tree{root: &node{}, ids: make(map[string]uint32)}
+}
+
+// RetainTexts makes the tree keep, for each new edge, the substring of the text Insert was given
+// rather than a copy of it. It is for a caller whose texts are never modified and are held
+// anyway, as the simulator's conversations are: an edge then keeps its whole text in memory
+// (Bytes counts only the edges), and a later text that shares that memory (the conversation's
+// next turn, the same text inserted in another tree) compares equal without reading it. The
+// upper part of a split edge is still copied, so a branch point that outlives the text it was
+// cut from does not hold that text. Call it before the first Insert; matches, counts and
+// evictions are the same either way.
+func (t *Tree) RetainTexts() { t.retain = true }
+
+// own returns s as an edge: a copy, or s itself when the tree retains texts.
+func (t *Tree) own(s string) string {
+	if t.retain {
+		return s
+	}
+	return strings.Clone(s)
 }
 
 // find is the index of the child with key, or where it would be inserted.
@@ -141,7 +160,7 @@ func (t *Tree) Insert(text, tenant string) {
 		i, ok := n.find(key)
 		if !ok {
 			leaf := &node{
-				edge:   strings.Clone(text),
+				edge:   t.own(text),
 				parent: n,
 				marks:  []mark{{id: id, at: now}},
 				runes:  uint32(runeCount(text)),
@@ -213,7 +232,7 @@ func (t *Tree) split(parent *node, i, j int) *node {
 		marks:  slices.Clone(c.marks),
 	}
 	mid.runes = uint32(runeCount(mid.edge))
-	c.edge = strings.Clone(c.edge[j:])
+	c.edge = t.own(c.edge[j:])
 	c.runes -= mid.runes
 	c.parent = mid
 	mid.children = []child{{firstKey(c.edge), c}}

@@ -704,3 +704,65 @@ func TestInsertResumesTheMatch(t *testing.T) {
 		})
 	}
 }
+
+// A tree that retains its texts holds what a copying tree holds, matches and evicts the same,
+// through random inserts (a conversation's turns extend one buffer, as the simulator's do),
+// matches, trims and removals; its new edges alias the inserted text, the upper halves of
+// split edges do not.
+func TestRetainTextsAsCopies(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 43))
+	words := []string{"the", "then", "a", "system", "prompt", "é", "你好", "x"}
+	var bufs [][]byte
+	next := func() string { // the next turn of a random conversation: its buffer grown, a prefix view
+		i := rng.IntN(len(bufs) + 1)
+		if i == len(bufs) {
+			bufs = append(bufs, append(make([]byte, 0, 4096), fmt.Sprintf("sys %d:", rng.IntN(3))...))
+		}
+		for range 1 + rng.IntN(6) {
+			bufs[i] = append(bufs[i], " "+words[rng.IntN(len(words))]...)
+		}
+		return unsafe.String(unsafe.SliceData(bufs[i]), len(bufs[i]))
+	}
+	a, b := New(), New()
+	a.RetainTexts()
+	var dst []string
+	for step := range 3000 {
+		switch op := rng.IntN(100); {
+		case op < 75:
+			s, tenant := next(), fmt.Sprintf("w%d", rng.IntN(4))
+			ma, _ := a.PrefixMatch(s, dst)
+			mb, _ := b.PrefixMatch(s, dst)
+			require.Equal(t, mb, ma)
+			a.Insert(s, tenant)
+			b.Insert(s, tenant)
+		case op < 90:
+			limit := a.TotalChars() * 8 / 10
+			require.Equal(t, b.Evict(0, limit), a.Evict(0, limit))
+		case op < 97:
+			per := 50 + rng.IntN(300)
+			require.Equal(t, b.Evict(per, 0), a.Evict(per, 0))
+		default:
+			tenant := fmt.Sprintf("w%d", rng.IntN(4))
+			a.RemoveTenant(tenant)
+			b.RemoveTenant(tenant)
+		}
+		require.NoError(t, a.Check(), "step %d", step)
+		require.Equal(t, b.dump(), a.dump(), "step %d", step)
+	}
+
+	text := strings.Repeat("x", 100) + "tail"
+	tr := New()
+	tr.RetainTexts()
+	tr.Insert(text[:50], "t")      // a leaf: the caller's substring
+	tr.Insert(text[:30]+"yy", "t") // splits it: "x"×30 copied, "x"×20 still the caller's
+	inText := func(s string) bool {
+		lo := uintptr(unsafe.Pointer(unsafe.StringData(text)))
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return p >= lo && p < lo+uintptr(len(text))
+	}
+	up := tr.root.children[0].n
+	require.Equal(t, strings.Repeat("x", 30), up.edge)
+	assert.False(t, inText(up.edge), "the upper half of a split is a copy")
+	assert.True(t, inText(up.children[0].n.edge), "the lower half stays the caller's")
+}
