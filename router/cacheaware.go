@@ -83,7 +83,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 		if w := p.warming(now, req.loads, ts, idx, reason); w >= 0 {
 			idx, reason = w, ReasonWarmUp
 		}
-		p.insert(req.Text, ts[idx].name)
+		p.insert(req, ts[idx].name)
 		return Pick{Index: idx, Reason: reason, MatchRate: rate, Signal: reasonSignal(reason, req.loads)}, nil
 	}
 	pk := p.chooseKV(now, req, ts)
@@ -92,16 +92,16 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 	}
 	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
-	p.insert(req.Text, ts[pk.Index].name)
+	p.insert(req, ts[pk.Index].name)
 	return pk, nil
 }
 
-// insert puts text in the tree for tenant and trims the tree by size at once when it goes
-// over MaxTreeTotalChars (down to 90 % of it, so the full walk an eviction costs comes once per
-// tenth of the budget), not only at the next --eviction-interval-secs: the memory bound holds
-// between evictions too.
-func (p *CacheAware) insert(text, tenant string) {
-	p.tree.Insert(text, tenant)
+// insert puts the request's text in the tree for tenant (with its length in runes, when known)
+// and trims the tree by size at once when it goes over MaxTreeTotalChars (down to 90 % of it,
+// so the full walk an eviction costs comes once per tenth of the budget), not only at the next
+// --eviction-interval-secs: the memory bound holds between evictions too.
+func (p *CacheAware) insert(req *Request, tenant string) {
+	p.tree.InsertRunes(req.Text, req.knownRunes(), tenant)
 	if m := p.cfg.MaxTreeTotalChars; m > 0 && p.tree.TotalChars() > m {
 		p.trims++
 		p.tree.Evict(p.cfg.MaxTreeSize, m-m/10)

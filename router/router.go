@@ -50,6 +50,15 @@ func (q *Request) promptTokens() int {
 	return (q.textRunes() + 3) / 4
 }
 
+// knownRunes returns the routing text's length in runes if it is known (given, or counted for
+// this Route already), else -1.
+func (q *Request) knownRunes() int {
+	if q.runes <= 0 {
+		return -1
+	}
+	return q.runes
+}
+
 // textRunes returns the routing text's length in runes, counting it at most once.
 func (q *Request) textRunes() int {
 	if q.runes <= 0 {

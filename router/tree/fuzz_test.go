@@ -241,7 +241,7 @@ func fuzzOps(t *testing.T, data []byte) {
 		op := r.byte() % 8
 		var desc string
 		switch op {
-		case 0, 1, 2: // insert (2: after matching it, as cache_aware does, which resumes the match)
+		case 0, 1, 2: // insert (2: after matching it, with its rune count, as cache_aware does)
 			tenant, text := fuzzTenants[r.byte()%4], r.text()
 			desc = fmt.Sprintf("Insert(%q, %s)", text, tenant)
 			if op == 2 {
@@ -252,7 +252,11 @@ func fuzzOps(t *testing.T, data []byte) {
 					t.Fatalf("%d %s: matched %d runes, want %d", step, desc, got, want)
 				}
 			}
-			tr.Insert(text, tenant)
+			if op == 2 {
+				tr.InsertRunes(text, utf8.RuneCountInString(text), tenant)
+			} else {
+				tr.Insert(text, tenant)
+			}
 			m.insert(text, tenant)
 			if got := tr.prefixMatchTenant(text, tenant); got != runeCount(text) {
 				t.Fatalf("%d %s: PrefixMatchTenant of the inserted text = %d, want %d", step, desc, got, runeCount(text))

@@ -141,7 +141,12 @@ func (t *Tree) lookup(tenant string) (uint32, bool) {
 // Insert stamps every node on text's path, root included, with tenant and a fresh LRU stamp,
 // adding the nodes and splitting the edge that text needs. Insert("", tenant) only registers
 // tenant at the root.
-func (t *Tree) Insert(text, tenant string) {
+func (t *Tree) Insert(text, tenant string) { t.InsertRunes(text, -1, tenant) }
+
+// InsertRunes is Insert of a text whose length in runes the caller knows exactly (the count a
+// range loop gives: utf8.RuneCountInString); runes < 0 is Insert. The new edge's length is then
+// the rest of that count, not counted again over the text's new part.
+func (t *Tree) InsertRunes(text string, runes int, tenant string) {
 	id := t.intern(tenant)
 	t.clock++
 	now := t.clock
@@ -151,6 +156,7 @@ func (t *Tree) Insert(text, tenant string) {
 		for _, p := range c.path {
 			t.stamp(p, id, now)
 			n = p
+			runes -= int(p.runes)
 		}
 		text = text[c.used:]
 	}
@@ -163,7 +169,11 @@ func (t *Tree) Insert(text, tenant string) {
 				edge:   t.own(text),
 				parent: n,
 				marks:  []mark{{id: id, at: now}},
-				runes:  uint32(runeCount(text)),
+			}
+			if runes >= 0 {
+				leaf.runes = uint32(runes)
+			} else {
+				leaf.runes = uint32(runeCount(text))
 			}
 			if len(n.children) == 0 && n != t.root {
 				t.dropLeaf(n)
@@ -184,6 +194,7 @@ func (t *Tree) Insert(text, tenant string) {
 		t.stamp(c, id, now)
 		text = text[j:]
 		n = c
+		runes -= int(c.runes)
 	}
 }
 

@@ -705,8 +705,8 @@ func TestInsertResumesTheMatch(t *testing.T) {
 	}
 }
 
-// A tree that retains its texts holds what a copying tree holds, matches and evicts the same,
-// through random inserts (a conversation's turns extend one buffer, as the simulator's do),
+// A tree that retains its texts (and is given their rune counts) holds what a copying tree
+// holds, matches and evicts the same, through random inserts (a conversation's turns extend one buffer, as the simulator's do),
 // matches, trims and removals; its new edges alias the inserted text, the upper halves of
 // split edges do not.
 func TestRetainTextsAsCopies(t *testing.T) {
@@ -734,7 +734,7 @@ func TestRetainTextsAsCopies(t *testing.T) {
 			ma, _ := a.PrefixMatch(s, dst)
 			mb, _ := b.PrefixMatch(s, dst)
 			require.Equal(t, mb, ma)
-			a.Insert(s, tenant)
+			a.InsertRunes(s, utf8.RuneCountInString(s), tenant) // as cache_aware inserts
 			b.Insert(s, tenant)
 		case op < 90:
 			limit := a.TotalChars() * 8 / 10
