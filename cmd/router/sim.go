@@ -802,11 +802,11 @@ func (p *simProgress) finish() {
 
 // simMemoryLimit is the soft heap limit of `router sim` unless GOMEMLIMIT is set: near it the
 // garbage collector works harder instead of letting the heap grow to twice the live data. A run
-// of a million requests on 32 servers (BenchmarkRunScale's) holds about 820 MB of live data at
-// its end (engine caches 220 MB, records 190 MB, conversations in flight 230 MB, the router
-// trees at sim.DefaultTreeChars 160 MB): at 900 MiB the collector ran without pause and the run
-// took 159 s; at 1.5 GiB it takes about a third of that and peaks at 1.6 GB. A run of 100,000
-// requests peaks at 1.2 GB (0.9 GB at 900 MiB, in the same time).
+// of a million requests on 32 servers (BenchmarkRunScale's) ends with about 750 MB of live data
+// (engine caches, records, conversations in flight, the router trees at sim.DefaultTreeChars):
+// at 900 MiB the collector ran nearly without pause, 34 s (0.94 GB peak RSS); at 1.5 GiB it
+// takes 23 s (1.55 GB). A run of 100,000 requests takes 2.25 s either way, peaking at 0.87 GB
+// at 900 MiB and 0.95-1.04 GB at 1.5 GiB (idle 2-core machine).
 const simMemoryLimit = 1536 << 20
 
 // checkSchedulePolicy names --schedule-policy when its value is not one the engine has.
