@@ -37,6 +37,8 @@ type CacheAware struct {
 	tenants []string           // scratch for PrefixMatch
 	byName  map[string]*Target // tenant name → registered target
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
+	trims   int                // times insert found the tree over MaxTreeTotalChars
+	retain  bool               // trees keep substrings of the routed texts (Router.RetainRoutedTexts)
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
@@ -81,7 +83,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 		if w := p.warming(now, req.loads, ts, idx, reason); w >= 0 {
 			idx, reason = w, ReasonWarmUp
 		}
-		p.insert(req.Text, ts[idx].name)
+		p.insert(req, ts[idx].name)
 		return Pick{Index: idx, Reason: reason, MatchRate: rate, Signal: reasonSignal(reason, req.loads)}, nil
 	}
 	pk := p.chooseKV(now, req, ts)
@@ -90,17 +92,18 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 	}
 	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
-	p.insert(req.Text, ts[pk.Index].name)
+	p.insert(req, ts[pk.Index].name)
 	return pk, nil
 }
 
-// insert puts text in the tree for tenant and trims the tree by size at once when it goes
-// over MaxTreeTotalChars (down to 90 % of it, so the full walk an eviction costs comes once per
-// tenth of the budget), not only at the next --eviction-interval-secs: the memory bound holds
-// between evictions too.
-func (p *CacheAware) insert(text, tenant string) {
-	p.tree.Insert(text, tenant)
+// insert puts the request's text in the tree for tenant (with its length in runes, when known)
+// and trims the tree by size at once when it goes over MaxTreeTotalChars (down to 90 % of it,
+// so the full walk an eviction costs comes once per tenth of the budget), not only at the next
+// --eviction-interval-secs: the memory bound holds between evictions too.
+func (p *CacheAware) insert(req *Request, tenant string) {
+	p.tree.InsertRunes(req.Text, req.knownRunes(), tenant)
 	if m := p.cfg.MaxTreeTotalChars; m > 0 && p.tree.TotalChars() > m {
+		p.trims++
 		p.tree.Evict(p.cfg.MaxTreeSize, m-m/10)
 	}
 }
@@ -369,12 +372,24 @@ func (p *CacheAware) RemoveTarget(name string) {
 
 // ResetTree forgets every routed text (the workers' caches were flushed); registered targets
 // stay known.
-func (p *CacheAware) ResetTree() { p.tree = tree.New() }
+func (p *CacheAware) ResetTree() {
+	p.tree = tree.New()
+	if p.retain {
+		p.tree.RetainTexts()
+	}
+}
+
+// retainTexts makes the tree, and every tree after a reset, keep substrings of the routed texts.
+func (p *CacheAware) retainTexts() {
+	p.retain = true
+	p.tree.RetainTexts()
+}
 
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
 func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }
 
-// TreeStats returns the runes stored in the tree's edges and its node count.
+// TreeStats returns the runes stored in the tree's edges, its node count and how often it was
+// trimmed by size.
 func (p *CacheAware) TreeStats() TreeSize {
-	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes()}
+	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes(), Trims: p.trims}
 }

@@ -54,6 +54,15 @@ func (q *Request) promptTokens() int {
 	return (q.textRunes() + 3) / 4
 }
 
+// knownRunes returns the routing text's length in runes if it is known (given, or counted for
+// this Route already), else -1.
+func (q *Request) knownRunes() int {
+	if q.runes <= 0 {
+		return -1
+	}
+	return q.runes
+}
+
 // textRunes returns the routing text's length in runes, counting it at most once.
 func (q *Request) textRunes() int {
 	if q.runes <= 0 {
@@ -368,6 +377,22 @@ func (r *Router) Tick(now time.Time) {
 	}
 }
 
+// RetainRoutedTexts makes the cache-aware trees keep substrings of the routed texts instead of
+// copies (tree.Tree.RetainTexts), from now on and after resets. It is for a driver whose request
+// texts are never modified and are kept anyway, as the simulator's conversations are: it saves
+// a copy per routed text and lets the same text, or a conversation's next turn, compare without
+// being read again. Serve does not call it: a request's body must not outlive the request. Call
+// it before the first Route.
+func (r *Router) RetainRoutedTexts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.policies {
+		if c, ok := p.(*CacheAware); ok {
+			c.retainTexts()
+		}
+	}
+}
+
 // ResetTrees empties every cache-aware tree, for when the workers' prefix caches were flushed
 // (POST /flush_cache in serve, --flush-cache between levels in sim): the router's picture of
 // the caches must not outlive them.
@@ -456,6 +481,9 @@ type TreeSize struct {
 	Chars int // runes stored on its edges
 	Nodes int
 	Bytes int // the heap it holds, estimated (tree.Tree.Bytes)
+	// Trims counts the routed texts that took the tree over MaxTreeTotalChars, each followed
+	// by an LRU trim to 90 % of it (ResetTrees does not reset it).
+	Trims int
 }
 
 // TreeStats returns the size of role's cache-aware tree; ok is false when the role's policy

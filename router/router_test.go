@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -591,4 +592,39 @@ func breakerRouter(t *testing.T, failures, successes int, urls ...string) (*Rout
 		require.NoError(t, r.AddWorker(WorkerSpec{URL: u, Role: Regular}))
 	}
 	return r, clock
+}
+
+// RetainRoutedTexts changes where the trees keep their texts, not what they decide: a
+// retaining router routes a conversation-shaped sequence as a copying one does, before and
+// after its trees are reset, and its cache-aware policy keeps retaining after the reset.
+func TestRetainRoutedTextsRoutesAsCopying(t *testing.T) {
+	t.Parallel()
+	urls := []string{"http://a:1", "http://b:1", "http://c:1"}
+	copying, retaining := regularRouter(t, PolicyCacheAware, urls...), regularRouter(t, PolicyCacheAware, urls...)
+	retaining.RetainRoutedTexts()
+	buf := make([]byte, 0, 1<<16)
+	route := func(step int) {
+		buf = append(buf, fmt.Sprintf(" turn %d of a long conversation %s", step, strings.Repeat("w", step%7))...)
+		text := string(buf[:len(buf)/(1+step%3)])
+		var got [2]string
+		for i, r := range []*Router{copying, retaining} {
+			d, err := r.Route(&Request{Text: text})
+			require.NoError(t, err)
+			got[i] = d.Regular.Name() + " " + string(d.Reason)
+			d.Done(Regular, Success)
+		}
+		require.Equal(t, got[0], got[1], "step %d", step)
+	}
+	for step := range 200 {
+		route(step)
+		if step == 100 {
+			copying.ResetTrees()
+			retaining.ResetTrees()
+		}
+	}
+	require.True(t, retaining.Policy(Regular).(*CacheAware).retain)
+	a, _ := copying.TreeStats(Regular)
+	b, _ := retaining.TreeStats(Regular)
+	require.Equal(t, a, b)
+	require.Positive(t, a.Chars)
 }

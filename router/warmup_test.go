@@ -86,14 +86,21 @@ func TestTreeTrimmedBySizeBetweenEvictions(t *testing.T) {
 	r := newTestRouter(t, cfg)
 	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://a:1", Role: Regular}))
 	require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://b:1", Role: Regular}))
-	peak := 0
+	peak, prev, drops := 0, 0, 0
+	var size TreeSize
 	for i := range 500 {
 		d, err := r.Route(&Request{Text: fmt.Sprintf("prompt %d %s", i, strings.Repeat("x", 40))})
 		require.NoError(t, err)
 		d.Done(Regular, Success)
-		size, _ := r.TreeStats(Regular)
+		size, _ = r.TreeStats(Regular)
 		peak = max(peak, size.Chars)
+		if size.Chars < prev {
+			drops++
+		}
+		prev = size.Chars
 	}
 	assert.LessOrEqual(t, peak, 2000)
 	assert.Greater(t, peak, 1500, "trimmed to 90 %, not emptied")
+	assert.Positive(t, drops)
+	assert.Equal(t, drops, size.Trims, "one trim counted per cut")
 }

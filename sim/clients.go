@@ -65,6 +65,10 @@ func (x *sim) startLevel() {
 	for role := range lv.counts {
 		lv.counts[role] = make([]int, x.nslots[role])
 	}
+	if n := x.levelRequests(); n > 0 {
+		lv.records = make([]reports.Record, 0, n)
+		lv.queue = make([]float64, 0, n)
+	}
 	x.lv = lv
 	switch {
 	case info.Concurrency > 0:
@@ -83,6 +87,22 @@ func (x *sim) startLevel() {
 	if lv.active == 0 {
 		x.endLevel()
 	}
+}
+
+// levelRequests is how many requests a level of the multiturn workload sends when nothing cuts
+// it short (its conversations × turns, or the --requests budget): the capacity of its records,
+// which a run of a million requests would otherwise grow by copying, 150 MB at the last step.
+// 0 when unknown.
+func (x *sim) levelRequests() int {
+	p := x.cfg.Workload
+	if p.Workload != workloads.WorkloadMultiTurn || x.cfg.Load.Duration > 0 {
+		return 0
+	}
+	n := p.Conversations * p.Turns
+	if x.cfg.Load.Requests > 0 {
+		n = min(n, x.cfg.Load.Warmup+x.cfg.Load.Requests)
+	}
+	return n
 }
 
 // nextSession gives conversation c a new conversation and sends its first turn now, or ends c.
@@ -120,7 +140,7 @@ func (x *sim) begin(c *conv, sc *script) {
 		x.endConv(c)
 		return
 	}
-	x.push(x.clock.now, event{kind: evSend, conv: c})
+	x.push(x.clock.now, event{kind: evSend, p: c})
 }
 
 // endConv retires c; the level ends with its last conversation.
@@ -195,7 +215,7 @@ func (x *sim) clientEnd(r *request) {
 	c := r.conv
 	if r.errMsg == nil {
 		if c.sc.next() {
-			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, conv: c})
+			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, p: c})
 			return
 		}
 	}
@@ -222,16 +242,17 @@ func (x *sim) record(r *request) {
 	if a := r.att; a != nil {
 		for _, role := range []router.Role{router.Prefill, router.Decode, router.Regular} {
 			if leg, ok := a.d.Leg(role); ok {
-				url := leg.Target.URL()
+				slot := x.slot[leg.Target.Name()]
+				url := x.urls[role][slot] // one string per target: a million records share 32
 				switch role {
 				case router.Prefill:
-					rec.Targets.Prefill = &url
+					rec.Targets.Prefill = url
 				case router.Decode:
-					rec.Targets.Decode = &url
+					rec.Targets.Decode = url
 				default:
-					rec.Targets.Regular = &url
+					rec.Targets.Regular = url
 				}
-				lv.counts[role][x.slot[leg.Target.Name()]]++
+				lv.counts[role][slot]++
 			}
 		}
 	}
@@ -304,7 +325,12 @@ func (x *sim) endLevel() {
 		return
 	}
 	x.res = append(x.res, l)
-	x.records = append(x.records, lv.records...)
+	if x.records == nil {
+		x.records = lv.records // not a copy: a million records are 150 MB
+	} else {
+		x.records = append(x.records, lv.records...)
+	}
+	lv.records = nil
 	if p := x.cfg.Progress; p != nil {
 		p(lv.info.Label, x.stats.Requests, time.Duration(x.clock.now))
 	}

@@ -72,6 +72,17 @@
 // Route sheds (router.OverloadError: every available target over a --worker-overload-* bound)
 // ends at once as serve answers it, 503 with Retry-After, and is not retried.
 //
+// # Memory
+//
+// A run's memory is its engines' caches, the conversations in flight, one record per request
+// and the routers' approximate trees. The trees alone grow with the run: serve bounds each at
+// max_tree_total_chars (2^30 characters, a gigabyte of text per tree), which a run of a million
+// requests reaches. The simulator bounds them lower, at Config.TreeChars (DefaultTreeChars,
+// 2^26), and trims them as serve does at its bound; Stats.TreeTrims says whether a run got
+// there (no test or default run does). Config.TreeChars < 0 restores serve's bound. The trees
+// keep their texts as substrings of the conversations' own (router.Router.RetainRoutedTexts),
+// which the prefill and decode trees then share, rather than a copy each.
+//
 // # Sweeps
 //
 // Sweep runs a grid of router (and cluster) settings, one independent, deterministic run per

@@ -31,8 +31,20 @@ type event struct {
 	ok   bool  // evLegEnd: the leg succeeded
 	role uint8 // evLegEnd: router.Role of the leg
 	srv  int32 // evWake, evKill, evRestart: server index; evKVBatch, evLoadPoll: replica index; evLoadReport: poll slot; evDirect: Config.Direct index
-	conv *conv
-	kv   *kvBatch
-	req  *request
-	att  *attempt
+	// p is what the event is about, one pointer whose type the kind says (conv, kv, req and
+	// att read it): four typed pointer fields made an entry of the event queue 56 bytes, where
+	// a heap operation copies entries at every level.
+	p any
 }
+
+// conv is the conversation of an evSend.
+func (e *event) conv() *conv { return e.p.(*conv) }
+
+// kv is the batch of an evKVBatch.
+func (e *event) kv() *kvBatch { return e.p.(*kvBatch) }
+
+// req is the request of an evArrive, evRetry or evClientEnd.
+func (e *event) req() *request { return e.p.(*request) }
+
+// att is the attempt of an evSubmit, evHandshake, evKVArrived or evLegEnd.
+func (e *event) att() *attempt { return e.p.(*attempt) }

@@ -147,7 +147,7 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 		deliver := max(pub+d, now, sub.lastAt)
 		sub.lastAt = deliver
 		b.left++
-		x.push(deliver, event{kind: evKVBatch, srv: int32(r), kv: b})
+		x.push(deliver, event{kind: evKVBatch, srv: int32(r), p: b})
 	}
 	if b.left == 0 {
 		f.free = append(f.free, b)

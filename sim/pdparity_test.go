@@ -41,7 +41,7 @@ func TestPDScriptsParity(t *testing.T) {
 				}
 				switch {
 				case st.Answers && role == router.Prefill:
-					x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(role), att: a})
+					x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(role), p: a})
 				case st.Answers:
 					a.started, a.startedAt = true, x.clock.now // its first token reaches the router
 				case st.Status == 0:
@@ -52,7 +52,7 @@ func TestPDScriptsParity(t *testing.T) {
 			}
 			if !a.over && a.started { // decode's stream goes on to its end
 				x.clock.now += 1000
-				x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(router.Decode), att: a})
+				x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(router.Decode), p: a})
 			}
 			require.True(t, a.over, "the attempt ended")
 

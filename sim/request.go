@@ -90,7 +90,7 @@ func (x *sim) send(c *conv) {
 		lv.batchHit0, lv.batchNew0 = x.batchCounters()
 	}
 	lv.issued++
-	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, req: r})
+	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, p: r})
 }
 
 // arriveAt is when a request sent now with jitter reaches the router. Requests sent at one
@@ -141,7 +141,7 @@ func (x *sim) route(r *request) {
 			x.shed(r, ov)
 		case errors.As(err, &nt):
 			r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
-			x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+			x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
 		default:
 			x.err = err
 		}
@@ -181,7 +181,7 @@ func (x *sim) route(r *request) {
 			x.err = err
 		}
 	}
-	x.push(x.clock.now+x.lat, event{kind: evSubmit, att: a})
+	x.push(x.clock.now+x.lat, event{kind: evSubmit, p: a})
 }
 
 // shed is the router shedding r because every available target of a role is overloaded, as
@@ -200,7 +200,7 @@ func (x *sim) shed(r *request, ov *router.OverloadError) {
 		}
 	}
 	r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), ov.Error())
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
 }
 
 // reasonOverloaded is the decision-log reason of a shed request: serve's (router/server/
@@ -272,12 +272,12 @@ func (x *sim) output(sv *server, o *engine.Output) {
 			if !a.decEnded {
 				// The KV "transfer done" signal crosses the network like the live bootstrap
 				// transport's (ARCHITECTURE §4): one hop.
-				x.push(at+x.lat, event{kind: evKVArrived, att: a})
+				x.push(at+x.lat, event{kind: evKVArrived, p: a})
 			}
-			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(router.Prefill), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(router.Prefill), p: a})
 		case engine.KindFailed:
 			a.preEnded, a.preWhy = true, o.Reason
-			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(router.Prefill), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(router.Prefill), p: a})
 		}
 	default: // decode or regular
 		if a.decEnded {
@@ -286,7 +286,7 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		switch o.Kind {
 		case engine.KindPreallocated:
 			a.decCached = o.CachedTokens
-			x.push(at+x.lat, event{kind: evHandshake, att: a})
+			x.push(at+x.lat, event{kind: evHandshake, p: a})
 		case engine.KindToken:
 			if !x.pd && o.Index == 0 {
 				a.engFirst = at
@@ -295,10 +295,10 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		case engine.KindFinished:
 			a.decEnded = true
 			a.req.usage = o.Usage
-			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(sv.role), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(sv.role), p: a})
 		case engine.KindFailed:
 			a.decEnded, a.decWhy = true, o.Reason
-			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(sv.role), att: a})
+			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(sv.role), p: a})
 		}
 	}
 }
@@ -348,7 +348,7 @@ func (x *sim) token(a *attempt, at int64) {
 
 // legEnd is the router seeing a leg finish, at the moment serve would call Decision.Done.
 func (x *sim) legEnd(ev *event) {
-	a := ev.att
+	a := ev.att()
 	role := router.Role(ev.role)
 	if x.pd {
 		x.syncDecode(a)
@@ -363,7 +363,7 @@ func (x *sim) legEnd(ev *event) {
 		}
 		a.over = true
 		delete(x.rooms, a.room)
-		x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: a.req})
+		x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: a.req})
 		return
 	}
 	// As the worker answers: a dead server sends nothing (a transport error); a live one
@@ -425,7 +425,7 @@ func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, wh
 	fail.Attempt.Started = a.started && a.startedAt <= x.clock.now
 	wait, retry := r.retrier.Next(fail.Attempt)
 	if retry {
-		x.push(x.clock.now+int64(wait), event{kind: evRetry, req: r})
+		x.push(x.clock.now+int64(wait), event{kind: evRetry, p: r})
 		return
 	}
 	if r.retrier.OverBudget() {
@@ -449,7 +449,7 @@ func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, wh
 	} else {
 		r.errMsg = reports.FormatError(reports.HTTPErrorKind(status), msg)
 	}
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, req: r})
+	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
 }
 
 // pdFailure is how an attempt failed: router.PDFailureReport, which a regular attempt's

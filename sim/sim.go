@@ -83,6 +83,10 @@ type Stats struct {
 	// BreakerOpens counts, by worker URL, how often a router's circuit breaker opened on the
 	// worker (summed over the router replicas; warm-up included). Nil when none did.
 	BreakerOpens map[string]int
+	// TreeTrims counts the times a router tree went over its bound (Config.TreeChars or
+	// max_tree_total_chars) and was trimmed, summed over the replicas and roles: while it is
+	// zero the trees held every routed text, as serve's would.
+	TreeTrims int
 	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
 	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).
 	RetriesOverBudget int
@@ -109,6 +113,7 @@ type sim struct {
 	rooms                 map[uint64]*attempt // live attempts by room; lookups only
 	slot                  map[string]int      // target name → slot within its role; lookups only
 	nslots                [3]int
+	urls                  [3][]*string // by role and slot: the target's worker URL, shared by the records
 	outs                  []engine.Output
 	logBuf                []byte
 	logSeq                uint64
@@ -166,15 +171,22 @@ func newSim(cfg Config) (*sim, error) {
 	if err := cfg.Routing.Validate(); err != nil {
 		return nil, err
 	}
+	trc := rc // the routers' settings: rc with the trees bounded by TreeChars
+	if tc := cmp.Or(cfg.TreeChars, DefaultTreeChars); tc > 0 && tc < trc.MaxTreeTotalChars {
+		trc.MaxTreeTotalChars = tc
+	}
 	for i := range cfg.Routing.replicas() {
 		// Replica 0 draws from the run's seed, so one replica is exactly the simulator without
 		// replicas; the others from seeds of their own.
 		rs := seed + int64(i)*replicaSeedStride
-		rt, err := router.New(rc, &x.clock, router.NewRand(rs))
+		rt, err := router.New(trc, &x.clock, router.NewRand(rs))
 		if err != nil {
 			return nil, err
 		}
 		rt.OnWorkerEvent(x.countBreakerOpens)
+		// A routing text is a view of its conversation's text, which only grows by appending
+		// (workloads.Session.ForSimulator) and lives while the conversation does.
+		rt.RetainRoutedTexts()
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
 	rt := x.reps[0].rt
@@ -228,6 +240,7 @@ func newSim(cfg Config) (*sim, error) {
 	for _, t := range rt.Targets() {
 		x.slot[t.Name] = x.nslots[t.Role]
 		x.nslots[t.Role]++
+		x.urls[t.Role] = append(x.urls[t.Role], &t.URL)
 	}
 	if x.kv != nil {
 		if err := x.setupKV(kvRoles); err != nil {
@@ -339,6 +352,11 @@ func (x *sim) run() error {
 	x.stats.Virtual = time.Duration(x.clock.now)
 	for _, rep := range x.reps {
 		x.stats.Targets = append(x.stats.Targets, rep.rt.Targets()...)
+		for _, role := range []router.Role{router.Regular, router.Prefill, router.Decode} {
+			if size, ok := rep.rt.TreeStats(role); ok {
+				x.stats.TreeTrims += size.Trims
+			}
+		}
 	}
 	if x.kv != nil {
 		x.kv.count(&x.stats.KV, x.reps)
@@ -367,29 +385,30 @@ func (x *sim) dispatch(ev *event) {
 		}
 		x.touch(sv)
 	case evSend:
-		x.send(ev.conv)
+		x.send(ev.conv())
 	case evArrive:
-		ev.req.rep = x.pickReplica(ev.req.turn.Session)
-		ev.req.retrier = x.reps[ev.req.rep].rt.NewRetrier()
-		x.route(ev.req)
+		r := ev.req()
+		r.rep = x.pickReplica(r.turn.Session)
+		r.retrier = x.reps[r.rep].rt.NewRetrier()
+		x.route(r)
 	case evRetry:
-		x.route(ev.req)
+		x.route(ev.req())
 	case evSubmit:
-		x.submit(ev.att)
+		x.submit(ev.att())
 	case evHandshake:
-		if a := ev.att; !a.over && !a.preEnded {
+		if a := ev.att(); !a.over && !a.preEnded {
 			a.pre.eng.HandshakeCached(x.t(), a.room, a.decCached)
 			x.touch(a.pre)
 		}
 	case evKVArrived:
-		if a := ev.att; !a.over && !a.decEnded {
+		if a := ev.att(); !a.over && !a.decEnded {
 			a.dec.eng.KVArrived(x.t(), a.room, a.preCached)
 			x.touch(a.dec)
 		}
 	case evLegEnd:
 		x.legEnd(ev)
 	case evClientEnd:
-		x.clientEnd(ev.req)
+		x.clientEnd(ev.req())
 	case evArrival:
 		x.arrival()
 	case evTick:
@@ -421,7 +440,7 @@ func (x *sim) dispatch(ev *event) {
 		sv.killed = false
 		x.touch(sv)
 	case evKVBatch:
-		x.deliverKV(ev.kv, int(ev.srv))
+		x.deliverKV(ev.kv(), int(ev.srv))
 	case evLoadPoll:
 		x.pollLoads(int(ev.srv))
 	case evLoadReport:

@@ -221,3 +221,35 @@ func TestSimRetriesAsServe(t *testing.T) {
 	require.Equal(t, 2, l.Errors, "both prompts exceed the 415k-token KV capacity")
 	assert.Equal(t, 2, res.Stats.Attempts, "one attempt each: the worker said the request is invalid")
 }
+
+// TestTreeCharsBoundsTheRouterTrees: the simulator's tree bound (Config.TreeChars) trims the
+// routers' trees only once they reach it, so a run below it is serve's run byte for byte, and
+// the lower of it and max_tree_total_chars applies.
+func TestTreeCharsBoundsTheRouterTrees(t *testing.T) {
+	t.Parallel()
+	base := baseConfig()
+	base.Workload.Conversations = 48
+	base.KeepITL = true
+	run := func(treeChars, maxTotal int) *Result {
+		cfg := base
+		cfg.TreeChars = treeChars
+		if maxTotal > 0 {
+			cfg.Router.MaxTreeTotalChars = maxTotal
+		}
+		return mustRun(t, cfg)
+	}
+	serve := run(-1, 0)
+	def := run(0, 0)
+	require.Zero(t, serve.Stats.TreeTrims)
+	require.Zero(t, def.Stats.TreeTrims, "the default bound is far above a small run's trees")
+	require.Equal(t, string(encode(t, serve)), string(encode(t, def)))
+	require.Equal(t, serve.Records, def.Records)
+
+	small := run(4000, 0)
+	assert.Positive(t, small.Stats.TreeTrims, "TreeChars 4000 trims")
+	routerBound := run(-1, 4000).Stats.TreeTrims
+	assert.Positive(t, routerBound, "max_tree_total_chars 4000 trims")
+	assert.Equal(t, routerBound, run(0, 4000).Stats.TreeTrims, "max_tree_total_chars below the default bound applies")
+	assert.Equal(t, routerBound, run(1<<40, 4000).Stats.TreeTrims, "a TreeChars above max_tree_total_chars changes nothing")
+	assert.Equal(t, routerBound, small.Stats.TreeTrims, "TreeChars 4000 trims as max_tree_total_chars 4000 does")
+}

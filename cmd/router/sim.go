@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -62,8 +63,9 @@ lists; kv_events auto/off when --kv-events was given) for 'router serve --config
 Each level draws conversations of its own (--same-conversations replays level 1's), and
 levels whose clients outnumber the conversations, or whose percentiles rest on fewer than 100
 requests, are named in a warning. At the end, stderr gets the events/s and requests/s of the
-run. Memory: ITLs are counted per level (requests.jsonl keeps them only with --out), and the
-heap is held near 900 MiB (set GOMEMLIMIT to change it).
+run. Memory: ITLs are counted per level (requests.jsonl keeps them only with --out), the router
+trees are trimmed past 2^26 characters each (a note on stderr says when), and the heap is held
+near 1.5 GiB (set GOMEMLIMIT to change it).
 
 Precise routing and router replicas: --kv-events on makes every server whose role routes with
 cache_aware publish its radix cache's KV events as SGLang does with --kv-events-config (per page,
@@ -347,6 +349,7 @@ func newSimCmd() *cobra.Command {
 		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
 		printLoadStats(cmd.ErrOrStderr(), res.Stats)
 		printBreakerOpens(cmd.ErrOrStderr(), res.Stats.BreakerOpens)
+		printTreeTrims(cmd.ErrOrStderr(), cfg, res.Stats.TreeTrims)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
 		if f.out != "" {
@@ -798,11 +801,13 @@ func (p *simProgress) finish() {
 }
 
 // simMemoryLimit is the soft heap limit of `router sim` unless GOMEMLIMIT is set: near it the
-// garbage collector works harder instead of letting the heap grow to twice the live data, so
-// a run of 100,000 requests on 32 servers stays under 1 GiB of memory (its live data is about
-// 650 MB: the router's trees, the engines' caches, the conversations in flight). A run whose
-// live data exceeds it still runs, with more time in the collector.
-const simMemoryLimit = 900 << 20
+// garbage collector works harder instead of letting the heap grow to twice the live data. A run
+// of a million requests on 32 servers (BenchmarkRunScale's) ends with about 750 MB of live data
+// (engine caches, records, conversations in flight, the router trees at sim.DefaultTreeChars):
+// at 900 MiB the collector ran nearly without pause, 34 s (0.94 GB peak RSS); at 1.5 GiB it
+// takes 23 s (1.55 GB). A run of 100,000 requests takes 2.25 s either way, peaking at 0.87 GB
+// at 900 MiB and 0.95-1.04 GB at 1.5 GiB (idle 2-core machine).
+const simMemoryLimit = 1536 << 20
 
 // checkSchedulePolicy names --schedule-policy when its value is not one the engine has.
 func checkSchedulePolicy(p string) error {
@@ -884,6 +889,20 @@ func printBreakerOpens(w io.Writer, opens map[string]int) {
 		parts = append(parts, fmt.Sprintf("%s ×%d", url, opens[url]))
 	}
 	fmt.Fprintf(w, "sim: circuit breakers opened (--cb-failure-threshold failures in a row): %s\n", strings.Join(parts, ", "))
+}
+
+// printTreeTrims says on w (stderr) when the router trees reached the simulator's bound: from
+// then on cache_aware matched against less history than serve's trees would keep.
+func printTreeTrims(w io.Writer, cfg sim.Config, trims int) {
+	if trims == 0 {
+		return
+	}
+	bound := min(cmp.Or(cfg.TreeChars, sim.DefaultTreeChars), cfg.Router.MaxTreeTotalChars)
+	if cfg.TreeChars < 0 {
+		bound = cfg.Router.MaxTreeTotalChars
+	}
+	fmt.Fprintf(w, "sim: the router trees went over %d characters %d times and were trimmed (least recently used first, to 90 %%): the simulator's bound, which keeps a long run's memory in check; serve's trees keep up to --max-tree-total-chars each\n",
+		bound, trims)
 }
 
 // printKVStats writes the run's KV-event traffic on w (stderr) when events were on.

@@ -26,7 +26,7 @@ func (t *Tree) Recount() (tenantChars map[string]int, totalChars, nodes int) {
 }
 
 // Check returns nil iff the maintained counters equal Recount and the structure invariants
-// hold: non-root edges are non-empty and cut on rune boundaries with their cached length and
+// hold: the leaf registry holds exactly the childless non-root nodes; non-root edges are non-empty and cut on rune boundaries with their cached length and
 // key; children are sorted by distinct keys and point back to their parent; every non-root node
 // carries a tenant, no tenant its parent lacks, with marks sorted by tenant id and stamps not in
 // the future; the root carries exactly the registered tenants. It costs a full walk.
@@ -63,9 +63,18 @@ func (t *Tree) Check() error {
 	var path []byte
 	var cuts []int
 	var rec func(n *node)
+	leaves := 0
 	rec = func(n *node) {
 		if len(n.children) == 0 && n != t.root && !cutsOnRunes(string(path), cuts) {
 			fail("an edge on the path %q is cut inside a rune", path)
+		}
+		switch isLeaf := len(n.children) == 0 && n != t.root; {
+		case isLeaf && (n.leaf < 1 || int(n.leaf) > len(t.leaves) || t.leaves[n.leaf-1] != n):
+			fail("leaf %q is not registered at %d", n.edge, n.leaf)
+		case !isLeaf && n.leaf != 0:
+			fail("node %q with %d children is registered as a leaf", n.edge, len(n.children))
+		case isLeaf:
+			leaves++
 		}
 		for i, m := range n.marks {
 			if i > 0 && n.marks[i-1].id >= m.id {
@@ -75,17 +84,18 @@ func (t *Tree) Check() error {
 				fail("stamp %d on %q is after the clock %d", m.at, n.edge, t.clock)
 			}
 		}
-		for i, c := range n.children {
+		for i, ch := range n.children {
+			c := ch.n
 			switch {
 			case c.parent != n:
 				fail("child %q does not point to its parent %q", c.edge, n.edge)
 			case c.edge == "":
 				fail("empty edge below %q", n.edge)
-			case c.key != firstKey(c.edge):
-				fail("child %q has key %d, want %d", c.edge, c.key, firstKey(c.edge))
+			case ch.key != firstKey(c.edge):
+				fail("child %q has key %d, want %d", c.edge, ch.key, firstKey(c.edge))
 			case int(c.runes) != runeCount(c.edge):
 				fail("child %q caches %d runes, has %d", c.edge, c.runes, runeCount(c.edge))
-			case i > 0 && n.children[i-1].key >= c.key:
+			case i > 0 && n.children[i-1].key >= ch.key:
 				fail("children of %q not sorted by distinct keys at %q", n.edge, c.edge)
 			case len(c.marks) == 0:
 				fail("node %q carries no tenant", c.edge)
@@ -103,6 +113,9 @@ func (t *Tree) Check() error {
 		}
 	}
 	rec(t.root)
+	if leaves != len(t.leaves) {
+		fail("%d leaves registered, %d in the tree", len(t.leaves), leaves)
+	}
 
 	want, total, nodes := t.Recount()
 	if got := t.TenantCounts(); !maps.Equal(got, want) {

@@ -1,7 +1,6 @@
 package tree
 
 import (
-	"container/heap"
 	"slices"
 )
 
@@ -17,6 +16,7 @@ func (t *Tree) RemoveTenant(tenant string) {
 	if !ok {
 		return
 	}
+	t.changed()
 	t.strip(t.root, id)
 	t.live[id] = false
 	t.chars[id] = 0
@@ -25,7 +25,7 @@ func (t *Tree) RemoveTenant(tenant string) {
 // strip removes id from n's subtree (n carries id), children first.
 func (t *Tree) strip(n *node, id uint32) {
 	for i := len(n.children) - 1; i >= 0; i-- {
-		if c := n.children[i]; c.has(id) {
+		if c := n.children[i].n; c.has(id) {
 			t.strip(c, id)
 		}
 	}
@@ -47,21 +47,39 @@ func (t *Tree) unmark(n *node, id uint32) {
 // unlink removes childless n from its parent.
 func (t *Tree) unlink(n *node) {
 	p := n.parent
-	i, _ := p.find(n.key)
+	i := p.index(n)
 	p.children = slices.Delete(p.children, i, i+1)
 	if len(p.children) == 0 {
 		p.children = nil
+		if p != t.root {
+			t.addLeaf(p)
+		}
 	}
+	t.dropLeaf(n)
 	n.parent = nil
 	t.nodes--
 	t.total -= int(n.runes)
 	t.bytes -= len(n.edge)
 }
 
+// index is the position of child c among n's children: by pointer in a short array (not
+// loading c's edge, which an eviction would otherwise read only for its key), by key otherwise.
+func (n *node) index(c *node) int {
+	if len(n.children) <= 16 {
+		for i := range n.children {
+			if n.children[i].n == c {
+				return i
+			}
+		}
+	}
+	i, _ := n.find(firstKey(c.edge))
+	return i
+}
+
 // childCarries reports whether any child of n carries id.
 func (n *node) childCarries(id uint32) bool {
 	for _, c := range n.children {
-		if c.has(id) {
+		if c.n.has(id) {
 			return true
 		}
 	}
@@ -80,6 +98,7 @@ func (n *node) childCarries(id uint32) bool {
 // registered. Ties cannot happen between stamps of different inserts; equal stamps (a split
 // copies them) are taken in depth-first order of keys.
 func (t *Tree) Evict(maxPerTenant, maxTotal int) int {
+	t.changed()
 	before := t.total
 	if maxPerTenant > 0 {
 		t.evictPerTenant(maxPerTenant)
@@ -109,9 +128,9 @@ func (t *Tree) evictPerTenant(limit int) {
 			}
 		}
 	})
-	heap.Init(h)
+	h.init()
 	for h.Len() > 0 {
-		e := heap.Pop(h).(lruEntry)
+		e := h.pop()
 		if t.chars[e.id] <= limit {
 			continue
 		}
@@ -119,22 +138,21 @@ func (t *Tree) evictPerTenant(limit int) {
 		t.unmark(e.n, e.id)
 		if p != t.root && !p.childCarries(e.id) {
 			i, _ := p.mark(e.id)
-			h.push(p.marks[i].at, e.id, p)
-			heap.Fix(h, h.Len()-1)
+			h.add(p.marks[i].at, e.id, p)
 		}
 	}
 }
 
 func (t *Tree) evictTotal(limit int) {
-	h := &lruHeap{}
-	t.walk(func(n *node) {
-		if len(n.children) == 0 {
-			h.push(newest(n), 0, n)
-		}
-	})
-	heap.Init(h)
+	// Leaves never share their newest stamp (a stamp marks the nodes of one Insert's path, of
+	// which one at most is a leaf), so the order of the registry does not matter.
+	h := &lruHeap{entries: make([]lruEntry, 0, len(t.leaves))}
+	for _, n := range t.leaves {
+		h.push(newest(n), 0, n)
+	}
+	h.init()
 	for t.total > limit && h.Len() > 0 {
-		n := heap.Pop(h).(lruEntry).n
+		n := h.pop().n
 		p := n.parent
 		for _, m := range n.marks {
 			t.chars[m.id] -= int(n.runes)
@@ -142,8 +160,7 @@ func (t *Tree) evictTotal(limit int) {
 		n.marks = nil
 		t.unlink(n)
 		if p != t.root && len(p.children) == 0 {
-			h.push(newest(p), 0, p)
-			heap.Fix(h, h.Len()-1)
+			h.add(newest(p), 0, p)
 		}
 	}
 }
@@ -162,8 +179,8 @@ func (t *Tree) walk(f func(*node)) {
 	var rec func(*node)
 	rec = func(n *node) {
 		for _, c := range n.children {
-			f(c)
-			rec(c)
+			f(c.n)
+			rec(c.n)
 		}
 	}
 	rec(t.root)
@@ -183,10 +200,68 @@ type lruHeap struct {
 	seq     uint64
 }
 
-// push appends without restoring the heap order (callers heap.Init or heap.Fix).
+// push appends without restoring the heap order (callers init or add).
 func (h *lruHeap) push(at uint64, id uint32, n *node) {
 	h.entries = append(h.entries, lruEntry{at: at, seq: h.seq, id: id, n: n})
 	h.seq++
+}
+
+// The typed heap the evictions run on: container/heap would box every popped entry and call
+// Less through an interface (a third of a size trim's time in a large simulation). Keys are
+// unique (seq), so any heap pops the same order. The methods below serve container/heap, which
+// the tests' reference eviction uses.
+
+// add pushes and restores the order.
+func (h *lruHeap) add(at uint64, id uint32, n *node) {
+	h.push(at, id, n)
+	h.up(len(h.entries) - 1)
+}
+
+// init establishes the heap order.
+func (h *lruHeap) init() {
+	for i := len(h.entries)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// pop removes and returns the least entry.
+func (h *lruHeap) pop() lruEntry {
+	n := len(h.entries) - 1
+	h.Swap(0, n)
+	e := h.entries[n]
+	h.entries = h.entries[:n]
+	h.down(0)
+	return e
+}
+
+func (h *lruHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.Less(i, p) {
+			return
+		}
+		h.Swap(i, p)
+		i = p
+	}
+}
+
+func (h *lruHeap) down(i int) {
+	n := len(h.entries)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h.Less(r, l) {
+			m = r
+		}
+		if !h.Less(m, i) {
+			return
+		}
+		h.Swap(i, m)
+		i = m
+	}
 }
 
 func (h *lruHeap) Len() int { return len(h.entries) }

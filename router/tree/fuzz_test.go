@@ -160,7 +160,8 @@ func (m *model) resync(tr *Tree) map[string]map[string]bool {
 	}
 	var rec func(n *node, path string)
 	rec = func(n *node, path string) {
-		for _, c := range n.children {
+		for _, ch := range n.children {
+			c := ch.n
 			p := path + c.edge
 			for _, mk := range c.marks {
 				if !c.childCarries(mk.id) {
@@ -240,10 +241,22 @@ func fuzzOps(t *testing.T, data []byte) {
 		op := r.byte() % 8
 		var desc string
 		switch op {
-		case 0, 1, 2: // insert
+		case 0, 1, 2: // insert (2: after matching it, with its rune count, as cache_aware does)
 			tenant, text := fuzzTenants[r.byte()%4], r.text()
 			desc = fmt.Sprintf("Insert(%q, %s)", text, tenant)
-			tr.Insert(text, tenant)
+			if op == 2 {
+				desc = fmt.Sprintf("PrefixMatch(%q), Insert(%q, %s)", text, text, tenant)
+				var got int
+				got, dst = tr.PrefixMatch(text, dst)
+				if want, _ := m.match(text); got != want {
+					t.Fatalf("%d %s: matched %d runes, want %d", step, desc, got, want)
+				}
+			}
+			if op == 2 {
+				tr.InsertRunes(text, utf8.RuneCountInString(text), tenant)
+			} else {
+				tr.Insert(text, tenant)
+			}
 			m.insert(text, tenant)
 			if got := tr.prefixMatchTenant(text, tenant); got != runeCount(text) {
 				t.Fatalf("%d %s: PrefixMatchTenant of the inserted text = %d, want %d", step, desc, got, runeCount(text))

@@ -14,10 +14,10 @@ func (t *Tree) prefixMatchTenant(text, tenant string) int {
 	n := t.root
 	for len(text) > 0 {
 		i, ok := n.find(firstKey(text))
-		if !ok || !n.children[i].has(id) {
+		if !ok || !n.children[i].n.has(id) {
 			break
 		}
-		c := n.children[i]
+		c := n.children[i].n
 		j := commonPrefix(text, c.edge)
 		if j < len(c.edge) {
 			return matched + runeCount(c.edge[:j])

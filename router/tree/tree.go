@@ -22,16 +22,37 @@ type Tree struct {
 	total int // runes on all edges (maintained)
 	bytes int // bytes of all edges (maintained)
 	nodes int // nodes, root excluded (maintained)
+
+	retain bool    // new edges are substrings of the inserted texts (RetainTexts)
+	leaves []*node // every node but the root without children, in no order (node.leaf)
+	gen    uint64  // bumped by every change of the tree: a cursor is valid while it stays
+	cur    cursor  // the last PrefixMatch's walk, for the Insert of the same text after it
+}
+
+// cursor is where PrefixMatch stopped, so that an Insert of the same text (cache_aware matches,
+// chooses a tenant, inserts) stamps the matched path instead of comparing it again.
+type cursor struct {
+	text string  // the text matched
+	gen  uint64  // Tree.gen at the match
+	path []*node // the fully matched nodes below the root, root to stop
+	used int     // bytes of text their edges hold
 }
 
 // node is one edge of the tree. Children are sorted by key; marks by tenant id.
 type node struct {
-	edge     string // never empty except at the root; owned (cloned), never a caller's substring
+	edge     string // never empty except at the root; owned (cloned), not a caller's substring, unless RetainTexts
 	parent   *node
-	children []*node
+	children []child
 	marks    []mark
 	runes    uint32 // runes in edge
-	key      int32  // firstKey(edge)
+	leaf     int32  // 1 + index in Tree.leaves; 0 when not there (the root, a node with children)
+}
+
+// child is a node under its key, firstKey(n.edge): a lookup reads the parent's array alone,
+// not every node it passes on its way.
+type child struct {
+	key int32
+	n   *node
 }
 
 // mark says that a tenant carries a node, and when (logical clock) it last inserted through it.
@@ -43,6 +64,24 @@ type mark struct {
 // New returns an empty tree.
 func New() *Tree {
 	return &Tree{root: &node{}, ids: make(map[string]uint32)}
+}
+
+// RetainTexts makes the tree keep, for each new edge, the substring of the text Insert was given
+// rather than a copy of it. It is for a caller whose texts are never modified and are held
+// anyway, as the simulator's conversations are: an edge then keeps its whole text in memory
+// (Bytes counts only the edges), and a later text that shares that memory (the conversation's
+// next turn, the same text inserted in another tree) compares equal without reading it. The
+// upper part of a split edge is still copied, so a branch point that outlives the text it was
+// cut from does not hold that text. Call it before the first Insert; matches, counts and
+// evictions are the same either way.
+func (t *Tree) RetainTexts() { t.retain = true }
+
+// own returns s as an edge: a copy, or s itself when the tree retains texts.
+func (t *Tree) own(s string) string {
+	if t.retain {
+		return s
+	}
+	return strings.Clone(s)
 }
 
 // find is the index of the child with key, or where it would be inserted.
@@ -102,31 +141,52 @@ func (t *Tree) lookup(tenant string) (uint32, bool) {
 // Insert stamps every node on text's path, root included, with tenant and a fresh LRU stamp,
 // adding the nodes and splitting the edge that text needs. Insert("", tenant) only registers
 // tenant at the root.
-func (t *Tree) Insert(text, tenant string) {
+func (t *Tree) Insert(text, tenant string) { t.InsertRunes(text, -1, tenant) }
+
+// InsertRunes is Insert of a text whose length in runes the caller knows exactly (the count a
+// range loop gives: utf8.RuneCountInString); runes < 0 is Insert. The new edge's length is then
+// the rest of that count, not counted again over the text's new part.
+func (t *Tree) InsertRunes(text string, runes int, tenant string) {
 	id := t.intern(tenant)
 	t.clock++
 	now := t.clock
 	n := t.root
 	t.stamp(n, id, now)
+	if c := &t.cur; c.gen == t.gen && c.text == text { // == is O(1) on the very same string
+		for _, p := range c.path {
+			t.stamp(p, id, now)
+			n = p
+			runes -= int(p.runes)
+		}
+		text = text[c.used:]
+	}
+	t.changed()
 	for len(text) > 0 {
 		key := firstKey(text)
 		i, ok := n.find(key)
 		if !ok {
 			leaf := &node{
-				edge:   strings.Clone(text),
+				edge:   t.own(text),
 				parent: n,
 				marks:  []mark{{id: id, at: now}},
-				runes:  uint32(runeCount(text)),
-				key:    key,
 			}
-			n.children = slices.Insert(n.children, i, leaf)
+			if runes >= 0 {
+				leaf.runes = uint32(runes)
+			} else {
+				leaf.runes = uint32(runeCount(text))
+			}
+			if len(n.children) == 0 && n != t.root {
+				t.dropLeaf(n)
+			}
+			n.children = slices.Insert(n.children, i, child{key, leaf})
+			t.addLeaf(leaf)
 			t.nodes++
 			t.total += int(leaf.runes)
 			t.bytes += len(leaf.edge)
 			t.chars[id] += int(leaf.runes)
 			return
 		}
-		c := n.children[i]
+		c := n.children[i].n
 		j := commonPrefix(text, c.edge)
 		if j < len(c.edge) {
 			c = t.split(n, i, j)
@@ -134,7 +194,31 @@ func (t *Tree) Insert(text, tenant string) {
 		t.stamp(c, id, now)
 		text = text[j:]
 		n = c
+		runes -= int(c.runes)
 	}
+}
+
+// changed invalidates the cursor: the tree is about to change.
+func (t *Tree) changed() {
+	t.gen++
+	clear(t.cur.path)
+	t.cur = cursor{path: t.cur.path[:0]}
+}
+
+// addLeaf registers n, which has just lost its last child or was just created, as a leaf.
+func (t *Tree) addLeaf(n *node) {
+	t.leaves = append(t.leaves, n)
+	n.leaf = int32(len(t.leaves))
+}
+
+// dropLeaf unregisters leaf n (it is gaining a child or leaving the tree).
+func (t *Tree) dropLeaf(n *node) {
+	i, last := int(n.leaf)-1, len(t.leaves)-1
+	m := t.leaves[last]
+	t.leaves[i], m.leaf = m, int32(i+1)
+	t.leaves[last] = nil
+	t.leaves = t.leaves[:last]
+	n.leaf = 0
 }
 
 // stamp adds or refreshes tenant id's mark on n.
@@ -152,20 +236,18 @@ func (t *Tree) stamp(n *node, id uint32, now uint64) {
 // returns the new upper node, which inherits the child's tenants and stamps. Counts do not
 // change: every tenant of the child carries both halves.
 func (t *Tree) split(parent *node, i, j int) *node {
-	c := parent.children[i]
+	c := parent.children[i].n
 	mid := &node{
-		edge:     strings.Clone(c.edge[:j]),
-		parent:   parent,
-		children: []*node{c},
-		marks:    slices.Clone(c.marks),
-		key:      c.key,
+		edge:   strings.Clone(c.edge[:j]),
+		parent: parent,
+		marks:  slices.Clone(c.marks),
 	}
 	mid.runes = uint32(runeCount(mid.edge))
-	c.edge = strings.Clone(c.edge[j:])
+	c.edge = t.own(c.edge[j:])
 	c.runes -= mid.runes
-	c.key = firstKey(c.edge)
 	c.parent = mid
-	parent.children[i] = mid
+	mid.children = []child{{firstKey(c.edge), c}}
+	parent.children[i].n = mid
 	t.nodes++
 	return mid
 }
@@ -176,13 +258,16 @@ func (t *Tree) split(parent *node, i, j int) *node {
 // An empty tree or empty text gives 0 and the root's tenants (every registered tenant).
 // PrefixMatch does not refresh stamps and does not allocate when dst has room.
 func (t *Tree) PrefixMatch(text string, dst []string) (matched int, tenants []string) {
+	cur := &t.cur
+	clear(cur.path)
+	*cur = cursor{text: text, gen: t.gen, path: cur.path[:0]}
 	n := t.root
 	for len(text) > 0 {
 		i, ok := n.find(firstKey(text))
 		if !ok {
 			break
 		}
-		c := n.children[i]
+		c := n.children[i].n
 		j := commonPrefix(text, c.edge)
 		n = c
 		if j < len(c.edge) {
@@ -191,6 +276,8 @@ func (t *Tree) PrefixMatch(text string, dst []string) (matched int, tenants []st
 		}
 		matched += int(c.runes)
 		text = text[j:]
+		cur.path = append(cur.path, c)
+		cur.used += j
 	}
 	tenants = dst[:0]
 	for _, m := range n.marks {
@@ -218,8 +305,8 @@ func (t *Tree) TotalChars() int { return t.total }
 func (t *Tree) Nodes() int { return t.nodes }
 
 // nodeBytes is the heap a node costs beside its edge: the node itself (80 bytes), one mark
-// (16) and its pointer in its parent's children (8).
-const nodeBytes = 104
+// (16), its entry in its parent's children (16) and, for a leaf, in the leaf registry (8).
+const nodeBytes = 120
 
 // Bytes estimates the heap the tree holds: its edges' bytes and nodeBytes per node (more
 // tenants per node add 16 bytes each; allocation rounding is not counted).

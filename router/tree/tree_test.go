@@ -1,6 +1,9 @@
 package tree
 
 import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -516,21 +519,21 @@ func TestCheckDetects(t *testing.T) {
 		{"tenant count", func(tr *Tree) { tr.chars[0]++ }, "maintained tenant counts"},
 		{"total", func(tr *Tree) { tr.total-- }, "maintained total"},
 		{"nodes", func(tr *Tree) { tr.nodes++ }, "maintained 6 nodes, recount 5"},
-		{"cached runes", func(tr *Tree) { tr.root.children[0].runes++ }, "caches"},
+		{"cached runes", func(tr *Tree) { tr.root.children[0].n.runes++ }, "caches"},
 		{"child order", func(tr *Tree) {
 			c := tr.root.children
 			c[0], c[1] = c[1], c[0]
 		}, "not sorted"},
 		{"tenant missing on parent", func(tr *Tree) {
-			n := tr.root.children[0] // "hel"
-			n.marks = n.marks[:1]    // t1 only, its child "p" carries t2
+			n := tr.root.children[0].n // "hel"
+			n.marks = n.marks[:1]      // t1 only, its child "p" carries t2
 		}, "its parent"},
 		{"cut inside a rune", func(tr *Tree) {
-			n := tr.root.children[1].children[0] // "你" → "好" becomes "\xe4\xbd" → "\xa0好"
+			n := tr.root.children[1].n.children[0].n // "你" → "好" becomes "\xe4\xbd" → "\xa0好"
 			p := n.parent
 			p.edge, n.edge = "\xe4\xbd", "\xa0好"
 			p.runes, n.runes = 2, 2
-			n.key = firstKey(n.edge)
+			p.children[0].key = firstKey(n.edge)
 		}, "cut inside a rune"},
 		{"unregistered tenant on root", func(tr *Tree) { tr.live[2] = false }, "root carries unregistered tenant"},
 	}
@@ -565,4 +568,201 @@ func TestDeterministic(t *testing.T) {
 	assert.Equal(t, ts1, ts2)
 	assert.Equal(t, c1, c2)
 	assert.Equal(t, nodes1, nodes2)
+}
+
+// evictTotalByWalk is evictTotal as it was before the leaf registry: the leaves collected by a
+// depth-first walk in key order, ties broken by that order.
+func (t *Tree) evictTotalByWalk(limit int) {
+	h := &lruHeap{}
+	t.walk(func(n *node) {
+		if len(n.children) == 0 {
+			h.push(newest(n), 0, n)
+		}
+	})
+	heap.Init(h)
+	for t.total > limit && h.Len() > 0 {
+		n := heap.Pop(h).(lruEntry).n
+		p := n.parent
+		for _, m := range n.marks {
+			t.chars[m.id] -= int(n.runes)
+		}
+		n.marks = nil
+		t.unlink(n)
+		if p != t.root && len(p.children) == 0 {
+			h.push(newest(p), 0, p)
+			heap.Fix(h, h.Len()-1)
+		}
+	}
+}
+
+// dump lists every node's path and marks, depth first in key order.
+func (t *Tree) dump() string {
+	var sb strings.Builder
+	var rec func(n *node, path string)
+	rec = func(n *node, path string) {
+		fmt.Fprintf(&sb, "%q %v\n", path, n.marks)
+		for _, c := range n.children {
+			rec(c.n, path+c.n.edge)
+		}
+	}
+	rec(t.root, "")
+	return sb.String()
+}
+
+// The total eviction takes leaves from the registry in no particular order and evicts exactly
+// what the depth-first walk did (leaves never tie on their newest stamp), through per-tenant
+// evictions, removals, re-inserts and matched-then-inserted texts; the cursor a match leaves
+// never survives a change of the tree.
+func TestEvictTotalFromTheRegistryAsByWalk(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 43))
+	words := []string{"the", "then", "they", "a", "an", "system", "prompt", "é", "你好", "x"}
+	text := func() string {
+		var sb strings.Builder
+		sb.WriteString(fmt.Sprintf("sys %d:", rng.IntN(4)))
+		for range 1 + rng.IntN(12) {
+			sb.WriteString(" " + words[rng.IntN(len(words))])
+		}
+		return sb.String()
+	}
+	a, b := New(), New()
+	var dst []string
+	var texts []string
+	for step := range 4000 {
+		switch op := rng.IntN(100); {
+		case op < 70:
+			s, tenant := text(), fmt.Sprintf("w%d", rng.IntN(6))
+			if len(texts) > 0 && rng.IntN(4) == 0 {
+				s = texts[rng.IntN(len(texts))] + " more" // a conversation's next turn
+			}
+			texts = append(texts, s)
+			if rng.IntN(2) == 0 {
+				ma, _ := a.PrefixMatch(s, dst)
+				mb, _ := b.PrefixMatch(s, dst)
+				require.Equal(t, ma, mb)
+			}
+			a.Insert(s, tenant)
+			b.Insert(s, tenant)
+		case op < 85:
+			limit := a.TotalChars() * (50 + rng.IntN(50)) / 100
+			a.evictTotal(limit)
+			b.evictTotalByWalk(limit)
+		case op < 95:
+			per := 20 + rng.IntN(200)
+			a.Evict(per, 0)
+			b.Evict(per, 0)
+		default:
+			tenant := fmt.Sprintf("w%d", rng.IntN(6))
+			a.RemoveTenant(tenant)
+			b.RemoveTenant(tenant)
+		}
+		require.NoError(t, a.Check(), "step %d", step)
+		require.Equal(t, b.dump(), a.dump(), "step %d", step)
+	}
+	require.Positive(t, a.Nodes())
+}
+
+// An Insert resumes the walk of the PrefixMatch of the same text before it, and only then: a
+// change in between (another Insert, an Evict, a RemoveTenant) makes it walk from the root.
+func TestInsertResumesTheMatch(t *testing.T) {
+	t.Parallel()
+	for _, between := range []string{"nothing", "insert", "evict", "remove"} {
+		t.Run("between="+between, func(t *testing.T) {
+			t.Parallel()
+			tr, ref := New(), New()
+			for _, s := range []string{"hello world", "hello there", "help me"} {
+				tr.Insert(s, "a")
+				ref.Insert(s, "a")
+			}
+			tr.Insert("zzz", "b")
+			ref.Insert("zzz", "b")
+			n, _ := tr.PrefixMatch("hello world, again", nil)
+			require.Equal(t, len("hello world"), n)
+			require.Len(t, tr.cur.path, 3, "hel, lo , world")
+			switch between {
+			case "insert":
+				tr.Insert("hello worlds", "b")
+				ref.Insert("hello worlds", "b")
+			case "evict":
+				tr.Evict(0, tr.TotalChars()-1)
+				ref.Evict(0, ref.TotalChars()-1)
+			case "remove":
+				tr.RemoveTenant("b")
+				ref.RemoveTenant("b")
+			}
+			if between == "nothing" {
+				require.Equal(t, tr.gen, tr.cur.gen, "the cursor is valid")
+			} else {
+				require.Empty(t, tr.cur.path, "the cursor is dropped by the change")
+			}
+			tr.Insert("hello world, again", "c")
+			ref.Insert("hello world, again", "c")
+			require.NoError(t, tr.Check())
+			require.Equal(t, ref.dump(), tr.dump())
+			require.Empty(t, tr.cur.path)
+			require.Empty(t, tr.cur.text, "the caller's text is not kept")
+		})
+	}
+}
+
+// A tree that retains its texts (and is given their rune counts) holds what a copying tree
+// holds, matches and evicts the same, through random inserts (a conversation's turns extend one buffer, as the simulator's do),
+// matches, trims and removals; its new edges alias the inserted text, the upper halves of
+// split edges do not.
+func TestRetainTextsAsCopies(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 43))
+	words := []string{"the", "then", "a", "system", "prompt", "é", "你好", "x"}
+	var bufs [][]byte
+	next := func() string { // the next turn of a random conversation: its buffer grown, a prefix view
+		i := rng.IntN(len(bufs) + 1)
+		if i == len(bufs) {
+			bufs = append(bufs, append(make([]byte, 0, 4096), fmt.Sprintf("sys %d:", rng.IntN(3))...))
+		}
+		for range 1 + rng.IntN(6) {
+			bufs[i] = append(bufs[i], " "+words[rng.IntN(len(words))]...)
+		}
+		return unsafe.String(unsafe.SliceData(bufs[i]), len(bufs[i]))
+	}
+	a, b := New(), New()
+	a.RetainTexts()
+	var dst []string
+	for step := range 3000 {
+		switch op := rng.IntN(100); {
+		case op < 75:
+			s, tenant := next(), fmt.Sprintf("w%d", rng.IntN(4))
+			ma, _ := a.PrefixMatch(s, dst)
+			mb, _ := b.PrefixMatch(s, dst)
+			require.Equal(t, mb, ma)
+			a.InsertRunes(s, utf8.RuneCountInString(s), tenant) // as cache_aware inserts
+			b.Insert(s, tenant)
+		case op < 90:
+			limit := a.TotalChars() * 8 / 10
+			require.Equal(t, b.Evict(0, limit), a.Evict(0, limit))
+		case op < 97:
+			per := 50 + rng.IntN(300)
+			require.Equal(t, b.Evict(per, 0), a.Evict(per, 0))
+		default:
+			tenant := fmt.Sprintf("w%d", rng.IntN(4))
+			a.RemoveTenant(tenant)
+			b.RemoveTenant(tenant)
+		}
+		require.NoError(t, a.Check(), "step %d", step)
+		require.Equal(t, b.dump(), a.dump(), "step %d", step)
+	}
+
+	text := strings.Repeat("x", 100) + "tail"
+	tr := New()
+	tr.RetainTexts()
+	tr.Insert(text[:50], "t")      // a leaf: the caller's substring
+	tr.Insert(text[:30]+"yy", "t") // splits it: "x"×30 copied, "x"×20 still the caller's
+	inText := func(s string) bool {
+		lo := uintptr(unsafe.Pointer(unsafe.StringData(text)))
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return p >= lo && p < lo+uintptr(len(text))
+	}
+	up := tr.root.children[0].n
+	require.Equal(t, strings.Repeat("x", 30), up.edge)
+	assert.False(t, inText(up.edge), "the upper half of a split is a copy")
+	assert.True(t, inText(up.children[0].n.edge), "the lower half stays the caller's")
 }

@@ -248,6 +248,7 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 	} else {
 		rk.ratio = max(rk.ratio-s.ratioDecay, s.ratioMin)
 	}
+	ctx := 0 // the batch's context, summed in the same pass (a failure empties the batch)
 	for i := 0; i < len(rk.running); i++ {
 		r := rk.running[i]
 		if d := s.kvNeed(r) - r.alloc; d > 0 {
@@ -258,13 +259,10 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 			}
 			r.alloc += d
 		}
+		ctx += len(r.prompt) + r.generated
 	}
 	if len(rk.running) == 0 {
 		return 0, false
-	}
-	ctx := 0
-	for _, r := range rk.running {
-		ctx += len(r.prompt) + r.generated
 	}
 	rk.stepKind = stepDecode
 	d, n := s.decodeStepTime(len(rk.running), ctx)

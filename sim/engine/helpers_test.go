@@ -64,7 +64,8 @@ func (s *Server) checkInvariants() error {
 			size, evictable, nodes := 0, 0, 0
 			var walk func(x *node) error
 			walk = func(x *node) error {
-				for _, ch := range x.children {
+				for _, kc := range x.children {
+					ch := kc.n
 					if ch.parent != x {
 						return fmt.Errorf("rank %d: bad parent link", i)
 					}

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,9 +16,13 @@ func checkRadix(c *radix) error {
 	size, evictable, nodes := 0, 0, 0
 	var walk func(x *node) error
 	walk = func(x *node) error {
-		for k, ch := range x.children {
+		for i, kc := range x.children {
+			k, ch := kc.key, kc.n
 			if c.childKey(ch.key) != k || ch.parent != x {
 				return fmt.Errorf("bad child link")
+			}
+			if i > 0 && x.children[i-1].key >= k {
+				return fmt.Errorf("children not sorted by distinct keys")
 			}
 			if len(ch.key) == 0 || len(ch.key)%c.page != 0 {
 				return fmt.Errorf("key of %d tokens, page %d", len(ch.key), c.page)
@@ -184,4 +191,125 @@ func FuzzRadix(f *testing.F) {
 			require.NoError(t, checkRadix(c))
 		}
 	})
+}
+
+// mismatch finds the first differing token as a token loop does, at every position and length
+// around its block size (empty, whole blocks, tails, no difference).
+func TestMismatch(t *testing.T) {
+	t.Parallel()
+	naive := func(a, b []uint32) int {
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= 200; n++ {
+		a := make([]uint32, n)
+		for i := range a {
+			a[i] = rng.Uint32N(4)
+		}
+		for diff := 0; diff <= n; diff++ { // diff == n: equal
+			b := slices.Clone(a)
+			if diff < n {
+				b[diff] ^= 1 << (rng.UintN(4) * 8) // any one byte of the token
+			}
+			require.Equal(t, naive(a, b), mismatch(a, b), "n=%d diff=%d", n, diff)
+			require.Equal(t, diff, mismatch(a, b))
+		}
+	}
+}
+
+// radixDump lists every node depth first (children by key): its key, access stamp, id and lock.
+func radixDump(c *radix) string {
+	var sb strings.Builder
+	var rec func(x *node, depth int)
+	rec = func(x *node, depth int) {
+		for _, kc := range x.children {
+			ch := kc.n
+			fmt.Fprintf(&sb, "%d %v last=%d id=%d lock=%d\n", depth, ch.key, ch.last, ch.id, ch.lock)
+			rec(ch, depth+1)
+		}
+	}
+	rec(c.root, 0)
+	return sb.String()
+}
+
+// insertBelow from the node a prompt's match locked leaves the cache exactly as insert from the
+// root does, through random matches, inserts and evictions of prompts sharing prefixes, at page
+// sizes 1 and 4, and so does a stale from (after a reset).
+func TestInsertBelowTheMatchedNodeAsInsert(t *testing.T) {
+	t.Parallel()
+	for _, page := range []int{1, 4} {
+		rng := rand.New(rand.NewPCG(uint64(page), 43))
+		prompt := func() []uint32 {
+			p := make([]uint32, 0, 64)
+			for range 1 + rng.IntN(6) {
+				start := uint32(rng.IntN(4) * 10)
+				for j := range 1 + rng.IntN(10) {
+					p = append(p, start+uint32(j))
+				}
+			}
+			return p
+		}
+		a, b := newRadix(page), newRadix(page)
+		type held struct {
+			p      []uint32
+			na, nb *node
+		}
+		var locked []held
+		for step := range 3000 {
+			switch op := rng.IntN(10); {
+			case op < 4: // match and lock, as admission does
+				p := prompt()
+				ma, na := a.match(p)
+				mb, nb := b.match(p)
+				require.Equal(t, ma, mb)
+				a.lockPath(na)
+				b.lockPath(nb)
+				locked = append(locked, held{p, na, nb})
+			case op < 7 && len(locked) > 0: // cache a locked prompt, as cachePrompt does
+				i := rng.IntN(len(locked))
+				h := locked[i]
+				locked = slices.Delete(locked, i, i+1)
+				nda, adda := a.insertBelow(h.p, h.na)
+				ndb, addb := b.insert(h.p)
+				require.Equal(t, addb, adda)
+				a.unlockPath(h.na)
+				b.unlockPath(h.nb)
+				a.lockPath(nda)
+				b.lockPath(ndb)
+				a.unlockPath(nda)
+				b.unlockPath(ndb)
+			case op < 8:
+				p := prompt()
+				_, adda := a.insert(p)
+				_, addb := b.insert(p)
+				require.Equal(t, addb, adda)
+			case op < 9:
+				need := rng.IntN(40)
+				require.Equal(t, b.evict(need), a.evict(need))
+			default:
+				if rng.IntN(20) == 0 && len(locked) > 0 { // a stale from: insertBelow ignores it
+					a.reset()
+					b.reset()
+					h := locked[0]
+					_, adda := a.insertBelow(h.p, h.na)
+					_, addb := b.insert(h.p)
+					require.Equal(t, addb, adda)
+					locked = nil
+				}
+			}
+			require.NoError(t, checkRadix(a), "step %d", step)
+			require.Equal(t, radixDump(b), radixDump(a), "page %d step %d", page, step)
+		}
+		var order []string
+		for a.heap.Len() > 0 {
+			x, y := a.heap.Pop().V, b.heap.Pop().V
+			require.Equal(t, y.id, x.id, "eviction order")
+			order = append(order, fmt.Sprint(x.id))
+		}
+		require.NotEmpty(t, order)
+	}
 }
