@@ -186,6 +186,17 @@ func (c Config) PolicyFor(role Role) string {
 	return c.Policy
 }
 
+// UsesRoutingKeys reports whether a role's policy routes by [Request.RoutingKey]
+// (consistent_hashing or manual): only then need a driver find a request's key.
+func (c Config) UsesRoutingKeys() bool {
+	for _, role := range []Role{Regular, Prefill, Decode} {
+		if p := c.PolicyFor(role); p == PolicyConsistentHashing || p == PolicyManual {
+			return true
+		}
+	}
+	return false
+}
+
 // Retry returns the retry settings as a [RetryConfig].
 func (c Config) Retry() RetryConfig {
 	attempts := c.RetryMaxRetries

@@ -62,7 +62,9 @@ func (p *ConsistentHashing) Pick(_ time.Time, req *Request, ts []*Target) (Pick,
 			p.add(t)
 		}
 		t.pickEpoch, t.pickIndex = p.epoch, i
-		total += req.loads.reqs(t)
+		if p.LoadFactor > 0 {
+			total += req.loads.reqs(t)
+		}
 	}
 	bound := int64(math.MaxInt64)
 	if p.LoadFactor > 0 {

@@ -127,8 +127,12 @@ func (s *Server) clientRequestID(req *http.Request) string { return firstHeader(
 const routingKeyHeader = "X-Smg-Routing-Key"
 
 // routingKey returns the request's routing key: the first routing-key header present, else
-// the first of --routing-key-fields the body has as a string or number, else "".
+// the first of --routing-key-fields the body has as a string or number, else "" (at once when
+// no policy routes by key).
 func (s *Server) routingKey(x *exchange) string {
+	if s.keyHdrs == nil {
+		return ""
+	}
 	if k := firstHeader(x.req.Header, s.keyHdrs); k != "" {
 		return k
 	}

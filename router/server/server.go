@@ -53,7 +53,7 @@ type Server struct {
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
 	ridKeys   []string     // cfg.RequestIDHeaders in canonical form (Config.requestIDKeys)
-	keyHdrs   []string     // cfg.RoutingKeyHeaders, then routingKeyHeader, in canonical form
+	keyHdrs   []string     // cfg.RoutingKeyHeaders, then routingKeyHeader, in canonical form; nil when no policy routes by key
 	clients   [3]legClient // per role: regular, prefill, decode
 	admin     *http.Client // probes, aborts, flush, proxied GETs
 	adm       *admission
@@ -127,7 +127,6 @@ func New(opts Options) (*Server, error) {
 		reqIDs:    wire.NewIDGen(rand.New(rand.NewPCG(uint64(seed), 0x7265716964)), host),
 		style:     style,
 		ridKeys:   cfg.requestIDKeys(),
-		keyHdrs:   canonicalKeys(append(slices.Clip(cfg.RoutingKeyHeaders), routingKeyHeader)),
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
 		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
 		metrics:   newMetrics(reg, r),
@@ -178,6 +177,9 @@ func New(opts Options) (*Server, error) {
 	if tc != nil {
 		s.admin.Transport.(*http.Transport).TLSClientConfig = tc
 		s.probe.Client.Transport.(*http.Transport).TLSClientConfig = tc
+	}
+	if cfg.UsesRoutingKeys() {
+		s.keyHdrs = canonicalKeys(append(slices.Clip(cfg.RoutingKeyHeaders), routingKeyHeader))
 	}
 	return s, nil
 }
