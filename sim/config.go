@@ -180,6 +180,26 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 	return p, r, nil
 }
 
+// presetSizes refuses a tensor- or expert-parallel size that would be ignored: a preset or
+// profile file is one rank's measured or built engine, whose GPUs and experts are part of it
+// (llama3-70b-h100-tp8 runs on 8 GPUs whatever --tp-size says), so only a --model-path engine
+// takes them. --dp-size stays: it is the ranks of every server, preset or not.
+func (c Cluster) presetSizes() error {
+	if c.ModelPath != "" {
+		return nil
+	}
+	for _, s := range []struct {
+		flag string
+		v    int
+	}{{"tp-size", c.TPSize}, {"ep-size", c.EPSize}, {"prefill-tp-size", c.PrefillTPSize}, {"prefill-ep-size", c.PrefillEPSize},
+		{"decode-tp-size", c.DecodeTPSize}, {"decode-ep-size", c.DecodeEPSize}} {
+		if s.v > 1 {
+			return fmt.Errorf("sim: --%s %d shapes only a --model-path engine: a preset or profile file brings its own GPUs (its name says how many, router fakeworker profiles lists them); give --model-path MODEL --gpu GPU --%s %d, or pick a preset of that size", s.flag, s.v, s.flag, s.v)
+		}
+	}
+	return nil
+}
+
 // sizeFlags names the flags that set role's parallelism, for errors.
 func (c Cluster) sizeFlags(role engine.Role) string {
 	tp, dp, ep := c.Sizes(role)
@@ -293,6 +313,9 @@ func (c Cluster) Validate(pd bool) error {
 		return fmt.Errorf("sim: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
 	case !pd && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize|c.DecodeTPSize|c.DecodeDPSize|c.DecodeEPSize) != 0:
 		return fmt.Errorf("sim: --prefill-…-size and --decode-…-size need PD mode (--pd-disaggregation)")
+	}
+	if err := c.presetSizes(); err != nil {
+		return err
 	}
 	for _, s := range []struct {
 		flag string

@@ -102,6 +102,8 @@ func TestClusterModelFlagsErrors(t *testing.T) {
 		{Cluster{ModelPath: "llama3-70b", GPU: "h100-sxm"}, "do not fit"},
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", TPSize: 2, DPSize: 4, DPAttention: true}, "--dp-size 4 must be ≥ 1 and divide --tp-size 2"},
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", EPSize: -1}, "--ep-size -1"},
+		{Cluster{Profile: "llama3-70b-h100-tp8", TPSize: 4}, "--tp-size 4 shapes only a --model-path engine"},
+		{Cluster{PrefillEPSize: 8}, "--prefill-ep-size 8 shapes only a --model-path engine"},
 		{Cluster{Args: engine.ServerArgs{ChunkedPrefillSize: -1}}, "--chunked-prefill-size -1"},
 		{Cluster{ModelPath: "llama3-8b", GPU: "h100-sxm", DecodeArgs: &engine.ServerArgs{MemFractionStatic: 2}}, "--decode-mem-fraction-static 2"},
 		{Cluster{DecodeArgs: &engine.ServerArgs{MemFractionStatic: 0.8}}, "--mem-fraction-static needs --model-path"},

@@ -90,6 +90,13 @@ func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error)
 			return c, fmt.Errorf("fakeworker: --gpu %s needs --model-path (%s)", c.GPU, modelNames())
 		}
 	} else {
+		// A preset or profile file is one rank's engine with its GPUs and experts in it: the
+		// sizes that shape only a --model-path engine would be ignored, so they are refused.
+		for _, n := range []string{"tp-size", "ep-size"} {
+			if v, _ := fs.GetInt(n); fs.Changed(n) && v > 1 {
+				return c, fmt.Errorf("fakeworker: --%s %d shapes only a --model-path engine on --gpu: a preset or profile file brings its own GPUs (router fakeworker profiles); give --model-path MODEL --gpu GPU --%s %d, or pick a preset of that size", n, v, n, v)
+			}
+		}
 		if !fs.Changed("profile") && (f.ttft != 0 || f.itl != 0) {
 			f.profile = "constant"
 		}

@@ -58,16 +58,16 @@ var modelFlagHelp = map[string]map[string]string{
 		cmdFakeworker: "with --model-path, the GPU the worker models (instead of --profile): " + gpuNames(),
 	},
 	"tp_size": {
-		cmdSim:        "GPUs per model replica, as SGLang --tp-size (a --model-path engine; presets bring their own)",
-		cmdFakeworker: "GPUs per model replica, as SGLang --tp-size (a --model-path engine; presets bring their own)",
+		cmdSim:        "GPUs per model replica, as SGLang --tp-size (a --model-path engine; a preset brings its own, and refuses it)",
+		cmdFakeworker: "GPUs per model replica, as SGLang --tp-size (a --model-path engine; a preset brings its own, and refuses it)",
 	},
 	"dp_size": {
 		cmdSim:        "DP ranks per server, as SGLang --dp-size: replicas of --tp-size GPUs, or with --enable-dp-attention attention ranks among them",
 		cmdFakeworker: "data-parallel ranks per worker, as SGLang --dp-size: replicas of --tp-size GPUs, or with --enable-dp-attention attention ranks among them",
 	},
 	"ep_size": {
-		cmdSim:        "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine)",
-		cmdFakeworker: "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine)",
+		cmdSim:        "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine; a preset refuses it)",
+		cmdFakeworker: "expert-parallel size of MoE layers, as SGLang --ep-size (a --model-path engine; a preset refuses it)",
 	},
 	"enable_dp_attention": {
 		cmdSim:        "as SGLang: a server's DP ranks step in lockstep, attention per rank and the MoE/FFN layers on the gathered batch (with a -dp preset or --model-path); --chunked-prefill-size and --max-running-requests are then divided among the ranks (old name: --dp-attention)",
