@@ -55,17 +55,18 @@ type Config struct {
 	// MaxTotalTokens below count when the Args fields are unset). Under DP attention
 	// ChunkedPrefillSize and MaxRunningRequests are the server's, divided among its ranks.
 	Args             engine.ServerArgs
-	SchedulePolicy   string         // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
-	DisableOverlap   bool           // prompts matchable when their step ends (engine.Config.DisableOverlap)
-	DecodeRadixCache bool           // decode: keep served prompts in a prefix cache (engine.Config.DecodeRadixCache)
-	Profile          engine.Profile // step-time model; zero → engine.Instant()
-	BootstrapTimeout time.Duration  // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
-	LinkGbps         float64        // prefill: KV link bandwidth in Gbit/s; 0 → the engine default (400 Gb/s)
-	Speedup          float64        // every model duration is divided by it; 0 → 1
-	PageSize         int            // tokens per KV page; 0 → 1
-	MaxTotalTokens   int            // KV capacity per rank in tokens; 0 → the profile's
-	ModelPath        string         // reported model_path and model id (with GPU: the model too); "" → DefaultModelPath
-	Seed             uint64         // seeds failure injection (error and hang draws) and generated ids; same seed, same draws
+	SchedulePolicy   string            // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
+	DisableOverlap   bool              // prompts matchable when their step ends (engine.Config.DisableOverlap)
+	DecodeRadixCache bool              // decode: keep served prompts in a prefix cache (engine.Config.DecodeRadixCache)
+	Profile          engine.Profile    // step-time model; zero → engine.Instant()
+	BootstrapTimeout time.Duration     // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
+	LinkGbps         float64           // prefill: KV link bandwidth in Gbit/s; 0 → the engine default (400 Gb/s)
+	Speedup          float64           // every model duration is divided by it; 0 → 1
+	PageSize         int               // tokens per KV page; 0 → 1
+	MaxTotalTokens   int               // KV capacity per rank in tokens; 0 → the profile's
+	ModelPath        string            // reported model_path and model id (with GPU: the model too); "" → DefaultModelPath
+	Model            *engine.ModelCard // with GPU: the model to build instead of the built-in card ModelPath names (--model-config)
+	Seed             uint64            // seeds failure injection (error and hang draws) and generated ids; same seed, same draws
 
 	// KVEventsConfig is SGLang's --kv-events-config JSON (KVEventsConfig): with publisher
 	// "zmq" every DP rank publishes its radix cache's block stores, removals and clears as
@@ -170,9 +171,9 @@ func (c Config) engine() (engine.Profile, engine.ServerArgs, error) {
 	if c.GPU == "" {
 		return c.Profile, args.PerRank(par), nil
 	}
-	m, err := engine.LookupModel(c.ModelPath)
+	m, err := c.model()
 	if err != nil {
-		return engine.Profile{}, args, fmt.Errorf("fakeworker: --model-path: %w", err)
+		return engine.Profile{}, args, err
 	}
 	g, err := engine.LookupGPU(c.GPU)
 	if err != nil {
@@ -183,6 +184,18 @@ func (c Config) engine() (engine.Profile, engine.ServerArgs, error) {
 		return p, r, fmt.Errorf("fakeworker: %w", err)
 	}
 	return p, r, nil
+}
+
+// model is the model the engine is built from: Model, else the built-in card ModelPath names.
+func (c Config) model() (engine.ModelCard, error) {
+	if c.Model != nil {
+		return *c.Model, nil
+	}
+	m, err := engine.LookupModel(c.ModelPath)
+	if err != nil {
+		return m, fmt.Errorf("fakeworker: --model-path: %w", err)
+	}
+	return m, nil
 }
 
 // Validate reports the first invalid field of c (after defaults), naming the flag at fault.

@@ -97,6 +97,10 @@ type Cluster struct {
 	// name here wins over a preset of the same name. They are recorded in results.json with
 	// the cluster, so a run says exactly which coefficients it used.
 	Profiles map[string]engine.Profile `json:"profiles,omitempty" yaml:"profiles,omitempty"`
+	// Models are model cards by name beyond the built-in ones (built from a Hugging Face
+	// config.json: --model-config, engine.ModelFromHFConfig); ModelPath names one of them or a
+	// built-in card. Recorded in results.json like Profiles.
+	Models map[string]engine.ModelCard `json:"models,omitempty" yaml:"models,omitempty"`
 	// Args are SGLang's engine arguments of every server (unset fields: the engine's
 	// defaults); PrefillArgs and DecodeArgs, when set, replace them for that role.
 	Args        engine.ServerArgs  `json:"engine_args" yaml:"engine_args"`
@@ -159,9 +163,12 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 		p, err := c.profile(profileName)
 		return p, args.PerRank(par), err
 	}
-	m, err := engine.LookupModel(c.ModelPath)
-	if err != nil {
-		return engine.Profile{}, args, fmt.Errorf("sim: --model-path: %w", err)
+	m, ok := c.Models[c.ModelPath]
+	if !ok {
+		var err error
+		if m, err = engine.LookupModel(c.ModelPath); err != nil {
+			return engine.Profile{}, args, fmt.Errorf("sim: --model-path: %w", err)
+		}
 	}
 	gpu, flag := c.GPU, "gpu"
 	if role == engine.RolePrefill && c.PrefillGPU != "" {

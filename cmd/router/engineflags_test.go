@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
@@ -156,4 +158,64 @@ func TestFakeworkerEngineFlagsResolve(t *testing.T) {
 	assert.Equal(t, engine.ServerArgs{MaxTotalTokens: 12000, CUDAGraphMaxBS: 64}, c.Args)
 	assert.Empty(t, c.Profile.Name, "the engine is built from the model, not a profile")
 	require.NoError(t, c.Validate())
+}
+
+// --model-config builds the model from a Hugging Face config.json (a file or a model
+// directory), named by --model-path or the config's _name_or_path, in sim and fakeworker; the
+// simulated servers are those of the built-in card of the same model.
+func TestModelConfigFlag(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join("..", "..", "sim", "engine", "testdata", "hfconfig", "llama3-70b.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644))
+
+	simulate := func(args ...string) (sim.Config, sim.ResolvedServer) {
+		f, fs := parseSim(t, append(args, "--gpu", "h100-sxm", "--tp-size", "4", "--regular", "1", "--num-prompts", "4")...)
+		cfg, err := f.resolve(fs, "test")
+		require.NoError(t, err)
+		res, err := sim.Run(cfg)
+		require.NoError(t, err)
+		var meta struct {
+			Resolved map[string]sim.ResolvedServer `json:"resolved"`
+		}
+		require.NoError(t, json.Unmarshal(res.Results.Meta.Cluster, &meta))
+		require.Contains(t, meta.Resolved, "regular")
+		return cfg, meta.Resolved["regular"]
+	}
+	cfg, fromConfig := simulate("--model-config", dir)
+	assert.Equal(t, "meta-llama/Llama-3.1-70B-Instruct", cfg.Cluster.ModelPath, "named by _name_or_path")
+	assert.Contains(t, cfg.Cluster.Models, cfg.Cluster.ModelPath)
+	_, fromCard := simulate("--model-path", "llama3-70b")
+	assert.InEpsilon(t, fromCard.Args.MaxTotalTokens, fromConfig.Args.MaxTotalTokens, 0.02, "KV pool of the same model")
+	assert.Equal(t, fromCard.Args.MaxRunningRequests, fromConfig.Args.MaxRunningRequests)
+
+	f, fs := parseSim(t, "--model-config", filepath.Join(dir, "config.json"), "--model-path", "my-70b", "--gpu", "h100-sxm", "--tp-size", "4")
+	cfg, err = f.resolve(fs, "test")
+	require.NoError(t, err)
+	assert.Equal(t, "my-70b", cfg.Cluster.ModelPath, "--model-path names it")
+
+	var fw fakeworkerFlags
+	cmd := &cobra.Command{Use: "fakeworker"}
+	fw.register(cmd.Flags())
+	require.NoError(t, cmd.Flags().Parse([]string{"--model-config", dir, "--gpu", "h100-sxm", "--tp-size", "4"}))
+	c, err := fw.resolve(cmd)
+	require.NoError(t, err)
+	require.NotNil(t, c.Model)
+	assert.Equal(t, "meta-llama/Llama-3.1-70B-Instruct", c.ModelPath, "the id the worker reports")
+	require.NoError(t, c.Validate())
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--model-config", filepath.Join(dir, "nope.json"), "--gpu", "h100-sxm"}, "--model-config: open"},
+		{[]string{"sim", "--model-config", dir, "--profile", "llama3-8b-h100"}, "--model-config and --profile"},
+		{[]string{"sim", "--model-config", dir}, "needs --gpu"},
+		{[]string{"fakeworker", "--port", "0", "--model-config", dir}, "--model-config " + dir + " needs --gpu"},
+	} {
+		_, err := run(t, tc.args...)
+		if assert.Error(t, err, "%v", tc.args) {
+			assert.Contains(t, err.Error(), tc.want, "%v", tc.args)
+		}
+	}
 }

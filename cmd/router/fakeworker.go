@@ -25,6 +25,7 @@ func init() { subcommands = append(subcommands, newFakeworkerCmd) }
 // fakeworkerFlags are the flags shared by `fakeworker` and `fakeworker cluster`.
 type fakeworkerFlags struct {
 	profile, logLevel string
+	modelConfig       string // --model-config: a Hugging Face config.json the engine's model is built from
 	ttft, itl         time.Duration
 	cfg               fakeworker.Config
 }
@@ -45,6 +46,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.LinkGbps, "link-gbps", 0, "prefill: KV transfer link bandwidth in Gbit/s (0: 400)")
 	fs.Float64Var(&c.Speedup, "speedup", 1, "divide every model duration by this")
 	fs.StringVar(&c.ModelPath, "model-path", fakeworker.DefaultModelPath, modelFlagHelp["model_path"][cmdFakeworker])
+	fs.StringVar(&f.modelConfig, "model-config", "", modelFlagHelp["model_config"][cmdFakeworker])
 	c.Seed = 1
 	seedFlag(fs, cmdFakeworker, &c.Seed)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -86,10 +88,23 @@ func (f *fakeworkerFlags) resolve(cmd *cobra.Command) (fakeworker.Config, error)
 				return c, fmt.Errorf("fakeworker: --gpu (with --model-path) and --%s both pick the engine: give one", n)
 			}
 		}
-		if !fs.Changed("model-path") {
-			return c, fmt.Errorf("fakeworker: --gpu %s needs --model-path (%s)", c.GPU, modelNames())
+		if f.modelConfig != "" {
+			name := ""
+			if fs.Changed("model-path") {
+				name = c.ModelPath
+			}
+			m, err := readModelConfig(f.modelConfig, name)
+			if err != nil {
+				return c, fmt.Errorf("fakeworker: %w", err)
+			}
+			c.Model, c.ModelPath = &m, m.Name
+		} else if !fs.Changed("model-path") {
+			return c, fmt.Errorf("fakeworker: --gpu %s needs --model-path (%s) or --model-config", c.GPU, modelNames())
 		}
 	} else {
+		if f.modelConfig != "" {
+			return c, fmt.Errorf("fakeworker: --model-config %s needs --gpu (%s): the model is built on a GPU", f.modelConfig, gpuNames())
+		}
 		// A preset or profile file is one rank's engine with its GPUs and experts in it: the
 		// sizes that shape only a --model-path engine would be ignored, so they are refused.
 		for _, n := range []string{"tp-size", "ep-size"} {

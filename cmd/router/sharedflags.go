@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -52,6 +54,10 @@ var modelFlagHelp = map[string]map[string]string{
 	"model_path": {
 		cmdSim:        "model of every server, as SGLang --model-path: a model card or its Hugging Face id (" + modelNames() + "); with --gpu it builds each pool's profile for its parallelism, with SGLang's defaults for the engine arguments not given (instead of --profile)",
 		cmdFakeworker: "model path and id the worker reports; with --gpu also the model it runs, as SGLang --model-path: a model card or its Hugging Face id (" + modelNames() + ")",
+	},
+	"model_config": {
+		cmdSim:        "a Hugging Face config.json (a file, or a model directory holding one) to build every server's model from, for a model without a built-in card: dense, MoE or MLA (DeepSeek) shapes, torch_dtype and quantization_config (fp8, mxfp4, gptq, awq); --model-path then only names it (default: the config's _name_or_path); needs --gpu",
+		cmdFakeworker: "a Hugging Face config.json (a file, or a model directory holding one) to build the worker's model from, for a model without a built-in card: dense, MoE or MLA (DeepSeek) shapes, torch_dtype and quantization_config (fp8, mxfp4, gptq, awq); --model-path then only names it (default: the config's _name_or_path); needs --gpu",
 	},
 	"gpu": {
 		cmdSim:        "GPU of every server with --model-path: " + gpuNames(),
@@ -245,4 +251,22 @@ func checkEngineArgFlags(fs *pflag.FlagSet, a engine.ServerArgs, prefix string) 
 		}
 	}
 	return nil
+}
+
+// readModelConfig builds the model card of --model-config: path is a Hugging Face config.json
+// or a model directory holding one (as SGLang's --model-path takes a local directory); name
+// names the card ("" → the config's _name_or_path).
+func readModelConfig(path, name string) (engine.ModelCard, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "config.json")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return engine.ModelCard{}, fmt.Errorf("--model-config: %w", err)
+	}
+	m, err := engine.ModelFromHFConfig(name, data)
+	if err != nil {
+		return m, fmt.Errorf("--model-config %s: %s", path, strings.TrimPrefix(err.Error(), "engine: "))
+	}
+	return m, nil
 }

@@ -113,6 +113,7 @@ type simFlags struct {
 	cluster     sim.Cluster
 	clusterFile string
 	configFile  string
+	modelConfig string // --model-config: a Hugging Face config.json the servers' model is built from
 	format      string
 	out         string
 	writeConfig string
@@ -146,6 +147,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	fs.IntVar(&c.Decode, "decode", 0, "decode servers (PD mode; default 2)")
 	fs.IntVar(&c.Regular, "regular", 0, "regular servers: simulate a regular (non-PD) cluster (default 4 when --pd-disaggregation=false)")
 	fs.StringVar(&c.ModelPath, "model-path", "", modelFlagHelp["model_path"][cmdSim])
+	fs.StringVar(&f.modelConfig, "model-config", "", modelFlagHelp["model_config"][cmdSim])
 	fs.StringVar(&c.GPU, "gpu", "", modelFlagHelp["gpu"][cmdSim])
 	fs.StringVar(&c.PrefillGPU, "prefill-gpu", "", "GPU of the prefill servers with --model-path (default --gpu)")
 	fs.StringVar(&c.DecodeGPU, "decode-gpu", "", "GPU of the decode servers with --model-path (default --gpu)")
@@ -211,6 +213,17 @@ func (f *simFlags) resolve(fs *pflag.FlagSet, version string) (sim.Config, error
 	}
 	if fs.Changed("enable-dp-attention") { // the cluster key keeps the old name, dp_attention
 		cl.DPAttention = f.cluster.DPAttention
+	}
+	if f.modelConfig != "" {
+		if cl.Profile != "" || cl.PrefillProfile != "" || cl.DecodeProfile != "" {
+			return sim.Config{}, fmt.Errorf("sim: --model-config and --profile (or --prefill-profile, --decode-profile) both pick the engine: give one")
+		}
+		m, err := readModelConfig(f.modelConfig, cl.ModelPath)
+		if err != nil {
+			return sim.Config{}, fmt.Errorf("sim: %w", err)
+		}
+		cl.Models = map[string]engine.ModelCard{m.Name: m}
+		cl.ModelPath = m.Name
 	}
 	for _, pool := range []struct {
 		prefix string
