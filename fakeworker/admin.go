@@ -159,6 +159,11 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"kv_events_config":                nullIfEmpty(w.kvEventsConfigJSON()),
 		"kv_events":                       w.kvEventsInfo(),
 	}
+	// Speculative decoding, as SGLang reports its arguments (null when off).
+	info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"] = nil, nil, nil, nil
+	if sp := ec.Spec; sp.On() {
+		info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"] = sp.Algorithm, sp.NumSteps, sp.EagleTopK, sp.DraftTokens
+	}
 	if ls := w.loads(r.Context()); ls != nil {
 		info["load"] = loadEntries(ls)
 	}

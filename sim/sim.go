@@ -265,7 +265,7 @@ func resolved(p engine.Profile, tp, dp, ep int, dpa bool, args engine.ServerArgs
 	return ResolvedServer{Profile: p.Name, TPSize: tp, DPSize: dp, EPSize: ep, DPAttention: dpa,
 		Args: engine.ServerArgs{ChunkedPrefillSize: c.ChunkedPrefillSize, MaxRunningRequests: c.MaxRunningRequests,
 			MaxTotalTokens: c.MaxTotalTokens, PageSize: c.PageSize, CUDAGraphMaxBS: c.CUDAGraphMaxBS,
-			MemFractionStatic: args.MemFractionStatic, ScheduleConservativeness: cmp.Or(c.ScheduleConservativeness, 1)}}
+			MemFractionStatic: args.MemFractionStatic, ScheduleConservativeness: cmp.Or(c.ScheduleConservativeness, 1), Spec: c.Spec}}
 }
 
 // countBreakerOpens is every router's worker-event listener: it counts breakers opening.

@@ -176,6 +176,7 @@ type engineArg struct {
 	help  string
 	int   func(*engine.ServerArgs) *int
 	float func(*engine.ServerArgs) *float64
+	str   func(*engine.ServerArgs) *string
 }
 
 // engineArgs are the engine arguments, with what their defaults are.
@@ -194,6 +195,16 @@ var engineArgs = []engineArg{
 		help: "share of GPU memory for weights and KV pool, with --model-path (default: as SGLang, the memory less activations and CUDA graphs sized by --chunked-prefill-size and --cuda-graph-max-bs)"},
 	{name: "schedule-conservativeness", float: func(a *engine.ServerArgs) *float64 { return &a.ScheduleConservativeness },
 		help: "above 1 admission reserves more of running requests' remaining output, below 1 less (default 1, as SGLang; ×0.3 under --enable-dp-attention)"},
+	{name: "speculative-algorithm", str: func(a *engine.ServerArgs) *string { return &a.Algorithm },
+		help: "speculative decoding, as SGLang: EAGLE, EAGLE3 or NEXTN (DeepSeek's multi-token-prediction layer as the draft); each decode step drafts, verifies and accepts --speculative-accept-length tokens per request, without the overlap scheduler (a --model-path engine)"},
+	{name: "speculative-num-steps", int: func(a *engine.ServerArgs) *int { return &a.NumSteps },
+		help: "draft forwards per step, as SGLang (default as SGLang's auto choice: 3 for DeepSeek V2/V3, else 5)"},
+	{name: "speculative-eagle-topk", int: func(a *engine.ServerArgs) *int { return &a.EagleTopK },
+		help: "draft branches per level, as SGLang (default 1 for DeepSeek V2/V3, else 4)"},
+	{name: "speculative-num-draft-tokens", int: func(a *engine.ServerArgs) *int { return &a.DraftTokens },
+		help: "tokens per request the target verifies each step, as SGLang (default 4 for DeepSeek V2/V3, else 8; steps + 1 with top-k 1)"},
+	{name: "speculative-accept-length", float: func(a *engine.ServerArgs) *float64 { return &a.AcceptLength },
+		help: "mean tokens a request gains per speculative step, as SGLang logs it (accept len); needed with --speculative-algorithm: it depends on the draft model and the prompts (published at batch 1 on MT-bench: Llama 3.1 8B EAGLE-3 4.68 at 5 steps; DeepSeek-V3 NextN 2.5-3 at 4 draft tokens)"},
 }
 
 // engineArgFlags registers the engine arguments on fs, filling a. prefix "" registers
@@ -204,9 +215,12 @@ func engineArgFlags(fs *pflag.FlagSet, a *engine.ServerArgs, prefix string) {
 		if prefix != "" {
 			help = fmt.Sprintf("--%s of the %s servers (default --%s)", e.name, strings.TrimSuffix(prefix, "-"), e.name)
 		}
-		if e.int != nil {
+		switch {
+		case e.int != nil:
 			fs.IntVar(e.int(a), prefix+e.name, 0, help)
-		} else {
+		case e.str != nil:
+			fs.StringVar(e.str(a), prefix+e.name, "", help)
+		default:
 			fs.Float64Var(e.float(a), prefix+e.name, 0, help)
 		}
 	}
@@ -221,9 +235,12 @@ func overlayEngineArgs(fs *pflag.FlagSet, base, flags engine.ServerArgs, prefix 
 			continue
 		}
 		changed = true
-		if e.int != nil {
+		switch {
+		case e.int != nil:
 			*e.int(&base) = *e.int(&flags)
-		} else {
+		case e.str != nil:
+			*e.str(&base) = *e.str(&flags)
+		default:
 			*e.float(&base) = *e.float(&flags)
 		}
 	}
@@ -233,8 +250,8 @@ func overlayEngineArgs(fs *pflag.FlagSet, base, flags engine.ServerArgs, prefix 
 // checkEngineArgFlags names the first given engine argument that is not positive.
 func checkEngineArgFlags(fs *pflag.FlagSet, a engine.ServerArgs, prefix string) error {
 	for _, e := range engineArgs {
-		if !fs.Changed(prefix + e.name) {
-			continue
+		if !fs.Changed(prefix+e.name) || e.str != nil {
+			continue // a string argument is checked by engine.ServerArgs.Validate
 		}
 		var v float64
 		if e.int != nil {

@@ -514,6 +514,9 @@ type ServerArgs struct {
 	CUDAGraphMaxBS           int     `json:"cuda_graph_max_bs,omitempty" yaml:"cuda_graph_max_bs,omitempty"`
 	MemFractionStatic        float64 `json:"mem_fraction_static,omitempty" yaml:"mem_fraction_static,omitempty"`
 	ScheduleConservativeness float64 `json:"schedule_conservativeness,omitempty" yaml:"schedule_conservativeness,omitempty"`
+	// Spec is speculative decoding (--speculative-algorithm …, spec.go); its keys sit beside
+	// the others.
+	Spec `yaml:",inline"`
 }
 
 // Apply returns c with the set fields of a copied in. MemFractionStatic is not a Config
@@ -537,6 +540,9 @@ func (a ServerArgs) Apply(c Config) Config {
 	if a.ScheduleConservativeness != 0 {
 		c.ScheduleConservativeness = a.ScheduleConservativeness
 	}
+	if a.Spec.On() {
+		c.Spec = a.Spec
+	}
 	return c
 }
 
@@ -554,6 +560,8 @@ const (
 type ModelCard struct {
 	Name         string
 	Aliases      []string // other names (Hugging Face ids) LookupModel accepts
+	Architecture string   // config.json's architectures[0] (SGLang picks speculative defaults by it)
+	Vocab        int      // vocab_size: the lm_head a draft model reads (speculative decoding)
 	Params       float64  // all parameters (weights read per decode step; MoE: all experts)
 	ActiveParams float64  // parameters used per token (dense: = Params)
 	AttnParams   float64  // parameters of the attention layers (Q/K/V/O projections, all layers)
@@ -791,20 +799,20 @@ var (
 	// Llama3Dense8B: meta-llama/Llama-3.1-8B config.json (same shape as Llama 3 8B): 32 layers,
 	// 32 heads, 8 KV heads, hidden 4096 → head dim 128; 8.03 B parameters (model card);
 	// attention 32·(4096·4096·2 + 4096·1024·2) = 1.34 B.
-	Llama3Dense8B = ModelCard{Name: "llama3-8b",
+	Llama3Dense8B = ModelCard{Name: "llama3-8b", Architecture: "LlamaForCausalLM", Vocab: 128256,
 		Aliases: []string{"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"},
 		Params:  8.03e9, ActiveParams: 8.03e9, AttnParams: 1.34e9, Hidden: 4096, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
 	// Llama3Dense70B: meta-llama/Llama-3.1-70B config.json: 80 layers, 64 heads, 8 KV heads,
 	// hidden 8192 → head dim 128; 70.6 B parameters (model card); attention
 	// 80·(8192·8192·2 + 8192·1024·2) = 12.1 B.
-	Llama3Dense70B = ModelCard{Name: "llama3-70b",
+	Llama3Dense70B = ModelCard{Name: "llama3-70b", Architecture: "LlamaForCausalLM", Vocab: 128256,
 		Aliases: []string{"meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"},
 		Params:  70.6e9, ActiveParams: 70.6e9, AttnParams: 12.1e9, Hidden: 8192, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
 	// Qwen3MoE30BA3B: Qwen/Qwen3-30B-A3B config.json: 48 layers (all MoE), 32 heads, 4 KV heads,
 	// head_dim 128, hidden 2048, 128 experts with 8 active; 30.5 B total, 3.3 B activated
 	// parameters (model card); attention 48·(2048·4096·2 + 2048·512·2) = 0.906 B.
 	// Routed experts: 48 layers · 128 experts · 3·2048·768 (moe_intermediate_size 768) = 29.0 B.
-	Qwen3MoE30BA3B = ModelCard{Name: "qwen3-30b-a3b", Aliases: []string{"Qwen/Qwen3-30B-A3B"},
+	Qwen3MoE30BA3B = ModelCard{Name: "qwen3-30b-a3b", Architecture: "Qwen3MoeForCausalLM", Vocab: 151936, Aliases: []string{"Qwen/Qwen3-30B-A3B"},
 		Params: 30.5e9, ActiveParams: 3.3e9, AttnParams: 0.906e9, Hidden: 2048, Layers: 48, MoELayers: 48,
 		RoutedParams: 29.0e9, Experts: 128, TopK: 8, Heads: 32, KVHeads: 4, HeadDim: 128, DTypeBytes: 2}
 	// DeepSeekV3: deepseek-ai/DeepSeek-V3 config.json: 61 layers (58 MoE), 128 heads, hidden
@@ -816,7 +824,7 @@ var (
 	// (MHA over decompressed K/V, qk 192, v 128) 2·128·(192 + 128). Routed experts: 58 layers ·
 	// 256 experts · 3·7168·2048 (moe_intermediate_size 2048) = 654 B, 8 per token. This is the
 	// GB200 part II blog's "high precision": BF16 attention (KV) + FP8 MoE.
-	DeepSeekV3 = ModelCard{Name: "deepseek-v3", Aliases: []string{"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"},
+	DeepSeekV3 = ModelCard{Name: "deepseek-v3", Architecture: "DeepseekV3ForCausalLM", Vocab: 129280, Aliases: []string{"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"},
 		Params: 671e9, ActiveParams: 37e9, AttnParams: 11.4e9, Hidden: 7168, Layers: 61, MoELayers: 58,
 		RoutedParams: 654e9, Experts: 256, TopK: 8, Heads: 128, KVHeads: 1, HeadDim: 288,
 		AttnFLOPsPerPair: 2 * 128 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 128 * (192 + 128),
@@ -825,7 +833,7 @@ var (
 	// and attention, NVFP4 routed experts (4-bit values + one FP8 scale per 16: 0.5625 bytes)
 	// and NVFP4 attention output projection ("FP8 for attention and NVFP4 for MoE and output
 	// projection GEMM", End-to-end Performance): o_proj 61·128·128·7168 = 7.2 B parameters.
-	DeepSeekV3FP4 = ModelCard{Name: "deepseek-v3-fp8kv-nvfp4moe", LowPrecisionAttnParams: 7.2e9,
+	DeepSeekV3FP4 = ModelCard{Name: "deepseek-v3-fp8kv-nvfp4moe", Architecture: "DeepseekV3ForCausalLM", Vocab: 129280, LowPrecisionAttnParams: 7.2e9,
 		Params: 671e9, ActiveParams: 37e9, AttnParams: 11.4e9, Hidden: 7168, Layers: 61, MoELayers: 58,
 		RoutedParams: 654e9, Experts: 256, TopK: 8, Heads: 128, KVHeads: 1, HeadDim: 288,
 		AttnFLOPsPerPair: 2 * 128 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 128 * (192 + 128),
@@ -837,7 +845,7 @@ var (
 	// per layer 7168·1536 + 1536·64·192 + 7168·576 + 512·64·256 + 64·128·7168 ≈ 101 M → 6.2 B;
 	// routed 60·384·3·7168·2048 = 1,015 B; total ≈ 1.03 T, active ≈ 32.6 B (model card: 1 T /
 	// 32 B).
-	KimiK2 = ModelCard{Name: "kimi-k2", Aliases: []string{"moonshotai/Kimi-K2-Instruct"},
+	KimiK2 = ModelCard{Name: "kimi-k2", Architecture: "DeepseekV3ForCausalLM", Vocab: 163840, Aliases: []string{"moonshotai/Kimi-K2-Instruct"},
 		Params: 1.03e12, ActiveParams: 32.6e9, AttnParams: 6.2e9, Hidden: 7168, Layers: 61, MoELayers: 60,
 		RoutedParams: 1015e9, Experts: 384, TopK: 8, Heads: 64, KVHeads: 1, HeadDim: 288,
 		AttnFLOPsPerPair: 2 * 64 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 64 * (192 + 128),
@@ -845,13 +853,13 @@ var (
 	// Qwen25Dense7B: Qwen/Qwen2.5-7B-Instruct config.json: 28 layers, 28 heads, 4 KV heads,
 	// hidden 3584 → head dim 128, vocab 152,064 untied; 7.61 B parameters (model card);
 	// attention 28·(3584·3584·2 + 3584·512·2) = 0.822 B. BF16.
-	Qwen25Dense7B = ModelCard{Name: "qwen2.5-7b", Aliases: []string{"Qwen/Qwen2.5-7B-Instruct"},
+	Qwen25Dense7B = ModelCard{Name: "qwen2.5-7b", Architecture: "Qwen2ForCausalLM", Vocab: 152064, Aliases: []string{"Qwen/Qwen2.5-7B-Instruct"},
 		Params: 7.61e9, ActiveParams: 7.61e9, AttnParams: 0.822e9, Hidden: 3584, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128, DTypeBytes: 2}
 	// Qwen25Dense7BGPTQ: Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4: the 6.53 B non-embedding weights
 	// in INT4 with an FP16 scale and zero per group of 128 (~0.53 bytes), embeddings and
 	// lm_head (1.09 B) in FP16: 5.6 GB, 0.74 bytes per parameter on average. GEMMs dequantize to
 	// FP16 (bf16 rate); KV in FP16.
-	Qwen25Dense7BGPTQ = ModelCard{Name: "qwen2.5-7b-gptq-int4", Aliases: []string{"Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"},
+	Qwen25Dense7BGPTQ = ModelCard{Name: "qwen2.5-7b-gptq-int4", Architecture: "Qwen2ForCausalLM", Vocab: 152064, Aliases: []string{"Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"},
 		Params: 7.61e9, ActiveParams: 7.61e9, AttnParams: 0.822e9, Hidden: 3584, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
 		DTypeBytes: 0.74, KVDTypeBytes: 2}
 	// GPTOSS120B: openai/gpt-oss-120b config.json: 36 layers (all MoE), hidden 2880, 64 heads of
@@ -860,7 +868,7 @@ var (
 	// MXFP4 (4-bit values + one 8-bit scale per 32: 0.53 bytes), the rest BF16; attention
 	// 36·(2880·4096·2 + 2880·512·2) = 0.955 B; total ≈ 117 B, active ≈ 5.1 B (model card).
 	// Expert GEMMs at the BF16 rate (MXFP4 weights, 16-bit activations).
-	GPTOSS120B = ModelCard{Name: "gpt-oss-120b", Aliases: []string{"openai/gpt-oss-120b"},
+	GPTOSS120B = ModelCard{Name: "gpt-oss-120b", Architecture: "GptOssForCausalLM", Vocab: 201088, Aliases: []string{"openai/gpt-oss-120b"},
 		Params: 116.8e9, ActiveParams: 5.1e9, AttnParams: 0.955e9, Hidden: 2880, Layers: 36, MoELayers: 36,
 		RoutedParams: 114.7e9, Experts: 128, TopK: 4, Heads: 64, KVHeads: 8, HeadDim: 64,
 		SlidingLayers: 18, SlidingWindow: 128, DTypeBytes: 2, ExpertDTypeBytes: 0.53}

@@ -91,6 +91,10 @@ type Config struct {
 	// ScheduleConservativeness is SGLang's --schedule-conservativeness: it scales the
 	// new-token ratio admission charges running requests with; 0 → 1.
 	ScheduleConservativeness float64
+	// Spec is speculative decoding (spec.go): decode steps draft, verify and accept
+	// Spec.AcceptLength tokens per request on average, timed with Profile.Draft (which it
+	// needs), without the overlap scheduler (DisableOverlap is implied). Zero: off.
+	Spec Spec
 
 	// KVEvents, when set, receives each rank's radix-cache changes (stores, evictions,
 	// clears) as SGLang's scheduler publishes them with --kv-events-config: in batches, at its
@@ -170,6 +174,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: link bandwidth %g bytes/s < 0", c.LinkBandwidth)
 	case c.Profile.Constant && (c.Profile.TTFT < 0 || c.Profile.ITL < 0):
 		return fmt.Errorf("engine: profile %s: negative ttft or itl", c.Profile.Name)
+	case c.Spec.On() && c.Profile.Draft == nil:
+		return fmt.Errorf("engine: --speculative-algorithm %s needs a --model-path engine: its draft model is built from the model card (profile %s has none)", c.Spec.Algorithm, c.Profile.Name)
 	}
-	return nil
+	return c.Spec.check()
 }

@@ -16,11 +16,20 @@ import (
 // included) after every Advance. It returns every output, in order, for the determinism check,
 // and the rooms submitted to each server.
 func chaos(t *testing.T, seed uint64, lockstep, check bool) (outs []Output, submitted [3][]uint64) {
+	return chaosWith(t, seed, lockstep, check, nil)
+}
+
+// chaosWith is chaos with every server's configuration passed through edit first (nil: none).
+func chaosWith(t *testing.T, seed uint64, lockstep, check bool, edit func(*Config)) (outs []Output, submitted [3][]uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xc0ffee))
 	p := testProfile()
 	mk := func(role Role, capacity int) *Server {
-		return newServer(t, Config{Role: role, Profile: p, DPSize: 2, DPAttention: lockstep, MaxTotalTokens: capacity,
-			BootstrapTimeout: 300 * time.Millisecond, ChunkedPrefillSize: 512, ReservedDecodeTokens: 16, MaxRunningRequests: 8, PageSize: 1 + int(seed%2)*3})
+		cfg := Config{Role: role, Profile: p, DPSize: 2, DPAttention: lockstep, MaxTotalTokens: capacity,
+			BootstrapTimeout: 300 * time.Millisecond, ChunkedPrefillSize: 512, ReservedDecodeTokens: 16, MaxRunningRequests: 8, PageSize: 1 + int(seed%2)*3}
+		if edit != nil {
+			edit(&cfg)
+		}
+		return newServer(t, cfg)
 	}
 	c := &cluster{t: t, prefill: mk(RolePrefill, 6000), decode: mk(RoleDecode, 4000), single: mk(RoleUnified, 5000), check: check}
 	servers := [3]*Server{c.prefill, c.decode, c.single}

@@ -151,6 +151,9 @@ func (s *Server) preallocated(r *request, t time.Time) {
 // last token and reads prompt + generated tokens of context.
 func (s *Server) kvNeed(r *request) int {
 	n := len(r.prompt) + r.generated
+	if s.cfg.Spec.On() { // the verify step writes the KV of every draft token, then frees the rejected
+		n += s.cfg.Spec.DraftTokens - 1
+	}
 	if r.rk.cache != nil { // unified: the page-aligned prompt lives in the tree
 		n -= len(r.prompt) - len(r.prompt)%s.cfg.PageSize
 	}
@@ -337,14 +340,23 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 		if r.done {
 			continue
 		}
-		decoded++
-		// One token each: the running sums move with it (min(remaining, clip) shrinks unless
-		// the remainder is above the clip).
-		if r.maxNew-r.generated <= ClipMaxNewTokens {
-			rk.runRemain--
+		// One token each, or what speculation accepted: the running sums move with each
+		// (min(remaining, clip) shrinks unless the remainder is above the clip).
+		for i := range s.accepted(r) {
+			if r.generated >= r.maxNew {
+				break
+			}
+			decoded++
+			if r.maxNew-r.generated <= ClipMaxNewTokens {
+				rk.runRemain--
+			}
+			rk.runSeq++
+			if i == 0 {
+				s.token(r, t)
+			} else {
+				s.chunkToken(r, t)
+			}
 		}
-		rk.runSeq++
-		s.token(r, t)
 		if r.generated >= r.maxNew {
 			s.complete(r, t)
 		}
@@ -355,6 +367,19 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 	if rk.decodeSteps++; rk.decodeSteps%DecodeLogInterval == 0 {
 		s.publishKV(rk, t)
 	}
+}
+
+// accepted is the tokens r gains from this decode step: 1, or under speculative decoding
+// Spec.AcceptLength on average, spread deterministically (a running remainder per request, so
+// 2.5 gives 2, 3, 2, 3, …).
+func (s *Server) accepted(r *request) int {
+	if !s.cfg.Spec.On() {
+		return 1
+	}
+	carry := float64(r.specCarry) + s.cfg.Spec.AcceptLength
+	k := int(carry)
+	r.specCarry = float32(carry - float64(k))
+	return k
 }
 
 // PaddedBatch is the batch size a decode step of b requests runs at, and whether it replays a
@@ -412,7 +437,9 @@ const NoOverlapHostPerRequest = 20e-6
 // cost compute (and MoE expert reads) but read no KV, so the padded size replaces the batch
 // and the context is unchanged. Without the overlap scheduler (Config.DisableOverlap) the
 // step also waits for the scheduler's per-request CPU work (NoOverlapHostPerRequest × batch,
-// unpadded). It returns the tokens the step counts under DP attention (the padded batch).
+// unpadded). Under speculative decoding (Config.Spec) the target verifies the draft tokens of
+// every request and the draft forwards are added (spec.go). It returns the tokens the step
+// counts under DP attention (the padded batch, times the draft tokens).
 func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 	n, eager := batch, 0.0
 	if s.cfg.CUDAGraphMaxBS > 0 {
@@ -422,10 +449,17 @@ func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 		}
 	}
 	var d time.Duration
+	k := 1 // tokens per request the target computes: the draft tokens under speculation
+	if s.cfg.Spec.On() {
+		k = s.cfg.Spec.DraftTokens
+	}
 	if s.split() {
-		d = s.cfg.Profile.AttnDecodeTime(n, context)
+		d = s.cfg.Profile.attnVerifyTime(n, k, context)
 	} else {
-		d = s.cfg.Profile.DecodeTime(n, context)
+		d = s.cfg.Profile.verifyTime(n, k, context)
+	}
+	if s.cfg.Spec.On() {
+		d += s.cfg.Profile.specDraftTime(s.cfg.Spec, n, context)
 	}
 	if eager > 0 {
 		d += seconds(eager)
@@ -433,5 +467,5 @@ func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 	if s.cfg.DisableOverlap {
 		d += seconds(NoOverlapHostPerRequest * float64(batch))
 	}
-	return s.dur(d), n
+	return s.dur(d), n * k
 }

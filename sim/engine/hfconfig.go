@@ -89,7 +89,10 @@ func ModelFromHFConfig(name string, data []byte) (ModelCard, error) {
 			return ModelCard{}, fmt.Errorf("engine: config.json: %s %d must be > 0 (is it a causal language model's config.json?)", f.key, f.v)
 		}
 	}
-	m := ModelCard{Name: name, Hidden: h.Hidden, Layers: h.Layers, Heads: h.Heads}
+	m := ModelCard{Name: name, Hidden: h.Hidden, Layers: h.Layers, Heads: h.Heads, Vocab: h.Vocab}
+	if len(h.Architectures) > 0 {
+		m.Architecture = h.Architectures[0]
+	}
 	hidden := float64(h.Hidden)
 
 	// Attention.

@@ -44,6 +44,8 @@ func TestModelFromHFConfigMatchesTheCards(t *testing.T) {
 				{"SlidingLayers", got.SlidingLayers, want.SlidingLayers}, {"SlidingWindow", got.SlidingWindow, want.SlidingWindow}} {
 				assert.Equal(t, f.want, f.got, f.name)
 			}
+			assert.Equal(t, want.Vocab, got.Vocab)
+			assert.Equal(t, want.Architecture, got.Architecture)
 			assert.Equal(t, want.AttnFLOPsPerPair, got.AttnFLOPsPerPair)
 			assert.Equal(t, want.PrefillAttnFLOPsPerPair, got.PrefillAttnFLOPsPerPair)
 			assert.Equal(t, want.GEMM, got.GEMM)

@@ -360,6 +360,15 @@ func (s *Server) token(r *request, t time.Time) {
 	r.generated++
 }
 
+// chunkToken is a further output token of the step that produced r's last one (speculative
+// decoding accepts several): SGLang streams them in one chunk, so it adds no inter-token gap.
+func (s *Server) chunkToken(r *request, t time.Time) {
+	if r.gaps == nil {
+		s.emit(Output{Kind: KindToken, At: t, Room: r.room, Rank: r.rk.id, Index: r.generated})
+	}
+	r.generated++
+}
+
 // flushGaps hands the current run of equal gaps to its sink. A decode step's continuing rooms
 // share one gap (the step's length), so a step costs a sink call or two, not one per token.
 func (s *Server) flushGaps() {

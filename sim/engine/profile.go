@@ -75,6 +75,10 @@ type Profile struct {
 	// larger than Config.CUDAGraphMaxBS and runs without a CUDA graph (kernel launches).
 	EagerOverhead float64 `json:"eager_overhead,omitempty" yaml:"eager_overhead,omitempty"`
 
+	// Draft, when set, is the draft model of speculative decoding (Spec): one forward of it is
+	// its DecodeTime. BuildServer builds it with the target from the model card.
+	Draft *Profile `json:"draft,omitempty" yaml:"draft,omitempty"`
+
 	// Fit, when set, records the ranges a calibrated profile was fitted on (calibrate).
 	Fit *FitRange `json:"fit,omitempty" yaml:"fit,omitempty"`
 
@@ -178,8 +182,7 @@ func (p Profile) PrefillTime(newTokens int, newTimesContext float64) time.Durati
 // DecodeTime is the duration of one decode step over batch requests whose contexts sum to
 // context tokens, without speedup.
 func (p Profile) DecodeTime(batch, context int) time.Duration {
-	b, c := float64(batch), float64(context)
-	return seconds(p.B0 + p.B1*b + p.B2*c + max(p.M0+p.expertRead(p.ExpertM0, batch)+p.M2*c, p.C1*b+p.C2*c))
+	return p.verifyTime(batch, 1, context)
 }
 
 // expertRead is the time to read the routed experts a batch of n tokens hits, of m for all.
@@ -210,12 +213,7 @@ func (p Profile) AttnPrefillTime(newTokens int, newTimesContext float64) time.Du
 // ~2.7 ms of compute, KV ~7.5 ms of reads, the one max charged ~8.2 ms for both); the DeepSeek,
 // Kimi and GB200 decode sets are compute-bound in both kernels and barely move.
 func (p Profile) AttnDecodeTime(batch, context int) time.Duration {
-	if p.DPAttn == nil {
-		return p.DecodeTime(batch, context)
-	}
-	b, c := float64(batch), float64(context)
-	d := p.DPAttn
-	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0, d.AttnC1*b) + max(p.M2*c, p.C2*c))
+	return p.attnVerifyTime(batch, 1, context)
 }
 
 // SharedTime is the part of a DP-attention step that runs on the tokens gathered from every

@@ -77,6 +77,7 @@ type request struct {
 	insertPending bool    // prefilled; its prompt becomes matchable after the next batch is formed
 	onLink        bool    // prefill: in rk.link.act
 	retractedQ    bool    // decode: in rk.retracted (counted in rk.retractedNeed)
+	specCarry     float32 // speculative decoding: the accepted tokens' running remainder (accepted)
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
@@ -85,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Spec.On() {
+		cfg.DisableOverlap = true // SGLang's speculative worker runs without the overlap scheduler
+	}
 	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time),
 		earlyCached: make(map[uint64]int), neverKV: cfg.NeverSignalKV}
 	s.live.next, s.live.prev = &s.live, &s.live

@@ -257,6 +257,15 @@ func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs)
 		return Profile{}, ServerArgs{}, err
 	}
 	p.HostOverhead = DefaultHostOverhead // as the presets: a server has its tokenizer and HTTP path
+	if r.Spec.On() {
+		r.Spec = r.Spec.WithDefaults(m.Architecture)
+		if err := r.Spec.check(); err != nil {
+			return Profile{}, ServerArgs{}, err
+		}
+		if p.Draft, err = buildDraft(m, g, par, r.Spec.Algorithm); err != nil {
+			return Profile{}, ServerArgs{}, err
+		}
+	}
 	capacity := p.MaxTotalTokens
 	if r.MaxTotalTokens > 0 && r.MaxTotalTokens < capacity {
 		capacity = r.MaxTotalTokens
@@ -288,5 +297,5 @@ func (a ServerArgs) Validate() error {
 	case a.ScheduleConservativeness < 0 || math.IsNaN(a.ScheduleConservativeness) || math.IsInf(a.ScheduleConservativeness, 0):
 		return fmt.Errorf("engine: --schedule-conservativeness %g must be > 0", a.ScheduleConservativeness)
 	}
-	return nil
+	return a.Spec.Validate()
 }
