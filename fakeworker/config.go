@@ -209,6 +209,9 @@ func (c Config) Validate() error {
 	if c.GPU == "" && c.Args.MemFractionStatic != 0 {
 		return fmt.Errorf("fakeworker: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
 	}
+	if c.GPU == "" && c.Args.KVCacheDType != "" {
+		return fmt.Errorf("fakeworker: --kv-cache-dtype needs --model-path and --gpu (a profile's KV format is its own)")
+	}
 	c = c.withDefaults()
 	f := c.Failures
 	switch {

@@ -318,6 +318,9 @@ func (c Cluster) Validate(pd bool) error {
 	case c.ModelPath == "" && (c.Args.MemFractionStatic != 0 || c.PrefillArgs != nil && c.PrefillArgs.MemFractionStatic != 0 ||
 		c.DecodeArgs != nil && c.DecodeArgs.MemFractionStatic != 0):
 		return fmt.Errorf("sim: --mem-fraction-static needs --model-path and --gpu (a profile's KV capacity is its own; set --max-total-tokens)")
+	case c.ModelPath == "" && (c.Args.KVCacheDType != "" || c.PrefillArgs != nil && c.PrefillArgs.KVCacheDType != "" ||
+		c.DecodeArgs != nil && c.DecodeArgs.KVCacheDType != ""):
+		return fmt.Errorf("sim: --kv-cache-dtype needs --model-path and --gpu (a profile's KV format is its own)")
 	case !pd && (c.PrefillTPSize|c.PrefillDPSize|c.PrefillEPSize|c.DecodeTPSize|c.DecodeDPSize|c.DecodeEPSize) != 0:
 		return fmt.Errorf("sim: --prefill-…-size and --decode-…-size need PD mode (--pd-disaggregation)")
 	}

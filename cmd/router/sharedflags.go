@@ -195,6 +195,8 @@ var engineArgs = []engineArg{
 		help: "share of GPU memory for weights and KV pool, with --model-path (default: as SGLang, the memory less activations and CUDA graphs sized by --chunked-prefill-size and --cuda-graph-max-bs)"},
 	{name: "schedule-conservativeness", float: func(a *engine.ServerArgs) *float64 { return &a.ScheduleConservativeness },
 		help: "above 1 admission reserves more of running requests' remaining output, below 1 less (default 1, as SGLang; ×0.3 under --enable-dp-attention)"},
+	{name: "kv-cache-dtype", str: func(a *engine.ServerArgs) *string { return &a.KVCacheDType },
+		help: "KV cache format, as SGLang: auto (the model's) or fp8_e4m3 / fp8_e5m2 (one byte per element: twice the pool's tokens, half the KV each step reads and each PD transfer moves, FP8 attention) (a --model-path engine)"},
 	{name: "speculative-algorithm", str: func(a *engine.ServerArgs) *string { return &a.Algorithm },
 		help: "speculative decoding, as SGLang: EAGLE, EAGLE3 or NEXTN (DeepSeek's multi-token-prediction layer as the draft); each decode step drafts, verifies and accepts --speculative-accept-length tokens per request, without the overlap scheduler (a --model-path engine)"},
 	{name: "speculative-num-steps", int: func(a *engine.ServerArgs) *int { return &a.NumSteps },

@@ -514,6 +514,10 @@ type ServerArgs struct {
 	CUDAGraphMaxBS           int     `json:"cuda_graph_max_bs,omitempty" yaml:"cuda_graph_max_bs,omitempty"`
 	MemFractionStatic        float64 `json:"mem_fraction_static,omitempty" yaml:"mem_fraction_static,omitempty"`
 	ScheduleConservativeness float64 `json:"schedule_conservativeness,omitempty" yaml:"schedule_conservativeness,omitempty"`
+	// KVCacheDType is SGLang's --kv-cache-dtype: auto ("": the model's) or fp8_e4m3 / fp8_e5m2,
+	// one byte per KV element: twice the pool's tokens, half the KV a step reads and moves,
+	// and FP8 attention kernels (BuildServer; a model card's KVDTypeBytes).
+	KVCacheDType string `json:"kv_cache_dtype,omitempty" yaml:"kv_cache_dtype,omitempty"`
 	// Spec is speculative decoding (--speculative-algorithm …, spec.go); its keys sit beside
 	// the others.
 	Spec `yaml:",inline"`

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // SGLang's memory-dependent defaults of its engine arguments, as python/sglang/srt/server_args.py
@@ -252,6 +253,9 @@ func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs)
 	}
 	r := a.WithSGLangDefaults(g, par)
 	g.MemFractionStatic = r.MemFractionStatic
+	if strings.HasPrefix(r.KVCacheDType, "fp8") {
+		m.KVDTypeBytes = 1
+	}
 	p, err := Build(name, m, g, par)
 	if err != nil {
 		return Profile{}, ServerArgs{}, err
@@ -296,6 +300,8 @@ func (a ServerArgs) Validate() error {
 		return fmt.Errorf("engine: --mem-fraction-static %g must be in (0, 1]", a.MemFractionStatic)
 	case a.ScheduleConservativeness < 0 || math.IsNaN(a.ScheduleConservativeness) || math.IsInf(a.ScheduleConservativeness, 0):
 		return fmt.Errorf("engine: --schedule-conservativeness %g must be > 0", a.ScheduleConservativeness)
+	case a.KVCacheDType != "" && a.KVCacheDType != "auto" && a.KVCacheDType != "fp8_e4m3" && a.KVCacheDType != "fp8_e5m2":
+		return fmt.Errorf("engine: --kv-cache-dtype %q is not modelled (auto, fp8_e4m3, fp8_e5m2)", a.KVCacheDType)
 	}
 	return a.Spec.Validate()
 }

@@ -136,3 +136,19 @@ func TestBuildServer(t *testing.T) {
 	_, _, err = BuildServer("x", Llama3Dense8B, H100SXM, Parallelism{TP: 4, DP: 3}, ServerArgs{})
 	assert.ErrorContains(t, err, "--dp-size")
 }
+
+// --kv-cache-dtype fp8_e4m3 stores the KV in one byte: the pool holds twice the tokens, a
+// long-context decode step reads half the KV, and the engine is otherwise the same.
+func TestBuildServerFP8KVCache(t *testing.T) {
+	par := Parallelism{TP: 4}
+	p16, r16, err := BuildServer("", Llama3Dense70B, H100SXM, par, ServerArgs{})
+	require.NoError(t, err)
+	p8, r8, err := BuildServer("", Llama3Dense70B, H100SXM, par, ServerArgs{KVCacheDType: "fp8_e4m3"})
+	require.NoError(t, err)
+	assert.InEpsilon(t, 2*r16.MaxTotalTokens, r8.MaxTotalTokens, 0.001)
+	assert.InEpsilon(t, p16.KVBytesPerToken/2, p8.KVBytesPerToken, 1e-9)
+	assert.Less(t, p8.DecodeTime(64, 64*8000), p16.DecodeTime(64, 64*8000))
+	assert.Equal(t, p16.M0, p8.M0, "the weights are untouched")
+	_, _, err = BuildServer("", Llama3Dense70B, H100SXM, par, ServerArgs{KVCacheDType: "int4"})
+	assert.ErrorContains(t, err, `--kv-cache-dtype "int4" is not modelled`)
+}
