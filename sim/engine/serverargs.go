@@ -251,6 +251,9 @@ func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs)
 			name += fmt.Sprintf("-ep%d", par.EP)
 		}
 	}
+	if a.Spec.On() && a.MaxRunningRequests == 0 {
+		a.MaxRunningRequests = SpecMaxRunningRequests
+	}
 	r := a.WithSGLangDefaults(g, par)
 	g.MemFractionStatic = r.MemFractionStatic
 	if strings.HasPrefix(r.KVCacheDType, "fp8") {

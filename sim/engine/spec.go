@@ -55,6 +55,10 @@ const SpecDraftOverhead = 0.17e-3
 // without speculation) less six 0.43 ms draft forwards.
 const SpecVerifyOverhead = 4.0e-3
 
+// SpecMaxRunningRequests is SGLang's --max-running-requests default under EAGLE speculative
+// decoding (server_args.py: 48 when unset, the server's, divided among DP-attention ranks).
+const SpecMaxRunningRequests = 48
+
 // Spec is a server's speculative decoding (Algorithm "" → off), with SGLang's names.
 type Spec struct {
 	Algorithm    string  `json:"speculative_algorithm,omitempty" yaml:"speculative_algorithm,omitempty"`

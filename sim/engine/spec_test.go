@@ -112,6 +112,7 @@ func TestBuildServerSpeculative(t *testing.T) {
 	_, r, err := BuildServer("", Llama3Dense8B, H100SXM, Parallelism{TP: 1}, ServerArgs{Spec: Spec{Algorithm: "eagle3", AcceptLength: 4}})
 	require.NoError(t, err)
 	assert.Equal(t, Spec{Algorithm: SpecEAGLE3, NumSteps: 5, EagleTopK: 4, DraftTokens: 8, AcceptLength: 4}, r.Spec)
+	assert.Equal(t, SpecMaxRunningRequests, r.MaxRunningRequests, "SGLang's default under EAGLE")
 	p, r, err := BuildServer("", DeepSeekV3, H200SXM, Parallelism{TP: 8, DP: 8, EP: 8, DPAttention: true}, ServerArgs{Spec: Spec{Algorithm: SpecNEXTN, AcceptLength: 2.5}})
 	require.NoError(t, err)
 	assert.Equal(t, Spec{Algorithm: SpecNEXTN, NumSteps: 3, EagleTopK: 1, DraftTokens: 4, AcceptLength: 2.5}, r.Spec)
