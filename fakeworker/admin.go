@@ -150,6 +150,7 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"schedule_conservativeness":       conservativeness,
 		"schedule_policy":                 ec.SchedulePolicy,
 		"disable_overlap_schedule":        ec.DisableOverlap,
+		"enable_mixed_chunk":              ec.MixedChunk,
 		"bootstrap_timeout_s":             w.cfg.BootstrapTimeout.Seconds(),
 		"profile":                         ec.Profile.Name,
 		"gpu":                             gpu,

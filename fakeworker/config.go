@@ -57,6 +57,7 @@ type Config struct {
 	Args             engine.ServerArgs
 	SchedulePolicy   string            // prefill queue order: lpm (default) or fcfs (engine.Config.SchedulePolicy)
 	DisableOverlap   bool              // prompts matchable when their step ends (engine.Config.DisableOverlap)
+	MixedChunk       bool              // regular worker: running requests decode inside prefill steps (engine.Config.MixedChunk)
 	DecodeRadixCache bool              // decode: keep served prompts in a prefix cache (engine.Config.DecodeRadixCache)
 	Profile          engine.Profile    // step-time model; zero → engine.Instant()
 	BootstrapTimeout time.Duration     // PD: engine bootstrap deadline after a request arrives; 0 → 30 s; < 0: never
@@ -143,6 +144,7 @@ func (c Config) engineConfig() engine.Config {
 		DPAttention:      c.DPAttention,
 		SchedulePolicy:   c.SchedulePolicy,
 		DisableOverlap:   c.DisableOverlap,
+		MixedChunk:       c.MixedChunk,
 		DecodeRadixCache: c.DecodeRadixCache && c.Mode == engine.RoleDecode,
 		LinkBandwidth:    c.LinkGbps * 1e9 / 8,
 		BootstrapTimeout: c.BootstrapTimeout,

@@ -75,6 +75,9 @@ type Cluster struct {
 	// DisableOverlap is SGLang's --disable-overlap-schedule: prompts are matchable as soon as
 	// their prefill step ends, not one scheduling decision later.
 	DisableOverlap bool `json:"disable_overlap_schedule" yaml:"disable_overlap_schedule"`
+	// MixedChunk is SGLang's --enable-mixed-chunk: a regular server's running requests decode
+	// inside its prefill steps (engine.Config.MixedChunk).
+	MixedChunk bool `json:"enable_mixed_chunk,omitempty" yaml:"enable_mixed_chunk,omitempty"`
 	// DecodeRadixCache gives decode servers a prefix cache of the prompts they served (SGLang
 	// --disaggregation-decode-enable-radix-cache): a hit shrinks the KV transfer.
 	DecodeRadixCache bool `json:"decode_radix_cache" yaml:"decode_radix_cache"`

@@ -214,7 +214,7 @@ func newSim(cfg Config) (*sim, error) {
 		for i := range g.n {
 			ec := engine.Config{Role: g.role, DPSize: dp, Profile: prof, DPAttention: cl.DPAttention,
 				LinkBandwidth: cl.LinkGbps * 1e9 / 8, Speedup: cl.Speedup,
-				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap,
+				SchedulePolicy: cl.SchedulePolicy, DisableOverlap: cl.DisableOverlap, MixedChunk: cl.MixedChunk,
 				DecodeRadixCache: cl.DecodeRadixCache && g.role == engine.RoleDecode}
 			var sv *server
 			if x.kv != nil && slices.Contains(kvRoles, role) {

@@ -38,6 +38,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	engineArgFlags(fs, &c.Args, "")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
+	fs.BoolVar(&c.MixedChunk, "enable-mixed-chunk", false, "as SGLang: a regular server's running requests decode one token inside each prefill step (the chunk shrinks by their number) instead of waiting for the prompt's last chunk; off under speculative decoding")
 	fs.BoolVar(&c.DecodeRadixCache, "disaggregation-decode-enable-radix-cache", false, "decode worker: keep a prefix cache of the prompts served, as SGLang; a hit shrinks the KV transfer")
 	fs.StringVar(&f.profile, "profile", "constant", "timing profile: constant (with --ttft/--itl), instant, a preset listed by \"router fakeworker profiles\", or a profile file (YAML/JSON, see profiles --show)")
 	fs.DurationVar(&f.ttft, "ttft", 0, "constant profile: time to first token (default 100ms)")

@@ -167,6 +167,7 @@ func bindSimFlags(fs *pflag.FlagSet) *simFlags {
 	engineArgFlags(fs, &f.decodeArgs, "decode-")
 	fs.StringVar(&c.SchedulePolicy, "schedule-policy", engine.PolicyLPM, "prefill queue order, as SGLang --schedule-policy: lpm (longest prefix first, in-batch prefix sharing, FCFS past 128 waiting) or fcfs")
 	fs.BoolVar(&c.DisableOverlap, "disable-overlap-schedule", false, "as SGLang: a batch's prompts are matchable when its step ends, not after the next batch is scheduled")
+	fs.BoolVar(&c.MixedChunk, "enable-mixed-chunk", false, "as SGLang: a regular server's running requests decode one token inside each prefill step (the chunk shrinks by their number) instead of waiting for the prompt's last chunk; off under speculative decoding")
 	fs.BoolVar(&c.DecodeRadixCache, "decode-radix-cache", false, "decode servers keep a prefix cache of the prompts they served (SGLang --disaggregation-decode-enable-radix-cache); a hit shrinks the KV transfer")
 	fs.StringVar(&c.Profile, "profile", "", "engine profile of every server: a preset (router fakeworker profiles lists them) or a profile file (YAML/JSON) (default "+sim.DefaultProfile+" unless --model-path)")
 	fs.StringVar(&c.PrefillProfile, "prefill-profile", "", "engine profile of prefill servers (default --profile)")

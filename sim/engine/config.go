@@ -91,6 +91,12 @@ type Config struct {
 	// ScheduleConservativeness is SGLang's --schedule-conservativeness: it scales the
 	// new-token ratio admission charges running requests with; 0 → 1.
 	ScheduleConservativeness float64
+	// MixedChunk is SGLang's --enable-mixed-chunk (unified servers): while a prefill batch
+	// forms, the running requests join it for one decode token each instead of waiting for
+	// the next decode step (scheduler.py get_new_batch_prefill, ScheduleBatch.mix_with_running),
+	// and the step's prompt budget shrinks by their number (PrefillAdder rem_chunk_tokens).
+	// Off under speculative decoding, as SGLang turns it off.
+	MixedChunk bool
 	// Spec is speculative decoding (spec.go): decode steps draft, verify and accept
 	// Spec.AcceptLength tokens per request on average, timed with Profile.Draft (which it
 	// needs), without the overlap scheduler (DisableOverlap is implied). Zero: off.

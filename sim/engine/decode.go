@@ -212,14 +212,7 @@ func (s *Server) leaveRun(r *request) {
 // survivors, at most 1 (NewTokenRatioTracker.estimate_new_token_ratio_after_retract).
 // Otherwise the ratio decays one step toward its floor (decay_step).
 func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
-	live := rk.running[:0]
-	for _, r := range rk.running {
-		if !r.done {
-			live = append(live, r)
-		}
-	}
-	clear(rk.running[len(live):])
-	rk.running = live
+	s.liveRunning(rk)
 	if s.cfg.Role == RoleDecode {
 		for len(rk.running) < s.cfg.MaxRunningRequests {
 			r := rk.waiting.peek()
@@ -337,28 +330,8 @@ func (s *Server) retract(rk *rank, r *request) {
 func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 	decoded := 0
 	for _, r := range rk.running {
-		if r.done {
-			continue
-		}
-		// One token each, or what speculation accepted: the running sums move with each
-		// (min(remaining, clip) shrinks unless the remainder is above the clip).
-		for i := range s.accepted(r) {
-			if r.generated >= r.maxNew {
-				break
-			}
-			decoded++
-			if r.maxNew-r.generated <= ClipMaxNewTokens {
-				rk.runRemain--
-			}
-			rk.runSeq++
-			if i == 0 {
-				s.token(r, t)
-			} else {
-				s.chunkToken(r, t)
-			}
-		}
-		if r.generated >= r.maxNew {
-			s.complete(r, t)
+		if !r.done {
+			decoded += s.decodeTokens(rk, r, t)
 		}
 	}
 	rk.gen.add(t, decoded)
@@ -367,6 +340,33 @@ func (s *Server) finishDecodeStep(rk *rank, t time.Time) {
 	if rk.decodeSteps++; rk.decodeSteps%DecodeLogInterval == 0 {
 		s.publishKV(rk, t)
 	}
+}
+
+// decodeTokens gives running request r the output of a decode step ending at t — one token,
+// or what speculation accepted — and completes it at its max new tokens; it returns the tokens
+// produced. The running sums move with each token (min(remaining, clip) shrinks unless the
+// remainder is above the clip).
+func (s *Server) decodeTokens(rk *rank, r *request, t time.Time) int {
+	n := 0
+	for i := range s.accepted(r) {
+		if r.generated >= r.maxNew {
+			break
+		}
+		n++
+		if r.maxNew-r.generated <= ClipMaxNewTokens {
+			rk.runRemain--
+		}
+		rk.runSeq++
+		if i == 0 {
+			s.token(r, t)
+		} else {
+			s.chunkToken(r, t)
+		}
+	}
+	if r.generated >= r.maxNew {
+		s.complete(r, t)
+	}
+	return n
 }
 
 // accepted is the tokens r gains from this decode step: 1, or under speculative decoding

@@ -37,6 +37,13 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 	rk.batch = rk.batch[:0]
 	budget := s.cfg.ChunkedPrefillSize
 	unified := s.cfg.Role == RoleUnified
+	mixing := unified && s.cfg.MixedChunk && s.liveRunning(rk) > 0
+	if mixing {
+		budget -= len(rk.running) // rem_chunk_tokens: one token of each running request
+		if budget <= 0 {
+			return 0, false // the running batch fills the chunk: a decode step instead
+		}
+	}
 	// PrefillAdder's rem_total_tokens = free + evictable − offset, where the offset charges
 	// each running request min(remaining max new, clip) × new_token_ratio and each request
 	// admitted in this batch its clipped max new (its extend tokens are already reserved
@@ -115,11 +122,51 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 		rk.batchNew += int64(c.n)
 	}
 	rk.stepKind = stepPrefill
+	if mixing {
+		// Each running request adds one token attending its whole context.
+		n, ctx := s.mixRunning(rk)
+		newTok += n
+		newCtx += float64(ctx)
+	}
 	rk.stepTokens = newTok
 	if s.split() {
 		return s.dur(s.cfg.Profile.AttnPrefillTime(newTok, newCtx)), true
 	}
 	return s.dur(s.cfg.Profile.PrefillTime(newTok, newCtx)), true
+}
+
+// liveRunning drops the ended requests from rk's running batch and returns how many are left.
+func (s *Server) liveRunning(rk *rank) int {
+	live := rk.running[:0]
+	for _, r := range rk.running {
+		if !r.done {
+			live = append(live, r)
+		}
+	}
+	clear(rk.running[len(live):])
+	rk.running = live
+	return len(live)
+}
+
+// mixRunning reserves the KV of one more token for each running request of rk and makes them
+// ride the prefill step being formed (rk.mixed); it returns their number and Σ context. When
+// the pool cannot give them all a token the step goes unmixed (SGLang's PrefillAdder charged
+// their remaining tokens before admitting the prompts, so it does not happen there).
+func (s *Server) mixRunning(rk *rank) (n, ctx int) {
+	need := 0
+	for _, r := range rk.running {
+		need += max(s.kvNeed(r)-r.alloc, 0)
+	}
+	if !rk.reserve(need) {
+		return 0, 0
+	}
+	rk.mixed = rk.mixed[:0]
+	for _, r := range rk.running {
+		r.alloc += max(s.kvNeed(r)-r.alloc, 0)
+		rk.mixed = append(rk.mixed, r)
+		ctx += len(r.prompt) + r.generated
+	}
+	return len(rk.mixed), ctx
 }
 
 // orderWaiting orders rk's waiting queue by the schedule policy (schedule_policy.py
@@ -238,6 +285,17 @@ func (s *Server) admit(rk *rank, r *request, t time.Time, offset float64) bool {
 }
 
 func (s *Server) finishPrefillStep(rk *rank, t time.Time) {
+	if len(rk.mixed) > 0 { // the running requests that decoded inside this step
+		decoded := 0
+		for i, r := range rk.mixed {
+			rk.mixed[i] = nil
+			if !r.done {
+				decoded += s.decodeTokens(rk, r, t)
+			}
+		}
+		rk.mixed = rk.mixed[:0]
+		rk.gen.add(t, decoded)
+	}
 	for i, c := range rk.batch {
 		rk.batch[i] = chunk{}
 		r := c.r

@@ -38,6 +38,7 @@ type rank struct {
 	pendingInsert []*request // prefilled, prompt not yet matchable (overlap lag)
 	inBatch       [][]uint32 // orderWaiting's scratch: leading tokens of picked prompts
 	stepTokens    int        // the step in progress: new tokens (prefill) or batch size (decode)
+	mixed         []*request // the running requests decoding inside the prefill step in progress (Config.MixedChunk)
 
 	// SGLang's admission state (scheduler.py, schedule_policy.py PrefillAdder).
 	ratio      float64    // new_token_ratio: the share of their remaining outputs running requests are charged

@@ -88,6 +88,7 @@ func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Spec.On() {
 		cfg.DisableOverlap = true // SGLang's speculative worker runs without the overlap scheduler
+		cfg.MixedChunk = false    // and without mixed chunks (server_args.py, with a warning)
 	}
 	s := &Server{cfg: cfg, parallel: cfg.Profile.Constant, rooms: make(map[uint64]*request), early: make(map[uint64]time.Time),
 		earlyCached: make(map[uint64]int), neverKV: cfg.NeverSignalKV}
