@@ -810,8 +810,9 @@ var (
 	// hidden 8192 → head dim 128; 70.6 B parameters (model card); attention
 	// 80·(8192·8192·2 + 8192·1024·2) = 12.1 B.
 	Llama3Dense70B = ModelCard{Name: "llama3-70b", Architecture: "LlamaForCausalLM", Vocab: 128256,
-		Aliases: []string{"meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"},
-		Params:  70.6e9, ActiveParams: 70.6e9, AttnParams: 12.1e9, Hidden: 8192, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
+		Aliases: []string{"meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B-Instruct",
+			"meta-llama/Llama-3.3-70B-Instruct"}, // 3.3: the same shapes and weights format
+		Params: 70.6e9, ActiveParams: 70.6e9, AttnParams: 12.1e9, Hidden: 8192, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128, DTypeBytes: 2}
 	// Qwen3MoE30BA3B: Qwen/Qwen3-30B-A3B config.json: 48 layers (all MoE), 32 heads, 4 KV heads,
 	// head_dim 128, hidden 2048, 128 experts with 8 active; 30.5 B total, 3.3 B activated
 	// parameters (model card); attention 48·(2048·4096·2 + 2048·512·2) = 0.906 B.
@@ -828,7 +829,8 @@ var (
 	// (MHA over decompressed K/V, qk 192, v 128) 2·128·(192 + 128). Routed experts: 58 layers ·
 	// 256 experts · 3·7168·2048 (moe_intermediate_size 2048) = 654 B, 8 per token. This is the
 	// GB200 part II blog's "high precision": BF16 attention (KV) + FP8 MoE.
-	DeepSeekV3 = ModelCard{Name: "deepseek-v3", Architecture: "DeepseekV3ForCausalLM", Vocab: 129280, Aliases: []string{"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"},
+	DeepSeekV3 = ModelCard{Name: "deepseek-v3", Architecture: "DeepseekV3ForCausalLM", Vocab: 129280, Aliases: []string{"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
+		"deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1-0528"}, // later checkpoints of the same config.json
 		Params: 671e9, ActiveParams: 37e9, AttnParams: 11.4e9, Hidden: 7168, Layers: 61, MoELayers: 58,
 		RoutedParams: 654e9, Experts: 256, TopK: 8, Heads: 128, KVHeads: 1, HeadDim: 288,
 		AttnFLOPsPerPair: 2 * 128 * (576 + 512), PrefillAttnFLOPsPerPair: 2 * 128 * (192 + 128),
