@@ -255,6 +255,9 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 		if truthy(roleArgs(s, sv.role)["disable_overlap_schedule"]) {
 			cl.DisableOverlap = true
 		}
+		if truthy(roleArgs(s, sv.role)["enable_mixed_chunk"]) { // --enable-mixed-chunk, likewise
+			cl.MixedChunk = true
+		}
 	}
 	if first.par.DPAttention != svs[len(svs)-1].par.DPAttention {
 		return nil, fmt.Errorf("DP attention differs between the pools: sim sets --enable-dp-attention for every server")

@@ -118,6 +118,9 @@ func serverArgs(m map[string]any, notes *[]string) engine.ServerArgs {
 	if f, ok := num("schedule_conservativeness"); ok {
 		a.ScheduleConservativeness = f
 	}
+	if v, ok := m["kv_cache_dtype"].(string); ok && v != "" && v != "auto" {
+		a.KVCacheDType = v
+	}
 	return a
 }
 
