@@ -83,7 +83,7 @@ type Config struct {
 
 	// Request ids, CORS.
 	RequestIDHeaders   []string `json:"request_id_headers" yaml:"request_id_headers" help:"headers whose first present value is the request id (space-separated or repeated)"`
-	RoutingKeyFields   []string `json:"routing_key_fields" yaml:"routing_key_fields" help:"consistent_hashing, manual: top-level request body fields whose first present value (a string or number) is the routing key when no routing-key header is sent, e.g. user (OpenAI's) or session_id; space-separated or repeated"`
+	RoutingKeyFields   []string `json:"routing_key_fields" yaml:"routing_key_fields" help:"consistent_hashing, manual: request body fields whose first present value (a string or number) is the routing key when no routing-key header is sent, e.g. user (OpenAI's) or session_id; a dotted path reaches into objects (metadata.session_id); space-separated or repeated"`
 	RoutingKeyHeaders  []string `json:"routing_key_headers" yaml:"routing_key_headers" help:"consistent_hashing: headers whose first present value is a request's routing key, read before X-SMG-Routing-Key (always read, as smg does); space-separated or repeated"`
 	CORSAllowedOrigins []string `json:"cors_allowed_origins" yaml:"cors_allowed_origins" help:"allowed CORS origins (space-separated or repeated; empty: any)"`
 

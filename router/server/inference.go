@@ -137,7 +137,7 @@ func (s *Server) routingKey(x *exchange) string {
 		return k
 	}
 	for _, f := range s.cfg.RoutingKeyFields {
-		v, ok := x.body.Field(f)
+		v, ok := fieldPath(x.body, f)
 		if !ok || len(v) == 0 {
 			continue
 		}
@@ -152,6 +152,29 @@ func (s *Server) routingKey(x *exchange) string {
 		}
 	}
 	return ""
+}
+
+// fieldPath returns the raw JSON value at f in the body: a top-level member, or along a dotted
+// path a member of nested objects (metadata.session_id); a top-level member whose name has the
+// dots wins. Only the objects on the path are decoded.
+func fieldPath(b *wire.Body, f string) ([]byte, bool) {
+	if v, ok := b.Field(f); ok {
+		return v, true
+	}
+	head, rest, dotted := strings.Cut(f, ".")
+	if !dotted {
+		return nil, false
+	}
+	v, ok := b.Field(head)
+	for ok && rest != "" {
+		var obj map[string]json.RawMessage
+		if len(v) == 0 || v[0] != '{' || json.Unmarshal(v, &obj) != nil {
+			return nil, false
+		}
+		head, rest, _ = strings.Cut(rest, ".")
+		v, ok = obj[head]
+	}
+	return v, ok
 }
 
 // firstHeader returns the first non-empty value of the first of keys (canonical) h has, "" when

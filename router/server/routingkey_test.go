@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -194,7 +195,7 @@ func TestRoutingKeyFromBodyFields(t *testing.T) {
 	ws := keyWorkers(t, 4)
 	cfg := regularConfig(ws...)
 	cfg.Policy = router.PolicyConsistentHashing
-	cfg.RoutingKeyFields = []string{"user", "session_id"}
+	cfg.RoutingKeyFields = []string{"user", "session_id", "metadata.conversation.id"}
 	tr := startRouter(t, cfg)
 	post := func(body string, hdr map[string]string) {
 		status, _, out := tr.post(t, "/v1/chat/completions", body, hdr)
@@ -204,11 +205,12 @@ func TestRoutingKeyFromBodyFields(t *testing.T) {
 		for range 3 {
 			post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"user":"u%d","key":"u%d"}`, k, k), nil)
 			post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"session_id":%d,"key":"s%d"}`, k, k), nil)
+			post(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"metadata":{"conversation":{"id":"c%d"}},"key":"c%d"}`, k, k), nil)
 		}
 	}
 	byKey := keyedCalls(ws)
-	require.Len(t, byKey, 32)
-	assert.GreaterOrEqual(t, len(oneWorkerPerKey(t, byKey)), 3, "32 keys over 4 workers")
+	require.Len(t, byKey, 48)
+	assert.GreaterOrEqual(t, len(oneWorkerPerKey(t, byKey)), 3, "48 keys over 4 workers")
 
 	// The header's key wins over the body's: the same user with two header keys that hash to
 	// different workers goes to two workers.
@@ -224,4 +226,28 @@ func TestRoutingKeyFromBodyFields(t *testing.T) {
 		}
 	}
 	assert.Greater(t, len(seen), 1)
+}
+
+// fieldPath: top-level members, dotted paths into nested objects, a top-level name with dots
+// first, and nothing through a non-object or a missing member.
+func TestFieldPath(t *testing.T) {
+	b, err := wire.Parse(wire.Chat, []byte(`{"messages":[{"role":"user","content":"hi"}],"user":"u1","a.b":"flat","a":{"b":{"c":7},"s":"x"},"n":3}`))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		path, want string
+		ok         bool
+	}{
+		{"user", `"u1"`, true},
+		{"a.b", `"flat"`, true},
+		{"a.b.c", `7`, true},
+		{"a.s", `"x"`, true},
+		{"a.missing", ``, false},
+		{"n.x", ``, false},
+		{"a.s.x", ``, false},
+		{"nope", ``, false},
+	} {
+		v, ok := fieldPath(b, tc.path)
+		assert.Equal(t, tc.ok, ok, tc.path)
+		assert.Equal(t, tc.want, string(v), tc.path)
+	}
 }
