@@ -180,6 +180,22 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 	return p, r, nil
 }
 
+// Server resolves the servers of role (prefill, decode or unified) as a run would: their
+// engine profile (built from ModelPath and GPU at the pool's parallelism, or the named preset
+// or profile file) and the per-rank engine arguments (SGLang's defaults filled in for a model
+// on a GPU; unset ones zero for a preset, which then takes the engine's defaults). Call it on
+// WithDefaults(pd). `router sim plan` bounds a candidate cluster with it before simulating.
+func (c Cluster) Server(role engine.Role) (engine.Profile, engine.ServerArgs, error) {
+	name := c.Profile
+	switch {
+	case role == engine.RolePrefill && c.PrefillProfile != "":
+		name = c.PrefillProfile
+	case role == engine.RoleDecode && c.DecodeProfile != "":
+		name = c.DecodeProfile
+	}
+	return c.server(role, name)
+}
+
 // sizeFlags names the flags that set role's parallelism, for errors.
 func (c Cluster) sizeFlags(role engine.Role) string {
 	tp, dp, ep := c.Sizes(role)
