@@ -334,13 +334,16 @@ func (p *Plan) Finish(progress Progress) error {
 			}
 			same := sim.BaseIndex(c.Point.Config, p.Spec.Router, pts) // the base settings: simulated already
 			for _, pt := range pts {
-				if pt.Index == same {
-					continue
-				}
 				v := &Candidate{Index: len(p.Candidates), Prefill: c.Prefill, Decode: c.Decode, P: c.P, D: c.D, Router: pt.Values}
 				v.Point = pt
 				v.Point.Index = v.Index
 				p.Candidates = append(p.Candidates, v)
+				if pt.Index == same { // the cluster's own run, now named by its settings
+					v.Point.Result = c.Point.Result
+					v.score(p.Spec.SLO)
+					c.superseded = true
+					continue
+				}
 				variants = append(variants, v)
 			}
 		}
@@ -354,7 +357,7 @@ func (p *Plan) Finish(progress Progress) error {
 func (p *Plan) rank() {
 	p.Ranked = p.Ranked[:0]
 	for _, c := range p.Candidates {
-		if c.Simulated {
+		if c.Simulated && !c.superseded {
 			p.Ranked = append(p.Ranked, c)
 		}
 	}
@@ -381,10 +384,11 @@ func (p *Plan) rank() {
 			return cmp.Or(cmp.Compare(miss(a), miss(b)), cmp.Compare(a.Index, b.Index))
 		}
 		gpus, good := cmp.Compare(a.GPUs(), b.GPUs()), cmp.Compare(b.GoodputPerGPU(), a.GoodputPerGPU())
+		rest := cmp.Or(cmp.Compare(a.TTFTMs, b.TTFTMs), cmp.Compare(a.TPOTMs, b.TPOTMs), cmp.Compare(a.Index, b.Index))
 		if p.Spec.Objective == ObjectiveGoodputPerGPU {
-			return cmp.Or(good, gpus, cmp.Compare(a.Index, b.Index))
+			return cmp.Or(good, gpus, rest)
 		}
-		return cmp.Or(gpus, good, cmp.Compare(a.Index, b.Index))
+		return cmp.Or(gpus, good, rest)
 	})
 }
 
@@ -396,9 +400,13 @@ const maxVerifyTries = 5
 func (p *Plan) verify(progress Progress) error {
 	p.Winner, p.Verified = nil, nil
 	tries := 0
+	var failed []*Candidate
 	for _, c := range p.Ranked {
 		if !c.Meets || tries >= maxVerifyTries {
 			return nil
+		}
+		if slices.ContainsFunc(failed, func(f *Candidate) bool { return f.Shape() == c.Shape() && f.Outcome == c.Outcome }) {
+			continue // router settings that made no difference on this cluster: the same runs again
 		}
 		tries++
 		seed := int64(1)
@@ -424,6 +432,7 @@ func (p *Plan) verify(progress Progress) error {
 			p.Winner = c
 			return nil
 		}
+		failed = append(failed, c)
 	}
 	return nil
 }

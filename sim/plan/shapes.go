@@ -75,6 +75,8 @@ type Candidate struct {
 	Point sim.Point
 	// Outcome of the simulation (Score).
 	Outcome
+	// superseded: a router variant holds this cluster's run under its settings' name.
+	superseded bool
 }
 
 // GPUs is the candidate's GPU count.
@@ -108,8 +110,8 @@ type bounds struct {
 //     rank: the longest prompt): that request can never run;
 //   - TTFT: the SLO's percentile of the requests' idle prefill time — each request's least
 //     uncached prompt (Workload.UncachedMin) chunked at --chunked-prefill-size on an idle
-//     rank, attention from position 0 — is above the TTFT objective (a request's TTFT is at
-//     least its prefill);
+//     rank, attention from position 0, plus the fixed cost of a KV transfer — is above the
+//     TTFT objective (a request's TTFT is at least that);
 //   - TPOT: the decode step of a batch of one at the SLO's percentile of prompt lengths is
 //     above the TPOT objective (a request's every step is at least that of a batch of one
 //     at its context);
@@ -210,14 +212,16 @@ func kvPool(p engine.Profile, a engine.ServerArgs) int {
 	return p.MaxTotalTokens
 }
 
-// prefillIdle is the prefill of n new tokens alone on an idle rank: chunks of chunk tokens,
-// each attending to the chunks before it (the mean position), the shared part of a
-// DP-attention step on this rank's tokens alone.
+// prefillIdle is the least TTFT of a request of n new tokens: its prefill alone on an idle
+// rank — chunks of chunk tokens, each attending to the chunks before it (the mean position),
+// the shared part of a DP-attention step on this rank's tokens alone — and the fixed part of
+// its KV transfer (T0 and PDOverhead).
 func prefillIdle(p engine.Profile, n, chunk int, dpa bool) time.Duration {
 	if p.Constant {
 		return p.TTFT
 	}
-	var d time.Duration
+	// Every request's KV transfer costs at least its fixed part, which TTFT holds once.
+	d := time.Duration((p.PDOverhead + p.T0) * float64(time.Second))
 	for done := 0; done < n; {
 		c := min(chunk, n-done)
 		ctx := float64(done) + float64(c)/2
