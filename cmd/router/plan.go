@@ -96,7 +96,6 @@ type planFlags struct {
 	namespace    string
 	image        string
 	hourlyRates  []float64
-	sloFlagGiven bool
 }
 
 func bindPlanFlags(fs *pflag.FlagSet) *planFlags {

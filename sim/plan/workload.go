@@ -92,7 +92,7 @@ func Analyze(p workloads.Params, l workloads.LoadParams) (Workload, error) {
 func (w *Workload) add(ids []uint32, input, output int, seen map[uint64]struct{}) {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
-	shared := 0 // whole pages matched so far
+	shared := 0      // whole pages matched so far
 	matching := true // every page so far was seen
 	for i, id := range ids {
 		h = (h ^ uint64(id)) * prime
