@@ -85,17 +85,17 @@ const planExample = `  # 70B on an 8-GPU H200 node, random 2k-token prompts at 6
 
 // planFlags are plan's own flags (the others are sim's).
 type planFlags struct {
-	spec         plan.Spec
-	varies       []string
-	shard        string
-	merge        bool
-	rows         int
-	showPruned   bool
-	overlay      string
-	overlayBase  string
-	namespace    string
-	image        string
-	hourlyRates  []float64
+	spec        plan.Spec
+	varies      []string
+	shard       string
+	merge       bool
+	rows        int
+	showPruned  bool
+	overlay     string
+	overlayBase string
+	namespace   string
+	image       string
+	hourlyRates []float64
 }
 
 func bindPlanFlags(fs *pflag.FlagSet) *planFlags {
