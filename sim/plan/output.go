@@ -132,7 +132,11 @@ func (p *Plan) writeVerification(w io.Writer) {
 		}
 	}
 	if p.Winner == nil {
-		fmt.Fprintln(w, "\nno candidate meets the SLO within the budget"+p.verifyNote())
+		note := ""
+		if p.Spec.VerifySeeds > 0 {
+			note = fmt.Sprintf(" at the search's seed and %d other seeds", p.Spec.VerifySeeds)
+		}
+		fmt.Fprintln(w, "\nno candidate within the budget meets the SLO"+note)
 		return
 	}
 	c := p.Winner
