@@ -109,6 +109,7 @@ func bindPlanFlags(fs *pflag.FlagSet) *planFlags {
 	fs.Float64Var(&s.SLO.Goodput, "goodput-target", 0, "least share of requests meeting both objectives, in [0,1] (0: none)")
 	fs.StringVar(&s.Objective, "objective", plan.ObjectiveMinGPUs, "ranking of the candidates meeting the SLO: "+strings.Join(plan.Objectives, ", "))
 	fs.StringArrayVar(&p.varies, "vary", nil, "KEY=v1,v2,…: router settings to try on the --top best clusters (sweep's keys; repeatable)")
+	fs.IntSliceVar(&s.TPSizes, "tp-sizes", nil, "the --tp-size values a server may take, e.g. 2,4 (default: every power of two up to --gpus-per-node that the model's heads divide)")
 	fs.IntVar(&s.Top, "top", 3, "clusters meeting the SLO that --vary's grid runs on")
 	fs.IntVar(&s.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations at once (default: one per core)")
 	fs.IntVar(&s.VerifySeeds, "verify-seeds", 3, "re-simulate the winner at this many other seeds; it must meet the SLO at each")

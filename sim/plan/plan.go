@@ -96,6 +96,9 @@ type Spec struct {
 	// cache_threshold, …); each of their grid points is a candidate of its own.
 	Router []sim.Vary
 	Top    int
+	// TPSizes, when set, are the only --tp-size values a server may take (the plan still
+	// drops those the model and node cannot run).
+	TPSizes []int
 	// Parallel simulations at once (≤ 0: one per core).
 	Parallel int
 	// VerifySeeds: the winner is re-simulated at this many other seeds (the base seed + 1, + 2,
@@ -208,7 +211,11 @@ func Enumerate(spec Spec, w Workload) ([]*Candidate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan: --model-path: %w", err)
 		}
-		opts = ServerOptions(m, spec.GPUsPerNode, spec.GPUs)
+		for _, o := range ServerOptions(m, spec.GPUsPerNode, spec.GPUs) {
+			if len(spec.TPSizes) == 0 || slices.Contains(spec.TPSizes, o.TP) {
+				opts = append(opts, o)
+			}
+		}
 	} else {
 		// A preset or profile file brings its own parallelism: the plan chooses counts.
 		tp, dp, ep := cl.Sizes(engine.RoleUnified)
