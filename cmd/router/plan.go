@@ -10,12 +10,14 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/plan"
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 const planLong = `plan searches for the cheapest SGLang PD deployment that meets service-level objectives on a
@@ -57,6 +59,8 @@ Progress goes to stderr.
 Load over time: --hourly-rates r0,r1,… (req/s per hour, e.g. a diurnal curve) plans each hour
 alone at its rate — the fewest GPUs meeting the SLO, simulating clusters of equal GPU count
 together, fewest first — and prints the servers per role per hour, an autoscaler's schedule.
+--hourly-from-trace takes the rates from a trace workload's timestamps, one per --hour window
+(each hour's requests then arrive as Poisson at that rate).
 
 Large searches: 'plan --shard i/N --out DIR' simulates every N-th surviving cluster and writes
 DIR/sweep.json (the format of 'router sim sweep --shard', so deploy/k8s/sim-sweep-job.yaml's
@@ -96,6 +100,8 @@ type planFlags struct {
 	namespace   string
 	image       string
 	hourlyRates []float64
+	hourlyTrace bool
+	hour        time.Duration
 }
 
 func bindPlanFlags(fs *pflag.FlagSet) *planFlags {
@@ -122,6 +128,8 @@ func bindPlanFlags(fs *pflag.FlagSet) *planFlags {
 	fs.StringVar(&p.namespace, "overlay-namespace", "pdrouter-plan", "namespace (and instance label) of the overlay's objects")
 	fs.StringVar(&p.image, "sglang-image", "lmsysorg/sglang:latest", "image of the overlay's SGLang workers")
 	fs.Var((*rateList)(&p.hourlyRates), "hourly-rates", "plan each hour alone at its rate (req/s, comma-separated): the servers per role per hour")
+	fs.BoolVar(&p.hourlyTrace, "hourly-from-trace", false, "plan each --hour of a trace workload alone at the rate its timestamps give that hour")
+	fs.DurationVar(&p.hour, "hour", time.Hour, "the window of --hourly-from-trace (after --time-scale)")
 	return p
 }
 
@@ -158,6 +166,18 @@ func newSimPlanCmd() *cobra.Command {
 			fmt.Fprintln(stderr, "plan: "+note)
 		}
 		prog := newPlanProgress(stderr)
+		if pf.hourlyTrace {
+			if len(pf.hourlyRates) > 0 {
+				return errors.New("plan: give --hourly-rates or --hourly-from-trace, not both")
+			}
+			rates, err := plan.TraceRates(spec.Base.Workload, pf.hour)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "plan: the trace's rate per %v: %v req/s\n", pf.hour, rates)
+			pf.hourlyRates = rates
+			spec.Base.Load.Arrival = workloads.ArrivalPoisson // each hour at its rate
+		}
 		if len(pf.hourlyRates) > 0 {
 			if pf.merge || spec.Shards > 1 {
 				return errors.New("plan: --hourly-rates runs here: it takes no --shard or --merge")

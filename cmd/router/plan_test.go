@@ -130,3 +130,26 @@ func TestSimPlanShardsAndMerge(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }
+
+// --hourly-from-trace plans each window of a trace at the rate its timestamps give.
+func TestSimPlanHourlyFromTrace(t *testing.T) {
+	var b strings.Builder
+	for i := range 40 { // 10 requests in the first minute, 30 in the second
+		ms := i * 6000
+		if i >= 10 {
+			ms = 60000 + (i-10)*2000
+		}
+		b.WriteString(`{"timestamp": ` + strconv.Itoa(ms) + `, "input_length": 800, "output_length": 30, "hash_ids": [` + strconv.Itoa(i%2) + `]}` + "\n")
+	}
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(b.String()), 0o644))
+	out, stderr, err := runWithStderr(t, "sim", "plan", "--model-path", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "4",
+		"--workload", "mooncake", "--api", "completions", "--trace-file", trace, "--hourly-from-trace", "--hour", "1m",
+		"--slo-ttft-ms", "300", "--slo-tpot-ms", "20", "--verify-seeds", "1")
+	require.NoError(t, err, stderr)
+	t.Log("\n" + out)
+	assert.Contains(t, stderr, "plan: the trace's rate per 1m0s: [0.16666666666666666 0.5] req/s")
+	assert.Regexp(t, `(?m)^\s+0\s+0\.1666\d*\s+2\s+1×tp1\s+1×tp1`, out)
+	assert.Regexp(t, `(?m)^\s+1\s+0\.5\s+\d+\s`, out)
+	assert.Contains(t, out, "prefill servers by hour: ")
+}

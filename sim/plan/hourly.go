@@ -1,11 +1,15 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 // Cheapest plans for the fewest GPUs alone: it simulates the clusters the bounds leave in
@@ -111,4 +115,57 @@ func (s *Schedule) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "\nprefill servers by hour: %s\ndecode servers by hour:  %s\n", strings.Join(pre, ","), strings.Join(dec, ","))
 	return err
+}
+
+// TraceRates reads the arrival timestamps of the trace workload p (mooncake, azure; scaled by
+// --time-scale) and returns its rate in each window of length hour from the first arrival:
+// the requests arriving in it per second. A window without arrivals has rate 0, which Hourly
+// cannot plan: it is an error naming the window.
+func TraceRates(p workloads.Params, hour time.Duration) ([]float64, error) {
+	if !p.IsTrace() {
+		return nil, fmt.Errorf("plan: --hourly-from-trace needs a trace workload (--workload mooncake or azure with --trace-file)")
+	}
+	if hour <= 0 {
+		return nil, fmt.Errorf("plan: --hour %v must be > 0", hour)
+	}
+	src, err := workloads.NewSource(p)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	var counts []int
+	var first time.Duration
+	n := 0
+	for {
+		s, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !s.HasArrival {
+			continue
+		}
+		if n == 0 {
+			first = s.Arrival
+		}
+		n++
+		h := int(max(s.Arrival-first, 0) / hour)
+		for len(counts) <= h {
+			counts = append(counts, 0)
+		}
+		counts[h] += s.Turns()
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("plan: --hourly-from-trace: the trace %s has no timestamped requests", p.TraceFile)
+	}
+	rates := make([]float64, len(counts))
+	for h, c := range counts {
+		if c == 0 {
+			return nil, fmt.Errorf("plan: --hourly-from-trace: no request arrives in window %d (from %v): choose a longer --hour", h, time.Duration(h)*hour)
+		}
+		rates[h] = float64(c) / hour.Seconds()
+	}
+	return rates, nil
 }

@@ -2,12 +2,15 @@ package plan
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -271,4 +274,50 @@ func TestSpecValidate(t *testing.T) {
 		assert.ErrorContains(t, s.Validate(), tc.want)
 	}
 	assert.NoError(t, small(t).Validate())
+}
+
+// writeTrace writes a Mooncake trace of n1 requests in the first minute and n2 in the second.
+func writeTrace(t *testing.T, n1, n2 int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n1 + n2 {
+		ms := i * 60000 / n1
+		if i >= n1 {
+			ms = 60000 + (i-n1)*60000/n2
+		}
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": 900, "output_length": 40, "hash_ids": [%d, %d]}`+"\n", ms, i%3, 100+i)
+	}
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
+
+// A trace's rate per window comes from its timestamps (after --time-scale), and the hourly plan
+// gives the busier window at least the GPUs of the quieter one.
+func TestTraceRatesAndHourlyPlan(t *testing.T) {
+	p := workloads.DefaultParams()
+	p.Workload, p.API, p.TraceFile, p.TimeScale = workloads.WorkloadMooncake, workloads.APICompletions, writeTrace(t, 30, 90), 1
+	rates, err := TraceRates(p, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{0.5, 1.5}, rates)
+	p.TimeScale = 0.5 // replayed twice as fast: both windows in the first minute
+	rates, err = TraceRates(p, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{2}, rates)
+	_, err = TraceRates(p, 10*time.Second)
+	require.NoError(t, err)
+	_, err = TraceRates(workloads.DefaultParams(), time.Hour)
+	assert.ErrorContains(t, err, "needs a trace workload")
+
+	p.TimeScale = 1
+	spec := small(t)
+	spec.Base.Workload = p
+	spec.Base.Load.Requests = 60
+	spec.VerifySeeds = 0
+	s, err := Hourly(spec, []float64{0.5, 1.5}, nil)
+	require.NoError(t, err)
+	require.NotNil(t, s.Hours[0].Plan.Winner)
+	require.NotNil(t, s.Hours[1].Plan.Winner)
+	assert.LessOrEqual(t, s.Hours[0].Plan.Winner.GPUs(), s.Hours[1].Plan.Winner.GPUs())
+	assert.InDelta(t, 1.5, s.Hours[1].Plan.Workload.Rate, 1e-9, "the hour's rate is the offered rate its bounds use")
 }
