@@ -58,7 +58,8 @@ Progress goes to stderr.
 
 Load over time: --hourly-rates r0,r1,… (req/s per hour, e.g. a diurnal curve) plans each hour
 alone at its rate — the fewest GPUs meeting the SLO, simulating clusters of equal GPU count
-together, fewest first — and prints the servers per role per hour, an autoscaler's schedule.
+together, fewest first; --vary is not run per hour — and prints the servers per role per hour,
+an autoscaler's schedule.
 --hourly-from-trace takes the rates from a trace workload's timestamps, one per --hour window
 (each hour's requests then arrive as Poisson at that rate).
 

@@ -46,7 +46,7 @@ func (p *Plan) WriteTable(w io.Writer, rows int, showPruned bool) error {
 	if rows > 0 && len(p.Ranked) > rows {
 		fmt.Fprintf(w, "(%d more simulated candidates; --rows 0 shows all)\n", len(p.Ranked)-rows)
 	}
-	fmt.Fprintf(w, "(goodput: requests/s meeting the TTFT and TPOT objectives, at the worst level; room: headroom to the objective)\n")
+	fmt.Fprintf(w, "(goodput: requests/s meeting the TTFT and TPOT objectives, at the worst level; room: headroom to the objective; router base: the router flags as given)\n")
 	p.writePruned(w, showPruned)
 	p.writeVerification(w)
 	return nil

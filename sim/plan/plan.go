@@ -315,6 +315,9 @@ func (p *Plan) simulate(stage string, cs []*Candidate, progress Progress) {
 	}
 	sim.RunPoints(pts, p.Spec.Parallel, func(done, total int, pt *sim.Point) {
 		c := cs[pt.Index]
+		if pt.Result != nil {
+			pt.Result.Records = nil // the levels hold every figure a plan reads; hundreds of runs' records would not fit
+		}
 		c.Point.Result, c.Point.Err = pt.Result, pt.Err
 		c.score(p.Spec.SLO)
 		if progress != nil {
