@@ -166,12 +166,9 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 		p, err := c.profile(profileName)
 		return p, args.PerRank(par), err
 	}
-	m, ok := c.Models[c.ModelPath]
-	if !ok {
-		var err error
-		if m, err = engine.LookupModel(c.ModelPath); err != nil {
-			return engine.Profile{}, args, fmt.Errorf("sim: --model-path: %w", err)
-		}
+	m, err := c.Model()
+	if err != nil {
+		return engine.Profile{}, args, err
 	}
 	gpu, flag := c.GPU, "gpu"
 	if role == engine.RolePrefill && c.PrefillGPU != "" {
@@ -208,6 +205,35 @@ func (c Cluster) presetSizes() error {
 		}
 	}
 	return nil
+}
+
+// Server resolves the servers of role (prefill, decode or unified) as a run would: their
+// engine profile (built from ModelPath and GPU at the pool's parallelism, or the named preset
+// or profile file) and the per-rank engine arguments (SGLang's defaults filled in for a model
+// on a GPU; unset ones zero for a preset, which then takes the engine's defaults). Call it on
+// WithDefaults(pd). `router sim plan` bounds a candidate cluster with it before simulating.
+func (c Cluster) Server(role engine.Role) (engine.Profile, engine.ServerArgs, error) {
+	name := c.Profile
+	switch {
+	case role == engine.RolePrefill && c.PrefillProfile != "":
+		name = c.PrefillProfile
+	case role == engine.RoleDecode && c.DecodeProfile != "":
+		name = c.DecodeProfile
+	}
+	return c.server(role, name)
+}
+
+// Model is the model card ModelPath names: one of Models (--model-config), else a built-in
+// card or its Hugging Face id.
+func (c Cluster) Model() (engine.ModelCard, error) {
+	if m, ok := c.Models[c.ModelPath]; ok {
+		return m, nil
+	}
+	m, err := engine.LookupModel(c.ModelPath)
+	if err != nil {
+		return m, fmt.Errorf("sim: --model-path: %w", err)
+	}
+	return m, nil
 }
 
 // sizeFlags names the flags that set role's parallelism, for errors.

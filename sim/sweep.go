@@ -241,11 +241,15 @@ func apply(c Config, key, val string) (Config, error) {
 		c.Routing = rt
 		return c, err
 	}
-	rc := c.Router
-	rc.Prefill, rc.Decode, rc.WorkerURLs = nil, nil, nil
-	if ok, err := set(&rc); ok || err != nil {
-		c.Router = rc
-		return c, err
+	// The router's worker lists (prefill, decode, worker_urls) are the simulator's to fill:
+	// those keys are the cluster's server counts.
+	if key != "prefill" && key != "decode" && key != "worker_urls" {
+		rc := c.Router
+		rc.Prefill, rc.Decode, rc.WorkerURLs = nil, nil, nil
+		if ok, err := set(&rc); ok || err != nil {
+			c.Router = rc
+			return c, err
+		}
 	}
 	cl := c.Cluster
 	if ok, err := set(&cl); ok || err != nil {
@@ -283,6 +287,14 @@ func SweepShard(base Config, vars []Vary, parallel, i, n int, progress func(done
 			pts = append(pts, p)
 		}
 	}
+	RunPoints(pts, parallel, progress)
+	return pts, nil
+}
+
+// RunPoints runs every point of pts (their Config), parallel at once (≤ 0: one per core), and
+// stores each one's Result and Err in place; progress is as SweepShard's. SweepShard runs a
+// grid's points so; `router sim plan` its candidate clusters.
+func RunPoints(pts []Point, parallel int, progress func(done, total int, p *Point)) {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
@@ -308,7 +320,6 @@ func SweepShard(base Config, vars []Vary, parallel, i, n int, progress func(done
 	}
 	close(work)
 	wg.Wait()
-	return pts, nil
 }
 
 // Sweep objectives (--objective).

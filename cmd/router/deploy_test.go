@@ -125,6 +125,8 @@ func objectMeta(t *testing.T, o any) (string, metav1.ObjectMeta) {
 		return "ServiceAccount", v.ObjectMeta
 	case *corev1.Namespace:
 		return "Namespace", v.ObjectMeta
+	case *corev1.ConfigMap:
+		return "ConfigMap", v.ObjectMeta
 	case *corev1.PersistentVolumeClaim:
 		return "PersistentVolumeClaim", v.ObjectMeta
 	case *rbacv1.Role:

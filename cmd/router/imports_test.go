@@ -47,6 +47,9 @@ var importRules = map[string]importRule{
 	"sim/engine":         {repo: []string{"sim/internal/heapq"}, external: gonum, forbidStd: noHTTP},
 	"sim":                {repo: []string{"router", "router/wire", "router/kvindex", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
 	"sim/validate":       {repo: []string{"router", "sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},
+	// sim/plan is the plan of ARCHITECTURE.md's sim row (`router sim plan`), a package of its own
+	// over sim's runs and sweeps: sim's imports and sim itself, no HTTP.
+	"sim/plan": {repo: []string{"sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},
 	// fakeworker also uses golang.org/x/sys for a timerfd (precise engine-loop wake-ups).
 	"fakeworker":               {repo: []string{"sim/engine", "router/wire", "router/kvindex", "router/tokenize", "workloads"}, external: append([]string{"golang.org/x/sys/", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/"}, prometheus...)},
 	"bench":                    {repo: []string{"workloads", "reports", "router/wire"}, external: []string{"github.com/tsenart/vegeta/"}},

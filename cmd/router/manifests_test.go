@@ -43,6 +43,8 @@ func decodeYAML(t *testing.T, path string, raw []byte) []any {
 		switch meta.Kind {
 		case "Job":
 			obj = &batchv1.Job{}
+		case "ConfigMap":
+			obj = &corev1.ConfigMap{}
 		case "PersistentVolumeClaim":
 			obj = &corev1.PersistentVolumeClaim{}
 		case "Deployment":

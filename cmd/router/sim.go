@@ -376,7 +376,7 @@ func newSimCmd() *cobra.Command {
 		}
 		return nil
 	}
-	cmd.AddCommand(newSimSweepCmd(), newSimCalibrateCmd(), newSimValidateCmd())
+	cmd.AddCommand(newSimSweepCmd(), newSimPlanCmd(), newSimCalibrateCmd(), newSimValidateCmd())
 	return cmd
 }
 
