@@ -234,7 +234,7 @@ func (pf *planFlags) resolve(fs *pflag.FlagSet, f *simFlags) (plan.Spec, error) 
 			return spec, fmt.Errorf("plan: --%s is what the plan chooses: leave it out", name)
 		}
 	}
-	if f.cluster.ModelPath != "" {
+	if f.cluster.ModelPath != "" || f.modelConfig != "" {
 		for _, name := range []string{"tp-size", "dp-size", "ep-size", "enable-dp-attention"} {
 			if fs.Changed(name) {
 				return spec, fmt.Errorf("plan: --%s is what the plan chooses with --model-path: leave it out", name)

@@ -153,3 +153,21 @@ func TestSimPlanHourlyFromTrace(t *testing.T) {
 	assert.Regexp(t, `(?m)^\s+1\s+0\.5\s+\d+\s`, out)
 	assert.Contains(t, out, "prefill servers by hour: ")
 }
+
+// A model given by its config.json plans like its built-in card: the same table.
+func TestSimPlanModelConfig(t *testing.T) {
+	card, err := run(t, planSmall...)
+	require.NoError(t, err)
+	args := append([]string{}, planSmall...)
+	for i, a := range args {
+		if a == "--model-path" {
+			args[i+1] = "llama3-8b" // the name the table shows
+			args = append(args, "--model-config", filepath.Join("..", "..", "sim", "engine", "testdata", "hfconfig", "llama3-8b.json"))
+		}
+	}
+	fromConfig, err := run(t, args...)
+	require.NoError(t, err)
+	assert.Equal(t, card, fromConfig)
+	_, err = run(t, append(args, "--tp-size", "2")...)
+	assert.ErrorContains(t, err, "--tp-size is what the plan chooses")
+}
