@@ -104,6 +104,9 @@ type Cluster struct {
 	// config.json: --model-config, engine.ModelFromHFConfig); ModelPath names one of them or a
 	// built-in card. Recorded in results.json like Profiles.
 	Models map[string]engine.ModelCard `json:"models,omitempty" yaml:"models,omitempty"`
+	// GPUs are GPU descriptions by name that replace or add to the built-in ones (a fit's
+	// efficiencies: router sim validate --fit). Recorded in results.json like Profiles.
+	GPUs map[string]engine.GPU `json:"gpus,omitempty" yaml:"gpus,omitempty"`
 	// Args are SGLang's engine arguments of every server (unset fields: the engine's
 	// defaults); PrefillArgs and DecodeArgs, when set, replace them for that role.
 	Args        engine.ServerArgs  `json:"engine_args" yaml:"engine_args"`
@@ -176,7 +179,10 @@ func (c Cluster) server(role engine.Role, profileName string) (engine.Profile, e
 	} else if role == engine.RoleDecode && c.DecodeGPU != "" {
 		gpu, flag = c.DecodeGPU, "decode-gpu"
 	}
-	g, err := engine.LookupGPU(gpu)
+	g, ok := c.GPUs[gpu]
+	if !ok {
+		g, err = engine.LookupGPU(gpu)
+	}
 	if err != nil {
 		return engine.Profile{}, args, fmt.Errorf("sim: --%s: %w", flag, err)
 	}

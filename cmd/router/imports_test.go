@@ -46,7 +46,7 @@ var importRules = map[string]importRule{
 	"sim/internal/heapq": {forbidStd: noHTTP},
 	"sim/engine":         {repo: []string{"sim/internal/heapq"}, external: gonum, forbidStd: noHTTP},
 	"sim":                {repo: []string{"router", "router/wire", "router/kvindex", "sim/engine", "sim/internal/heapq", "workloads", "reports"}, external: gonum, forbidStd: noHTTP},
-	"sim/validate":       {repo: []string{"router", "sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},
+	"sim/validate":       {repo: []string{"router", "sim", "sim/engine", "workloads", "reports"}, external: gonum, forbidStd: noHTTP}, // gonum: the fit's linear algebra
 	// sim/plan is the plan of ARCHITECTURE.md's sim row (`router sim plan`), a package of its own
 	// over sim's runs and sweeps: sim's imports and sim itself, no HTTP.
 	"sim/plan": {repo: []string{"sim", "sim/engine", "workloads", "reports"}, forbidStd: noHTTP},

@@ -39,7 +39,7 @@ move it into sim/validate/published/, and refresh the table of docs/validation.m
 'go test ./sim/validate -run TestREADMETable -update'.`
 
 func newSimValidateCmd() *cobra.Command {
-	var markdown, noFail bool
+	var markdown, noFail, fit, cross bool
 	cmd := &cobra.Command{
 		Use:   "validate [FILE...]",
 		Short: "Compare the simulator with published SGLang measurements (sim ÷ published per figure)",
@@ -48,6 +48,9 @@ func newSimValidateCmd() *cobra.Command {
   router sim validate --markdown --no-fail  # the table of docs/validation.md
   router sim validate my-cluster.json       # a data file of your own`,
 		RunE: func(cmd *cobra.Command, files []string) error {
+			if fit || cross {
+				return runValidateFit(cmd, files, cross)
+			}
 			sets, err := validate.Embedded()
 			if len(files) > 0 {
 				sets, err = validate.Load(files...)
@@ -79,5 +82,60 @@ func newSimValidateCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
+	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
+	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out, one Gauss-Newton step from the full fit) and print those errors too (implies --fit)")
 	return cmd
+}
+
+// runValidateFit is validate --fit [--cross]: the embedded suite and files fitted together.
+func runValidateFit(cmd *cobra.Command, files []string, cross bool) error {
+	sets, err := validate.Embedded()
+	if err != nil {
+		return err
+	}
+	inSample := map[string]bool{}
+	for _, s := range sets {
+		inSample[s.Name] = true
+	}
+	if len(files) > 0 {
+		more, err := validate.Load(files...)
+		if err != nil {
+			return err
+		}
+		sets = append(sets, more...)
+	}
+	start := time.Now()
+	stderr := cmd.ErrOrStderr()
+	rep, err := validate.Fit(sets, cross, func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) })
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "%-10s %-24s %12s %12s\n", "GPU", "constant", "built-in", "fitted")
+	for _, p := range rep.Params {
+		fmt.Fprintf(out, "%-10s %-24s %12.4g %12.4g\n", p.GPU, p.Field, p.Before, p.After)
+	}
+	fmt.Fprintf(out, "\nmedian |sim ÷ published − 1| (P99s and known gaps left out); TTFT ratio is the median sim ÷ published\n")
+	fmt.Fprintf(out, "%-28s %5s %8s %8s %8s %8s %8s %10s %9s\n", "", "n", "all", "TTFT", "TPOT/ITL", "thruput", "E2E", "TTFT ratio", "in band")
+	row := func(name string, rs []validate.Result, keep func(string) bool) {
+		m := validate.Medians(rs, keep)
+		pct := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+		fmt.Fprintf(out, "%-28s %5d %8s %8s %8s %8s %8s %10.2f %4d/%-4d\n", name, m.N, pct(m.All), pct(m.TTFT), pct(m.TPOT), pct(m.Throughput), pct(m.E2E), m.TTFTRatio, m.InBand, m.Figures)
+	}
+	embedded := func(s string) bool { return inSample[s] }
+	others := func(s string) bool { return !inSample[s] }
+	row("embedded, built-in", rep.Before, embedded)
+	row("embedded, fitted", rep.After, embedded)
+	if cross {
+		row("embedded, cross-validated", rep.Cross, embedded)
+	}
+	if len(files) > 0 {
+		row("files, built-in", rep.Before, others)
+		row("files, fitted", rep.After, others)
+		if cross {
+			row("files, cross-validated", rep.Cross, others)
+		}
+	}
+	fmt.Fprintf(stderr, "validate: fit of %d sets in %.1f s of wall time (%d runs of a GPU's sets)\n", len(sets), time.Since(start).Seconds(), rep.Evaluations)
+	return nil
 }

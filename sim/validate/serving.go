@@ -274,6 +274,10 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 		cl.PrefillGPU, cl.DecodeGPU = pre.gpu.Name, dec.gpu.Name
 		cl.PrefillArgs, cl.DecodeArgs = ptr(pre.given), ptr(dec.given)
 	}
+	cl.GPUs = map[string]engine.GPU{} // the GPUs as resolved (RunSetWith's overrides)
+	for _, sv := range svs {
+		cl.GPUs[sv.gpu.Name] = sv.gpu
+	}
 	res, err := sim.Run(sim.Config{Cluster: cl, Router: rc, Workload: w, Load: l})
 	if err != nil {
 		return nil, err

@@ -51,7 +51,11 @@ func Results(reps []SetReport) []Result {
 }
 
 // RunSet runs every level of one set.
-func RunSet(s Set) SetReport {
+func RunSet(s Set) SetReport { return RunSetWith(s, nil) }
+
+// RunSetWith runs every level of one set with the GPU descriptions of gpus (by engine name)
+// in place of the built-in ones (a fit's trial values).
+func RunSetWith(s Set, gpus map[string]engine.GPU) SetReport {
 	rep := SetReport{Set: s.Name}
 	notes := append([]string(nil), s.Parse...)
 	fail := func(lv Level, why string) {
@@ -61,6 +65,9 @@ func RunSet(s Set) SetReport {
 	}
 	model, errM := resolveModel(s)
 	gpu, errG := resolveGPU(s)
+	if g, ok := gpus[gpu.Name]; ok && errG == nil {
+		gpu = g
+	}
 	if errM != nil || errG != nil {
 		var why []string
 		for _, e := range []error{errM, errG} {

@@ -1,0 +1,410 @@
+package validate
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/pdrouter/pdrouter/sim/engine"
+)
+
+// A fit of the GPU constants to published sets (issue 40's "one fitting procedure"): every
+// GPU's achieved shares and per-step overheads (FitFields) are chosen by code, within physical
+// bounds, to minimise the band-normalised log errors of the sets run on that GPU, with a weak
+// prior pulling each constant toward its current value. Each set depends only on its own
+// GPU's constants, so the fit splits by GPU. It is a Levenberg–Marquardt search in the
+// logarithms of the constants with forward-difference Jacobians, each point a run of the sets.
+
+// FitField is one GPU constant the fit chooses, with its physical bounds.
+type FitField struct {
+	Name   string
+	Lo, Hi float64
+	get    func(engine.GPU) float64
+	set    func(*engine.GPU, float64)
+}
+
+// FitFields are the constants fitted per GPU.
+var FitFields = []FitField{
+	{"ComputeEfficiency", 0.15, 0.95, func(g engine.GPU) float64 { return g.ComputeEfficiency }, func(g *engine.GPU, v float64) { g.ComputeEfficiency = v }},
+	{"LowPrecisionEfficiency", 0.1, 0.95, func(g engine.GPU) float64 { return g.LowPrecisionEfficiency }, func(g *engine.GPU, v float64) { g.LowPrecisionEfficiency = v }},
+	{"MemoryEfficiency", 0.4, 0.95, func(g engine.GPU) float64 { return g.MemoryEfficiency }, func(g *engine.GPU, v float64) { g.MemoryEfficiency = v }},
+	{"PrefillOverhead", 0.1e-3, 50e-3, func(g engine.GPU) float64 { return g.PrefillOverhead }, func(g *engine.GPU, v float64) { g.PrefillOverhead = v }},
+	{"DecodeOverhead", 0.05e-3, 20e-3, func(g engine.GPU) float64 { return g.DecodeOverhead }, func(g *engine.GPU, v float64) { g.DecodeOverhead = v }},
+}
+
+// FitPriorWidth is the prior's width in log space: a constant FitPriorWidth away (×1.5)
+// from its current value costs as much as one figure off by its whole band.
+var FitPriorWidth = math.Log(1.5)
+
+// FitParam is one fitted constant: its GPU, field, current and fitted values.
+type FitParam struct {
+	GPU, Field    string
+	Before, After float64
+}
+
+// FitReport is a fit's outcome: the constants, the sets' results before and after, and (with
+// cross) each set's results as predicted by a fit without it.
+type FitReport struct {
+	Params        []FitParam
+	Before, After []Result
+	Cross         []Result
+	Evaluations   int // runs of a GPU's sets
+}
+
+// Fitted returns the GPU table of the fit (the built-in GPUs with the fitted constants).
+func (r FitReport) Fitted() map[string]engine.GPU {
+	gpus := map[string]engine.GPU{}
+	for _, g := range engine.GPUs() {
+		gpus[g.Name] = g
+	}
+	for _, p := range r.Params {
+		g := gpus[p.GPU]
+		for _, f := range FitFields {
+			if f.Name == p.Field {
+				f.set(&g, p.After)
+			}
+		}
+		gpus[p.GPU] = g
+	}
+	return gpus
+}
+
+// fitResidual is one figure's residual: ln(sim ÷ published) over ln(1 + band), so a figure
+// at the edge of its band counts 1. ok is false for a figure the fit leaves out: not
+// computed, a known gap (the model misses it for a stated reason), or a P99.
+func fitResidual(r Result) (float64, bool) {
+	if math.IsNaN(r.Ratio) || r.Ratio <= 0 || r.Gap != "" || strings.HasSuffix(r.Figure, "_p99") {
+		return 0, false
+	}
+	return math.Log(r.Ratio) / math.Log(1+r.Band), true
+}
+
+// runAll runs sets with gpus in parallel on all cores.
+func runAll(sets []Set, gpus map[string]engine.GPU) []SetReport {
+	out := make([]SetReport, len(sets))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+	for i := range sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = RunSetWith(sets[i], gpus)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// gpuGroup is the sets run on one GPU and the constants the fit chooses for it.
+type gpuGroup struct {
+	gpu    engine.GPU
+	sets   []Set
+	fields []FitField
+	x0     []float64 // ln of the current values
+}
+
+// Fit fits the GPU constants to sets; progress(msg) reports each step (nil: quiet). With
+// cross, each set's figures are also predicted by the fit without it (one Gauss–Newton step
+// from the full fit with that set's rows left out: leave-one-set-out, linearised).
+func Fit(sets []Set, cross bool, progress func(string)) (FitReport, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	var rep FitReport
+	base := runAll(sets, nil)
+	rep.Before = Results(base)
+	byGPU := map[string]*gpuGroup{}
+	for i, s := range sets {
+		g, err := resolveGPU(s)
+		if err != nil {
+			continue
+		}
+		usable := false
+		for _, r := range base[i].Results {
+			if _, ok := fitResidual(r); ok {
+				usable = true
+			}
+		}
+		if !usable {
+			continue
+		}
+		if byGPU[g.Name] == nil {
+			byGPU[g.Name] = &gpuGroup{gpu: g}
+		}
+		byGPU[g.Name].sets = append(byGPU[g.Name].sets, s)
+	}
+	names := make([]string, 0, len(byGPU))
+	for n := range byGPU {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fitted := map[string]engine.GPU{}
+	cross1 := map[string][]Result{}
+	for _, n := range names {
+		grp := byGPU[n]
+		for _, f := range FitFields {
+			if v := f.get(grp.gpu); v > 0 {
+				grp.fields = append(grp.fields, f)
+				grp.x0 = append(grp.x0, math.Log(v))
+			}
+		}
+		progress(fmt.Sprintf("fit %s: %d constants on %d sets", n, len(grp.fields), len(grp.sets)))
+		x, evals, cr, err := grp.fit(cross, progress)
+		rep.Evaluations += evals
+		if err != nil {
+			return rep, fmt.Errorf("fit %s: %w", n, err)
+		}
+		g := grp.apply(x)
+		fitted[n] = g
+		for i, f := range grp.fields {
+			rep.Params = append(rep.Params, FitParam{GPU: n, Field: f.Name, Before: math.Exp(grp.x0[i]), After: math.Exp(x[i])})
+		}
+		for s, rs := range cr {
+			cross1[s] = rs
+		}
+	}
+	rep.After = Results(runAll(sets, fitted))
+	if cross {
+		for _, s := range sets {
+			if rs, ok := cross1[s.Name]; ok {
+				rep.Cross = append(rep.Cross, rs...)
+				continue
+			}
+			for _, r := range rep.After { // a set the fit did not use predicts itself
+				if r.Set == s.Name {
+					rep.Cross = append(rep.Cross, r)
+				}
+			}
+		}
+	}
+	return rep, nil
+}
+
+// apply returns the group's GPU with the constants exp(x).
+func (grp *gpuGroup) apply(x []float64) engine.GPU {
+	g := grp.gpu
+	for i, f := range grp.fields {
+		f.set(&g, math.Exp(x[i]))
+	}
+	return g
+}
+
+// clamp puts x within the fields' bounds.
+func (grp *gpuGroup) clamp(x []float64) {
+	for i, f := range grp.fields {
+		x[i] = min(max(x[i], math.Log(f.Lo)), math.Log(f.Hi))
+	}
+}
+
+// eval runs the group's sets at x and returns their results in a fixed order.
+func (grp *gpuGroup) eval(x []float64) []Result {
+	g := grp.apply(x)
+	return Results(runAll(grp.sets, map[string]engine.GPU{g.Name: g}))
+}
+
+// residuals are the figure residuals of rs (in rs's order, the left-out ones as NaN) followed
+// by the prior's.
+func (grp *gpuGroup) residuals(rs []Result, x []float64) []float64 {
+	out := make([]float64, 0, len(rs)+len(x))
+	for _, r := range rs {
+		v, ok := fitResidual(r)
+		if !ok {
+			v = math.NaN()
+		}
+		out = append(out, v)
+	}
+	for i := range x {
+		out = append(out, (x[i]-grp.x0[i])/FitPriorWidth)
+	}
+	return out
+}
+
+func cost(res []float64) float64 {
+	c := 0.0
+	for _, v := range res {
+		if !math.IsNaN(v) {
+			c += v * v
+		}
+	}
+	return c
+}
+
+// jacobian is the forward-difference Jacobian of the residuals at x (rows of res), and the
+// runs it took.
+func (grp *gpuGroup) jacobian(x []float64, res []float64) *mat.Dense {
+	const h = 0.03
+	J := mat.NewDense(len(res), len(x), nil)
+	for j := range x {
+		xp := slices.Clone(x)
+		xp[j] += h
+		rp := grp.residuals(grp.eval(xp), xp)
+		for i := range res {
+			if d := (rp[i] - res[i]) / h; !math.IsNaN(d) {
+				J.Set(i, j, d)
+			}
+		}
+	}
+	return J
+}
+
+// step solves the damped normal equations over the rows keep marks (NaN residuals skipped)
+// and returns the step in x.
+func step(J *mat.Dense, res []float64, keep func(i int) bool, lambda float64) ([]float64, error) {
+	_, k := J.Dims()
+	A := mat.NewSymDense(k, nil)
+	b := mat.NewVecDense(k, nil)
+	for i, r := range res {
+		if math.IsNaN(r) || !keep(i) {
+			continue
+		}
+		for a := range k {
+			b.SetVec(a, b.AtVec(a)-J.At(i, a)*r)
+			for c := a; c < k; c++ {
+				A.SetSym(a, c, A.At(a, c)+J.At(i, a)*J.At(i, c))
+			}
+		}
+	}
+	for a := range k {
+		A.SetSym(a, a, A.At(a, a)*(1+lambda)+1e-9)
+	}
+	var d mat.VecDense
+	if err := d.SolveVec(A, b); err != nil {
+		return nil, err
+	}
+	return d.RawVector().Data, nil
+}
+
+// fit runs Levenberg–Marquardt from the current values and returns the fitted x, the runs it
+// took and, with cross, each set's results predicted without it.
+func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map[string][]Result, error) {
+	const maxIter = 6
+	x := slices.Clone(grp.x0)
+	rs := grp.eval(x)
+	res := grp.residuals(rs, x)
+	c := cost(res)
+	evals, lambda := 1, 1e-2
+	for it := 0; it < maxIter; it++ {
+		J := grp.jacobian(x, res)
+		evals += len(x)
+		accepted, converged := false, false
+		for try := 0; try < 4 && !accepted; try++ {
+			d, err := step(J, res, func(int) bool { return true }, lambda)
+			if err != nil {
+				return x, evals, nil, err
+			}
+			xn := slices.Clone(x)
+			for i := range xn {
+				xn[i] += d[i]
+			}
+			grp.clamp(xn)
+			rn := grp.eval(xn)
+			evals++
+			resn := grp.residuals(rn, xn)
+			cn := cost(resn)
+			if cn >= c {
+				lambda *= 4
+				continue
+			}
+			progress(fmt.Sprintf("  iteration %d: cost %.2f → %.2f", it+1, c, cn))
+			converged = c-cn < 0.005*c
+			x, rs, res, c = xn, rn, resn, cn
+			lambda /= 3
+			accepted = true
+		}
+		if !accepted || converged {
+			break
+		}
+	}
+	if !cross {
+		return x, evals, nil, nil
+	}
+	J := grp.jacobian(x, res)
+	evals += len(x)
+	out := map[string][]Result{}
+	for _, s := range grp.sets {
+		d, err := step(J, res, func(i int) bool { return i >= len(rs) || rs[i].Set != s.Name }, 0)
+		if err != nil {
+			return x, evals, nil, err
+		}
+		for i, r := range rs {
+			if r.Set != s.Name {
+				continue
+			}
+			if !math.IsNaN(r.Ratio) && r.Ratio > 0 {
+				shift := 0.0
+				for j := range d {
+					shift += J.At(i, j) * d[j]
+				}
+				// The row's residual moves by shift bands: the ratio by that many ln(1 + band).
+				r.Ratio = math.Exp(math.Log(r.Ratio) + shift*math.Log(1+r.Band))
+				r.Simulated = r.Ratio * r.Published
+				r.Pass = InBand(r.Ratio, r.Band)
+			}
+			out[s.Name] = append(out[s.Name], r)
+		}
+	}
+	return x, evals, out, nil
+}
+
+// MedianErrors are a results list's median |sim ÷ published − 1| per metric (P99s and known
+// gaps left out) and the median ratio of TTFT: the headline figures of issue 40.
+type MedianErrors struct {
+	N                                int
+	All, TTFT, TPOT, Throughput, E2E float64
+	TTFTRatio                        float64
+	InBand, Figures                  int
+}
+
+// Medians summarises rs (figures whose set name passes keep).
+func Medians(rs []Result, keep func(set string) bool) MedianErrors {
+	var all, ttft, tpot, thr, e2e, ttftR []float64
+	var m MedianErrors
+	for _, r := range rs {
+		if !keep(r.Set) || math.IsNaN(r.Ratio) || r.Gap != "" {
+			continue
+		}
+		m.Figures++
+		if r.Pass {
+			m.InBand++
+		}
+		if strings.HasSuffix(r.Figure, "_p99") {
+			continue
+		}
+		e := math.Abs(r.Ratio - 1)
+		all = append(all, e)
+		switch f := r.Figure; {
+		case strings.HasPrefix(f, "ttft"):
+			ttft, ttftR = append(ttft, e), append(ttftR, r.Ratio)
+		case strings.HasPrefix(f, "tpot"), strings.HasPrefix(f, "itl"):
+			tpot = append(tpot, e)
+		case strings.HasPrefix(f, "e2e"):
+			e2e = append(e2e, e)
+		default:
+			thr = append(thr, e)
+		}
+	}
+	m.N = len(all)
+	m.All, m.TTFT, m.TPOT, m.Throughput, m.E2E, m.TTFTRatio = median(all), median(ttft), median(tpot), median(thr), median(e2e), median(ttftR)
+	return m
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
