@@ -40,6 +40,7 @@ move it into sim/validate/published/, and refresh the table of docs/validation.m
 
 func newSimValidateCmd() *cobra.Command {
 	var markdown, noFail, fit, cross bool
+	var fitFields []string
 	cmd := &cobra.Command{
 		Use:   "validate [FILE...]",
 		Short: "Compare the simulator with published SGLang measurements (sim ÷ published per figure)",
@@ -48,8 +49,8 @@ func newSimValidateCmd() *cobra.Command {
   router sim validate --markdown --no-fail  # the table of docs/validation.md
   router sim validate my-cluster.json       # a data file of your own`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			if fit || cross {
-				return runValidateFit(cmd, files, cross)
+			if fit || cross || len(fitFields) > 0 {
+				return runValidateFit(cmd, files, fitFields, cross)
 			}
 			sets, err := validate.Embedded()
 			if len(files) > 0 {
@@ -82,13 +83,14 @@ func newSimValidateCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
-	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
+	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (--fit-fields) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
+	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead, PrefillExpertEfficiency")
 	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out, one Gauss-Newton step from the full fit) and print those errors too (implies --fit)")
 	return cmd
 }
 
 // runValidateFit is validate --fit [--cross]: the embedded suite and files fitted together.
-func runValidateFit(cmd *cobra.Command, files []string, cross bool) error {
+func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) error {
 	sets, err := validate.Embedded()
 	if err != nil {
 		return err
@@ -106,7 +108,7 @@ func runValidateFit(cmd *cobra.Command, files []string, cross bool) error {
 	}
 	start := time.Now()
 	stderr := cmd.ErrOrStderr()
-	rep, err := validate.Fit(sets, cross, func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) })
+	rep, err := validate.Fit(sets, fields, cross, func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) })
 	if err != nil {
 		return err
 	}

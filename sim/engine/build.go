@@ -208,7 +208,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 	return Profile{
 		Name:            name,
 		A0:              g.PrefillOverhead + commFixed,
-		PrefillM0:       weights / (af * r.bw),
+		PrefillM0:       (c.attnBytes+c.otherBytes)/(af*r.bw) + c.routedBytes/(af*g.prefillExpertBW()),
 		A1:              lin + commTok,
 		A2:              m.attnPairFLOPs(true) / (af * r.attn),
 		B0:              g.DecodeOverhead + commFixed + float64(m.MoELayers)*g.MoELayerOverhead,
@@ -713,6 +713,11 @@ type GPU struct {
 	// MoELayerOverhead is the extra fixed time per MoE layer of a decode step (routing, expert
 	// dispatch and combine kernels), seconds.
 	MoELayerOverhead float64
+	// PrefillExpertEfficiency is the achieved share of HBMBandwidth when a prefill step reads
+	// the routed experts (0: MemoryEfficiency). A chunk of a few thousand tokens spreads them
+	// over every expert, a few dozen rows each, so the grouped GEMMs read every expert's
+	// weights in tiles sized for large batches.
+	PrefillExpertEfficiency float64
 	// AllReduceLatency is the latency of one small tensor-parallel all-reduce (or all-gather)
 	// among the GPUs of a node, seconds; EPNormalLatency and EPLowLatency that of one DeepEP
 	// dispatch or combine in normal and low-latency mode.
@@ -736,6 +741,14 @@ func (g GPU) rate(p Precision) float64 {
 		return g.PeakFLOPSFP8 * eff
 	}
 	return g.PeakFLOPS * g.ComputeEfficiency
+}
+
+// prefillExpertBW is the HBM bytes/s a prefill step reads routed experts at.
+func (g GPU) prefillExpertBW() float64 {
+	if g.PrefillExpertEfficiency > 0 {
+		return g.HBMBandwidth * g.PrefillExpertEfficiency
+	}
+	return g.HBMBandwidth * g.MemoryEfficiency
 }
 
 func (g GPU) check(name string) error {

@@ -36,6 +36,12 @@ var FitFields = []FitField{
 	{"MemoryEfficiency", 0.4, 0.95, func(g engine.GPU) float64 { return g.MemoryEfficiency }, func(g *engine.GPU, v float64) { g.MemoryEfficiency = v }},
 	{"PrefillOverhead", 0.1e-3, 50e-3, func(g engine.GPU) float64 { return g.PrefillOverhead }, func(g *engine.GPU, v float64) { g.PrefillOverhead = v }},
 	{"DecodeOverhead", 0.05e-3, 20e-3, func(g engine.GPU) float64 { return g.DecodeOverhead }, func(g *engine.GPU, v float64) { g.DecodeOverhead = v }},
+	{"PrefillExpertEfficiency", 0.02, 0.95, func(g engine.GPU) float64 {
+		if g.PrefillExpertEfficiency > 0 {
+			return g.PrefillExpertEfficiency
+		}
+		return g.MemoryEfficiency
+	}, func(g *engine.GPU, v float64) { g.PrefillExpertEfficiency = v }},
 }
 
 // FitPriorWidth is the prior's width in log space: a constant FitPriorWidth away (×1.5)
@@ -111,10 +117,16 @@ type gpuGroup struct {
 	x0     []float64 // ln of the current values
 }
 
-// Fit fits the GPU constants to sets; progress(msg) reports each step (nil: quiet). With
-// cross, each set's figures are also predicted by the fit without it (one Gauss–Newton step
-// from the full fit with that set's rows left out: leave-one-set-out, linearised).
-func Fit(sets []Set, cross bool, progress func(string)) (FitReport, error) {
+// Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
+// progress(msg) reports each step (nil: quiet). With cross, each set's figures are also
+// predicted by the fit without it (one Gauss–Newton step from the full fit with that set's
+// rows left out: leave-one-set-out, linearised).
+func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitReport, error) {
+	for _, n := range fields {
+		if !slices.ContainsFunc(FitFields, func(f FitField) bool { return f.Name == n }) {
+			return FitReport{}, fmt.Errorf("fit: no constant %q (%s)", n, fitFieldNames())
+		}
+	}
 	if progress == nil {
 		progress = func(string) {}
 	}
@@ -151,7 +163,7 @@ func Fit(sets []Set, cross bool, progress func(string)) (FitReport, error) {
 	for _, n := range names {
 		grp := byGPU[n]
 		for _, f := range FitFields {
-			if v := f.get(grp.gpu); v > 0 {
+			if v := f.get(grp.gpu); v > 0 && (len(fields) == 0 || slices.Contains(fields, f.Name)) {
 				grp.fields = append(grp.fields, f)
 				grp.x0 = append(grp.x0, math.Log(v))
 			}
@@ -407,4 +419,13 @@ func median(v []float64) float64 {
 	} else {
 		return (s[n/2-1] + s[n/2]) / 2
 	}
+}
+
+// fitFieldNames lists FitFields' names.
+func fitFieldNames() string {
+	var ns []string
+	for _, f := range FitFields {
+		ns = append(ns, f.Name)
+	}
+	return strings.Join(ns, ", ")
 }
