@@ -46,7 +46,7 @@ type AdmissionConfig struct {
 	Tenants             []TenantSpec
 }
 
-// TenantSpec is one tenant's entry (--tenant, or `tenants:` in a settings file).
+// TenantSpec is one tenant's entry (--tenants, or `tenants:` in a settings file).
 type TenantSpec struct {
 	// Name labels the tenant in metrics, logs and 429 bodies, and is how the simulator's tenant
 	// mix names it.
