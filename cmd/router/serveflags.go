@@ -114,17 +114,17 @@ var ignoredSGLangFlags = map[string]struct {
 	arity int
 	what  string
 }{
-	"log-dir":                      {1, "log files (we log to stderr)"},
-	"enable-igw":                   {0, "multi-model gateway"},
-	"backend":                      {1, "non-SGLang backends"},
-	"mini-lb":                      {0, "the Python mini load balancer"},
-	"reasoning-parser":             {1, "tokenizer/gRPC features"},
-	"tool-call-parser":             {1, "tokenizer/gRPC features"},
-	"mcp-config-path":              {1, "tokenizer/gRPC features"},
-	"history-backend":              {1, "the Responses API"},
-	"enable-trace":                 {0, "OpenTelemetry tracing"},
-	"otlp-traces-endpoint":         {1, "OpenTelemetry tracing"},
-	"prometheus-duration-buckets":  {-1, "custom histogram buckets"},
+	"log-dir":                     {1, "log files (we log to stderr)"},
+	"enable-igw":                  {0, "multi-model gateway"},
+	"backend":                     {1, "non-SGLang backends"},
+	"mini-lb":                     {0, "the Python mini load balancer"},
+	"reasoning-parser":            {1, "tokenizer/gRPC features"},
+	"tool-call-parser":            {1, "tokenizer/gRPC features"},
+	"mcp-config-path":             {1, "tokenizer/gRPC features"},
+	"history-backend":             {1, "the Responses API"},
+	"enable-trace":                {0, "OpenTelemetry tracing"},
+	"otlp-traces-endpoint":        {1, "OpenTelemetry tracing"},
+	"prometheus-duration-buckets": {-1, "custom histogram buckets"},
 
 	// Workers and transport.
 	"upstream-http2":                 {0, whyUpstreamOpt + "HTTP/2 to workers (SGLang serves HTTP/1.1)"},
