@@ -90,8 +90,8 @@ type Stats struct {
 	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
 	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).
 	RetriesOverBudget int
-	// Tenants are what each tenant's recorded requests saw (--tenant-mix, or admission
-	// limits), in order of first appearance; nil when the run has neither.
+	// Tenants are what each tenant's recorded requests saw in each level (--tenant-mix, or
+	// admission limits), in order of first appearance; nil when the run has neither.
 	Tenants []*TenantStats
 }
 

@@ -104,6 +104,7 @@ func newTenancy(cfg Config, replicas int) (*tenancy, error) {
 
 // TenantStats is what one tenant's recorded requests saw (Stats.Tenants).
 type TenantStats struct {
+	Level    string // the load level's label
 	Tenant   string
 	Requests int            // recorded requests
 	Rejected map[string]int // refused by admission, by router.LimitError reason (and queue_timeout)
@@ -112,17 +113,18 @@ type TenantStats struct {
 	TTFTs, Waits []float64
 }
 
-// tenantStats returns the stats of tenant, made on first use.
+// tenantStats returns the stats of tenant in the current level, made on first use.
 func (x *sim) tenantStats(tenant string) *TenantStats {
 	if tenant == "" {
 		tenant = router.TenantAnonymous
 	}
+	level := x.lv.info.Label
 	for _, ts := range x.stats.Tenants {
-		if ts.Tenant == tenant {
+		if ts.Tenant == tenant && ts.Level == level {
 			return ts
 		}
 	}
-	ts := &TenantStats{Tenant: tenant, Rejected: map[string]int{}}
+	ts := &TenantStats{Level: level, Tenant: tenant, Rejected: map[string]int{}}
 	x.stats.Tenants = append(x.stats.Tenants, ts)
 	return ts
 }

@@ -888,8 +888,8 @@ func printTenants(w io.Writer, tenants []*sim.TenantStats) {
 		return
 	}
 	fmt.Fprintln(w, "sim: who waits (recorded requests per tenant; ms)")
-	fmt.Fprintln(w, "| tenant | requests | refused | TTFT P50 | TTFT P99 | queue wait mean | queue wait P99 |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| level | tenant | requests | refused | TTFT P50 | TTFT P99 | queue wait mean | queue wait P99 |")
+	fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---:|")
 	for _, ts := range tenants {
 		refused := "0"
 		if len(ts.Rejected) > 0 {
@@ -900,7 +900,7 @@ func printTenants(w io.Writer, tenants []*sim.TenantStats) {
 			refused = strings.Join(parts, ", ")
 		}
 		ttft, wait := reports.Summarize(ts.TTFTs), reports.Summarize(ts.Waits)
-		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %.1f | %.1f | %.1f |\n", ts.Tenant, ts.Requests, refused, ttft.P50, ttft.P99, wait.Mean, wait.P99)
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %.1f | %.1f | %.1f | %.1f |\n", ts.Level, ts.Tenant, ts.Requests, refused, ttft.P50, ttft.P99, wait.Mean, wait.P99)
 	}
 }
 
