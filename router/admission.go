@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -14,9 +15,9 @@ import (
 // request), and each tenant's limits (its requests in the router, its LLM tokens per second)
 // and share. Serve and the simulator both run it, with time passed in (no wall clock here).
 //
-// Order in the queue: between tenants, weighted fair share (start-time fair queuing in tokens:
-// the tenant with the least service per unit of weight goes next, so a tenant that floods
-// cannot take more than its share while another waits); within a tenant, its requests'
+// Order in the queue: between tenants, weighted fair share (start-time fair queuing in tokens
+// over every admission: the tenant with the least service per unit of weight goes next, so a
+// tenant that floods cannot take more than its share while another waits); within a tenant, its requests'
 // priority (SGLang's default: higher values first; [AdmissionConfig.LowPriorityFirst] flips it,
 // as SGLang's --schedule-low-priority-values-first), then arrival. A request's priority orders
 // only its own tenant's requests: a field the client sets cannot take another tenant's share.
@@ -26,7 +27,8 @@ type Admission struct {
 	cfg     AdmissionConfig
 	byKey   map[string]*TenantSpec // configured tenants by each of their keys and their name
 	tenants map[string]*tenantState
-	running int // admitted, not released
+	backlog []*tenantState // the tenants with requests queued
+	running int            // admitted, not released
 	queued  int
 	vnow    float64 // virtual time: the start tag of the last request admitted from the queue
 	seq     uint64
@@ -86,6 +88,15 @@ type Ticket struct {
 	released   bool
 	EnqueuedAt time.Time // when it joined the queue (zero: admitted at once)
 	AdmittedAt time.Time
+	refused    *LimitError // pushed out of the queue
+}
+
+// Refused is the *LimitError of a ticket pushed out of the queue (Offer's pushedOut), else nil.
+func (t *Ticket) Refused() error {
+	if t.refused == nil {
+		return nil
+	}
+	return t.refused
 }
 
 // Admitted reports whether the ticket holds a slot.
@@ -226,47 +237,86 @@ func (a *Admission) tenant(key string, now time.Time) *tenantState {
 }
 
 // Offer asks admission for t at now. It returns nil with t admitted (t.Admitted()) or queued
-// (waiting for a Release to admit it), or a *LimitError and t is neither.
-func (a *Admission) Offer(t *Ticket, now time.Time) error {
+// (waiting for a Release to admit it), or a *LimitError and t is neither. When the queue is
+// full and t's tenant has fewer requests queued per unit of weight than the tenant with the
+// most, that tenant's last request (its worst priority, then its newest) is pushed out to make
+// room and returned: it is refused (its Refused error), so a flooding tenant cannot keep the
+// others out of the queue.
+func (a *Admission) Offer(t *Ticket, now time.Time) (pushedOut *Ticket, err error) {
 	a.sweep(now)
 	st := a.tenant(t.Tenant, now)
 	t.st, t.index = st, -1
 	label := t.Label()
 	if st.maxConc > 0 && st.inRouter >= st.maxConc {
-		return &LimitError{Tenant: label, Reason: ReasonTenantConcurrency, Limit: "max_concurrent_requests", RetryAfter: time.Second,
+		return nil, &LimitError{Tenant: label, Reason: ReasonTenantConcurrency, Limit: "max_concurrent_requests", RetryAfter: time.Second,
 			msg: fmt.Sprintf("tenant %s has %d requests in the router, its limit (max_concurrent_requests of its entry, else --tenant-max-concurrent-requests): retry later", label, st.maxConc)}
 	}
 	if st.tokens.rate > 0 {
 		if wait, ok := st.tokens.take(float64(max(t.Tokens, 1)), now); !ok {
-			return &LimitError{Tenant: label, Reason: ReasonTenantTokens, Limit: "tokens_per_second", RetryAfter: wait,
+			return nil, &LimitError{Tenant: label, Reason: ReasonTenantTokens, Limit: "tokens_per_second", RetryAfter: wait,
 				msg: fmt.Sprintf("tenant %s is over its %g tokens per second (tokens_per_second of its entry, else --tenant-tokens-per-second): this request's %d tokens fit in %.1f s", label, st.tokens.rate, t.Tokens, wait.Seconds())}
 		}
 	}
 	if a.rate.rate > 0 {
 		if wait, ok := a.rate.take(1, now); !ok {
 			a.refund(t, now)
-			return &LimitError{Tenant: label, Reason: ReasonRateLimit, Limit: "--rate-limit-tokens-per-second", RetryAfter: wait,
+			return nil, &LimitError{Tenant: label, Reason: ReasonRateLimit, Limit: "--rate-limit-tokens-per-second", RetryAfter: wait,
 				msg: fmt.Sprintf("the router admits at most %g requests per second (--rate-limit-tokens-per-second): retry in %.1f s", a.rate.rate, wait.Seconds())}
 		}
 	}
 	if a.cfg.MaxConcurrent <= 0 || a.running < a.cfg.MaxConcurrent && a.queued == 0 {
 		st.inRouter++
+		a.serve(st, t)
 		a.admit(t, now)
-		return nil
+		return nil, nil
 	}
 	if a.queued >= a.cfg.QueueSize {
-		a.refund(t, now)
-		if a.rate.rate > 0 {
-			a.rate.level++
+		if pushedOut = a.pushOut(st, now); pushedOut == nil {
+			a.refund(t, now)
+			if a.rate.rate > 0 {
+				a.rate.level++
+			}
+			return nil, queueFull(label)
 		}
-		return &LimitError{Tenant: label, Reason: ReasonQueueFull, Limit: "--queue-size", RetryAfter: time.Second, msg: ErrAdmissionQueueFull.Error()}
 	}
 	st.inRouter++
 	a.seq++
 	t.seq, t.EnqueuedAt = a.seq, now
+	if st.queue.Len() == 0 {
+		a.backlog = append(a.backlog, st)
+	}
 	heap.Push(&st.queue, t)
 	a.queued++
-	return nil
+	return pushedOut, nil
+}
+
+func queueFull(tenant string) *LimitError {
+	return &LimitError{Tenant: tenant, Reason: ReasonQueueFull, Limit: "--queue-size", RetryAfter: time.Second, msg: ErrAdmissionQueueFull.Error()}
+}
+
+// pushOut makes room in the full queue for a request of st: it refuses the last request of the
+// tenant with the most queued per unit of weight, if that tenant has more than st would with
+// the newcomer, and returns it; nil when no tenant has more.
+func (a *Admission) pushOut(st *tenantState, now time.Time) *Ticket {
+	var big *tenantState
+	for _, b := range a.backlog {
+		if big == nil || float64(b.queue.Len())/b.weight > float64(big.queue.Len())/big.weight {
+			big = b
+		}
+	}
+	if big == nil || big == st || float64(big.queue.Len())/big.weight <= float64(st.queue.Len()+1)/st.weight {
+		return nil
+	}
+	last := 0
+	for i := range big.queue.items {
+		if big.queue.Less(last, i) {
+			last = i
+		}
+	}
+	t := big.queue.items[last]
+	a.Cancel(t, now)
+	t.refused = queueFull(t.Label())
+	return t
 }
 
 // refund gives back the tokens t took from its tenant's bucket.
@@ -300,6 +350,7 @@ func (a *Admission) Cancel(t *Ticket, now time.Time) bool {
 		return false
 	}
 	heap.Remove(&t.st.queue, t.index)
+	a.dequeued(t.st)
 	a.queued--
 	t.st.inRouter--
 	a.refund(t, now)
@@ -313,23 +364,36 @@ func (a *Admission) dispatch(now time.Time) []*Ticket {
 	for a.queued > 0 && a.running < a.cfg.MaxConcurrent {
 		var best *tenantState
 		bestTag := 0.0
-		for _, st := range a.tenants {
-			if len(st.queue.items) == 0 {
-				continue
-			}
+		for _, st := range a.backlog {
 			tag := math.Max(a.vnow, st.vfinish)
 			if best == nil || tag < bestTag || tag == bestTag && st.queue.items[0].seq < best.queue.items[0].seq {
 				best, bestTag = st, tag
 			}
 		}
 		t := heap.Pop(&best.queue).(*Ticket)
+		a.dequeued(best)
 		a.queued--
-		a.vnow = bestTag
-		best.vfinish = bestTag + float64(max(t.Tokens, 1))/best.weight
+		a.serve(best, t)
 		a.admit(t, now)
 		out = append(out, t)
 	}
 	return out
+}
+
+// serve advances the virtual clocks for t of st starting: virtual time moves to its start tag
+// (its tenant's finish tag, or the virtual time if that is later: an idle tenant banks no
+// credit), and the tenant's finish tag by its tokens over its weight.
+func (a *Admission) serve(st *tenantState, t *Ticket) {
+	a.vnow = math.Max(a.vnow, st.vfinish)
+	st.vfinish = a.vnow + float64(max(t.Tokens, 1))/st.weight
+}
+
+// dequeued drops st from the backlog once its queue is empty.
+func (a *Admission) dequeued(st *tenantState) {
+	if st.queue.Len() == 0 {
+		i := slices.Index(a.backlog, st)
+		a.backlog = slices.Delete(a.backlog, i, i+1)
+	}
 }
 
 // sweep forgets, every 1024 offers, the tenants without an entry that have nothing in the

@@ -14,7 +14,9 @@ var t0 = time.Unix(1_700_000_000, 0)
 func offer(t *testing.T, a *Admission, tenant string, prio, tokens int, now time.Time) *Ticket {
 	t.Helper()
 	tk := &Ticket{Tenant: tenant, Priority: prio, Tokens: tokens}
-	require.NoError(t, a.Offer(tk, now))
+	pushed, err := a.Offer(tk, now)
+	require.NoError(t, err)
+	require.Nil(t, pushed)
 	return tk
 }
 
@@ -78,7 +80,7 @@ func TestAdmissionWeightedFairShare(t *testing.T) {
 		order += cur.Label()[:1]
 	}
 	// gold (weight 2) gets two slots per flood slot until it has no more waiting.
-	require.Equal(t, "fggfggffffffffff", order)
+	require.Equal(t, "ggfggfffffffffff", order, "flood's running request counts: gold goes first")
 	require.Equal(t, 1, a.Running())
 }
 
@@ -90,7 +92,7 @@ func TestAdmissionTenantLimits(t *testing.T) {
 	r1 := offer(t, a, "header:x", 0, 10, t0)
 	offer(t, a, "header:x", 0, 10, t0)
 	var le *LimitError
-	err := a.Offer(&Ticket{Tenant: "header:x", Tokens: 10}, t0)
+	err := offerErr(a, &Ticket{Tenant: "header:x", Tokens: 10}, t0)
 	require.ErrorAs(t, err, &le)
 	require.Equal(t, ReasonTenantConcurrency, le.Reason)
 	require.Equal(t, DefaultTenant, le.Tenant)
@@ -101,15 +103,15 @@ func TestAdmissionTenantLimits(t *testing.T) {
 	a.Release(r1, t0)
 	y1 := offer(t, a, "header:y", 0, 85, t0) // y: 95 of 100
 	a.Release(y1, t0)
-	err = a.Offer(&Ticket{Tenant: "header:y", Tokens: 10}, t0)
+	err = offerErr(a, &Ticket{Tenant: "header:y", Tokens: 10}, t0)
 	require.ErrorAs(t, err, &le)
 	require.Equal(t, ReasonTenantTokens, le.Reason)
 	require.Equal(t, 50*time.Millisecond, le.RetryAfter) // 5 more tokens at 100/s
 	require.Contains(t, le.Error(), "tokens per second")
-	require.NoError(t, a.Offer(&Ticket{Tenant: "header:y", Tokens: 10}, t0.Add(le.RetryAfter)))
+	require.NoError(t, offerErr(a, &Ticket{Tenant: "header:y", Tokens: 10}, t0.Add(le.RetryAfter)))
 	// A request costlier than the whole bucket passes when it is full, leaving a debt.
 	offer(t, a, "header:z", 0, 500, t0)
-	err = a.Offer(&Ticket{Tenant: "header:z", Tokens: 1}, t0.Add(time.Second))
+	err = offerErr(a, &Ticket{Tenant: "header:z", Tokens: 1}, t0.Add(time.Second))
 	require.ErrorAs(t, err, &le)
 	require.Equal(t, 3*time.Second+10*time.Millisecond, le.RetryAfter)
 	// An entry's own limits replace the defaults (-1: none).
@@ -126,13 +128,13 @@ func TestAdmissionRateAndQueueFull(t *testing.T) {
 	r1 := offer(t, a, TenantAnonymous, 0, 1, t0)
 	offer(t, a, TenantAnonymous, 0, 1, t0)
 	var le *LimitError
-	require.ErrorAs(t, a.Offer(&Ticket{Tenant: TenantAnonymous}, t0), &le)
+	require.ErrorAs(t, offerErr(a, &Ticket{Tenant: TenantAnonymous}, t0), &le)
 	require.Equal(t, ReasonRateLimit, le.Reason)
 	require.Equal(t, 250*time.Millisecond, le.RetryAfter)
 	require.Contains(t, le.Error(), "--rate-limit-tokens-per-second")
 	q := offer(t, a, TenantAnonymous, 0, 1, t0.Add(le.RetryAfter)) // one token back
 	require.False(t, q.Admitted())
-	err := a.Offer(&Ticket{Tenant: TenantAnonymous}, t0.Add(500*time.Millisecond))
+	err := offerErr(a, &Ticket{Tenant: TenantAnonymous}, t0.Add(500*time.Millisecond))
 	require.True(t, errors.Is(err, ErrAdmissionQueueFull), "%v", err)
 	// Cancel takes a queued ticket out; it cannot be cancelled twice.
 	require.True(t, a.Cancel(q, t0))
@@ -151,4 +153,43 @@ func TestAdmissionForgetsIdleTenants(t *testing.T) {
 		a.Release(tk, t0.Add(time.Duration(i)*time.Second))
 	}
 	require.Less(t, len(a.tenants), 1100)
+}
+
+// offerErr offers a ticket and returns only the error.
+func offerErr(a *Admission, t *Ticket, now time.Time) error {
+	_, err := a.Offer(t, now)
+	return err
+}
+
+// A full queue makes room for a tenant with fewer requests queued (per unit of weight) by
+// refusing the last request of the tenant with the most: a flooder cannot keep others out.
+func TestAdmissionFullQueuePushesOutTheLargestBacklog(t *testing.T) {
+	t.Parallel()
+	a := NewAdmission(AdmissionConfig{MaxConcurrent: 1, QueueSize: 4})
+	run := offer(t, a, "header:flood", 0, 1, t0)
+	var flood []*Ticket
+	for i := range 4 {
+		flood = append(flood, offer(t, a, "header:flood", []int{0, 3, 0, 0}[i], 1, t0))
+	}
+	// flood's last request by order (priority 0, newest) makes room for calm's.
+	calm := &Ticket{Tenant: "header:calm"}
+	pushed, err := a.Offer(calm, t0)
+	require.NoError(t, err)
+	require.Same(t, flood[3], pushed)
+	require.ErrorIs(t, pushed.Refused(), ErrAdmissionQueueFull)
+	require.Nil(t, flood[2].Refused())
+	// Now flood has 3 queued, calm 1: another calm request pushes out flood[2]; a third would
+	// leave calm with 3 against flood's 2: refused itself, as is flood's next.
+	pushed, err = a.Offer(&Ticket{Tenant: "header:calm"}, t0)
+	require.NoError(t, err)
+	require.Same(t, flood[2], pushed)
+	require.ErrorIs(t, offerErr(a, &Ticket{Tenant: "header:calm"}, t0), ErrAdmissionQueueFull)
+	require.ErrorIs(t, offerErr(a, &Ticket{Tenant: "header:flood"}, t0), ErrAdmissionQueueFull)
+	require.Equal(t, 4, a.Queued())
+	next := a.Release(run, t0)
+	require.Len(t, next, 1)
+	require.Same(t, calm, next[0], "flood had its share running: calm goes next")
+	next = a.Release(next[0], t0)
+	require.Len(t, next, 1)
+	require.Equal(t, 3, next[0].Priority, "flood's priority-3 request stayed, and goes before its priority 0")
 }

@@ -145,7 +145,12 @@ func (x *sim) admit(r *request) {
 		key = router.TenantAnonymous
 	}
 	r.ticket = &router.Ticket{Tenant: key, Priority: prio, Tokens: r.turn.InputTokens + r.turn.MaxTokens}
-	err := a.Offer(r.ticket, x.t())
+	pushed, err := a.Offer(r.ticket, x.t())
+	if pushed != nil { // refused to make room for r
+		p := tn.queued[pushed]
+		delete(tn.queued, pushed)
+		x.refuse(p, 429, router.ReasonQueueFull, pushed.Refused().Error())
+	}
 	var le *router.LimitError
 	switch {
 	case errors.As(err, &le):

@@ -62,7 +62,12 @@ func (a *admission) acquire(ctx context.Context, t *router.Ticket) (release func
 		return func() {}, nil
 	}
 	a.mu.Lock()
-	err = a.core.Offer(t, a.now())
+	pushed, err := a.core.Offer(t, a.now())
+	if pushed != nil { // refused to make room: its waiter answers 429
+		close(a.ready[pushed])
+		delete(a.ready, pushed)
+		a.waiting--
+	}
 	if err != nil {
 		a.mu.Unlock()
 		var le *router.LimitError
@@ -83,6 +88,11 @@ func (a *admission) acquire(ctx context.Context, t *router.Ticket) (release func
 	a.m.queued(t.Label(), 1)
 	select {
 	case <-ch:
+		if err := t.Refused(); err != nil {
+			a.m.queued(t.Label(), -1)
+			a.m.rejected(t.Label(), router.ReasonQueueFull)
+			return nil, err
+		}
 		return a.releaser(t), nil
 	case <-a.after(a.timeout):
 		err = ErrQueueTimeout

@@ -108,3 +108,39 @@ func (a *admission) inUse() (running, waiting int) {
 }
 
 func anon() *router.Ticket { return &router.Ticket{Tenant: router.TenantAnonymous} }
+
+// A waiter pushed out of the full queue for another tenant's request is refused at once.
+func TestAdmissionPushedOutWaiterIsRefused(t *testing.T) {
+	t.Parallel()
+	a := newAdmission(router.AdmissionConfig{MaxConcurrent: 1, QueueSize: 2}, time.Hour, nil)
+	ctx := context.Background()
+	r1, err := a.acquire(ctx, &router.Ticket{Tenant: "header:flood"})
+	require.NoError(t, err)
+	got := make(chan error, 3)
+	var floodRelease func()
+	go func() {
+		var err error
+		floodRelease, err = a.acquire(ctx, &router.Ticket{Tenant: "header:flood"})
+		got <- err
+	}()
+	waitFor(t, func() bool { _, w := a.inUse(); return w == 1 })
+	go func() {
+		_, err := a.acquire(ctx, &router.Ticket{Tenant: "header:flood"})
+		got <- err
+	}()
+	waitFor(t, func() bool { _, w := a.inUse(); return w == 2 })
+	var calmRelease func()
+	go func() {
+		var err error
+		calmRelease, err = a.acquire(ctx, &router.Ticket{Tenant: "header:calm"})
+		got <- err
+	}()
+	require.ErrorIs(t, <-got, ErrQueueFull, "the flooder's last waiter made room")
+	r1()
+	require.NoError(t, <-got, "the calm request took the slot: flood had its share running")
+	calmRelease()
+	require.NoError(t, <-got, "then the flooder's first waiter")
+	floodRelease()
+	running, waiting := a.inUse()
+	require.Zero(t, running+waiting)
+}
