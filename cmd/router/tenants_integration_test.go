@@ -178,8 +178,9 @@ func TestIntegrationTenantFloodKeepsOthersTTFT(t *testing.T) {
 	slices.Sort(solo)
 	slices.Sort(flooded)
 	soloP99, floodP99 := reports.Percentile(solo, 99), reports.Percentile(flooded, 99)
-	t.Logf("calm TTFT ms: solo P50 %.1f P99 %.1f; with the flood P50 %.1f P99 %.1f (%.2f×); flood: %d served, %d answered 429",
-		reports.Percentile(solo, 50), soloP99, reports.Percentile(flooded, 50), floodP99, floodP99/soloP99, ok.Load(), limited.Load())
+	t.Logf("calm TTFT ms: solo P50 %.1f P99 %.1f; with the flood P50 %.1f P99 %.1f (%.2f×); flood: %.0f admitted (%d finished before its round ended), %d answered 429",
+		reports.Percentile(solo, 50), soloP99, reports.Percentile(flooded, 50), floodP99, floodP99/soloP99,
+		metricValue(t, tf.metrics+"/metrics", `pdrouter_tenant_admitted_total{tenant="flood"}`), ok.Load(), limited.Load())
 	assert.LessOrEqual(t, floodP99, 1.5*soloP99, "the calm tenant's TTFT P99 within 1.5× of its solo run")
 	require.Positive(t, limited.Load(), "the flooder got 429s")
 	assert.Zero(t, noRetryAfter.Load(), "every 429 carries Retry-After")
