@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -206,7 +207,7 @@ func (s *Server) ticket(x *exchange) *router.Ticket {
 		_ = json.Unmarshal(v, &t.Priority) // not an integer: 0, as SGLang's default
 	}
 	if v, ok := b.Field("input_ids"); ok && len(v) > 0 && v[0] == '[' {
-		t.Tokens = strings.Count(string(v), ",") + 1
+		t.Tokens = bytes.Count(v, []byte{','}) + 1
 	} else {
 		t.Tokens = (len(b.Text) + 3) / 4
 	}
