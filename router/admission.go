@@ -259,7 +259,7 @@ func (a *Admission) Offer(t *Ticket, now time.Time) (pushedOut *Ticket, err erro
 	}
 	if a.rate.rate > 0 {
 		if wait, ok := a.rate.take(1, now); !ok {
-			a.refund(t, now)
+			a.refund(t)
 			return nil, &LimitError{Tenant: label, Reason: ReasonRateLimit, Limit: "--rate-limit-tokens-per-second", RetryAfter: wait,
 				msg: fmt.Sprintf("the router admits at most %g requests per second (--rate-limit-tokens-per-second): retry in %.1f s", a.rate.rate, wait.Seconds())}
 		}
@@ -272,7 +272,7 @@ func (a *Admission) Offer(t *Ticket, now time.Time) (pushedOut *Ticket, err erro
 	}
 	if a.queued >= a.cfg.QueueSize {
 		if pushedOut = a.pushOut(st, now); pushedOut == nil {
-			a.refund(t, now)
+			a.refund(t)
 			if a.rate.rate > 0 {
 				a.rate.level++
 			}
@@ -320,7 +320,7 @@ func (a *Admission) pushOut(st *tenantState, now time.Time) *Ticket {
 }
 
 // refund gives back the tokens t took from its tenant's bucket.
-func (a *Admission) refund(t *Ticket, _ time.Time) {
+func (a *Admission) refund(t *Ticket) {
 	if t.st.tokens.rate > 0 {
 		t.st.tokens.level += float64(max(t.Tokens, 1))
 	}
@@ -353,7 +353,7 @@ func (a *Admission) Cancel(t *Ticket, now time.Time) bool {
 	a.dequeued(t.st)
 	a.queued--
 	t.st.inRouter--
-	a.refund(t, now)
+	a.refund(t)
 	return true
 }
 

@@ -243,9 +243,7 @@ func (s *Server) admit(x *exchange) (release func(), ok bool) {
 	switch {
 	case err == nil:
 		return release, true
-	case errors.As(err, &le) && le.Reason == router.ReasonQueueFull:
-		s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, "queue_full")
-	case errors.As(err, &le):
+	case errors.As(err, &le): // a full queue too (reason queue_full)
 		x.w.Header().Set("Retry-After", retryAfterSecs(le.RetryAfter))
 		s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, le.Reason)
 	case errors.Is(err, ErrQueueTimeout):
