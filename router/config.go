@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -128,6 +129,26 @@ type Config struct {
 	HealthSuccessThreshold  int    `json:"health_success_threshold" yaml:"health_success_threshold" help:"consecutive passed probes that mark it healthy again"`   // default 2
 	HealthCheckEndpoint     string `json:"health_check_endpoint" yaml:"health_check_endpoint" help:"path probed on each worker"`                                   // default /health
 
+	// Admission ([Admission], [Config.Admission]): how many requests run at once, who waits
+	// and who is refused when the router is saturated or a tenant is over its limits. Serve
+	// and the simulator both apply them.
+	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests" help:"requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue"` // ≤ 0 = no limit (default -1), as sgl-router
+	QueueSize             int `json:"queue_size" yaml:"queue_size" help:"requests that may wait for a slot (full: 429)"`                                                                  // default 100
+	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs" help:"seconds a request may wait for a slot (then 408)"`                                               // default 60
+	// RateLimitTokensPerSecond is smg's refill rate of its admission bucket, whose tokens are
+	// requests (one each) and whose capacity is MaxConcurrentRequests: at most this many
+	// requests start per second, after a burst of MaxConcurrentRequests. 0: none.
+	RateLimitTokensPerSecond int `json:"rate_limit_tokens_per_second" yaml:"rate_limit_tokens_per_second" help:"smg's admission bucket: requests admitted per second (each takes one token; burst --max-concurrent-requests, which it needs); over it: 429 with Retry-After; 0: no rate limit"`
+	// TenantMaxConcurrentRequests and TenantTokensPerSecond are the limits of a tenant without
+	// its own entry in Tenants, and of an entry's unset fields.
+	TenantMaxConcurrentRequests int     `json:"tenant_max_concurrent_requests" yaml:"tenant_max_concurrent_requests" help:"each tenant's requests in the router at once, running or queued (tenants: its entry's max_concurrent_requests); over it: 429 with Retry-After; 0: no limit"`
+	TenantTokensPerSecond       float64 `json:"tenant_tokens_per_second" yaml:"tenant_tokens_per_second" help:"each tenant's LLM tokens (prompt plus the output asked for) admitted per second, burst one second's worth (tenants: its entry's tokens_per_second); over it: 429 with Retry-After; 0: no limit"`
+	// ScheduleLowPriorityValuesFirst is SGLang's --schedule-low-priority-values-first: without
+	// it a request with a higher priority value goes first, as SGLang's default.
+	ScheduleLowPriorityValuesFirst bool `json:"schedule_low_priority_values_first" yaml:"schedule_low_priority_values_first" help:"in the admission queue, serve lower priority values first (SGLang's flag; default: higher first, as SGLang)"`
+	// Tenants are the tenants with entries of their own: their keys, weight and limits.
+	Tenants []TenantSpec `json:"tenants" yaml:"tenants" help:"a tenant's entry NAME:key=value,... with keys tenant_key (auth:SHA256_OF_API_KEY or header:VALUE; repeatable), weight, max_concurrent_requests, tokens_per_second (repeatable; a settings file's tenants: list takes the same fields)"`
+
 	// Seed seeds rooms, rids and the random policies; nil picks a random seed at start.
 	Seed *int64 `json:"seed" yaml:"seed"`
 }
@@ -163,7 +184,17 @@ func DefaultConfig() Config {
 		HealthSuccessThreshold:  2,
 		HealthCheckEndpoint:     "/health",
 		LoadReportMaxAgeMs:      1000,
+		MaxConcurrentRequests:   -1,
+		QueueSize:               100,
+		QueueTimeoutSecs:        60,
 	}
+}
+
+// Admission returns the admission settings as an [AdmissionConfig].
+func (c Config) Admission() AdmissionConfig {
+	return AdmissionConfig{MaxConcurrent: c.MaxConcurrentRequests, QueueSize: c.QueueSize,
+		RatePerSecond: float64(c.RateLimitTokensPerSecond), TenantMaxConcurrent: c.TenantMaxConcurrentRequests,
+		TenantTokensPerSec: c.TenantTokensPerSecond, LowPriorityFirst: c.ScheduleLowPriorityValuesFirst, Tenants: c.Tenants}
 }
 
 // RoutingOnly returns a copy without worker lists: what `sim --write-config` writes, so that
@@ -266,7 +297,7 @@ func FlagKey(flag string) string { return strings.ReplaceAll(strings.TrimPrefix(
 // Validate checks every routing setting and returns the first problem as a *SettingError
 // naming the flag, e.g. "router: --cache-threshold 1.7 is outside [0,1]".
 func (c Config) Validate() error {
-	for _, check := range []func() error{c.validateMode, c.validatePolicies, c.validateReliability} {
+	for _, check := range []func() error{c.validateMode, c.validatePolicies, c.validateReliability, c.validateAdmission} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -442,4 +473,64 @@ func CheckWorkerURL(raw string) error {
 		return fmt.Errorf("worker URL %q must not have a query or fragment", shown)
 	}
 	return nil
+}
+
+func (c Config) validateAdmission() error {
+	switch {
+	case c.QueueSize < 0:
+		return SettingErrorf("queue_size", "--queue-size %d must be ≥ 0", c.QueueSize)
+	case c.QueueTimeoutSecs < 1:
+		return SettingErrorf("queue_timeout_secs", "--queue-timeout-secs %d must be ≥ 1", c.QueueTimeoutSecs)
+	case c.RateLimitTokensPerSecond < 0:
+		return SettingErrorf("rate_limit_tokens_per_second", "--rate-limit-tokens-per-second %d must be ≥ 0 (0: no rate limit)", c.RateLimitTokensPerSecond)
+	case c.RateLimitTokensPerSecond > 0 && c.MaxConcurrentRequests <= 0:
+		return SettingErrorf("rate_limit_tokens_per_second", "--rate-limit-tokens-per-second needs --max-concurrent-requests (the bucket's capacity, as smg)")
+	case c.TenantMaxConcurrentRequests < 0:
+		return SettingErrorf("tenant_max_concurrent_requests", "--tenant-max-concurrent-requests %d must be ≥ 0 (0: no limit)", c.TenantMaxConcurrentRequests)
+	case c.TenantTokensPerSecond < 0 || math.IsNaN(c.TenantTokensPerSecond) || math.IsInf(c.TenantTokensPerSecond, 0):
+		return SettingErrorf("tenant_tokens_per_second", "--tenant-tokens-per-second %g must be a finite number ≥ 0 (0: no limit)", c.TenantTokensPerSecond)
+	}
+	names, keys := map[string]bool{}, map[string]string{}
+	for i, t := range c.Tenants {
+		switch {
+		case t.Name == "" || strings.ContainsAny(t.Name, " \t\n:,") || t.Name == DefaultTenant:
+			return SettingErrorf("tenants", "--tenants %d: name %q must be non-empty, without spaces, colons or commas, and not %q", i+1, t.Name, DefaultTenant)
+		case names[t.Name]:
+			return SettingErrorf("tenants", "--tenants %s is given twice", t.Name)
+		case t.Weight < 0 || math.IsNaN(t.Weight) || math.IsInf(t.Weight, 0):
+			return SettingErrorf("tenants", "--tenants %s: weight %g must be a finite number ≥ 0 (0: 1)", t.Name, t.Weight)
+		case math.IsNaN(t.TokensPerSecond) || math.IsInf(t.TokensPerSecond, 0):
+			return SettingErrorf("tenants", "--tenants %s: tokens_per_second %g must be finite", t.Name, t.TokensPerSecond)
+		}
+		names[t.Name] = true
+		for _, k := range t.Keys {
+			if err := checkTenantKey(k); err != nil {
+				return SettingErrorf("tenants", "--tenants %s: tenant_key %q: %v", t.Name, k, err)
+			}
+			if prev, ok := keys[k]; ok {
+				return SettingErrorf("tenants", "--tenants %s: tenant_key %q is already tenant %s's", t.Name, k, prev)
+			}
+			keys[k] = t.Name
+		}
+	}
+	return nil
+}
+
+// checkTenantKey checks a canonical tenant key as smg spells them: auth:<64 hex digits> (the
+// SHA-256 of an API key, never the key itself) or header:<value>; anonymous is every request
+// without either.
+func checkTenantKey(k string) error {
+	if k == TenantAnonymous {
+		return nil
+	}
+	if h, ok := strings.CutPrefix(k, "auth:"); ok {
+		if len(h) != 64 || strings.Trim(strings.ToLower(h), "0123456789abcdef") != "" {
+			return errors.New("want auth: and the 64 hex digits of the API key's SHA-256 (printf %s KEY | sha256sum), never the key itself")
+		}
+		return nil
+	}
+	if v, ok := strings.CutPrefix(k, "header:"); ok && strings.TrimSpace(v) != "" {
+		return nil
+	}
+	return errors.New("want auth:SHA256_HEX, header:VALUE or anonymous")
 }

@@ -72,6 +72,17 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"health successes", func(c *Config) { c.HealthSuccessThreshold = 0 }, "--health-success-threshold 0"},
 		{"health timeout", func(c *Config) { c.HealthCheckTimeoutSecs = 0 }, "--health-check-timeout-secs 0"},
 		{"health endpoint", func(c *Config) { c.HealthCheckEndpoint = "health" }, `--health-check-endpoint "health" must start with /`},
+		{"rate without bound", func(c *Config) { c.RateLimitTokensPerSecond = 5 }, "--rate-limit-tokens-per-second needs --max-concurrent-requests"},
+		{"tenant tokens", func(c *Config) { c.TenantTokensPerSecond = -1 }, "--tenant-tokens-per-second -1"},
+		{"tenant concurrency", func(c *Config) { c.TenantMaxConcurrentRequests = -1 }, "--tenant-max-concurrent-requests -1"},
+		{"tenant name", func(c *Config) { c.Tenants = []TenantSpec{{Name: "default"}} }, `--tenants 1: name "default"`},
+		{"tenant twice", func(c *Config) { c.Tenants = []TenantSpec{{Name: "a"}, {Name: "a"}} }, "--tenants a is given twice"},
+		{"tenant raw key", func(c *Config) { c.Tenants = []TenantSpec{{Name: "a", Keys: []string{"auth:sk-secret"}}} }, "never the key itself"},
+		{"tenant key shape", func(c *Config) { c.Tenants = []TenantSpec{{Name: "a", Keys: []string{"team-a"}}} }, "want auth:SHA256_HEX, header:VALUE or anonymous"},
+		{"tenant key twice", func(c *Config) {
+			c.Tenants = []TenantSpec{{Name: "a", Keys: []string{"header:x"}}, {Name: "b", Keys: []string{"header:x"}}}
+		}, `tenant_key "header:x" is already tenant a's`},
+		{"tenant weight", func(c *Config) { c.Tenants = []TenantSpec{{Name: "a", Weight: -2}} }, "weight -2"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

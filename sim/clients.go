@@ -209,6 +209,7 @@ func (x *sim) clientEnd(r *request) {
 	if r.recorded {
 		x.record(r)
 	}
+	x.release(r)
 	if p := x.cfg.Progress; p != nil && x.stats.Requests%1024 == 0 {
 		p(lv.info.Label, x.stats.Requests, time.Duration(x.clock.now))
 	}
@@ -239,6 +240,7 @@ func (x *sim) record(r *request) {
 	if r.firstTok >= 0 {
 		rec.TTFTMs = new(ms(r.firstTok - r.sendAt))
 	}
+	x.recordTenant(r, rec.TTFTMs)
 	if a := r.att; a != nil {
 		for _, role := range []router.Role{router.Prefill, router.Decode, router.Regular} {
 			if leg, ok := a.d.Leg(role); ok {

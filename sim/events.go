@@ -4,24 +4,25 @@ package sim
 type evKind uint8
 
 const (
-	evWake       evKind = iota + 1 // server srv's next engine event is due: Advance it
-	evSend                         // conversation conv sends its pending turn (client side)
-	evArrive                       // request req reaches the router: first attempt
-	evRetry                        // request req is routed again after a failed attempt
-	evSubmit                       // attempt att reaches its worker(s): Submit
-	evHandshake                    // the decode side of att registered: Handshake to the prefill server
-	evKVArrived                    // att's KV and first token reach the decode server: KVArrived
-	evLegEnd                       // the router sees leg role of att end (ok or failed)
-	evClientEnd                    // the client receives the end of req's response
-	evArrival                      // open loop: the next arrival of the level
-	evTick                         // Router.Tick, every second of virtual time
-	evProbe                        // health probes of every worker
-	evKill                         // server srv dies
-	evRestart                      // server srv, killed, restarts with empty caches
-	evKVBatch                      // KV-event batch kv reaches router replica srv
-	evLoadPoll                     // router replica srv polls every server's engine load
-	evLoadReport                   // the answer of load poll slot srv reaches its replica
-	evDirect                       // direct load srv (Config.Direct) reaches its worker
+	evWake         evKind = iota + 1 // server srv's next engine event is due: Advance it
+	evSend                           // conversation conv sends its pending turn (client side)
+	evArrive                         // request req reaches the router: first attempt
+	evRetry                          // request req is routed again after a failed attempt
+	evSubmit                         // attempt att reaches its worker(s): Submit
+	evHandshake                      // the decode side of att registered: Handshake to the prefill server
+	evKVArrived                      // att's KV and first token reach the decode server: KVArrived
+	evLegEnd                         // the router sees leg role of att end (ok or failed)
+	evClientEnd                      // the client receives the end of req's response
+	evArrival                        // open loop: the next arrival of the level
+	evTick                           // Router.Tick, every second of virtual time
+	evProbe                          // health probes of every worker
+	evKill                           // server srv dies
+	evRestart                        // server srv, killed, restarts with empty caches
+	evKVBatch                        // KV-event batch kv reaches router replica srv
+	evLoadPoll                       // router replica srv polls every server's engine load
+	evLoadReport                     // the answer of load poll slot srv reaches its replica
+	evDirect                         // direct load srv (Config.Direct) reaches its worker
+	evQueueTimeout                   // request req's --queue-timeout-secs ends, if it still waits for admission
 )
 
 // event is what happens at one instant of the event queue (heapq.Heap[event]: the time is
@@ -43,7 +44,7 @@ func (e *event) conv() *conv { return e.p.(*conv) }
 // kv is the batch of an evKVBatch.
 func (e *event) kv() *kvBatch { return e.p.(*kvBatch) }
 
-// req is the request of an evArrive, evRetry or evClientEnd.
+// req is the request of an evArrive, evRetry, evClientEnd or evQueueTimeout.
 func (e *event) req() *request { return e.p.(*request) }
 
 // att is the attempt of an evSubmit, evHandshake, evKVArrived or evLegEnd.

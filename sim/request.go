@@ -32,6 +32,10 @@ type request struct {
 	itl               []int64 // ns between client-observed tokens (recorded requests)
 	usage             engine.Usage
 	errMsg            *string
+
+	tenant  string         // --tenant-mix's pick; "" without one
+	ticket  *router.Ticket // its admission ticket; nil when refused or nothing admits
+	refused string         // the admission's reason when it refused the request
 }
 
 // attempt is one Route of a request and the engine legs it started.

@@ -53,6 +53,12 @@ type Routing struct {
 	// distribution (ParseDelay), drawn per poll and replica. Zero: at once (`router sim`
 	// defaults to DefaultLoadReportDelay).
 	LoadReportDelay Delay `json:"load_report_delay" yaml:"load_report_delay"`
+	// TenantMix and PriorityMix give the requests tenants and priorities (ParseMix): a
+	// conversation is one tenant's, drawn by its session id; a request's priority is drawn by
+	// its id. Tenants named as router.Config.Tenants entries take their weights and limits;
+	// the others the --tenant-* defaults, each a tenant of its own.
+	TenantMix   string `json:"tenant_mix" yaml:"tenant_mix"`
+	PriorityMix string `json:"priority_mix" yaml:"priority_mix"`
 }
 
 // Defaults of `router sim`'s load-report flags (Routing's zero value has no reports).

@@ -90,6 +90,9 @@ type Stats struct {
 	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
 	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).
 	RetriesOverBudget int
+	// Tenants are what each tenant's recorded requests saw in each level (--tenant-mix, or
+	// admission limits), in order of first appearance; nil when the run has neither.
+	Tenants []*TenantStats
 }
 
 // sim is one run. Everything runs on the caller's goroutine.
@@ -106,6 +109,7 @@ type sim struct {
 	reps                  []*replica        // the router replicas (Routing.Replicas)
 	nextRep               int               // round-robin affinity: the next request's replica
 	kv                    *kvFeed           // nil without KV events
+	tn                    *tenancy          // tenants, priorities and each replica's admission
 	loads                 *loadFeed         // nil without engine load reports
 	ids                   *wire.IDGen
 	servers               []*server
@@ -189,6 +193,11 @@ func newSim(cfg Config) (*sim, error) {
 		rt.RetainRoutedTexts()
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
+	tn, err := newTenancy(cfg, len(x.reps))
+	if err != nil {
+		return nil, err
+	}
+	x.tn = tn
 	rt := x.reps[0].rt
 	kvRoles := x.kvRoles(cfg)
 	if len(kvRoles) > 0 {
@@ -390,7 +399,9 @@ func (x *sim) dispatch(ev *event) {
 		r := ev.req()
 		r.rep = x.pickReplica(r.turn.Session)
 		r.retrier = x.reps[r.rep].rt.NewRetrier()
-		x.route(r)
+		x.admit(r)
+	case evQueueTimeout:
+		x.queueTimeout(ev.req())
 	case evRetry:
 		x.route(ev.req())
 	case evSubmit:

@@ -114,18 +114,17 @@ var ignoredSGLangFlags = map[string]struct {
 	arity int
 	what  string
 }{
-	"log-dir":                      {1, "log files (we log to stderr)"},
-	"enable-igw":                   {0, "multi-model gateway"},
-	"backend":                      {1, "non-SGLang backends"},
-	"mini-lb":                      {0, "the Python mini load balancer"},
-	"reasoning-parser":             {1, "tokenizer/gRPC features"},
-	"tool-call-parser":             {1, "tokenizer/gRPC features"},
-	"mcp-config-path":              {1, "tokenizer/gRPC features"},
-	"history-backend":              {1, "the Responses API"},
-	"enable-trace":                 {0, "OpenTelemetry tracing"},
-	"otlp-traces-endpoint":         {1, "OpenTelemetry tracing"},
-	"rate-limit-tokens-per-second": {1, "token-bucket refill (our admission holds a permit per request)"},
-	"prometheus-duration-buckets":  {-1, "custom histogram buckets"},
+	"log-dir":                     {1, "log files (we log to stderr)"},
+	"enable-igw":                  {0, "multi-model gateway"},
+	"backend":                     {1, "non-SGLang backends"},
+	"mini-lb":                     {0, "the Python mini load balancer"},
+	"reasoning-parser":            {1, "tokenizer/gRPC features"},
+	"tool-call-parser":            {1, "tokenizer/gRPC features"},
+	"mcp-config-path":             {1, "tokenizer/gRPC features"},
+	"history-backend":             {1, "the Responses API"},
+	"enable-trace":                {0, "OpenTelemetry tracing"},
+	"otlp-traces-endpoint":        {1, "OpenTelemetry tracing"},
+	"prometheus-duration-buckets": {-1, "custom histogram buckets"},
 
 	// Workers and transport.
 	"upstream-http2":                 {0, whyUpstreamOpt + "HTTP/2 to workers (SGLang serves HTTP/1.1)"},
@@ -390,6 +389,8 @@ func configFlags(fs *pflag.FlagSet, cfg any, cmd string, include func(key string
 			fs.Var(&stringList{p: p}, name, help)
 		case *[]router.PrefillWorker:
 			fs.Var(&prefillList{p}, name, help)
+		case *[]router.TenantSpec:
+			fs.Var(&tenantList{p: p}, name, help)
 		default:
 			panic(fmt.Sprintf("configFlags: no flag type for Config.%s", st.name))
 		}
@@ -437,6 +438,50 @@ func (s *prefillList) Set(v string) error {
 		w.BootstrapPort = &port
 	}
 	*s.p = append(*s.p, w)
+	return nil
+}
+
+// tenantList parses --tenants NAME:key=value,... (tenant_key repeatable within one value); the
+// first value given replaces the list (a settings file's tenants).
+type tenantList struct {
+	p   *[]router.TenantSpec
+	set bool
+}
+
+func (s *tenantList) String() string { return "" }
+func (s *tenantList) Type() string   { return "NAME:key=value,..." }
+func (s *tenantList) Set(v string) error {
+	name, rest, _ := strings.Cut(v, ":")
+	t := router.TenantSpec{Name: strings.TrimSpace(name)}
+	for _, kv := range strings.Split(rest, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("want key=value, got %q", kv)
+		case k == "tenant_key":
+			t.Keys = append(t.Keys, val)
+		case k == "weight":
+			t.Weight, err = strconv.ParseFloat(val, 64)
+		case k == "max_concurrent_requests":
+			t.MaxConcurrentRequests, err = strconv.Atoi(val)
+		case k == "tokens_per_second":
+			t.TokensPerSecond, err = strconv.ParseFloat(val, 64)
+		default:
+			err = fmt.Errorf("unknown key %q (want tenant_key, weight, max_concurrent_requests or tokens_per_second)", k)
+		}
+		if err != nil {
+			return fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+	}
+	if !s.set {
+		*s.p, s.set = nil, true
+	}
+	*s.p = append(*s.p, t)
 	return nil
 }
 

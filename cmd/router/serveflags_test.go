@@ -271,3 +271,27 @@ func TestCACertPathAlias(t *testing.T) {
 	require.Empty(t, ignored)
 	assert.Equal(t, []string{"a.pem", "b.pem"}, cfg.CACertPaths)
 }
+
+// --tenants NAME:key=value,... builds a tenant entry; smg's --rate-limit-tokens-per-second is
+// accepted again.
+func TestTenantFlags(t *testing.T) {
+	cfg, ignored, err := parseServe(t, "--tenants", "chat:tenant_key=header:chat,tenant_key=anonymous,weight=3",
+		"--tenants", "batch:max_concurrent_requests=8,tokens_per_second=500.5", "--rate-limit-tokens-per-second", "20",
+		"--trust-tenant-header", "--tenant-header-name", "x-team")
+	require.NoError(t, err)
+	require.Empty(t, ignored)
+	require.Equal(t, []router.TenantSpec{{Name: "chat", Keys: []string{"header:chat", "anonymous"}, Weight: 3},
+		{Name: "batch", MaxConcurrentRequests: 8, TokensPerSecond: 500.5}}, cfg.Tenants)
+	require.Equal(t, 20, cfg.RateLimitTokensPerSecond)
+	require.True(t, cfg.TrustTenantHeader)
+	require.Equal(t, "x-team", cfg.TenantHeaderName)
+	for bad, want := range map[string]string{
+		"a:weight":       `want key=value, got "weight"`,
+		"a:color=red":    `unknown key "color"`,
+		"a:weight=heavy": "tenant a:",
+	} {
+		_, _, err := parseServe(t, "--tenants", bad)
+		require.ErrorContains(t, err, want, bad)
+		require.ErrorContains(t, err, "--tenants", bad)
+	}
+}

@@ -363,6 +363,7 @@ func newSimCmd() *cobra.Command {
 		printKVStats(cmd.ErrOrStderr(), cfg.Routing, res.Stats.KV)
 		printLoadStats(cmd.ErrOrStderr(), res.Stats)
 		printBreakerOpens(cmd.ErrOrStderr(), res.Stats.BreakerOpens)
+		printTenants(cmd.ErrOrStderr(), res.Stats.Tenants)
 		printTreeTrims(cmd.ErrOrStderr(), cfg, res.Stats.TreeTrims)
 		printLevelWarnings(cmd.ErrOrStderr(), res.Results, cfg.Workload, cfg.Load)
 		printExtrapolationWarnings(cmd.ErrOrStderr(), cfg, res)
@@ -889,7 +890,32 @@ func routingLayerFlags(fs *pflag.FlagSet, r *sim.Routing) {
 	fs.StringVar(&r.ReplicaAffinity, "replica-affinity", r.ReplicaAffinity, "how requests reach the replicas: round-robin (each request to the next, as a Kubernetes Service) or session (a conversation sticks to one)")
 	r.LoadReportInterval, r.LoadReportDelay = sim.DefaultLoadReportInterval, sim.Delay{Fixed: sim.DefaultLoadReportDelay}
 	fs.DurationVar(&r.LoadReportInterval, "load-report-interval", r.LoadReportInterval, "each router reads every worker's engine load (per DP rank, as SGLang's GET /v1/loads) this often, as serve's --load-poll-interval-ms; the policies compare queued uncached tokens, then waiting, running and in-flight requests while every report is younger than --load-report-max-age-ms; 0: never (in-flight counts only)")
+	fs.StringVar(&r.TenantMix, "tenant-mix", "", "tenants of the requests, NAME:WEIGHT,... (e.g. batch:9,chat:1): each conversation is one tenant's, drawn by weight; a NAME given a --tenants entry takes its weight and limits, the others the --tenant-* defaults; stderr then shows who waits (TTFT and admission queue wait per tenant)")
+	fs.StringVar(&r.PriorityMix, "priority-mix", "", "priorities of the requests, PRIORITY:WEIGHT,... (e.g. 0:9,10:1), drawn per request: the admission queue serves a tenant's higher values first (--schedule-low-priority-values-first: lower)")
 	fs.Var(&r.LoadReportDelay, "load-report-delay", "age of an engine load report when its router gets it: a duration (1ms), exp:MEAN or uniform:LO-HI, drawn per poll and router; a delay above the interval makes the router skip polls, as serve does")
+}
+
+// printTenants writes on w (stderr) who waits: per tenant, its recorded requests, those
+// admission refused and why, and the TTFT and admission queue wait of the others.
+func printTenants(w io.Writer, tenants []*sim.TenantStats) {
+	if len(tenants) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "sim: who waits (recorded requests per tenant; ms)")
+	fmt.Fprintln(w, "| level | tenant | requests | refused | TTFT P50 | TTFT P99 | queue wait mean | queue wait P99 |")
+	fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---:|")
+	for _, ts := range tenants {
+		refused := "0"
+		if len(ts.Rejected) > 0 {
+			var parts []string
+			for _, reason := range slices.Sorted(maps.Keys(ts.Rejected)) {
+				parts = append(parts, fmt.Sprintf("%d %s", ts.Rejected[reason], reason))
+			}
+			refused = strings.Join(parts, ", ")
+		}
+		ttft, wait := reports.Summarize(ts.TTFTs), reports.Summarize(ts.Waits)
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %.1f | %.1f | %.1f | %.1f |\n", ts.Level, ts.Tenant, ts.Requests, refused, ttft.P50, ttft.P99, wait.Mean, wait.P99)
+	}
 }
 
 // printBreakerOpens names on w (stderr) the workers whose circuit breaker opened during the

@@ -68,10 +68,11 @@ type Config struct {
 	// 100 ms, 64 workers' polls added 10–12 % CPU per request (BenchmarkLoadPolling).
 	LoadPollIntervalMs int `json:"load_poll_interval_ms" yaml:"load_poll_interval_ms" help:"read each worker's engine load (GET /v1/loads, else its sglang gauges on /metrics) every this many ms, for the policies; 0: never (they use in-flight counts)"`
 
-	// Admission.
-	MaxConcurrentRequests int `json:"max_concurrent_requests" yaml:"max_concurrent_requests" help:"requests served at once (0 or -1: no limit, as sgl-router); others wait in the queue"` // ≤ 0 = no limit (default -1), as sgl-router
-	QueueSize             int `json:"queue_size" yaml:"queue_size" help:"requests that may wait for a slot (full: 429)"`                                                                  // default 100
-	QueueTimeoutSecs      int `json:"queue_timeout_secs" yaml:"queue_timeout_secs" help:"seconds a request may wait for a slot (then 408)"`                                               // default 60
+	// Tenants (the admission settings are router.Config's): which header names a request's
+	// tenant, as smg's flags. Without it, a request's Bearer API key does (hashed), else it is
+	// anonymous.
+	TrustTenantHeader bool   `json:"trust_tenant_header" yaml:"trust_tenant_header" help:"a request's tenant is the value of --tenant-header-name when it has one (set by a gateway you trust; before the API key)"`
+	TenantHeaderName  string `json:"tenant_header_name" yaml:"tenant_header_name" help:"the header naming a request's tenant, with --trust-tenant-header"` // default x-smg-tenant-id, as smg
 	// ShutdownTimeoutSecs bounds the drain of in-flight requests on SIGTERM (default 30).
 	ShutdownTimeoutSecs int `json:"shutdown_timeout_secs" yaml:"shutdown_timeout_secs" help:"seconds to drain in-flight requests on SIGTERM"`
 	// ShutdownDelaySecs keeps the listener accepting for this long after SIGTERM, with
@@ -151,9 +152,7 @@ func DefaultConfig() Config {
 		MaxConnections:             10000,
 		UpstreamIdleTimeoutMs:      3000,
 		LoadPollIntervalMs:         500,
-		MaxConcurrentRequests:      -1,
-		QueueSize:                  100,
-		QueueTimeoutSecs:           60,
+		TenantHeaderName:           "x-smg-tenant-id",
 		ShutdownTimeoutSecs:        30,
 		RequestIDHeaders:           []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		PrometheusHost:             "0.0.0.0",
@@ -252,10 +251,6 @@ func (c Config) validateLimits() error {
 		return router.SettingErrorf("request_timeout_secs", "--request-timeout-secs %d must be ≥ 1", c.RequestTimeoutSecs)
 	case c.MaxPayloadSize < 1:
 		return router.SettingErrorf("max_payload_size", "--max-payload-size %d must be ≥ 1", c.MaxPayloadSize)
-	case c.QueueSize < 0:
-		return router.SettingErrorf("queue_size", "--queue-size %d must be ≥ 0", c.QueueSize)
-	case c.QueueTimeoutSecs < 1:
-		return router.SettingErrorf("queue_timeout_secs", "--queue-timeout-secs %d must be ≥ 1", c.QueueTimeoutSecs)
 	case c.ShutdownTimeoutSecs < 0:
 		return router.SettingErrorf("shutdown_timeout_secs", "--shutdown-timeout-secs %d must be ≥ 0", c.ShutdownTimeoutSecs)
 	case c.ShutdownDelaySecs < 0:
@@ -281,6 +276,9 @@ func (c Config) validateLimits() error {
 	case "debug", "info", "warn", "warning", "error":
 	default:
 		return router.SettingErrorf("log_level", "--log-level %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.TrustTenantHeader && (strings.TrimSpace(c.TenantHeaderName) == "" || strings.ContainsAny(c.TenantHeaderName, " :\t")) {
+		return router.SettingErrorf("tenant_header_name", "--tenant-header-name %q is not a header name", c.TenantHeaderName)
 	}
 	for _, h := range c.RequestIDHeaders {
 		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " :\t") {

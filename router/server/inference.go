@@ -207,16 +207,8 @@ func (s *Server) inference(route wire.Route) http.HandlerFunc {
 			s.fail(x, we, "bad_request")
 			return
 		}
-		release, err := s.adm.acquire(req.Context())
-		switch {
-		case errors.Is(err, ErrQueueFull):
-			s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, "queue_full")
-			return
-		case errors.Is(err, ErrQueueTimeout):
-			s.fail(x, &wire.Error{Status: http.StatusRequestTimeout, Type: typeTimeout, Message: err.Error()}, "queue_timeout")
-			return
-		case err != nil:
-			s.metrics.Errors.WithLabelValues("client_disconnect").Inc()
+		release, ok := s.admit(x)
+		if !ok {
 			return
 		}
 		defer release()

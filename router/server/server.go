@@ -128,7 +128,7 @@ func New(opts Options) (*Server, error) {
 		style:     style,
 		ridKeys:   cfg.requestIDKeys(),
 		admin:     &http.Client{Transport: newTransport(idle), Timeout: 30 * time.Second},
-		adm:       newAdmission(cfg.MaxConcurrentRequests, cfg.QueueSize, time.Duration(cfg.QueueTimeoutSecs)*time.Second),
+		adm:       newAdmission(cfg.Admission(), time.Duration(cfg.QueueTimeoutSecs)*time.Second, reg),
 		metrics:   newMetrics(reg, r),
 		reg:       reg,
 		log:       newRedactLogger(logger), // no URL credentials in any log line
