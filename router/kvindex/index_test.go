@@ -66,8 +66,9 @@ func TestApplyMatch(t *testing.T) {
 	require.True(t, x.holds(b, 1), "b's copy of a shared block survives a's removal")
 
 	// Another medium (the host tier) is not a device hit.
-	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "CPU"}}, t0)
+	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "CPU_PINNED"}}, t0)
 	require.False(t, x.holds(a, 2))
+	require.True(t, x.holdsOn(TierHost, a, 2))
 	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "GPU"}}, t0)
 	require.Equal(t, []int{3}, x.matchOrZero(nil, chain, []TargetID{a}, t0), "block 4 was never a's")
 }
