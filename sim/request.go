@@ -221,7 +221,7 @@ func (x *sim) logDecision(r *request, a *attempt) {
 			return nil
 		}
 		ts[role] = wire.DecisionTarget{Worker: leg.Target.URL(), Index: leg.WorkerIndex, Rank: leg.Target.RankPtr(),
-			Signal: string(leg.Signal), LoadAgeMs: float64(leg.LoadAge.Microseconds()) / 1000}
+			Signal: string(leg.Signal), LoadAgeMs: float64(leg.LoadAge.Microseconds()) / 1000, Tier: leg.Tier()}
 		return &ts[role]
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
