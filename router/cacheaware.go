@@ -50,10 +50,10 @@ type CacheAware struct {
 	// not stale are matched on it; the others on the tree.
 	kv       kvMatcher
 	page     int
-	ids      []kvindex.TargetID // scratch: the kv ids of the targets of a Pick
-	matched  []int              // scratch: their matched blocks, -1 when stale
+	ids      []kvindex.TargetID  // scratch: the kv ids of the targets of a Pick
+	matched  []int               // scratch: their matched blocks, -1 when stale
 	tiers    []kvindex.TierMatch // scratch: their matches by tier (HostTierWeight > 0)
-	treeRate []float64          // scratch: their tree match rates (stale targets only)
+	treeRate []float64           // scratch: their tree match rates (stale targets only)
 }
 
 var _ Policy = (*CacheAware)(nil)
