@@ -186,6 +186,10 @@ var engineArgs = []engineArg{
 		help: "largest decode batch replayed as a CUDA graph (padded to a captured size); larger ones run eagerly (default: as SGLang by GPU memory and --tp-size, 256 or 512 on 80-141 GB GPUs; presets: not modelled)"},
 	{name: "mem-fraction-static", float: func(a *engine.ServerArgs) *float64 { return &a.MemFractionStatic },
 		help: "share of GPU memory for weights and KV pool, with --model-path (default: as SGLang, the memory less activations and CUDA graphs sized by --chunked-prefill-size and --cuda-graph-max-bs)"},
+	{name: "hicache-ratio", float: func(a *engine.ServerArgs) *float64 { return &a.HiCacheRatio },
+		help: "a host KV tier (SGLang's HiCache L2, as --enable-hierarchical-cache --hicache-ratio) of this many times the GPU pool: KV the GPU cache evicts moves there, a prefix found there is loaded back before the rest is prefilled, and KV events name each block's medium (GPU, CPU_PINNED) (default 0: no host tier, SGLang's default)"},
+	{name: "hicache-bandwidth", float: func(a *engine.ServerArgs) *float64 { return &a.HiCacheBandwidth },
+		help: "with --hicache-ratio: GB/s at which a host-tier hit is loaded back to the GPU (ours; SGLang moves what its host link carries) (default 50: PCIe Gen5 x16)"},
 	{name: "schedule-conservativeness", float: func(a *engine.ServerArgs) *float64 { return &a.ScheduleConservativeness },
 		help: "above 1 admission reserves more of running requests' remaining output, below 1 less (default 1, as SGLang; ×0.3 under --enable-dp-attention)"},
 }

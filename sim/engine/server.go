@@ -77,6 +77,7 @@ type request struct {
 	insertPending bool    // prefilled; its prompt becomes matchable after the next batch is formed
 	onLink        bool    // prefill: in rk.link.act
 	retractedQ    bool    // decode: in rk.retracted (counted in rk.retractedNeed)
+	loadBack      int32   // host-tier hit to load back in the prefill batch that starts it (hostcache.go; in the padding)
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
@@ -102,6 +103,9 @@ func New(cfg Config) (*Server, error) {
 		} else if cfg.DecodeRadixCache {
 			s.ranks[i].dcache = newRadix(cfg.PageSize)
 		}
+	}
+	if cfg.HostCacheTokens > 0 {
+		s.enableHostCache()
 	}
 	if cfg.KVEvents != nil {
 		s.enableKVEvents()
@@ -417,6 +421,10 @@ func (s *Server) Loads(now time.Time) []RankLoad {
 		}
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
+		}
+		l.PromptTokens, l.CachedTokens = rk.promptTokens, rk.cachedTokens
+		if h := rk.host(); h != nil {
+			l.HostCachedTokens, l.HostTokens, l.HostCapacity = rk.hostHit, h.tree.size, h.capacity
 		}
 		l.BatchHitTokens, l.BatchNewTokens = rk.batchHit, rk.batchNew
 		if n := rk.batchHit + rk.batchNew; n > 0 {

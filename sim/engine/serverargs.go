@@ -287,6 +287,10 @@ func (a ServerArgs) Validate() error {
 		return fmt.Errorf("engine: --mem-fraction-static %g must be in (0, 1]", a.MemFractionStatic)
 	case a.ScheduleConservativeness < 0 || math.IsNaN(a.ScheduleConservativeness) || math.IsInf(a.ScheduleConservativeness, 0):
 		return fmt.Errorf("engine: --schedule-conservativeness %g must be > 0", a.ScheduleConservativeness)
+	case a.HiCacheRatio < 0 || math.IsNaN(a.HiCacheRatio) || math.IsInf(a.HiCacheRatio, 0):
+		return fmt.Errorf("engine: --hicache-ratio %g must be ≥ 0 (0: no host tier)", a.HiCacheRatio)
+	case a.HiCacheBandwidth < 0 || math.IsNaN(a.HiCacheBandwidth) || math.IsInf(a.HiCacheBandwidth, 0):
+		return fmt.Errorf("engine: --hicache-bandwidth %g GB/s must be > 0", a.HiCacheBandwidth)
 	}
 	return nil
 }
