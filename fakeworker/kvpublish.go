@@ -245,7 +245,7 @@ func (p *kvPublisher) hook(at time.Time, rank int, evs []engine.KVEvent) {
 	for i, e := range evs {
 		start := len(toks)
 		toks = append(toks, e.Path...)
-		b.evs[i] = engine.KVEvent{Kind: e.Kind, New: e.New, Path: toks[start:len(toks):len(toks)]}
+		b.evs[i] = engine.KVEvent{Kind: e.Kind, New: e.New, Path: toks[start:len(toks):len(toks)], Medium: e.Medium}
 	}
 	kr := p.ranks[rank]
 	kr.mu.Lock()
