@@ -263,6 +263,11 @@ type SimStats struct {
 	LoadSpread float64 `json:"load_spread"`
 	// QueueDelayMs summarises engine-side queueing (arrival at a server to scheduling).
 	QueueDelayMs Stats `json:"queue_delay_ms"`
+	// GPUCacheHitRate and HostCacheHitRate split the engines' prefix hits of the recorded
+	// requests by tier, as shares of their prompt tokens: found in a GPU cache, or loaded back
+	// from a host tier (HiCache, --hicache-ratio). Nil without a host tier.
+	GPUCacheHitRate  *float64 `json:"gpu_cache_hit_rate,omitempty"`
+	HostCacheHitRate *float64 `json:"host_cache_hit_rate,omitempty"`
 }
 
 // MarshalJSON writes an empty ErrorsByKind as {} rather than null.

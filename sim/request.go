@@ -88,6 +88,7 @@ func (x *sim) send(c *conv) {
 	if r.recorded && !lv.recording {
 		lv.recording, lv.recBegin = true, x.clock.now
 		lv.batchHit0, lv.batchNew0 = x.batchCounters()
+		lv.prompt0, lv.cached0, lv.host0, _ = x.tierCounters()
 	}
 	lv.issued++
 	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, p: r})
