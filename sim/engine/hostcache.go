@@ -36,7 +36,6 @@ const DefaultHostCacheBandwidth = 50e9
 type hostCache struct {
 	tree     *radix // the paths evicted from the GPU; nodes are never locked
 	capacity int    // tokens, whole pages
-	loaded   int64  // tokens loaded back to the GPU (hits)
 }
 
 func newHostCache(page, capacity int) *hostCache {
