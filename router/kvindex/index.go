@@ -197,7 +197,12 @@ func (x *Index) SetStale(id TargetID, stale bool) {
 // included) and returns dst. Stale and unknown targets report -1, found in the same pass and
 // under the same lock, so that a caller can fall back for exactly those.
 func (x *Index) MatchOrStale(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
-	return x.match(dst, nil, hashes, ids, now, -1)
+	base := len(dst)
+	for range ids {
+		dst = append(dst, 0)
+	}
+	x.match(dst[base:], nil, hashes, ids, now, -1)
+	return dst
 }
 
 // MatchTiersOrStale appends to dst, for each target in ids (in order), its [TierMatch] of
@@ -208,43 +213,27 @@ func (x *Index) MatchTiersOrStale(dst []TierMatch, hashes []Hash, ids []TargetID
 	for range ids {
 		dst = append(dst, TierMatch{})
 	}
-	out := dst[base:]
-	var gpuArr, anyArr [8]int
-	gpu, any := gpuArr[:0], anyArr[:0]
-	if len(ids) > len(gpuArr) {
-		gpu, any = make([]int, 0, len(ids)), make([]int, 0, len(ids))
-	}
-	gpu = x.match(gpu, &any, hashes, ids, now, -1)
-	for j := range out {
-		out[j] = TierMatch{GPU: gpu[j]}
-		if gpu[j] >= 0 {
-			out[j].Host = any[j] - gpu[j]
-		}
-	}
+	x.match(nil, dst[base:], hashes, ids, now, -1)
 	return dst
 }
 
-// match is MatchOrStale with stale and unknown targets reported as staleVal; with anyOut, it
-// also appends there each target's leading blocks held on the GPU or the host (staleVal too).
-func (x *Index) match(dst []int, anyOut *[]int, hashes []Hash, ids []TargetID, now time.Time, staleVal int) []int {
-	base := len(dst)
-	for range ids {
-		dst = append(dst, 0)
-	}
-	out := dst[base:]
-	var outAny []int
-	if anyOut != nil {
-		b := len(*anyOut)
-		for range ids {
-			*anyOut = append(*anyOut, 0)
+// match sets, for each target in ids, out[j] to its leading blocks held on the GPU or, with
+// tiers instead, tiers[j] to its TierMatch; stale and unknown targets get staleVal (as GPU).
+func (x *Index) match(out []int, tiers []TierMatch, hashes []Hash, ids []TargetID, now time.Time, staleVal int) {
+	withTiers := tiers != nil
+	setGPU := func(j, v int) {
+		if withTiers {
+			tiers[j].GPU = v
+		} else {
+			out[j] = v
 		}
-		outAny = (*anyOut)[b:]
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 
 	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
-	// host (a superset). Small clusters fit the stack arrays.
+	// host (a superset; with tiers only). tiers[j].Host holds the GPU-or-host match until the
+	// end. Small clusters fit the stack arrays.
 	gpuHeld, hostHeld := x.held[TierGPU], x.held[TierHost]
 	words := len(gpuHeld)
 	var aliveArr, anyArr [4]uint64
@@ -252,31 +241,29 @@ func (x *Index) match(dst []int, anyOut *[]int, hashes []Hash, ids []TargetID, n
 	if words > len(aliveArr) {
 		alive, aliveAny = make([]uint64, 0, words), make([]uint64, 0, words)
 	}
-	alive = alive[:words]
-	if outAny != nil {
-		aliveAny = aliveAny[:words]
-	}
+	alive, aliveAny = alive[:words], aliveAny[:words]
 	live := false
 	for j, id := range ids {
 		if t := x.lookup(id); t != nil && !t.stale {
 			alive[id>>6] |= uint64(1) << (id & 63)
-			out[j] = len(hashes) // until it stops matching
-			if outAny != nil {
+			setGPU(j, len(hashes)) // until it stops matching
+			if withTiers {
 				aliveAny[id>>6] |= uint64(1) << (id & 63)
-				outAny[j] = len(hashes)
+				tiers[j].Host = len(hashes)
 			}
 			live = true
 		} else {
-			out[j] = staleVal
-			if outAny != nil {
-				outAny[j] = staleVal
-			}
+			setGPU(j, staleVal)
 		}
 	}
-	stop := func(o []int, miss uint64, w, at int) {
+	stop := func(miss uint64, w, at int, gpu bool) {
 		for j, id := range ids {
 			if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-				o[j] = at
+				if gpu {
+					setGPU(j, at)
+				} else {
+					tiers[j].Host = at
+				}
 			}
 		}
 	}
@@ -288,17 +275,12 @@ func (x *Index) match(dst []int, anyOut *[]int, hashes []Hash, ids []TargetID, n
 		}
 		live = false
 		for w := range alive {
-			a := alive[w]
-			var aa uint64
-			if outAny != nil {
-				aa = aliveAny[w]
-			}
+			a, aa := alive[w], aliveAny[w]
 			if a|aa == 0 {
 				continue
 			}
 			set := gpuHeld[w][h]
-			miss := (a | aa) &^ set
-			if miss != 0 && usePending {
+			if miss := (a | aa) &^ set; miss != 0 && usePending {
 				for rest := miss; rest != 0; rest &= rest - 1 {
 					b := bits.TrailingZeros64(rest)
 					if exp, ok := x.targets[w<<6|b].pending[h]; ok && exp > nowNs {
@@ -309,22 +291,30 @@ func (x *Index) match(dst []int, anyOut *[]int, hashes []Hash, ids []TargetID, n
 			if m := a &^ set; m != 0 {
 				a &^= m
 				alive[w] = a
-				stop(out, m, w, i)
+				stop(m, w, i, true)
 			}
-			if outAny != nil {
+			if aa != 0 {
 				if w < len(hostHeld) {
 					set |= hostHeld[w][h]
 				}
 				if m := aa &^ set; m != 0 {
 					aa &^= m
 					aliveAny[w] = aa
-					stop(outAny, m, w, i)
+					stop(m, w, i, false)
 				}
 			}
 			live = live || a|aa != 0
 		}
 	}
-	return dst
+	if withTiers {
+		for j := range tiers {
+			if tiers[j].GPU >= 0 {
+				tiers[j].Host -= tiers[j].GPU
+			} else {
+				tiers[j].Host = 0
+			}
+		}
+	}
 }
 
 // AddPending records that a request with this hash chain was routed to id at now: until the

@@ -37,5 +37,10 @@ func (x *Index) holdsOn(tier Tier, id TargetID, h Hash) bool {
 
 // matchOrZero is MatchOrStale with stale and unknown targets matching 0.
 func (x *Index) matchOrZero(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
-	return x.match(dst, nil, hashes, ids, now, 0)
+	base := len(dst)
+	for range ids {
+		dst = append(dst, 0)
+	}
+	x.match(dst[base:], nil, hashes, ids, now, 0)
+	return dst
 }
