@@ -538,7 +538,12 @@ func (x *PathIndex) expire(nowNs int64) {
 // expired at now included, or -1 for a stale or unknown target: [Index.MatchOrStale] of the
 // tokens' block hashes.
 func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) []int {
-	return x.match(dst, nil, tokens, page, salt, ids, now)
+	base := len(dst)
+	for range ids {
+		dst = append(dst, 0)
+	}
+	x.match(dst[base:], nil, tokens, page, salt, ids, now)
+	return dst
 }
 
 // MatchTiersOrStale appends to dst, for each target in ids, its [TierMatch] of tokens:
@@ -548,37 +553,20 @@ func (x *PathIndex) MatchTiersOrStale(dst []TierMatch, tokens []uint32, page int
 	for range ids {
 		dst = append(dst, TierMatch{})
 	}
-	out := dst[base:]
-	var gpuArr, anyArr [8]int
-	gpu, any := gpuArr[:0], anyArr[:0]
-	if len(ids) > len(gpuArr) {
-		gpu, any = make([]int, 0, len(ids)), make([]int, 0, len(ids))
-	}
-	gpu = x.match(gpu, &any, tokens, page, salt, ids, now)
-	for j := range out {
-		out[j] = TierMatch{GPU: gpu[j]}
-		if gpu[j] >= 0 {
-			out[j].Host = any[j] - gpu[j]
-		}
-	}
+	x.match(nil, dst[base:], tokens, page, salt, ids, now)
 	return dst
 }
 
-// match is MatchOrStale; with anyOut, it also appends there each target's leading pages held
-// on the GPU or the host (-1 for a stale or unknown target).
-func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) []int {
-	base := len(dst)
-	for range ids {
-		dst = append(dst, 0)
-	}
-	out := dst[base:]
-	var outAny []int
-	if anyOut != nil {
-		b := len(*anyOut)
-		for range ids {
-			*anyOut = append(*anyOut, 0)
+// match sets, for each target in ids, out[j] to its leading pages held on the GPU or, with
+// tiers instead, tiers[j] to its TierMatch (-1 as GPU for a stale or unknown target).
+func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) {
+	withTiers := tiers != nil
+	setGPU := func(j, v int) {
+		if withTiers {
+			tiers[j].GPU = v
+		} else {
+			out[j] = v
 		}
-		outAny = (*anyOut)[b:]
 	}
 	x.last.data, x.last.nodes = nil, x.last.nodes[:0]
 	if page < 1 {
@@ -587,16 +575,13 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 	}
 	n := len(tokens) / page * page
 	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
-	// host (a superset; only with anyOut).
+	// host (a superset; with tiers only). tiers[j].Host holds the GPU-or-host match until the end.
 	var aliveArr, anyArr [4]uint64
 	alive, aliveAny := aliveArr[:0], anyArr[:0]
 	live := false
 	for j, id := range ids {
 		if !x.known(id) || x.stale[id] {
-			out[j] = -1
-			if outAny != nil {
-				outAny[j] = -1
-			}
+			setGPU(j, -1)
 			continue
 		}
 		for len(alive) <= int(id)>>6 {
@@ -604,31 +589,46 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 			aliveAny = append(aliveAny, 0)
 		}
 		alive[id>>6] |= uint64(1) << (id & 63)
-		out[j] = n / page
-		if outAny != nil {
+		setGPU(j, n/page)
+		if withTiers {
 			aliveAny[id>>6] |= uint64(1) << (id & 63)
-			outAny[j] = n / page
+			tiers[j].Host = n / page
 		}
 		live = true
 	}
+	defer func() {
+		if withTiers {
+			for j := range tiers {
+				if tiers[j].GPU >= 0 {
+					tiers[j].Host -= tiers[j].GPU
+				} else {
+					tiers[j].Host = 0
+				}
+			}
+		}
+	}()
 	if !live || n == 0 {
-		return dst
+		return
 	}
-	stop := func(o []int, miss uint64, w, at int) {
+	stop := func(miss uint64, w, at int, gpu bool) {
 		for j, id := range ids {
 			if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-				o[j] = at
+				if gpu {
+					setGPU(j, at)
+				} else {
+					tiers[j].Host = at
+				}
 			}
 		}
 	}
 	stopAll := func(at int) {
 		for w := range alive {
 			if a := alive[w]; a != 0 {
-				stop(out, a, w, at)
+				stop(a, w, at, true)
 				alive[w] = 0
 			}
 			if aa := aliveAny[w]; aa != 0 {
-				stop(outAny, aa, w, at)
+				stop(aa, w, at, false)
 				aliveAny[w] = 0
 			}
 		}
@@ -638,7 +638,7 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 	nd := x.root(page, salt, false)
 	if nd == nil {
 		stopAll(0)
-		return dst
+		return
 	}
 	w := &x.last
 	w.gen, w.data, w.n, w.root, w.nodes = x.gen, unsafe.SliceData(tokens), n, nd, w.nodes[:0]
@@ -668,7 +668,7 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 				}
 			}
 			if miss := a &^ set; miss != 0 {
-				stop(out, miss, w, i/page)
+				stop(miss, w, i/page, true)
 				a &^= miss
 				alive[w] = a
 			}
@@ -677,7 +677,7 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 					set |= c.host[w]
 				}
 				if miss := aa &^ set; miss != 0 {
-					stop(outAny, miss, w, i/page)
+					stop(miss, w, i/page, false)
 					aa &^= miss
 					aliveAny[w] = aa
 				}
@@ -696,7 +696,6 @@ func (x *PathIndex) match(dst []int, anyOut *[]int, tokens []uint32, page int, s
 		nd = c
 		w.nodes = append(w.nodes, c)
 	}
-	return dst
 }
 
 // AddPending records that a request with these tokens (a chain started from salt, pages of
