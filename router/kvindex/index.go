@@ -201,7 +201,7 @@ func (x *Index) MatchOrStale(dst []int, hashes []Hash, ids []TargetID, now time.
 	for range ids {
 		dst = append(dst, 0)
 	}
-	x.match(dst[base:], nil, hashes, ids, now, -1)
+	x.match(matchOut{out: dst[base:]}, hashes, ids, now, -1)
 	return dst
 }
 
@@ -213,27 +213,19 @@ func (x *Index) MatchTiersOrStale(dst []TierMatch, hashes []Hash, ids []TargetID
 	for range ids {
 		dst = append(dst, TierMatch{})
 	}
-	x.match(nil, dst[base:], hashes, ids, now, -1)
+	x.match(matchOut{tiers: dst[base:]}, hashes, ids, now, -1)
 	return dst
 }
 
-// match sets, for each target in ids, out[j] to its leading blocks held on the GPU or, with
-// tiers instead, tiers[j] to its TierMatch; stale and unknown targets get staleVal (as GPU).
-func (x *Index) match(out []int, tiers []TierMatch, hashes []Hash, ids []TargetID, now time.Time, staleVal int) {
-	withTiers := tiers != nil
-	setGPU := func(j, v int) {
-		if withTiers {
-			tiers[j].GPU = v
-		} else {
-			out[j] = v
-		}
-	}
+// match writes, for each target in ids, its leading blocks held on the GPU (and, with
+// out.tiers, on the GPU or the host) to out; stale and unknown targets get staleVal (as GPU).
+func (x *Index) match(out matchOut, hashes []Hash, ids []TargetID, now time.Time, staleVal int) {
+	withTiers := out.tiers != nil
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 
 	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
-	// host (a superset; with tiers only). tiers[j].Host holds the GPU-or-host match until the
-	// end. Small clusters fit the stack arrays.
+	// host (a superset; with tiers only). Small clusters fit the stack arrays.
 	gpuHeld, hostHeld := x.held[TierGPU], x.held[TierHost]
 	words := len(gpuHeld)
 	var aliveArr, anyArr [4]uint64
@@ -244,27 +236,15 @@ func (x *Index) match(out []int, tiers []TierMatch, hashes []Hash, ids []TargetI
 	alive, aliveAny = alive[:words], aliveAny[:words]
 	live := false
 	for j, id := range ids {
-		if t := x.lookup(id); t != nil && !t.stale {
+		t := x.lookup(id)
+		stale := t == nil || t.stale
+		out.start(j, len(hashes), stale, staleVal) // until it stops matching
+		if !stale {
 			alive[id>>6] |= uint64(1) << (id & 63)
-			setGPU(j, len(hashes)) // until it stops matching
 			if withTiers {
 				aliveAny[id>>6] |= uint64(1) << (id & 63)
-				tiers[j].Host = len(hashes)
 			}
 			live = true
-		} else {
-			setGPU(j, staleVal)
-		}
-	}
-	stop := func(miss uint64, w, at int, gpu bool) {
-		for j, id := range ids {
-			if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-				if gpu {
-					setGPU(j, at)
-				} else {
-					tiers[j].Host = at
-				}
-			}
 		}
 	}
 	usePending := x.cfg.PendingTTL > 0
@@ -291,7 +271,7 @@ func (x *Index) match(out []int, tiers []TierMatch, hashes []Hash, ids []TargetI
 			if m := a &^ set; m != 0 {
 				a &^= m
 				alive[w] = a
-				stop(m, w, i, true)
+				out.stop(ids, m, w, i, true)
 			}
 			if aa != 0 {
 				if w < len(hostHeld) {
@@ -300,21 +280,13 @@ func (x *Index) match(out []int, tiers []TierMatch, hashes []Hash, ids []TargetI
 				if m := aa &^ set; m != 0 {
 					aa &^= m
 					aliveAny[w] = aa
-					stop(m, w, i, false)
+					out.stop(ids, m, w, i, false)
 				}
 			}
 			live = live || a|aa != 0
 		}
 	}
-	if withTiers {
-		for j := range tiers {
-			if tiers[j].GPU >= 0 {
-				tiers[j].Host -= tiers[j].GPU
-			} else {
-				tiers[j].Host = 0
-			}
-		}
-	}
+	out.finish()
 }
 
 // AddPending records that a request with this hash chain was routed to id at now: until the

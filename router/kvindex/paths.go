@@ -542,7 +542,7 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 	for range ids {
 		dst = append(dst, 0)
 	}
-	x.match(dst[base:], nil, tokens, page, salt, ids, now)
+	x.match(matchOut{out: dst[base:]}, tokens, page, salt, ids, now)
 	return dst
 }
 
@@ -553,21 +553,14 @@ func (x *PathIndex) MatchTiersOrStale(dst []TierMatch, tokens []uint32, page int
 	for range ids {
 		dst = append(dst, TierMatch{})
 	}
-	x.match(nil, dst[base:], tokens, page, salt, ids, now)
+	x.match(matchOut{tiers: dst[base:]}, tokens, page, salt, ids, now)
 	return dst
 }
 
-// match sets, for each target in ids, out[j] to its leading pages held on the GPU or, with
-// tiers instead, tiers[j] to its TierMatch (-1 as GPU for a stale or unknown target).
-func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) {
-	withTiers := tiers != nil
-	setGPU := func(j, v int) {
-		if withTiers {
-			tiers[j].GPU = v
-		} else {
-			out[j] = v
-		}
-	}
+// match writes, for each target in ids, its leading pages held on the GPU (and, with
+// out.tiers, on the GPU or the host) to out (-1 as GPU for a stale or unknown target).
+func (x *PathIndex) match(out matchOut, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) {
+	withTiers := out.tiers != nil
 	x.last.data, x.last.nodes = nil, x.last.nodes[:0]
 	if page < 1 {
 		page = 1
@@ -575,13 +568,14 @@ func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page in
 	}
 	n := len(tokens) / page * page
 	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
-	// host (a superset; with tiers only). tiers[j].Host holds the GPU-or-host match until the end.
+	// host (a superset; with tiers only).
 	var aliveArr, anyArr [4]uint64
 	alive, aliveAny := aliveArr[:0], anyArr[:0]
 	live := false
 	for j, id := range ids {
-		if !x.known(id) || x.stale[id] {
-			setGPU(j, -1)
+		stale := !x.known(id) || x.stale[id]
+		out.start(j, n/page, stale, -1)
+		if stale {
 			continue
 		}
 		for len(alive) <= int(id)>>6 {
@@ -589,46 +583,23 @@ func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page in
 			aliveAny = append(aliveAny, 0)
 		}
 		alive[id>>6] |= uint64(1) << (id & 63)
-		setGPU(j, n/page)
 		if withTiers {
 			aliveAny[id>>6] |= uint64(1) << (id & 63)
-			tiers[j].Host = n / page
 		}
 		live = true
 	}
-	defer func() {
-		if withTiers {
-			for j := range tiers {
-				if tiers[j].GPU >= 0 {
-					tiers[j].Host -= tiers[j].GPU
-				} else {
-					tiers[j].Host = 0
-				}
-			}
-		}
-	}()
+	defer out.finish()
 	if !live || n == 0 {
 		return
-	}
-	stop := func(miss uint64, w, at int, gpu bool) {
-		for j, id := range ids {
-			if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-				if gpu {
-					setGPU(j, at)
-				} else {
-					tiers[j].Host = at
-				}
-			}
-		}
 	}
 	stopAll := func(at int) {
 		for w := range alive {
 			if a := alive[w]; a != 0 {
-				stop(a, w, at, true)
+				out.stop(ids, a, w, at, true)
 				alive[w] = 0
 			}
 			if aa := aliveAny[w]; aa != 0 {
-				stop(aa, w, at, false)
+				out.stop(ids, aa, w, at, false)
 				aliveAny[w] = 0
 			}
 		}
@@ -668,7 +639,7 @@ func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page in
 				}
 			}
 			if miss := a &^ set; miss != 0 {
-				stop(miss, w, i/page, true)
+				out.stop(ids, miss, w, i/page, true)
 				a &^= miss
 				alive[w] = a
 			}
@@ -677,7 +648,7 @@ func (x *PathIndex) match(out []int, tiers []TierMatch, tokens []uint32, page in
 					set |= c.host[w]
 				}
 				if miss := aa &^ set; miss != 0 {
-					stop(miss, w, i/page, false)
+					out.stop(ids, miss, w, i/page, false)
 					aa &^= miss
 					aliveAny[w] = aa
 				}

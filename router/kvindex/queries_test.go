@@ -41,6 +41,6 @@ func (x *Index) matchOrZero(dst []int, hashes []Hash, ids []TargetID, now time.T
 	for range ids {
 		dst = append(dst, 0)
 	}
-	x.match(dst[base:], nil, hashes, ids, now, 0)
+	x.match(matchOut{out: dst[base:]}, hashes, ids, now, 0)
 	return dst
 }

@@ -75,3 +75,56 @@ func removeTiers(medium string) uint8 {
 type TierMatch struct {
 	GPU, Host int
 }
+
+// matchOut is where a match writes its answer for the targets it was asked about: out[j] the
+// GPU blocks of target j, or, with tiers instead, tiers[j] its TierMatch, whose Host holds the
+// GPU-or-host count until finish.
+type matchOut struct {
+	out   []int
+	tiers []TierMatch
+}
+
+// set sets target j's GPU match (gpu) or GPU-or-host match (not gpu) to v.
+func (m matchOut) set(j, v int, gpu bool) {
+	switch {
+	case !gpu:
+		m.tiers[j].Host = v
+	case m.tiers != nil:
+		m.tiers[j].GPU = v
+	default:
+		m.out[j] = v
+	}
+}
+
+// start sets target j's matches to n before the walk (or marks it stale with staleVal).
+func (m matchOut) start(j, n int, stale bool, staleVal int) {
+	if stale {
+		m.set(j, staleVal, true)
+		return
+	}
+	m.set(j, n, true)
+	if m.tiers != nil {
+		m.set(j, n, false)
+	}
+}
+
+// stop sets, for every target of ids in word w whose bit is in miss, its GPU (or GPU-or-host)
+// match to at.
+func (m matchOut) stop(ids []TargetID, miss uint64, w, at int, gpu bool) {
+	for j, id := range ids {
+		if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
+			m.set(j, at, gpu)
+		}
+	}
+}
+
+// finish turns the tiers' GPU-or-host counts into the Host blocks beyond the GPU's.
+func (m matchOut) finish() {
+	for j := range m.tiers {
+		if m.tiers[j].GPU >= 0 {
+			m.tiers[j].Host -= m.tiers[j].GPU
+		} else {
+			m.tiers[j].Host = 0
+		}
+	}
+}
