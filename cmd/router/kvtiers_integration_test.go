@@ -3,12 +3,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -67,20 +64,9 @@ func TestIntegrationKVEventsHostTier(t *testing.T) {
 		return out
 	}
 	send := func(prompt []int) (cached int, target map[string]any) {
-		body, _ := json.Marshal(map[string]any{"input_ids": prompt, "sampling_params": map[string]any{"max_new_tokens": 2}})
-		resp, err := http.Post(front.URL+"/generate", "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
-		var out struct {
-			MetaInfo struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"meta_info"`
-		}
-		require.NoError(t, json.Unmarshal(raw, &out), string(raw))
+		cached = postGenerate(t, front.URL, map[string]any{"input_ids": prompt, "sampling_params": map[string]any{"max_new_tokens": 2}})
 		lines := decisionLines(t, dlog)
-		return out.MetaInfo.CachedTokens, lines[len(lines)-1]["regular"].(map[string]any)
+		return cached, lines[len(lines)-1]["regular"].(map[string]any)
 	}
 	blocks := func(op string) float64 {
 		return counterSum(t, reg, "pdrouter_kv_events_blocks_total", map[string]string{"op": op})
