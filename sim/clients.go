@@ -35,11 +35,11 @@ type level struct {
 	// prompt0, cached0 and host0 are the engines' admitted prompt, cached and host-tier-loaded
 	// tokens then (tierCounters).
 	prompt0, cached0, host0 int64
-	arr                  workloads.Arrivals
-	nextArr              int
-	pending              *script // trace: the conversation whose arrival is scheduled
-	records              []reports.Record
-	itl                  reports.Counts // ITLs of the recorded successful requests
+	arr                     workloads.Arrivals
+	nextArr                 int
+	pending                 *script // trace: the conversation whose arrival is scheduled
+	records                 []reports.Record
+	itl                     reports.Counts // ITLs of the recorded successful requests
 
 	// simulator metrics over the recorded requests
 	predicted, predictedW float64 // Σ match rate × input tokens, Σ input tokens

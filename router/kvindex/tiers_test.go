@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -94,34 +93,3 @@ func TestTierMatchPendingAndStale(t *testing.T) {
 		x.MatchTiersOrStale(nil, chain, []TargetID{a, b, TargetID(42)}, t0), "stale and unknown targets")
 }
 
-func TestTiersConcurrent(t *testing.T) {
-	t.Parallel()
-	x := New(Config{PendingTTL: time.Second})
-	chain := AppendBlockHashes(nil, make([]uint32, 32*16), 16, "")
-	ids := []TargetID{x.Target("a"), x.Target("b")}
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			x.SetStale(id, false)
-			for i := range chain {
-				x.Apply(id, []Event{storedOn("GPU", chain[i]), storedOn("CPU_PINNED", chain[i])}, t0)
-				if i%4 == 3 {
-					x.Apply(id, []Event{removedFrom("GPU", chain[i])}, t0)
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var dst []TierMatch
-		for range 200 {
-			dst = x.MatchTiersOrStale(dst[:0], chain, ids, t0)
-		}
-	}()
-	wg.Wait()
-	require.Equal(t, []TierMatch{{GPU: 3, Host: len(chain) - 3}, {GPU: 3, Host: len(chain) - 3}},
-		x.MatchTiersOrStale(nil, chain, ids, t0))
-}
