@@ -87,7 +87,10 @@ func TestIntegrationKVEventsHostTier(t *testing.T) {
 		_, tg := send(ids(100_000 * (i + 1)))
 		require.Equal(t, home, tg["worker"])
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return blocks("removed") >= removedBefore+31 }, "p's eviction in the index")
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		return blocks("removed") >= removedBefore+31 &&
+			counterSum(t, reg, "pdrouter_kv_events_index_host_blocks", nil) >= 32
+	}, "p's eviction to the host tier in the index")
 	cached, tg := send(p)
 	t.Logf("p after its eviction: routed to %v, tier %v; the worker reports %d cached tokens", tg["worker"], tg["tier"], cached)
 	assert.Equal(t, home, tg["worker"], "the host hit beats the other worker's miss")
