@@ -92,4 +92,3 @@ func TestTierMatchPendingAndStale(t *testing.T) {
 	require.Equal(t, []TierMatch{{GPU: 1, Host: 2}, {GPU: -1}, {GPU: -1}},
 		x.MatchTiersOrStale(nil, chain, []TargetID{a, b, TargetID(42)}, t0), "stale and unknown targets")
 }
-
