@@ -52,7 +52,7 @@ type CacheAware struct {
 	page     int
 	ids      []kvindex.TargetID  // scratch: the kv ids of the targets of a Pick
 	matched  []int               // scratch: their matched blocks, -1 when stale
-	tiers    []kvindex.TierMatch // scratch: their matches by tier (HostTierWeight > 0)
+	tiers    []kvindex.TierMatch // scratch: their matches by tier
 	treeRate []float64           // scratch: their tree match rates (stale targets only)
 }
 
@@ -78,8 +78,9 @@ func (*CacheAware) Name() string { return PolicyCacheAware }
 // With a KV event index ([Router.UseKVIndex]) and a request with Tokens, step 3 compares a
 // rate per target instead: a target whose index view is not stale rates its matched blocks ·
 // page / len(Tokens), a block on its GPU counting 1 and one only in its host memory
-// HostTierWeight (0: host copies are not looked at); a stale one (no event feed) rates as the tree says (matched/len(text) in runes
-// for the tenants on the match's stop node, 0 for the others). The highest rate wins if it is
+// HostTierWeight (0: host copies count for nothing); a stale one (no event feed) rates as the
+// tree says (matched/len(text) in runes for the tenants on the match's stop node, 0 for the
+// others). The highest rate wins if it is
 // above cache_threshold (ties: least loaded, then lowest index), else the least loaded; the
 // reported MatchRate is that highest rate. Then the chosen target gets the request's blocks as
 // pending in the index and, as always, the text in the tree (so the fallback stays warm). This
@@ -170,14 +171,9 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i], p.hostOf(i))
 }
 
-// match fills p.matched with the GPU blocks of ids matched in the index (-1: stale) and, when
-// the host tier is weighed, p.tiers with their matches by tier.
+// match fills p.tiers with the matches of ids in the index by tier and p.matched with their GPU
+// blocks (-1: stale).
 func (p *CacheAware) match(req *Request, ids []kvindex.TargetID, now time.Time) {
-	if p.cfg.HostTierWeight <= 0 {
-		p.tiers = p.tiers[:0]
-		p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, ids, now)
-		return
-	}
 	p.tiers = p.kv.matchTiers(p.tiers[:0], req, p.page, ids, now)
 	p.matched = p.matched[:0]
 	for _, m := range p.tiers {
@@ -186,9 +182,9 @@ func (p *CacheAware) match(req *Request, ids []kvindex.TargetID, now time.Time) 
 }
 
 // hostOf returns the host-tier blocks (beyond its GPU match) target i of the last match
-// matched: 0 when the host tier is not weighed, or i was not looked up.
+// matched: 0 when the host tier is not weighed (HostTierWeight 0), or i was not looked up.
 func (p *CacheAware) hostOf(i int) int {
-	if i >= len(p.tiers) || p.tiers[i].GPU < 0 {
+	if p.cfg.HostTierWeight <= 0 || i >= len(p.tiers) || p.tiers[i].GPU < 0 {
 		return 0
 	}
 	return p.tiers[i].Host
@@ -269,7 +265,6 @@ func (r *Router) UseKVIndex(role Role, ix *kvindex.Index, pageSize int) error {
 // [kvindex.Index] fed the same changes answers the tokens' block-hash chain.
 type TokenIndex interface {
 	Target(name string) kvindex.TargetID
-	MatchOrStale(dst []int, tokens []uint32, page int, salt string, ids []kvindex.TargetID, now time.Time) []int
 	MatchTiersOrStale(dst []kvindex.TierMatch, tokens []uint32, page int, salt string, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch
 	AddPending(id kvindex.TargetID, tokens []uint32, page int, salt string, now time.Time)
 }
@@ -307,7 +302,6 @@ func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 // kvMatcher is what cache_aware asks of a KV event index, given the request.
 type kvMatcher interface {
 	target(name string) kvindex.TargetID
-	matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int
 	matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch
 	addPending(id kvindex.TargetID, q *Request, page int, now time.Time)
 }
@@ -316,10 +310,6 @@ type kvMatcher interface {
 type hashMatcher struct{ ix *kvindex.Index }
 
 func (m hashMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
-
-func (m hashMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
-	return m.ix.MatchOrStale(dst, q.blockHashes(page), ids, now)
-}
 
 func (m hashMatcher) matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch {
 	return m.ix.MatchTiersOrStale(dst, q.blockHashes(page), ids, now)
@@ -333,10 +323,6 @@ func (m hashMatcher) addPending(id kvindex.TargetID, q *Request, page int, now t
 type tokenMatcher struct{ ix TokenIndex }
 
 func (m tokenMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
-
-func (m tokenMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
-	return m.ix.MatchOrStale(dst, q.Tokens, page, q.CacheSalt, ids, now)
-}
 
 func (m tokenMatcher) matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch {
 	return m.ix.MatchTiersOrStale(dst, q.Tokens, page, q.CacheSalt, ids, now)
