@@ -107,6 +107,9 @@ func TestIntegrationKVEventsHostTier(t *testing.T) {
 // the link's bandwidth gives), or counts it as the GPU (1). It checks what the table shows:
 // where loading back is cheap, routing to host hits cuts TTFT P90 at least 2× against a
 // GPU-only index (seeds 1–3); where it costs more than recomputing (2 GB/s), weight 0 wins.
+// A second table runs multi-turn chat (400 conversations of 6 turns, 64 clients) on 4 servers
+// of 20K-token GPU pools: the host tier serves a quarter of the prompt tokens whatever the
+// weight, since a conversation's GPU-resident system prompt keeps it on its worker anyway.
 //
 //	go test -tags integration -run TestIntegrationKVTiersSimTable -v ./cmd/router/
 func TestIntegrationKVTiersSimTable(t *testing.T) {
@@ -114,12 +117,15 @@ func TestIntegrationKVTiersSimTable(t *testing.T) {
 		link, weight           string
 		mean, p90, hit, gh, hh float64
 	}
+	pressure := []string{"--regular", "8", "--workload", "cache-pressure", "--cp-requests", "1500",
+		"--cp-output-len", "100", "--rate", "16", "--requests", "1200", "--warmup", "300", "--max-total-tokens", "80000"}
+	multiTurn := []string{"--regular", "4", "--workload", "multiturn", "--conversations", "400", "--turns", "6",
+		"--concurrency", "64", "--max-total-tokens", "20000"}
+	workload := pressure
 	sim := func(seed int, link, weight string) row {
 		out := t.TempDir()
-		args := []string{"sim", "--regular", "8", "--workload", "cache-pressure", "--cp-requests", "1500",
-			"--cp-output-len", "100", "--rate", "16", "--requests", "1200", "--warmup", "300",
-			"--max-total-tokens", "80000", "--kv-events", "on", "--seed", strconv.Itoa(seed), "--format", "json",
-			"--out", out}
+		args := append(append([]string{"sim"}, workload...), "--kv-events", "on", "--seed", strconv.Itoa(seed),
+			"--format", "json", "--out", out)
 		if link != "-" {
 			args = append(args, "--hicache-ratio", "4", "--hicache-bandwidth", link, "--kv-host-tier-weight", weight)
 		}
@@ -143,19 +149,23 @@ func TestIntegrationKVTiersSimTable(t *testing.T) {
 		{"50", "0"}, {"50", "0.9"}, {"50", "1"},
 		{"8", "0"}, {"8", "0.56"}, {"8", "1"},
 		{"2", "0"}, {"2", "0.9"}, {"2", "1"}}
-	var b strings.Builder
-	fmt.Fprintf(&b, "| host tier, load-back | --kv-host-tier-weight | TTFT mean | TTFT P90 | cached | GPU hit | host hit |\n|---|---|---|---|---|---|---|\n")
-	by := map[string]row{}
-	for _, g := range grid {
-		r := sim(1, g.link, g.weight)
-		by[g.link+"/"+g.weight] = r
-		link := "none"
-		if g.link != "-" {
-			link = g.link + " GB/s"
+	table := func(grid []struct{ link, weight string }) map[string]row {
+		var b strings.Builder
+		fmt.Fprintf(&b, "| host tier, load-back | --kv-host-tier-weight | TTFT mean | TTFT P90 | cached | GPU hit | host hit |\n|---|---|---|---|---|---|---|\n")
+		by := map[string]row{}
+		for _, g := range grid {
+			r := sim(1, g.link, g.weight)
+			by[g.link+"/"+g.weight] = r
+			link := "none"
+			if g.link != "-" {
+				link = g.link + " GB/s"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f ms | %.0f ms | %.1f %% | %.1f %% | %.1f %% |\n", link, g.weight, r.mean, r.p90, 100*r.hit, 100*r.gh, 100*r.hh)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f ms | %.0f ms | %.1f %% | %.1f %% | %.1f %% |\n", link, g.weight, r.mean, r.p90, 100*r.hit, 100*r.gh, 100*r.hh)
+		t.Log("\n" + b.String())
+		return by
 	}
-	t.Log("\n" + b.String())
+	by := table(grid)
 
 	assert.Less(t, 2*by["50/0.9"].p90, by["50/0"].p90, "cheap load-back: routing to host hits cuts TTFT P90 2×")
 	assert.Greater(t, by["50/0.9"].hh, 2*by["50/0"].hh, "and serves far more from the host tier")
@@ -165,5 +175,12 @@ func TestIntegrationKVTiersSimTable(t *testing.T) {
 		w0, w := sim(seed, "50", "0"), sim(seed, "50", "0.9")
 		t.Logf("seed %d, 50 GB/s: TTFT P90 %.0f ms (weight 0) → %.0f ms (0.9)", seed, w0.p90, w.p90)
 		assert.Less(t, 2*w.p90, w0.p90, "seed %d", seed)
+	}
+
+	workload = multiTurn
+	mt := table(grid[:4])
+	for _, w := range []string{"0", "0.9", "1"} {
+		assert.Greater(t, mt["50/"+w].hh, 0.1, "weight %s: the host tier serves multi-turn hits", w)
+		assert.Less(t, mt["50/"+w].mean, mt["-/-"].mean, "weight %s: and cuts TTFT", w)
 	}
 }
