@@ -380,6 +380,9 @@ func (l *Level) Validate() error {
 	if l.Sim != nil {
 		nums["sim.predicted_match_rate"] = l.Sim.PredictedMatchRate
 		nums["sim.load_spread"] = l.Sim.LoadSpread
+		if l.Sim.GPUCacheHitRate != nil && l.Sim.HostCacheHitRate != nil {
+			nums["sim.gpu_cache_hit_rate"], nums["sim.host_cache_hit_rate"] = *l.Sim.GPUCacheHitRate, *l.Sim.HostCacheHitRate
+		}
 		addStats("sim.queue_delay_ms", &l.Sim.QueueDelayMs)
 	}
 	// Report the first bad field in a fixed order so the message is deterministic.
