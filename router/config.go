@@ -138,13 +138,16 @@ type Config struct {
 
 // DefaultKVHostTierWeight is --kv-host-tier-weight's default: one minus the cost of loading a
 // token's KV back from host memory relative to recomputing it. SGLang's HiCache moves KV
-// between its pinned host pool and the GPU over the host link (--hicache-io-backend kernel,
-// its default, or direct); on an H100 that is PCIe Gen5 x16, 64 GB/s per direction, some 50
-// GB/s in practice. Llama-3.1-8B's KV is 128 KiB a token (32 layers × 8 KV heads × 128 × K,V
-// × 2 bytes): 2.6 µs a token to load back, where prefilling it costs 2 × 8e9 FLOP ÷ (989
-// TFLOP/s × ~0.5) ≈ 32 µs. A host hit saves some 92 % of what a GPU hit saves: 0.9. Larger
-// models under tensor parallelism split both costs over their GPUs and come out higher; a
-// GPU whose host link is slower, lower.
+// between its pinned host pool and the GPU over the host link with its own kernels
+// (--hicache-io-backend kernel, its default). SGLang measured that load path at 73–97 GB/s
+// on GB300's C2C link (sglang PR #40278, "H2D, one layer at a time from a page-first host
+// pool") and a per-layer copy at 28 GB/s on H20 (PR #37231); an H100's PCIe Gen5 x16 carries
+// 64 GB/s per direction, some 50 in practice. Llama-3.1-8B's KV is 128 KiB a token (32 layers
+// × 8 KV heads × 128 × K,V × 2 bytes): 2.6 µs a token to load back at 50 GB/s (4.7 at 28),
+// where prefilling it costs 2 × 8e9 FLOP ÷ (989 TFLOP/s × ~0.5) ≈ 32 µs. A host hit saves
+// 85–92 % of what a GPU hit saves over that range: 0.9. Larger models under tensor
+// parallelism split both costs over their GPUs and come out higher; a slower or shared host
+// link, lower (0 once loading back costs what recomputing does).
 const DefaultKVHostTierWeight = 0.9
 
 // DefaultConfig returns sgl-router's defaults (v0.2.2), plus ours (SPEC §2).
