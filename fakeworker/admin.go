@@ -1,6 +1,7 @@
 package fakeworker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net"
@@ -151,6 +152,8 @@ func (w *Worker) serveServerInfo(rw http.ResponseWriter, r *http.Request) {
 		"schedule_policy":                 ec.SchedulePolicy,
 		"disable_overlap_schedule":        ec.DisableOverlap,
 		"enable_mixed_chunk":              ec.MixedChunk,
+		"enable_hierarchical_cache":       ec.HostCacheTokens > 0,
+		"hicache_ratio":                   cmp.Or(w.cfg.Args.HiCacheRatio, 2), // SGLang's default, unused unless enabled
 		"bootstrap_timeout_s":             w.cfg.BootstrapTimeout.Seconds(),
 		"profile":                         ec.Profile.Name,
 		"gpu":                             gpu,

@@ -60,7 +60,10 @@
 // /server_info's kv_events block. The engine loop only queues batches (bounded; dropped and
 // counted when full). Config.TokenizerPath tokenizes prompts with a real tokenizer and chat
 // template (router/tokenize) instead of the approximate one; token ids in the body
-// (generate input_ids, completions ids) are used as they are either way.
+// (generate input_ids, completions ids) are used as they are either way. With a host tier
+// (Config.Args.HiCacheRatio, --hicache-ratio: SGLang's HiCache, sim/engine/hostcache.go) the
+// events carry each change's medium as HiCache's do: a page the GPU evicts is removed from
+// "GPU" and stored on "CPU_PINNED", and a host hit is stored on "GPU" again when loaded back.
 //
 // # Failure injection (Failures)
 //

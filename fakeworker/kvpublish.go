@@ -32,8 +32,18 @@ import (
 // kvEndSeq is the replay end marker: -1 as 8 big-endian bytes (ZmqEventPublisher.END_SEQ).
 var kvEndSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
-// kvMediumGPU is BlockStored/BlockRemoved's medium for the GPU tier (kv_events.py MEDIUM_GPU).
+// kvMediumGPU is BlockStored/BlockRemoved's medium for the GPU tier (kv_events.py
+// StorageMedium.GPU): what an engine event without a medium (no host tier) is published with.
+// With a host tier (--hicache-ratio) the engine names each change's own: "GPU" or "CPU_PINNED".
 const kvMediumGPU = "GPU"
+
+// kvMedium is the medium an engine event is published with.
+func kvMedium(m string) string {
+	if m == "" {
+		return kvMediumGPU
+	}
+	return m
+}
 
 // kvBatch is one engine publish, copied off the engine loop.
 type kvBatch struct {
@@ -235,7 +245,7 @@ func (p *kvPublisher) hook(at time.Time, rank int, evs []engine.KVEvent) {
 	for i, e := range evs {
 		start := len(toks)
 		toks = append(toks, e.Path...)
-		b.evs[i] = engine.KVEvent{Kind: e.Kind, New: e.New, Path: toks[start:len(toks):len(toks)]}
+		b.evs[i] = engine.KVEvent{Kind: e.Kind, New: e.New, Path: toks[start:len(toks):len(toks)], Medium: e.Medium}
 	}
 	kr := p.ranks[rank]
 	kr.mu.Lock()
@@ -393,9 +403,9 @@ func (e *kvEncoder) batch(b kvBatch, rank, page int, hashes []kvindex.Hash) ([]b
 		first := (len(ev.Path) - ev.New) / page
 		for i := first; i < len(hashes); i++ {
 			if ev.Kind == engine.KVStored {
-				e.stored(hashes, i, ev.Path[i*page:(i+1)*page])
+				e.stored(hashes, i, ev.Path[i*page:(i+1)*page], ev.Medium)
 			} else {
-				e.removed(hashes[i])
+				e.removed(hashes[i], ev.Medium)
 			}
 		}
 	}
@@ -421,8 +431,8 @@ func (e *kvEncoder) key(k string) {
 }
 
 // stored encodes BlockStored for page i: block_hashes [h], parent_block_hash (nil for the
-// first page), token_ids, block_size, lora_id nil, medium "GPU".
-func (e *kvEncoder) stored(hashes []kvindex.Hash, i int, toks []uint32) {
+// first page), token_ids, block_size, lora_id nil, medium (kvMedium).
+func (e *kvEncoder) stored(hashes []kvindex.Hash, i int, toks []uint32, medium string) {
 	m := e.enc
 	e.tag("BlockStored", 6)
 	e.key("block_hashes")
@@ -444,16 +454,16 @@ func (e *kvEncoder) stored(hashes []kvindex.Hash, i int, toks []uint32) {
 	e.key("lora_id")
 	m.EncodeNil()
 	e.key("medium")
-	m.EncodeString(kvMediumGPU)
+	m.EncodeString(kvMedium(medium))
 }
 
-// removed encodes BlockRemoved: block_hashes [h], medium "GPU".
-func (e *kvEncoder) removed(h kvindex.Hash) {
+// removed encodes BlockRemoved: block_hashes [h], medium (kvMedium).
+func (e *kvEncoder) removed(h kvindex.Hash, medium string) {
 	m := e.enc
 	e.tag("BlockRemoved", 2)
 	e.key("block_hashes")
 	m.EncodeArrayLen(1)
 	m.EncodeInt(int64(h))
 	e.key("medium")
-	m.EncodeString(kvMediumGPU)
+	m.EncodeString(kvMedium(medium))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -398,4 +399,61 @@ func TestKVEventsQueueDropsWhenFull(t *testing.T) {
 	assert.EqualValues(t, 3, p.dropped.Load())
 	p.hook(time.Unix(1, 0), 7, ev) // a rank it does not have: ignored
 	assert.EqualValues(t, 3, p.dropped.Load())
+}
+
+// With a host tier (--hicache-ratio) the worker publishes HiCache's tiered events over ZMQ: a
+// page the GPU pool evicts is removed from "GPU" and stored on "CPU_PINNED" (same hash), and a
+// request finding it there reports it as cached and stores it on the GPU again.
+func TestKVEventsPublishHostTier(t *testing.T) {
+	t.Parallel()
+	w := kvWorker(t, Config{PageSize: 4, MaxTotalTokens: 11, Args: engine.ServerArgs{HiCacheRatio: 2}},
+		`{"publisher":"zmq","endpoint":"tcp://127.0.0.1:0"}`)
+	sub := kvSub(t, w, 0, "")
+	type ev struct {
+		typ, medium string
+		hash        int64
+	}
+	events := func(m kvMsg) []ev {
+		var out []ev
+		for _, e := range m.evs {
+			typ, x := eventOf(t, KVShapeArray, e)
+			if typ != "AllBlocksCleared" {
+				out = append(out, ev{typ, x.medium, x.hash})
+			}
+		}
+		return out
+	}
+	generate(t, w, `{"input_ids":[1,2,3,4,5],"sampling_params":{"max_new_tokens":1}}`)
+	assert.Equal(t, []ev{{"BlockStored", "GPU", golden1234}}, events(recvKV(t, sub)))
+
+	// 11 tokens of KV: a disjoint 9-token prompt evicts [1,2,3,4] from the GPU to the host.
+	generate(t, w, `{"input_ids":[9,9,9,9,8,8,8,8,7],"sampling_params":{"max_new_tokens":1}}`)
+	var got []ev
+	for len(got) < 4 {
+		got = append(got, events(recvKV(t, sub))...)
+	}
+	rm := slices.Index(got, ev{"BlockRemoved", "GPU", golden1234})
+	require.GreaterOrEqual(t, rm, 0, "the eviction takes the page off the GPU: %v", got)
+	require.Less(t, rm+1, len(got))
+	assert.Equal(t, ev{"BlockStored", "CPU_PINNED", golden1234}, got[rm+1], "and onto the host")
+	got = slices.Delete(got, rm, rm+2)
+	for _, e := range got {
+		assert.Equal(t, ev{"BlockStored", "GPU", e.hash}, e, "the new prompt's pages, on the GPU")
+	}
+
+	// The first prompt again: its page is a host hit, loaded back (cached), on the GPU again.
+	status, raw := post(t, w.URL()+"/generate", `{"input_ids":[1,2,3,4,5],"sampling_params":{"max_new_tokens":1}}`)
+	require.Equal(t, http.StatusOK, status, string(raw))
+	var resp struct {
+		MetaInfo struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"meta_info"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &resp))
+	assert.Equal(t, 4, resp.MetaInfo.CachedTokens, "the host hit counts as cached")
+	got = nil
+	for !slices.Contains(got, ev{"BlockStored", "GPU", golden1234}) {
+		got = append(got, events(recvKV(t, sub))...)
+	}
+	assert.NotContains(t, got, ev{"BlockRemoved", "CPU_PINNED", golden1234}, "the host keeps its copy")
 }

@@ -88,3 +88,20 @@ func TestTableNulls(t *testing.T) {
 	assert.True(t, strings.HasSuffix(last, " -"), "null cache hit rate prints -: %q", last)
 	assert.NotContains(t, buf.String(), "good", "no goodput column without an SLO")
 }
+
+// The simulator section splits the cache hits into GPU and host when a level has a host tier,
+// and keeps its columns otherwise.
+func TestTableHostTier(t *testing.T) {
+	t.Parallel()
+	r := fixtureSimResults(t)
+	var plain bytes.Buffer
+	require.NoError(t, RenderTable(&plain, r))
+	assert.NotContains(t, plain.String(), "host hit")
+	r.Levels[0].Sim.GPUCacheHitRate, r.Levels[0].Sim.HostCacheHitRate = new(0.5), new(0.25)
+	require.NoError(t, r.Validate())
+	var buf bytes.Buffer
+	require.NoError(t, RenderTable(&buf, r))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	assert.Contains(t, lines[len(lines)-2], "gpu hit host hit")
+	assert.Contains(t, lines[len(lines)-1], "50.0%    25.0%")
+}

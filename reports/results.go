@@ -263,6 +263,11 @@ type SimStats struct {
 	LoadSpread float64 `json:"load_spread"`
 	// QueueDelayMs summarises engine-side queueing (arrival at a server to scheduling).
 	QueueDelayMs Stats `json:"queue_delay_ms"`
+	// GPUCacheHitRate and HostCacheHitRate split the engines' prefix hits of the recorded
+	// requests by tier, as shares of their prompt tokens: found in a GPU cache, or loaded back
+	// from a host tier (HiCache, --hicache-ratio). Nil without a host tier.
+	GPUCacheHitRate  *float64 `json:"gpu_cache_hit_rate,omitempty"`
+	HostCacheHitRate *float64 `json:"host_cache_hit_rate,omitempty"`
 }
 
 // MarshalJSON writes an empty ErrorsByKind as {} rather than null.
@@ -375,6 +380,9 @@ func (l *Level) Validate() error {
 	if l.Sim != nil {
 		nums["sim.predicted_match_rate"] = l.Sim.PredictedMatchRate
 		nums["sim.load_spread"] = l.Sim.LoadSpread
+		if l.Sim.GPUCacheHitRate != nil && l.Sim.HostCacheHitRate != nil {
+			nums["sim.gpu_cache_hit_rate"], nums["sim.host_cache_hit_rate"] = *l.Sim.GPUCacheHitRate, *l.Sim.HostCacheHitRate
+		}
 		addStats("sim.queue_delay_ms", &l.Sim.QueueDelayMs)
 	}
 	// Report the first bad field in a fixed order so the message is deterministic.

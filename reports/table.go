@@ -94,12 +94,21 @@ func RenderTable(w io.Writer, r *Results) error {
 			{name: "load spread"},
 			{group: "engine queue ms", name: "p50"}, {group: "engine queue ms", name: "p95"},
 			{group: "engine queue ms", name: "p99"}}}
+		// With a host KV tier (HiCache) the cache hits split into GPU and host.
+		tiers := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Sim != nil && l.Sim.HostCacheHitRate != nil })
+		if tiers {
+			s.cols = slices.Insert(s.cols, 3, column{group: "prefix match", name: "gpu hit"}, column{group: "prefix match", name: "host hit"})
+		}
 		for _, l := range r.Levels {
 			if m := l.Sim; m != nil {
 				p := m.PredictedMatchRate
-				s.rows = append(s.rows, []string{l.Label, pct(&p), pct(l.CacheHitRate), pct(l.SGLangCacheHitRate),
+				row := []string{l.Label, pct(&p), pct(l.CacheHitRate), pct(l.SGLangCacheHitRate),
 					strconv.FormatFloat(m.LoadSpread, 'f', 2, 64),
-					num(m.QueueDelayMs.P50), num(m.QueueDelayMs.P95), num(m.QueueDelayMs.P99)})
+					num(m.QueueDelayMs.P50), num(m.QueueDelayMs.P95), num(m.QueueDelayMs.P99)}
+				if tiers {
+					row = slices.Insert(row, 3, pct(m.GPUCacheHitRate), pct(m.HostCacheHitRate))
+				}
+				s.rows = append(s.rows, row)
 			}
 		}
 		s.write(&b)

@@ -26,6 +26,12 @@ type CacheAwareConfig struct {
 	// prompt shares a prefix cached elsewhere and the loads stay within the balance
 	// thresholds, it serves nothing.
 	WarmUp time.Duration
+	// HostTierWeight is what a matched block only in a target's host memory (SGLang HiCache's
+	// CPU_PINNED tier, [kvindex.TierHost]) counts for on the KV event index, beside 1 for a
+	// block on its GPU: HiCache loads it back before prefilling the rest, which costs a fraction
+	// of recomputing it (DefaultKVHostTierWeight). 0 matches GPU blocks only; in (0,1) a GPU hit
+	// beats an equal host hit, which beats a miss; 1 weighs every tier alike.
+	HostTierWeight float64
 }
 
 // CacheAware routes by longest prefix match in an approximate radix tree of the texts it has
@@ -44,9 +50,10 @@ type CacheAware struct {
 	// not stale are matched on it; the others on the tree.
 	kv       kvMatcher
 	page     int
-	ids      []kvindex.TargetID // scratch: the kv ids of the targets of a Pick
-	matched  []int              // scratch: their matched blocks, -1 when stale
-	treeRate []float64          // scratch: their tree match rates (stale targets only)
+	ids      []kvindex.TargetID  // scratch: the kv ids of the targets of a Pick
+	matched  []int               // scratch: their matched blocks, -1 when stale
+	tiers    []kvindex.TierMatch // scratch: their matches by tier
+	treeRate []float64           // scratch: their tree match rates (stale targets only)
 }
 
 var _ Policy = (*CacheAware)(nil)
@@ -69,9 +76,11 @@ func (*CacheAware) Name() string { return PolicyCacheAware }
 // The text is inserted for the chosen target in every case.
 //
 // With a KV event index ([Router.UseKVIndex]) and a request with Tokens, step 3 compares a
-// rate per target instead: a target whose index view is not stale rates matched blocks · page
-// / len(Tokens); a stale one (no event feed) rates as the tree says (matched/len(text) in runes
-// for the tenants on the match's stop node, 0 for the others). The highest rate wins if it is
+// rate per target instead: a target whose index view is not stale rates its matched blocks ·
+// page / len(Tokens), a block on its GPU counting 1 and one only in its host memory
+// HostTierWeight (0: host copies count for nothing); a stale one (no event feed) rates as the
+// tree says (matched/len(text) in runes for the tenants on the match's stop node, 0 for the
+// others). The highest rate wins if it is
 // above cache_threshold (ties: least loaded, then lowest index), else the least loaded; the
 // reported MatchRate is that highest rate. Then the chosen target gets the request's blocks as
 // pending in the index and, as always, the text in the tree (so the fallback stays warm). This
@@ -88,7 +97,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 	}
 	pk := p.chooseKV(now, req, ts)
 	if w := p.warming(now, req.loads, ts, pk.Index, pk.Reason); w >= 0 {
-		pk = p.kvPick(w, ReasonWarmUp, pk.MatchRate, p.matchedOf(w))
+		pk = p.kvPick(w, ReasonWarmUp, pk.MatchRate, p.matchedOf(w), p.hostOf(w))
 	}
 	pk.Signal = reasonSignal(pk.Reason, req.loads)
 	p.kv.addPending(ts[pk.Index].kvID, req, p.page, now)
@@ -122,10 +131,10 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	}
 	if p.imbalanced(req.loads, ts) {
 		i := leastBy(req.loads, ts)
-		p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, p.ids[i:i+1], now)
-		return p.kvPick(i, ReasonImbalance, 0, p.matched[0])
+		p.match(req, p.ids[i:i+1], now)
+		return p.kvPick(i, ReasonImbalance, 0, p.matched[0], p.hostOf(0))
 	}
-	p.matched = p.kv.matchOrStale(p.matched[:0], req, p.page, p.ids, now)
+	p.match(req, p.ids, now)
 	p.treeRate = p.treeRate[:0]
 	anyStale := false
 	for _, m := range p.matched {
@@ -149,17 +158,36 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	for i, t := range ts {
 		rate := p.treeRate[i]
 		if m := p.matched[i]; m >= 0 {
-			rate = float64(m*p.page) / float64(len(req.Tokens))
+			rate = (float64(m) + p.cfg.HostTierWeight*float64(p.hostOf(i))) * float64(p.page) / float64(len(req.Tokens))
 		}
 		if best < 0 || rate > bestRate || (rate == bestRate && req.loads.less(t, ts[best])) {
 			best, bestRate = i, rate
 		}
 	}
 	if bestRate > p.cfg.CacheThreshold {
-		return p.kvPick(best, ReasonCacheHit, bestRate, p.matched[best])
+		return p.kvPick(best, ReasonCacheHit, bestRate, p.matched[best], p.hostOf(best))
 	}
 	i := leastBy(req.loads, ts)
-	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i])
+	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i], p.hostOf(i))
+}
+
+// match fills p.tiers with the matches of ids in the index by tier and p.matched with their GPU
+// blocks (-1: stale).
+func (p *CacheAware) match(req *Request, ids []kvindex.TargetID, now time.Time) {
+	p.tiers = p.kv.matchTiers(p.tiers[:0], req, p.page, ids, now)
+	p.matched = p.matched[:0]
+	for _, m := range p.tiers {
+		p.matched = append(p.matched, m.GPU)
+	}
+}
+
+// hostOf returns the host-tier blocks (beyond its GPU match) target i of the last match
+// matched: 0 when the host tier is not weighed (HostTierWeight 0), or i was not looked up.
+func (p *CacheAware) hostOf(i int) int {
+	if p.cfg.HostTierWeight <= 0 || i >= len(p.tiers) || p.tiers[i].GPU < 0 {
+		return 0
+	}
+	return p.tiers[i].Host
 }
 
 // matchedOf returns the blocks target i of the last chooseKV matched in the index (-1: stale or
@@ -206,11 +234,15 @@ func (p *CacheAware) warmingUp(now time.Time, t *Target) bool {
 	return !j.IsZero() && now.Sub(j) < p.cfg.WarmUp
 }
 
-// kvPick builds a Pick whose chosen target matched m blocks in the index (-1: stale).
-func (p *CacheAware) kvPick(i int, reason Reason, rate float64, m int) Pick {
+// kvPick builds a Pick whose chosen target matched m blocks on its GPU in the index (-1:
+// stale) and host more in its host memory.
+func (p *CacheAware) kvPick(i int, reason Reason, rate float64, m, host int) Pick {
 	pk := Pick{Index: i, Reason: reason, MatchRate: rate}
 	if m >= 0 {
-		pk.KVIndex, pk.PredictedCachedTokens = true, m*p.page
+		pk.KVIndex, pk.PredictedCachedTokens = true, (m+host)*p.page
+		if host > 0 {
+			pk.HitTier, pk.PredictedHostTokens = kvindex.TierHost, host*p.page
+		}
 	}
 	return pk
 }
@@ -233,7 +265,7 @@ func (r *Router) UseKVIndex(role Role, ix *kvindex.Index, pageSize int) error {
 // [kvindex.Index] fed the same changes answers the tokens' block-hash chain.
 type TokenIndex interface {
 	Target(name string) kvindex.TargetID
-	MatchOrStale(dst []int, tokens []uint32, page int, salt string, ids []kvindex.TargetID, now time.Time) []int
+	MatchTiersOrStale(dst []kvindex.TierMatch, tokens []uint32, page int, salt string, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch
 	AddPending(id kvindex.TargetID, tokens []uint32, page int, salt string, now time.Time)
 }
 
@@ -270,7 +302,7 @@ func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 // kvMatcher is what cache_aware asks of a KV event index, given the request.
 type kvMatcher interface {
 	target(name string) kvindex.TargetID
-	matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int
+	matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch
 	addPending(id kvindex.TargetID, q *Request, page int, now time.Time)
 }
 
@@ -279,8 +311,8 @@ type hashMatcher struct{ ix *kvindex.Index }
 
 func (m hashMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
 
-func (m hashMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
-	return m.ix.MatchOrStale(dst, q.blockHashes(page), ids, now)
+func (m hashMatcher) matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch {
+	return m.ix.MatchTiersOrStale(dst, q.blockHashes(page), ids, now)
 }
 
 func (m hashMatcher) addPending(id kvindex.TargetID, q *Request, page int, now time.Time) {
@@ -292,8 +324,8 @@ type tokenMatcher struct{ ix TokenIndex }
 
 func (m tokenMatcher) target(name string) kvindex.TargetID { return m.ix.Target(name) }
 
-func (m tokenMatcher) matchOrStale(dst []int, q *Request, page int, ids []kvindex.TargetID, now time.Time) []int {
-	return m.ix.MatchOrStale(dst, q.Tokens, page, q.CacheSalt, ids, now)
+func (m tokenMatcher) matchTiers(dst []kvindex.TierMatch, q *Request, page int, ids []kvindex.TargetID, now time.Time) []kvindex.TierMatch {
+	return m.ix.MatchTiersOrStale(dst, q.Tokens, page, q.CacheSalt, ids, now)
 }
 
 func (m tokenMatcher) addPending(id kvindex.TargetID, q *Request, page int, now time.Time) {

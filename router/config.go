@@ -70,6 +70,10 @@ type Config struct {
 	// unhealthy or an open breaker) takes, under cache_aware, a request whose prompt another
 	// worker's cache holds, while it carries less than the mean load (CacheAwareConfig.WarmUp).
 	CacheWarmupSecs int `json:"cache_warmup_secs" yaml:"cache_warmup_secs" help:"cache_aware: for this many seconds after a worker enters rotation (added, back from unhealthy or an open breaker), it takes requests that match another worker's cache while it carries less than the mean load, so it gets its share at once; 0: never (sgl-router's rule)"` // default 30
+	// KVHostTierWeight is what a block held only in a worker's host memory (SGLang HiCache's
+	// CPU_PINNED tier) is worth to cache_aware on KV events, beside 1 for a block on its GPU
+	// (CacheAwareConfig.HostTierWeight). DefaultKVHostTierWeight says where its default comes from.
+	KVHostTierWeight float64 `json:"kv_host_tier_weight" yaml:"kv_host_tier_weight" help:"cache_aware on KV events: what a prefix block held only in a worker's host memory (HiCache's CPU_PINNED tier, loaded back before prefill) counts for beside 1 for a block on its GPU, in [0,1]; 0: only GPU blocks count (the host tier is ignored), 1: every tier alike"` // default DefaultKVHostTierWeight
 	// HashLoadFactor bounds consistent_hashing's load (ConsistentHashing.LoadFactor).
 	HashLoadFactor float64 `json:"hash_load_factor" yaml:"hash_load_factor" help:"consistent_hashing: a worker takes a key's request only while its load is below this times the mean load (plus one); otherwise the request goes to the next worker on the ring, so one hot key cannot pile onto one worker; 0: never (pure consistent hashing)"` // default 1.25
 	// MaxIdleSecs and AssignmentMode are the manual policy's (Manual.MaxIdle, Manual.AssignMode).
@@ -153,6 +157,20 @@ type Config struct {
 	Seed *int64 `json:"seed" yaml:"seed"`
 }
 
+// DefaultKVHostTierWeight is --kv-host-tier-weight's default: one minus the cost of loading a
+// token's KV back from host memory relative to recomputing it. SGLang's HiCache moves KV
+// between its pinned host pool and the GPU over the host link with its own kernels
+// (--hicache-io-backend kernel, its default). SGLang measured that load path at 73–97 GB/s
+// on GB300's C2C link (sglang PR #40278, "H2D, one layer at a time from a page-first host
+// pool") and a per-layer copy at 28 GB/s on H20 (PR #37231); an H100's PCIe Gen5 x16 carries
+// 64 GB/s per direction, some 50 in practice. Llama-3.1-8B's KV is 128 KiB a token (32 layers
+// × 8 KV heads × 128 × K,V × 2 bytes): 2.6 µs a token to load back at 50 GB/s (4.7 at 28),
+// where prefilling it costs 2 × 8e9 FLOP ÷ (989 TFLOP/s × ~0.5) ≈ 32 µs. A host hit saves
+// 85–92 % of what a GPU hit saves over that range: 0.9. Larger models under tensor
+// parallelism split both costs over their GPUs and come out higher; a slower or shared host
+// link, lower (0 once loading back costs what recomputing does).
+const DefaultKVHostTierWeight = 0.9
+
 // DefaultConfig returns sgl-router's defaults (v0.2.2), plus ours (SPEC §2).
 func DefaultConfig() Config {
 	return Config{
@@ -161,6 +179,7 @@ func DefaultConfig() Config {
 		BalanceAbsThreshold:     64,
 		BalanceRelThreshold:     1.5,
 		CacheWarmupSecs:         30,
+		KVHostTierWeight:        DefaultKVHostTierWeight,
 		HashLoadFactor:          1.25,
 		MaxIdleSecs:             14400,
 		EvictionIntervalSecs:    120,
@@ -375,6 +394,8 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("max_idle_secs", "--max-idle-secs %d must be ≥ 0 (0: keys are never forgotten)", c.MaxIdleSecs)
 	case c.AssignmentMode != "" && c.AssignmentMode != AssignRandom && c.AssignmentMode != AssignMinLoad && c.AssignmentMode != AssignMinGroup:
 		return SettingErrorf("assignment_mode", "--assignment-mode %q is not random, min_load or min_group", c.AssignmentMode)
+	case !(c.KVHostTierWeight >= 0 && c.KVHostTierWeight <= 1):
+		return SettingErrorf("kv_host_tier_weight", "--kv-host-tier-weight %g is outside [0,1] (0: GPU blocks only, 1: every tier alike)", c.KVHostTierWeight)
 	case c.CacheWarmupSecs < 0:
 		return SettingErrorf("cache_warmup_secs", "--cache-warmup-secs %d must be ≥ 0 (0: no warm-up)", c.CacheWarmupSecs)
 	case !(c.BalanceRelThreshold >= 0):

@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -38,6 +39,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 	}{
 		{"threshold high", func(c *Config) { c.CacheThreshold = 1.7 }, "router: --cache-threshold 1.7 is outside [0,1]"},
 		{"threshold negative", func(c *Config) { c.CacheThreshold = -0.1 }, "--cache-threshold -0.1 is outside [0,1]"},
+		{"host tier weight", func(c *Config) { c.KVHostTierWeight = 1.5 }, "--kv-host-tier-weight 1.5 is outside [0,1]"},
+		{"host tier weight NaN", func(c *Config) { c.KVHostTierWeight = math.NaN() }, "--kv-host-tier-weight NaN is outside [0,1]"},
 		{"prefill without pd", func(c *Config) { c.Prefill = []PrefillWorker{{URL: "http://a:1"}} }, "--prefill needs --pd-disaggregation"},
 		{"decode without pd", func(c *Config) { c.Decode = []string{"http://a:1"} }, "--decode needs --pd-disaggregation"},
 		{"prefill policy without pd", func(c *Config) { c.PrefillPolicy = PolicyRandom }, "--prefill-policy needs --pd-disaggregation"},

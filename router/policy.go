@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
 // Pick is a policy's choice among the available targets it was given.
@@ -20,6 +22,11 @@ type Pick struct {
 	Signal Signal
 	// PredictedCachedTokens: with KVIndex, the chosen target's matched blocks · page size.
 	PredictedCachedTokens int
+	// HitTier: with KVIndex and tiers weighed (CacheAwareConfig.HostTierWeight > 0), where the
+	// chosen target's match lies: TierGPU when all on its GPU, TierHost when part of it must
+	// be loaded back from host memory (PredictedHostTokens of the PredictedCachedTokens).
+	HitTier             kvindex.Tier
+	PredictedHostTokens int
 }
 
 // Policy chooses among available targets. Pick is called with at least one target, in target
@@ -66,6 +73,7 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 			MaxTreeSize:         cfg.MaxTreeSize,
 			MaxTreeTotalChars:   cfg.MaxTreeTotalChars,
 			WarmUp:              time.Duration(cfg.CacheWarmupSecs) * time.Second,
+			HostTierWeight:      cfg.KVHostTierWeight,
 		}), nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))

@@ -201,7 +201,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 		t := ts[p.Index]
 		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate,
-			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens, signal: p.Signal}
+			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens, hitTier: p.HitTier, predictedHost: p.PredictedHostTokens, signal: p.Signal}
 		if p.Signal == SignalEngineLoad {
 			d.legs[role].loadAge = req.loads.age
 		}
@@ -530,6 +530,8 @@ type leg struct {
 	// kvIndex and predictedCached are Pick.KVIndex and Pick.PredictedCachedTokens.
 	kvIndex         bool
 	predictedCached int
+	hitTier         kvindex.Tier // Pick.HitTier and Pick.PredictedHostTokens
+	predictedHost   int
 	signal          Signal
 	loadAge         time.Duration
 	// engineGen is the generation of the target's engine report the leg was counted under as
@@ -556,11 +558,25 @@ type Leg struct {
 	// tokens the worker reports.
 	KVIndex               bool
 	PredictedCachedTokens int
+	// HitTier is where that match lies: kvindex.TierHost when PredictedHostTokens of it are in
+	// the worker's host memory (cache_aware weighing tiers, --kv-host-tier-weight > 0),
+	// kvindex.TierGPU otherwise.
+	HitTier             kvindex.Tier
+	PredictedHostTokens int
 	// Signal is what the choice rested on (cache match, engine load or in-flight counts;
 	// SignalNone when loads were not looked at), and LoadAge, with SignalEngineLoad, the
 	// oldest engine report's age then.
 	Signal  Signal
 	LoadAge time.Duration
+}
+
+// Tier names where the KV event index found the leg's predicted cached tokens for decision
+// logs: "gpu", "host" (part of them in host memory), or "" when it predicted none.
+func (l Leg) Tier() string {
+	if !l.KVIndex || l.PredictedCachedTokens == 0 {
+		return ""
+	}
+	return l.HitTier.String()
 }
 
 // Decision is what Route chose. Each leg's load stays incremented until [Decision.Done] is
@@ -588,7 +604,8 @@ func (d *Decision) Leg(role Role) (Leg, bool) {
 	}
 	l := &d.legs[role]
 	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate,
-		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached, Signal: l.signal, LoadAge: l.loadAge}, true
+		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached, HitTier: l.hitTier, PredictedHostTokens: l.predictedHost,
+		Signal: l.signal, LoadAge: l.loadAge}, true
 }
 
 // Done reports that role's leg finished with outcome o: it decrements the leg's target load

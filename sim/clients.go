@@ -6,6 +6,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
+	"github.com/pdrouter/pdrouter/sim/engine"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -31,11 +32,14 @@ type level struct {
 	recEnd    int64 // last recorded end
 	// batchHit0 and batchNew0 are the engines' SGLang-style hit counters when recording began.
 	batchHit0, batchNew0 int64
-	arr                  workloads.Arrivals
-	nextArr              int
-	pending              *script // trace: the conversation whose arrival is scheduled
-	records              []reports.Record
-	itl                  reports.Counts // ITLs of the recorded successful requests
+	// prompt0, cached0 and host0 are the engines' admitted prompt, cached and host-tier-loaded
+	// tokens then (tierCounters).
+	prompt0, cached0, host0 int64
+	arr                     workloads.Arrivals
+	nextArr                 int
+	pending                 *script // trace: the conversation whose arrival is scheduled
+	records                 []reports.Record
+	itl                     reports.Counts // ITLs of the recorded successful requests
 
 	// simulator metrics over the recorded requests
 	predicted, predictedW float64 // Σ match rate × input tokens, Σ input tokens
@@ -316,6 +320,11 @@ func (x *sim) endLevel() {
 	}
 	info.SLO = x.cfg.SLO
 	info.Sim = x.simStats(lv)
+	if prompt, cached, host, tiered := x.tierCounters(); lv.recording && tiered && prompt > lv.prompt0 {
+		n := float64(prompt - lv.prompt0)
+		gpu, hostRate := float64(cached-lv.cached0-(host-lv.host0))/n, float64(host-lv.host0)/n
+		info.Sim.GPUCacheHitRate, info.Sim.HostCacheHitRate = &gpu, &hostRate
+	}
 	info.ITL = &lv.itl
 	if hit, nw := x.batchCounters(); lv.recording && hit+nw > lv.batchHit0+lv.batchNew0 {
 		rate := float64(hit-lv.batchHit0) / float64(hit+nw-lv.batchHit0-lv.batchNew0)
@@ -357,6 +366,23 @@ func (x *sim) batchCounters() (hit, nw int64) {
 		}
 	}
 	return hit, nw
+}
+
+// tierCounters sums the prefill and regular engines' admitted prompt tokens, those found cached, and those of them
+// loaded back from a host tier (--hicache-ratio), and whether any has one.
+func (x *sim) tierCounters() (prompt, cached, host int64, tiered bool) {
+	for _, sv := range x.servers {
+		if sv.cfg.Role == engine.RoleDecode { // its hits are the prefill side's, counted there
+			continue
+		}
+		for _, l := range sv.eng.Loads(x.t()) {
+			prompt += l.PromptTokens
+			cached += l.CachedTokens
+			host += l.HostCachedTokens
+			tiered = tiered || l.HostCapacity > 0
+		}
+	}
+	return prompt, cached, host, tiered
 }
 
 // flush resets the engines' prefix caches and the router's trees (--flush-cache), as serve's

@@ -116,7 +116,7 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 	off := 0
 	for i := range evs {
 		ev := &evs[i]
-		pe := kvindex.PathEvent{New: ev.New}
+		pe := kvindex.PathEvent{New: ev.New, Medium: ev.Medium}
 		switch ev.Kind {
 		case engine.KVStored:
 			pe.Kind = kvindex.BlockStored

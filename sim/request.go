@@ -92,6 +92,7 @@ func (x *sim) send(c *conv) {
 	if r.recorded && !lv.recording {
 		lv.recording, lv.recBegin = true, x.clock.now
 		lv.batchHit0, lv.batchNew0 = x.batchCounters()
+		lv.prompt0, lv.cached0, lv.host0, _ = x.tierCounters()
 	}
 	lv.issued++
 	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, p: r})
@@ -225,7 +226,7 @@ func (x *sim) logDecision(r *request, a *attempt) {
 			return nil
 		}
 		ts[role] = wire.DecisionTarget{Worker: leg.Target.URL(), Index: leg.WorkerIndex, Rank: leg.Target.RankPtr(),
-			Signal: string(leg.Signal), LoadAgeMs: float64(leg.LoadAge.Microseconds()) / 1000}
+			Signal: string(leg.Signal), LoadAgeMs: float64(leg.LoadAge.Microseconds()) / 1000, Tier: leg.Tier()}
 		return &ts[role]
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)

@@ -131,7 +131,7 @@ var keyAliases = map[string]string{"enable_dp_attention": "dp_attention"}
 // serverArgKeys are the JSON keys of engine.ServerArgs (chunked_prefill_size, …).
 var serverArgKeys = func() map[string]bool {
 	b, _ := json.Marshal(engine.ServerArgs{ChunkedPrefillSize: 1, MaxRunningRequests: 1, MaxTotalTokens: 1, PageSize: 1,
-		CUDAGraphMaxBS: 1, MemFractionStatic: 1, ScheduleConservativeness: 1,
+		CUDAGraphMaxBS: 1, MemFractionStatic: 1, ScheduleConservativeness: 1, HiCacheRatio: 1, HiCacheBandwidth: 1,
 		Spec: engine.Spec{Algorithm: "x", NumSteps: 1, EagleTopK: 1, DraftTokens: 1, AcceptLength: 1}})
 	var m map[string]json.RawMessage
 	_ = json.Unmarshal(b, &m)

@@ -138,10 +138,20 @@ func startKVRouter(t *testing.T, ctx context.Context, prefill, decode []*fakewor
 // decision line of the request (the last one logged).
 func (kr *kvRouter) generate(t *testing.T, text string) (cached int, decision map[string]any) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"text": text, "sampling_params": map[string]any{"max_new_tokens": 4}})
-	resp, err := http.Post(kr.url+"/generate", "application/json", bytes.NewReader(body))
+	cached = postGenerate(t, kr.url, map[string]any{"text": text, "sampling_params": map[string]any{"max_new_tokens": 4}})
+	lines := decisionLines(t, kr.log)
+	require.NotEmpty(t, lines)
+	return cached, lines[len(lines)-1]
+}
+
+// postGenerate posts body to url's /generate, requires a 200 and returns the cached tokens the
+// worker reported.
+func postGenerate(t *testing.T, url string, body map[string]any) (cached int) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	resp, err := http.Post(url+"/generate", "application/json", bytes.NewReader(raw))
 	require.NoError(t, err)
-	raw, _ := io.ReadAll(resp.Body)
+	raw, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
 	var out struct {
@@ -150,9 +160,7 @@ func (kr *kvRouter) generate(t *testing.T, text string) (cached int, decision ma
 		} `json:"meta_info"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
-	lines := decisionLines(t, kr.log)
-	require.NotEmpty(t, lines)
-	return out.MetaInfo.CachedTokens, lines[len(lines)-1]
+	return out.MetaInfo.CachedTokens
 }
 
 // histogramMean returns sum/count of a histogram family, summed over its series.

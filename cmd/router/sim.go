@@ -80,6 +80,10 @@ index; --replica-affinity round-robin spreads requests over them as a Kubernetes
 session keeps a conversation on one. With --vary kv_events=off,on
 --vary router_replicas=1,2,4 --vary kv_events_delay=0,100ms, 'router sim sweep' answers what
 precise routing wins and what replicas cost on a workload (try --workload cache-pressure).
+--hicache-ratio R gives the servers SGLang HiCache's host tier (R × the GPU pool; what the GPU
+evicts moves there and is loaded back at --hicache-bandwidth): their events then name each
+block's medium and --kv-host-tier-weight says what a host hit is worth to cache_aware; results
+split the cache hits into GPU and host (docs/kv-events.md, "KV tiers").
 
 Engine load reports: every --load-report-interval (default 500ms, serve's
 --load-poll-interval-ms) each router replica reads every server's load per DP rank — running and

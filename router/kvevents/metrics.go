@@ -82,10 +82,17 @@ func (m *metrics) init(label string) {
 // indexCollector exports each subscribed target's block count in the index at scrape time.
 type indexCollector struct{ s *Subscriber }
 
-var descIndexBlocks = prometheus.NewDesc("pdrouter_kv_events_index_blocks",
-	"KV blocks the index holds for the target now (from its events).", []string{"target"}, nil)
+var (
+	descIndexBlocks = prometheus.NewDesc("pdrouter_kv_events_index_blocks",
+		"KV blocks the index holds for the target now on its GPU (from its events).", []string{"target"}, nil)
+	descIndexHostBlocks = prometheus.NewDesc("pdrouter_kv_events_index_host_blocks",
+		"KV blocks the index holds for the target now in its host memory (HiCache's CPU_PINNED tier).", []string{"target"}, nil)
+)
 
-func (c indexCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descIndexBlocks }
+func (c indexCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descIndexBlocks
+	ch <- descIndexHostBlocks
+}
 
 func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
 	ix, ok := c.s.ix.(interface {
@@ -105,7 +112,9 @@ func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.s.mu.Unlock()
 	for _, r := range rows {
-		ch <- prometheus.MustNewConstMetric(descIndexBlocks, prometheus.GaugeValue, float64(ix.Stats(r.id).Blocks), r.label)
+		st := ix.Stats(r.id)
+		ch <- prometheus.MustNewConstMetric(descIndexBlocks, prometheus.GaugeValue, float64(st.Blocks), r.label)
+		ch <- prometheus.MustNewConstMetric(descIndexHostBlocks, prometheus.GaugeValue, float64(st.HostBlocks), r.label)
 	}
 }
 

@@ -24,7 +24,7 @@ type Event struct {
 	Tokens    []uint32 // BlockStored: the stored blocks' token ids, BlockSize per block
 	BlockSize int      // BlockStored: tokens per block (the engine's page size)
 	LoRAID    int64    // BlockStored: 0 when none
-	Medium    string   // "GPU", "CPU", … ; "" when the shape does not carry it
+	Medium    string   // "GPU", "CPU_PINNED", "DISK", "EXTERNAL" (see [Tier]); "" when the shape does not carry it
 	CacheSalt string   // BlockStored: the salt that started the chain, when published
 }
 
@@ -50,7 +50,9 @@ type Config struct {
 
 // Stats are the counters an [Index] keeps per target (for metrics and logs).
 type Stats struct {
-	Blocks        int    // blocks held now
+	Blocks        int    // blocks held now on the GPU
+	HostBlocks    int    // blocks held now in host memory (HiCache's CPU_PINNED tier)
+	StorageBlocks int    // blocks held now on disk or external storage (DISK, EXTERNAL)
 	Events        uint64 // events applied
 	BlocksStored  uint64
 	BlocksRemoved uint64

@@ -56,9 +56,13 @@ func BenchmarkApply(b *testing.B) {
 // BenchmarkMatch matches an 8k-token request (page 16: 512 blocks) over 32 targets in an index
 // that also holds 64k unrelated blocks per target. hold=all: every target holds the whole chain
 // (the walk cannot stop early: the worst case); hold=mixed: target i holds the first 16·i blocks.
+// BenchmarkMatch matches a 512-block chain against 32 targets: hold=all holds it whole on every
+// target's GPU, mixed a different prefix each; hold=tiers is mixed with the rest of each chain in
+// host memory, matched by tier (MatchTiersOrStale, what cache_aware does with
+// --kv-host-tier-weight > 0).
 func BenchmarkMatch(b *testing.B) {
 	const targets, blocks, noise = 32, 512, 1 << 16
-	for _, hold := range []string{"all", "mixed"} {
+	for _, hold := range []string{"all", "mixed", "tiers"} {
 		b.Run(fmt.Sprintf("targets=%d/blocks=%d/hold=%s", targets, blocks, hold), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(5, 6))
 			x := New(Config{PendingTTL: time.Second})
@@ -69,10 +73,13 @@ func BenchmarkMatch(b *testing.B) {
 				ids[i] = x.Target(fmt.Sprintf("http://10.0.0.%d:30000@0", i))
 				x.SetStale(ids[i], false)
 				n := blocks
-				if hold == "mixed" {
+				if hold != "all" {
 					n = 16 * i
 				}
 				x.Apply(ids[i], []Event{{Kind: BlockStored, Hashes: chain[:n]}}, t0)
+				if hold == "tiers" {
+					x.Apply(ids[i], []Event{{Kind: BlockStored, Hashes: chain, Medium: "CPU_PINNED"}}, t0)
+				}
 				other := make([]Hash, noise)
 				for k := range other {
 					other[k] = Hash(rng.Int64())
@@ -81,9 +88,14 @@ func BenchmarkMatch(b *testing.B) {
 			}
 			x.AddPending(ids[3], chain, t0) // one target with a pending burst
 			dst := make([]int, 0, targets)
+			tdst := make([]TierMatch, 0, targets)
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = x.MatchOrStale(dst[:0], chain, ids, t0)
+				if hold == "tiers" {
+					tdst = x.MatchTiersOrStale(tdst[:0], chain, ids, t0)
+				} else {
+					dst = x.MatchOrStale(dst[:0], chain, ids, t0)
+				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/match")
 		})

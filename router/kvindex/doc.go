@@ -1,7 +1,8 @@
 // Package kvindex is the precise prefix index behind cache-aware routing on SGLang's own KV
-// events: which KV blocks each `url@rank` target holds, keyed by the engine's block hash, with
-// store/remove/clear applied from the event stream, the longest consecutive prefix of a
-// request's hash chain per target, and a short-lived pending overlay for requests routed but
+// events: which KV blocks each `url@rank` target holds, keyed by the engine's block hash, on
+// which tier (GPU, or HiCache's host memory, disk, external store: [Tier]), with
+// store/remove/clear applied from the event stream per medium, the longest consecutive prefix
+// of a request's hash chain per target (on the GPU, then on the GPU or the host), and a short-lived pending overlay for requests routed but
 // not yet published. It also computes SGLang's block-hash chain from token ids.
 //
 // PathIndex answers the same questions for a feed that knows each change's token path (the

@@ -2,15 +2,15 @@ package kvindex
 
 import (
 	"math/bits"
-	"strings"
 	"sync"
 	"time"
 )
 
-// Index layout: the blocks held are one map per 64 targets (a "word"), from block hash to a
-// bitset of the word's targets holding it, so a block shared by many targets costs one entry
-// and a match walks the chain once for all the targets asked about: one map lookup per block
-// and word, then bit operations. Pending entries live per target (hash → expiry) and are only
+// Index layout: the blocks held on a tier are one map per 64 targets (a "word"), from block
+// hash to a bitset of the word's targets holding it, so a block shared by many targets costs
+// one entry and a match walks the chain once for all the targets asked about: one map lookup
+// per block, word and tier matched, then bit operations. Each tier (GPU, host, …; see [Tier])
+// has its own maps, created when a copy first lands there. Pending entries live per target (hash → expiry) and are only
 // looked at for a target at a block it does not hold: that either extends its match or ends it.
 
 // Index is the precise prefix index. It is safe for concurrent use: subscribers apply events
@@ -21,8 +21,8 @@ type Index struct {
 
 	mu      sync.RWMutex // protects everything below
 	names   map[string]TargetID
-	targets []target          // by TargetID
-	held    []map[Hash]uint64 // by word (id/64): hash → bit id%64 set when target id holds it
+	targets []target                    // by TargetID
+	held    [NumTiers][]map[Hash]uint64 // by tier, then word (id/64): hash → bit id%64 set when target id holds it there
 }
 
 // target is one target's state in the index.
@@ -31,7 +31,8 @@ type target struct {
 	stale     bool
 	pending   map[Hash]int64 // hash → expiry (Unix ns); nil when none
 	lastSweep int64          // Unix ns of the last sweep of expired pending entries
-	stats     Stats          // Stale is filled in on read
+	stats     Stats          // Stale and the tiers' block counts are filled in on read
+	blocks    [NumTiers]int  // blocks held per tier
 }
 
 // New returns an empty index.
@@ -55,8 +56,8 @@ func (x *Index) Target(name string) TargetID {
 	id = TargetID(len(x.targets))
 	x.names[name] = id
 	x.targets = append(x.targets, target{name: name, stale: true})
-	for len(x.held) <= int(id)>>6 {
-		x.held = append(x.held, map[Hash]uint64{})
+	for len(x.held[TierGPU]) <= int(id)>>6 {
+		x.held[TierGPU] = append(x.held[TierGPU], map[Hash]uint64{})
 	}
 	return id
 }
@@ -82,11 +83,16 @@ func (x *Index) RemoveTarget(id TargetID) {
 	t.stale = true
 }
 
-// clearLocked drops every block and pending entry of id (x.mu held for writing).
+// clearLocked drops every block (on every tier) and pending entry of id (x.mu held for writing).
 func (x *Index) clearLocked(id TargetID) {
 	t := &x.targets[id]
-	m, bit := x.held[id>>6], uint64(1)<<(id&63)
-	if t.stats.Blocks > 0 {
+	w, bit := int(id)>>6, uint64(1)<<(id&63)
+	for tier := range x.held {
+		if t.blocks[tier] == 0 || w >= len(x.held[tier]) {
+			t.blocks[tier] = 0
+			continue
+		}
+		m := x.held[tier][w]
 		for h, set := range m {
 			if set&bit == 0 {
 				continue
@@ -97,21 +103,26 @@ func (x *Index) clearLocked(id TargetID) {
 				m[h] = set
 			}
 		}
+		t.blocks[tier] = 0
 	}
-	t.stats.Blocks = 0
 	t.pending = nil
 }
 
-// gpuMedium reports whether an event's medium is the device cache the index models. Host-tier
-// copies (HiCache's "CPU", sglang mem_cache/hiradix_cache.py storing with StorageMedium.CPU)
-// are ignored: a block only on the host is not a device hit.
-func gpuMedium(m string) bool { return m == "" || strings.EqualFold(m, "GPU") }
+// tierMap returns the map of tier for target word w, creating the tier's maps up to w.
+func (x *Index) tierMap(tier Tier, w int) map[Hash]uint64 {
+	for len(x.held[tier]) <= w {
+		x.held[tier] = append(x.held[tier], map[Hash]uint64{})
+	}
+	return x.held[tier][w]
+}
 
-// Apply applies a batch's events to a target, in order: BlockStored adds every hash in Hashes
-// (and resolves the target's pending entries for them), BlockRemoved drops them,
-// AllBlocksCleared drops all the target's blocks and pending entries and makes it fresh
-// (not stale). Events of another medium than the GPU's are counted and otherwise ignored.
-// Unknown ids are ignored. now drives the sweep of expired pending entries.
+// Apply applies a batch's events to a target, in order, each on the tier its medium names
+// (see [Tier]): BlockStored adds every hash in Hashes there (and, on the GPU, resolves the
+// target's pending entries for them), BlockRemoved drops them from its tier (from every tier
+// when the event names no medium, or one this build does not know), AllBlocksCleared drops all
+// the target's blocks and pending entries and makes it fresh (not stale). A store of an
+// unknown medium is counted and otherwise ignored. Unknown ids are ignored. now drives the
+// sweep of expired pending entries.
 func (x *Index) Apply(id TargetID, evs []Event, now time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -119,41 +130,47 @@ func (x *Index) Apply(id TargetID, evs []Event, now time.Time) {
 	if t == nil {
 		return
 	}
-	m, bit := x.held[id>>6], uint64(1)<<(id&63)
+	w, bit := int(id)>>6, uint64(1)<<(id&63)
 	for i := range evs {
 		ev := &evs[i]
 		t.stats.Events++
 		switch ev.Kind {
 		case BlockStored:
-			if !gpuMedium(ev.Medium) {
+			tier, ok := storeTier(ev.Medium)
+			if !ok {
 				continue
 			}
 			t.stats.BlocksStored += uint64(len(ev.Hashes))
+			m := x.tierMap(tier, w)
 			for _, h := range ev.Hashes {
 				if set := m[h]; set&bit == 0 {
 					m[h] = set | bit
-					t.stats.Blocks++
+					t.blocks[tier]++
 				}
-				if len(t.pending) > 0 {
+				if tier == TierGPU && len(t.pending) > 0 {
 					delete(t.pending, h) // the store arrived: the pending entry has served
 				}
 			}
 		case BlockRemoved:
-			if !gpuMedium(ev.Medium) {
-				continue
-			}
 			t.stats.BlocksRemoved += uint64(len(ev.Hashes))
-			for _, h := range ev.Hashes {
-				set, ok := m[h]
-				if !ok || set&bit == 0 {
+			tiers := removeTiers(ev.Medium)
+			for tier := range x.held {
+				if tiers&(1<<tier) == 0 || w >= len(x.held[tier]) {
 					continue
 				}
-				if set &^= bit; set == 0 {
-					delete(m, h)
-				} else {
-					m[h] = set
+				m := x.held[tier][w]
+				for _, h := range ev.Hashes {
+					set, ok := m[h]
+					if !ok || set&bit == 0 {
+						continue
+					}
+					if set &^= bit; set == 0 {
+						delete(m, h)
+					} else {
+						m[h] = set
+					}
+					t.blocks[tier]--
 				}
-				t.stats.Blocks--
 			}
 		case AllBlocksCleared:
 			x.clearLocked(id)
@@ -176,38 +193,58 @@ func (x *Index) SetStale(id TargetID, stale bool) {
 }
 
 // MatchOrStale appends to dst, for each target in ids (in order), the number of leading blocks
-// of hashes that target holds consecutively (pending entries not expired at now included) and
-// returns dst. Stale and unknown targets report -1, found in the same pass and under the same
-// lock, so that a caller can fall back for exactly those.
+// of hashes that target holds consecutively on the GPU (pending entries not expired at now
+// included) and returns dst. Stale and unknown targets report -1, found in the same pass and
+// under the same lock, so that a caller can fall back for exactly those.
 func (x *Index) MatchOrStale(dst []int, hashes []Hash, ids []TargetID, now time.Time) []int {
-	return x.match(dst, hashes, ids, now, -1)
-}
-
-// match is MatchOrStale with stale and unknown targets reported as staleVal.
-func (x *Index) match(dst []int, hashes []Hash, ids []TargetID, now time.Time, staleVal int) []int {
 	base := len(dst)
 	for range ids {
 		dst = append(dst, 0)
 	}
-	out := dst[base:]
+	x.match(matchOut{out: dst[base:]}, hashes, ids, now, -1)
+	return dst
+}
+
+// MatchTiersOrStale appends to dst, for each target in ids (in order), its [TierMatch] of
+// hashes: the leading blocks it holds on the GPU (pending entries included), then how many
+// more it holds on the GPU or in host memory. Stale and unknown targets report GPU −1.
+func (x *Index) MatchTiersOrStale(dst []TierMatch, hashes []Hash, ids []TargetID, now time.Time) []TierMatch {
+	base := len(dst)
+	for range ids {
+		dst = append(dst, TierMatch{})
+	}
+	x.match(matchOut{tiers: dst[base:]}, hashes, ids, now, -1)
+	return dst
+}
+
+// match writes, for each target in ids, its leading blocks held on the GPU (and, with
+// out.tiers, on the GPU or the host) to out; stale and unknown targets get staleVal (as GPU).
+func (x *Index) match(out matchOut, hashes []Hash, ids []TargetID, now time.Time, staleVal int) {
+	withTiers := out.tiers != nil
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 
-	// alive[w]: the word-w targets still matching. Small clusters fit the stack array.
-	var aliveArr [4]uint64
-	alive := aliveArr[:0]
-	if len(x.held) > len(aliveArr) {
-		alive = make([]uint64, 0, len(x.held))
+	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
+	// host (a superset; with tiers only). Small clusters fit the stack arrays.
+	gpuHeld, hostHeld := x.held[TierGPU], x.held[TierHost]
+	words := len(gpuHeld)
+	var aliveArr, anyArr [4]uint64
+	alive, aliveAny := aliveArr[:0], anyArr[:0]
+	if words > len(aliveArr) {
+		alive, aliveAny = make([]uint64, 0, words), make([]uint64, 0, words)
 	}
-	alive = alive[:len(x.held)]
+	alive, aliveAny = alive[:words], aliveAny[:words]
 	live := false
 	for j, id := range ids {
-		if t := x.lookup(id); t != nil && !t.stale {
+		t := x.lookup(id)
+		stale := t == nil || t.stale
+		out.start(j, len(hashes), stale, staleVal) // until it stops matching
+		if !stale {
 			alive[id>>6] |= uint64(1) << (id & 63)
-			out[j] = len(hashes) // until it stops matching
+			if withTiers {
+				aliveAny[id>>6] |= uint64(1) << (id & 63)
+			}
 			live = true
-		} else {
-			out[j] = staleVal
 		}
 	}
 	usePending := x.cfg.PendingTTL > 0
@@ -217,32 +254,39 @@ func (x *Index) match(dst []int, hashes []Hash, ids []TargetID, now time.Time, s
 			break
 		}
 		live = false
-		for w, a := range alive {
-			if a == 0 {
+		for w := range alive {
+			a, aa := alive[w], aliveAny[w]
+			if a|aa == 0 {
 				continue
 			}
-			miss := a &^ x.held[w][h]
-			if miss != 0 && usePending {
+			set := gpuHeld[w][h]
+			if miss := (a | aa) &^ set; miss != 0 && usePending {
 				for rest := miss; rest != 0; rest &= rest - 1 {
 					b := bits.TrailingZeros64(rest)
 					if exp, ok := x.targets[w<<6|b].pending[h]; ok && exp > nowNs {
-						miss &^= uint64(1) << b
+						set |= uint64(1) << b
 					}
 				}
 			}
-			if miss != 0 {
-				a &^= miss
+			if m := a &^ set; m != 0 {
+				a &^= m
 				alive[w] = a
-				for j, id := range ids {
-					if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-						out[j] = i
-					}
+				out.stop(ids, m, w, i, true)
+			}
+			if aa != 0 {
+				if w < len(hostHeld) {
+					set |= hostHeld[w][h]
+				}
+				if m := aa &^ set; m != 0 {
+					aa &^= m
+					aliveAny[w] = aa
+					out.stop(ids, m, w, i, false)
 				}
 			}
-			live = live || a != 0
+			live = live || a|aa != 0
 		}
 	}
-	return dst
+	out.finish()
 }
 
 // AddPending records that a request with this hash chain was routed to id at now: until the
@@ -262,7 +306,7 @@ func (x *Index) AddPending(id TargetID, hashes []Hash, now time.Time) {
 	nowNs := now.UnixNano()
 	x.sweepLocked(t, nowNs)
 	exp := nowNs + int64(x.cfg.PendingTTL)
-	m, bit := x.held[id>>6], uint64(1)<<(id&63)
+	m, bit := x.held[TierGPU][id>>6], uint64(1)<<(id&63)
 	for _, h := range hashes {
 		if m[h]&bit != 0 {
 			continue
@@ -311,5 +355,7 @@ func (x *Index) Stats(id TargetID) Stats {
 	}
 	s := t.stats
 	s.Stale = t.stale
+	s.Blocks, s.HostBlocks = t.blocks[TierGPU], t.blocks[TierHost]
+	s.StorageBlocks = t.blocks[TierDisk] + t.blocks[TierExternal]
 	return s
 }

@@ -66,8 +66,9 @@ func TestApplyMatch(t *testing.T) {
 	require.True(t, x.holds(b, 1), "b's copy of a shared block survives a's removal")
 
 	// Another medium (the host tier) is not a device hit.
-	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "CPU"}}, t0)
+	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "CPU_PINNED"}}, t0)
 	require.False(t, x.holds(a, 2))
+	require.True(t, x.holdsOn(TierHost, a, 2))
 	x.Apply(a, []Event{{Kind: BlockStored, Hashes: []Hash{2}, Medium: "GPU"}}, t0)
 	require.Equal(t, []int{3}, x.matchOrZero(nil, chain, []TargetID{a}, t0), "block 4 was never a's")
 }
@@ -183,9 +184,9 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			x.SetStale(id, false)
 			for i := range chain {
-				x.Apply(id, []Event{stored(chain[i])}, t0)
+				x.Apply(id, []Event{stored(chain[i]), storedOn("CPU_PINNED", chain[i])}, t0)
 				if i%8 == 0 {
-					x.Apply(id, []Event{removed(chain[i])}, t0)
+					x.Apply(id, []Event{removed(chain[i])}, t0) // no medium: every tier
 				}
 			}
 		}()
@@ -194,8 +195,10 @@ func TestConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		var dst []int
+		var tiers []TierMatch
 		for range 200 {
 			dst = x.matchOrZero(dst[:0], chain, ids, t0)
+			tiers = x.MatchTiersOrStale(tiers[:0], chain, ids, t0)
 			x.AddPending(ids[0], chain[:4], t0)
 			_ = x.Stats(ids[1])
 		}
@@ -203,6 +206,8 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, []int{0, 0, 0}, x.matchOrZero(nil, chain, ids, t0.Add(time.Hour)), "block 0 was removed everywhere")
 	require.Equal(t, len(chain)-len(chain)/8, x.Stats(ids[2]).Blocks)
+	require.Equal(t, len(chain)-len(chain)/8, x.Stats(ids[2]).HostBlocks)
+	require.Equal(t, []TierMatch{{}, {}, {}}, x.MatchTiersOrStale(nil, chain, ids, t0.Add(time.Hour)))
 }
 
 func TestMatchOrStale(t *testing.T) {

@@ -62,7 +62,8 @@ type pathNode struct {
 	children map[uint64]*pathNode // by firstPage of the child's key (collisions chained by next)
 	next     *pathNode            // the next child of parent with the same firstPage value
 	fk       uint64               // firstPage of key: its key among parent's children
-	held     []uint64             // bit id%64 of word id/64 set: target id holds every page
+	held     []uint64             // bit id%64 of word id/64 set: target id holds every page on the GPU
+	host     []uint64             // the same for the host tier (HiCache's CPU_PINNED)
 	pending  []pathPending        // targets with a pending entry on every page (not holding it)
 }
 
@@ -78,6 +79,9 @@ type PathEvent struct {
 	// number of pages; the run is its last New tokens (whole pages).
 	Path []uint32
 	New  int
+	// Medium is the tier the change is on, as [Event.Medium]: "" or "GPU", "CPU_PINNED" (the
+	// host); a removal naming none clears every tier. Disk and external tiers are not kept.
+	Medium string
 }
 
 // KeepTokens makes AddPending keep the tokens it is given (the nodes it adds share their
@@ -117,9 +121,9 @@ func (x *PathIndex) SetStale(id TargetID, stale bool) {
 func (x *PathIndex) Stale(id TargetID) bool { return !x.known(id) || x.stale[id] }
 
 // Apply applies a batch of one target's changes in order, as [Index.Apply] applies the same
-// changes as block hashes of page size page: a store adds the run's pages (and resolves the
-// target's pending entries on them), a removal drops those the target holds, a clear drops all
-// its pages and pending entries and makes it fresh. The changes' chains start unsalted (an
+// changes as block hashes of page size page, each on its medium's tier: a store adds the run's
+// pages (and, on the GPU, resolves the target's pending entries on them), a removal drops those
+// the target holds there, a clear drops all its pages and pending entries and makes it fresh. The changes' chains start unsalted (an
 // engine's cache keeps no salt). Unknown ids are ignored.
 func (x *PathIndex) Apply(id TargetID, page int, evs []PathEvent, now time.Time) {
 	if !x.known(id) || page < 1 {
@@ -134,7 +138,17 @@ func (x *PathIndex) Apply(id TargetID, page int, evs []PathEvent, now time.Time)
 			if from < 0 || from >= n {
 				continue
 			}
-			x.change(id, ev.Kind == BlockStored, x.root(page, "", ev.Kind == BlockStored), ev.Path[:n], from, page)
+			var tiers uint8
+			if ev.Kind == BlockStored {
+				tier, ok := storeTier(ev.Medium)
+				if !ok || tier > TierHost {
+					continue
+				}
+				tiers = 1 << tier
+			} else {
+				tiers = removeTiers(ev.Medium)
+			}
+			x.change(id, ev.Kind == BlockStored, tiers, x.root(page, "", ev.Kind == BlockStored), ev.Path[:n], from, page)
 		case AllBlocksCleared:
 			x.clear(id)
 			x.stale[id] = false
@@ -143,8 +157,9 @@ func (x *PathIndex) Apply(id TargetID, page int, evs []PathEvent, now time.Time)
 	x.expire(now.UnixNano())
 }
 
-// change stores (or removes) target id's pages path[from:] under root.
-func (x *PathIndex) change(id TargetID, store bool, root *pathNode, path []uint32, from, page int) {
+// change stores (or removes) target id's pages path[from:] under root, on the tiers set in
+// tiers (bit t for tier t; a store names one).
+func (x *PathIndex) change(id TargetID, store bool, tiers uint8, root *pathNode, path []uint32, from, page int) {
 	if root == nil {
 		return
 	}
@@ -158,14 +173,25 @@ func (x *PathIndex) change(id TargetID, store bool, root *pathNode, path []uint3
 		if at < from {
 			continue
 		}
-		if store {
+		switch {
+		case store && tiers&(1<<TierHost) != 0:
+			for len(nd.host) <= w {
+				nd.host = append(nd.host, 0)
+			}
+			nd.host[w] |= bit
+		case store:
 			for len(nd.held) <= w {
 				nd.held = append(nd.held, 0)
 			}
 			nd.held[w] |= bit
 			nd.dropPending(id)
-		} else if w < len(nd.held) {
-			nd.held[w] &^= bit
+		default:
+			if tiers&(1<<TierGPU) != 0 && w < len(nd.held) {
+				nd.held[w] &^= bit
+			}
+			if tiers&(1<<TierHost) != 0 && w < len(nd.host) {
+				nd.host[w] &^= bit
+			}
 		}
 	}
 	if !store {
@@ -294,7 +320,7 @@ func (nd *pathNode) replaceChild(c, nc *pathNode) {
 // new head, which takes nd's place below its parent and has nd (the rest) as its only child.
 func (nd *pathNode) split(k, page int) *pathNode {
 	h := &pathNode{key: nd.key[:k:k], held: append([]uint64(nil), nd.held...),
-		pending: append([]pathPending(nil), nd.pending...)}
+		host: append([]uint64(nil), nd.host...), pending: append([]pathPending(nil), nd.pending...)}
 	nd.parent.replaceChild(nd, h)
 	nd.key = nd.key[k:]
 	nd.next = nil
@@ -373,8 +399,14 @@ func (x *PathIndex) prune(nd *pathNode) {
 	}
 }
 
+// anyHeld reports whether any target holds nd's pages on any tier.
 func (nd *pathNode) anyHeld() bool {
 	for _, w := range nd.held {
+		if w != 0 {
+			return true
+		}
+	}
+	for _, w := range nd.host {
 		if w != 0 {
 			return true
 		}
@@ -385,6 +417,11 @@ func (nd *pathNode) anyHeld() bool {
 func (nd *pathNode) holds(id TargetID) bool {
 	w := int(id) >> 6
 	return w < len(nd.held) && nd.held[w]&(uint64(1)<<(id&63)) != 0
+}
+
+func (nd *pathNode) holdsHost(id TargetID) bool {
+	w := int(id) >> 6
+	return w < len(nd.host) && nd.host[w]&(uint64(1)<<(id&63)) != 0
 }
 
 func (nd *pathNode) dropPending(id TargetID) {
@@ -419,6 +456,9 @@ func (x *PathIndex) clear(id TargetID) {
 		}
 		if w < len(nd.held) {
 			nd.held[w] &^= bit
+		}
+		if w < len(nd.host) {
+			nd.host[w] &^= bit
 		}
 		nd.dropPending(id)
 	}
@@ -494,51 +534,73 @@ func (x *PathIndex) expire(nowNs int64) {
 }
 
 // MatchOrStale appends to dst, for each target in ids, the number of leading whole pages of
-// tokens (a chain started from salt) it holds consecutively, pending entries not expired at
-// now included, or -1 for a stale or unknown target: [Index.MatchOrStale] of the tokens' block
-// hashes.
+// tokens (a chain started from salt) it holds consecutively on the GPU, pending entries not
+// expired at now included, or -1 for a stale or unknown target: [Index.MatchOrStale] of the
+// tokens' block hashes.
 func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) []int {
 	base := len(dst)
 	for range ids {
 		dst = append(dst, 0)
 	}
-	out := dst[base:]
+	x.match(matchOut{out: dst[base:]}, tokens, page, salt, ids, now)
+	return dst
+}
+
+// MatchTiersOrStale appends to dst, for each target in ids, its [TierMatch] of tokens:
+// [Index.MatchTiersOrStale] of the tokens' block hashes.
+func (x *PathIndex) MatchTiersOrStale(dst []TierMatch, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) []TierMatch {
+	base := len(dst)
+	for range ids {
+		dst = append(dst, TierMatch{})
+	}
+	x.match(matchOut{tiers: dst[base:]}, tokens, page, salt, ids, now)
+	return dst
+}
+
+// match writes, for each target in ids, its leading pages held on the GPU (and, with
+// out.tiers, on the GPU or the host) to out (-1 as GPU for a stale or unknown target).
+func (x *PathIndex) match(out matchOut, tokens []uint32, page int, salt string, ids []TargetID, now time.Time) {
+	withTiers := out.tiers != nil
 	x.last.data, x.last.nodes = nil, x.last.nodes[:0]
 	if page < 1 {
 		page = 1
 		tokens = nil
 	}
 	n := len(tokens) / page * page
-	var aliveArr [4]uint64
-	alive := aliveArr[:0]
+	// alive[w]: the word-w targets still matching on the GPU; aliveAny[w]: on the GPU or the
+	// host (a superset; with tiers only).
+	var aliveArr, anyArr [4]uint64
+	alive, aliveAny := aliveArr[:0], anyArr[:0]
 	live := false
 	for j, id := range ids {
-		if !x.known(id) || x.stale[id] {
-			out[j] = -1
+		stale := !x.known(id) || x.stale[id]
+		out.start(j, n/page, stale, -1)
+		if stale {
 			continue
 		}
 		for len(alive) <= int(id)>>6 {
 			alive = append(alive, 0)
+			aliveAny = append(aliveAny, 0)
 		}
 		alive[id>>6] |= uint64(1) << (id & 63)
-		out[j] = n / page
+		if withTiers {
+			aliveAny[id>>6] |= uint64(1) << (id & 63)
+		}
 		live = true
 	}
+	defer out.finish()
 	if !live || n == 0 {
-		return dst
-	}
-	stop := func(miss uint64, w, at int) {
-		for j, id := range ids {
-			if int(id)>>6 == w && miss&(uint64(1)<<(id&63)) != 0 {
-				out[j] = at
-			}
-		}
+		return
 	}
 	stopAll := func(at int) {
-		for w, a := range alive {
-			if a != 0 {
-				stop(a, w, at)
+		for w := range alive {
+			if a := alive[w]; a != 0 {
+				out.stop(ids, a, w, at, true)
 				alive[w] = 0
+			}
+			if aa := aliveAny[w]; aa != 0 {
+				out.stop(ids, aa, w, at, false)
+				aliveAny[w] = 0
 			}
 		}
 	}
@@ -547,7 +609,7 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 	nd := x.root(page, salt, false)
 	if nd == nil {
 		stopAll(0)
-		return dst
+		return
 	}
 	w := &x.last
 	w.gen, w.data, w.n, w.root, w.nodes = x.gen, unsafe.SliceData(tokens), n, nd, w.nodes[:0]
@@ -560,28 +622,38 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 			break
 		}
 		live = false
-		for w, a := range alive {
-			if a == 0 {
+		for w := range alive {
+			a, aa := alive[w], aliveAny[w]
+			if a|aa == 0 {
 				continue
 			}
-			var held uint64
+			var set uint64
 			if w < len(c.held) {
-				held = c.held[w]
+				set = c.held[w]
 			}
-			miss := a &^ held
-			if miss != 0 && usePending {
+			if miss := (a | aa) &^ set; miss != 0 && usePending {
 				for _, p := range c.pending {
 					if int(p.id)>>6 == w && p.exp > nowNs {
-						miss &^= uint64(1) << (p.id & 63)
+						set |= uint64(1) << (p.id & 63)
 					}
 				}
 			}
-			if miss != 0 {
-				stop(miss, w, i/page)
+			if miss := a &^ set; miss != 0 {
+				out.stop(ids, miss, w, i/page, true)
 				a &^= miss
 				alive[w] = a
 			}
-			live = live || a != 0
+			if aa != 0 {
+				if w < len(c.host) {
+					set |= c.host[w]
+				}
+				if miss := aa &^ set; miss != 0 {
+					out.stop(ids, miss, w, i/page, false)
+					aa &^= miss
+					aliveAny[w] = aa
+				}
+			}
+			live = live || a|aa != 0
 		}
 		if !live {
 			break
@@ -595,7 +667,6 @@ func (x *PathIndex) MatchOrStale(dst []int, tokens []uint32, page int, salt stri
 		nd = c
 		w.nodes = append(w.nodes, c)
 	}
-	return dst
 }
 
 // AddPending records that a request with these tokens (a chain started from salt, pages of
@@ -625,13 +696,19 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 	}
 }
 
-// Blocks returns the number of pages id holds, in every tree (a walk of the whole index). Only
-// tests call it; it is exported for sim's, which check the index a simulated event feed built.
-func (x *PathIndex) Blocks(id TargetID) int {
+// Blocks returns the number of pages id holds on the GPU, in every tree (a walk of the whole
+// index). Only tests call it; it is exported for sim's, which check the index a simulated
+// event feed built.
+func (x *PathIndex) Blocks(id TargetID) int { return x.blocks(id, TierGPU) }
+
+// HostBlocks is [PathIndex.Blocks] for the host tier.
+func (x *PathIndex) HostBlocks(id TargetID) int { return x.blocks(id, TierHost) }
+
+func (x *PathIndex) blocks(id TargetID, tier Tier) int {
 	n := 0
 	var visit func(nd *pathNode, page int)
 	visit = func(nd *pathNode, page int) {
-		if nd.holds(id) {
+		if (tier == TierGPU && nd.holds(id)) || (tier == TierHost && nd.holdsHost(id)) {
 			n += len(nd.key) / page
 		}
 		for _, c := range nd.children {

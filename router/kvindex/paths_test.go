@@ -66,7 +66,8 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 	}
 	now := t0
 	ids := []TargetID{0, 1, 2, 64, 65, 3, 1, 99}
-	deep := 0 // matches of two pages or more: the comparison is not between empty answers
+	deep := 0     // matches of two pages or more: the comparison is not between empty answers
+	deepHost := 0 // likewise for host-tier matches beyond the GPU's
 	for step := range 3000 {
 		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
 		id := TargetID(rng.IntN(4))
@@ -84,9 +85,12 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 			if op >= 5 {
 				kind = BlockRemoved
 			}
+			// Tiers: mostly the GPU (or no medium), often the host, sometimes a tier the
+			// path index does not keep.
+			medium := [...]string{"", "GPU", "GPU", "CPU_PINNED", "CPU_PINNED", "DISK"}[rng.IntN(6)]
 			hs := AppendBlockHashes(nil, p, page, "")
-			hx.Apply(id, []Event{{Kind: kind, Hashes: hs[len(hs)-n/page:], BlockSize: page}}, now)
-			px.Apply(id, page, []PathEvent{{Kind: kind, Path: p, New: n}}, now)
+			hx.Apply(id, []Event{{Kind: kind, Hashes: hs[len(hs)-n/page:], BlockSize: page, Medium: medium}}, now)
+			px.Apply(id, page, []PathEvent{{Kind: kind, Path: p, New: n, Medium: medium}}, now)
 		case op < 9:
 			hx.Apply(id, []Event{{Kind: AllBlocksCleared}}, now)
 			px.Apply(id, page, []PathEvent{{Kind: AllBlocksCleared}}, now)
@@ -109,6 +113,15 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 					deep++
 				}
 			}
+			wantT := hx.MatchTiersOrStale(nil, AppendBlockHashes(nil, p, page, s), ids, now)
+			gotT := px.MatchTiersOrStale(nil, p, page, s, ids, now)
+			require.Equal(t, wantT, gotT, "step %d: tier match %v salt %q", step, p, s)
+			for j, m := range gotT {
+				require.Equal(t, got[j+1], m.GPU, "the GPU part of a tier match is the device match")
+				if m.Host >= 2 {
+					deepHost++
+				}
+			}
 			if rng.IntN(2) == 0 { // the router's order: match, then pending for the chosen target
 				hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
 				px.AddPending(id, p, page, s, now)
@@ -117,11 +130,13 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 		if step%500 == 499 {
 			for _, id := range hid {
 				require.Equal(t, hx.Stats(id).Blocks, px.Blocks(id), "step %d: blocks of %d", step, id)
+				require.Equal(t, hx.Stats(id).HostBlocks, px.HostBlocks(id), "step %d: host blocks of %d", step, id)
 				require.Equal(t, hx.stale(id), px.Stale(id))
 			}
 		}
 	}
-	require.Greater(t, deep, 40)
+	require.Greater(t, deep, 25)
+	require.Greater(t, deepHost, 5)
 }
 
 func TestPathIndexSplitsAndPrunes(t *testing.T) {

@@ -317,7 +317,7 @@ func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 	}{{router.Regular, &line.Regular}, {router.Prefill, &line.Prefill}, {router.Decode, &line.Decode}} {
 		if l, ok := d.Leg(leg.role); ok {
 			*leg.dst = &wire.DecisionTarget{Worker: router.RedactURL(l.Target.URL()), Index: l.WorkerIndex, Rank: l.Target.RankPtr(),
-				Signal: string(l.Signal), LoadAgeMs: float64(l.LoadAge.Microseconds()) / 1000}
+				Signal: string(l.Signal), LoadAgeMs: float64(l.LoadAge.Microseconds()) / 1000, Tier: l.Tier()}
 		}
 	}
 	s.writeDecision(&line)

@@ -15,6 +15,10 @@ type DecisionTarget struct {
 	// engine report's age then, in ms.
 	Signal    string
 	LoadAgeMs float64
+	// Tier is where the KV event index found the worker's cached prefix: "gpu", or "host" when
+	// part of it is in the worker's host memory (HiCache) and is loaded back before prefill
+	// ("" when the index predicted no cached tokens: not written).
+	Tier string
 }
 
 // DecisionLine is one line of --decision-log (SPEC §2). It is a plain struct so that serve and
@@ -34,7 +38,8 @@ type DecisionLine struct {
 
 // AppendDecisionLine appends d to dst as one JSON line, newline-terminated, with the keys in the
 // order seq, id, rid, room, route, prefill, decode, regular, reason, match_rate; each target is
-// {"worker","index","rank"} and, when set, "signal" (and with engine_load "load_age_ms").
+// {"worker","index","rank"} and, when set, "signal" (and with engine_load "load_age_ms") and
+// "tier".
 func AppendDecisionLine(dst []byte, d *DecisionLine) []byte {
 	dst = append(dst, `{"seq":`...)
 	dst = strconv.AppendUint(dst, d.Seq, 10)
@@ -80,6 +85,10 @@ func appendTarget(dst []byte, t *DecisionTarget) []byte {
 			dst = append(dst, `,"load_age_ms":`...)
 			dst = strconv.AppendFloat(dst, t.LoadAgeMs, 'f', 3, 64)
 		}
+	}
+	if t.Tier != "" {
+		dst = append(dst, `,"tier":`...)
+		dst = appendQuote(dst, t.Tier)
 	}
 	return append(dst, '}')
 }

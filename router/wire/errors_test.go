@@ -51,6 +51,12 @@ func TestAppendDecisionLine(t *testing.T) {
 				`"regular":{"worker":"http://[::1]:3","index":1,"rank":null},"reason":"imbalance","match_rate":1e-07}` + "\n",
 		},
 		{
+			name: "tier",
+			line: DecisionLine{Seq: 2, Regular: &DecisionTarget{Worker: "http://h:1", Signal: "cache_match", Tier: "host"}, Reason: "cache_hit", MatchRate: 0.9},
+			want: `{"seq":2,"id":"","rid":"","room":0,"route":"","prefill":null,"decode":null,` +
+				`"regular":{"worker":"http://h:1","index":0,"rank":null,"signal":"cache_match","tier":"host"},"reason":"cache_hit","match_rate":0.9}` + "\n",
+		},
+		{
 			name: "nan",
 			line: DecisionLine{MatchRate: math.NaN()},
 			want: `{"seq":0,"id":"","rid":"","room":0,"route":"","prefill":null,"decode":null,"regular":null,"reason":"","match_rate":null}` + "\n",

@@ -521,6 +521,12 @@ type ServerArgs struct {
 	// Spec is speculative decoding (--speculative-algorithm …, spec.go); its keys sit beside
 	// the others.
 	Spec `yaml:",inline"`
+	// HiCacheRatio is SGLang's --hicache-ratio (with --enable-hierarchical-cache): a host KV
+	// tier of this many times the device pool (Config.HostCacheTokens); 0: none.
+	// HiCacheBandwidth is its load-back bandwidth in GB/s (Config.HostCacheBandwidth), ours:
+	// SGLang moves what its host link carries.
+	HiCacheRatio     float64 `json:"hicache_ratio,omitempty" yaml:"hicache_ratio,omitempty"`
+	HiCacheBandwidth float64 `json:"hicache_bandwidth,omitempty" yaml:"hicache_bandwidth,omitempty"`
 }
 
 // Apply returns c with the set fields of a copied in. MemFractionStatic is not a Config
@@ -546,6 +552,16 @@ func (a ServerArgs) Apply(c Config) Config {
 	}
 	if a.Spec.On() {
 		c.Spec = a.Spec
+	}
+	if a.HiCacheRatio != 0 {
+		pool := c.MaxTotalTokens
+		if pool == 0 {
+			pool = c.Profile.MaxTotalTokens
+		}
+		c.HostCacheTokens = int(a.HiCacheRatio * float64(pool))
+	}
+	if a.HiCacheBandwidth != 0 {
+		c.HostCacheBandwidth = a.HiCacheBandwidth * 1e9
 	}
 	return c
 }

@@ -111,6 +111,14 @@ type Config struct {
 	// Decode servers without DecodeRadixCache have no cache and publish nothing. nil: nothing
 	// is recorded, at no cost.
 	KVEvents func(at time.Time, rank int, evs []KVEvent)
+
+	// HostCacheTokens is the host tier of each prefill or unified rank, in tokens: SGLang's
+	// HiCache pool (--enable-hierarchical-cache, --hicache-ratio × the device pool). KV the GPU
+	// cache evicts moves there, and a prefix found there is loaded back at HostCacheBandwidth
+	// before the rest is prefilled (hostcache.go). 0: no host tier (SGLang's default).
+	HostCacheTokens int
+	// HostCacheBandwidth is the load-back's bytes/s; 0 → DefaultHostCacheBandwidth.
+	HostCacheBandwidth float64
 }
 
 func (c Config) withDefaults() Config {
@@ -147,6 +155,9 @@ func (c Config) withDefaults() Config {
 	if c.ScheduleConservativeness == 0 {
 		c.ScheduleConservativeness = 1
 	}
+	if c.HostCacheBandwidth == 0 {
+		c.HostCacheBandwidth = DefaultHostCacheBandwidth
+	}
 	return c
 }
 
@@ -176,6 +187,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: cuda graph max bs %d < 0", c.CUDAGraphMaxBS)
 	case !(c.ScheduleConservativeness > 0):
 		return fmt.Errorf("engine: schedule conservativeness %g must be > 0", c.ScheduleConservativeness)
+	case c.HostCacheTokens < 0:
+		return fmt.Errorf("engine: host cache tokens %d < 0", c.HostCacheTokens)
+	case !(c.HostCacheBandwidth > 0):
+		return fmt.Errorf("engine: host cache bandwidth %g bytes/s must be > 0", c.HostCacheBandwidth)
 	case c.LinkBandwidth < 0:
 		return fmt.Errorf("engine: link bandwidth %g bytes/s < 0", c.LinkBandwidth)
 	case c.Profile.Constant && (c.Profile.TTFT < 0 || c.Profile.ITL < 0):

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -376,9 +377,10 @@ func (s *Server) accepted(r *request) int {
 	if !s.cfg.Spec.On() {
 		return 1
 	}
-	carry := float64(r.specCarry) + s.cfg.Spec.AcceptLength
+	const unit = 256 // the remainder's resolution: rounding keeps the mean unbiased
+	carry := float64(r.specCarry)/unit + s.cfg.Spec.AcceptLength
 	k := int(carry)
-	r.specCarry = float32(carry - float64(k))
+	r.specCarry = uint8(min(math.Round((carry-float64(k))*unit), unit-1))
 	return k
 }
 

@@ -104,6 +104,28 @@ func (s *Server) checkInvariants() error {
 		if used > rk.capacity {
 			return fmt.Errorf("rank %d: KV in use %d > capacity %d", i, used, rk.capacity)
 		}
+		if h := rk.host(); h != nil {
+			size, leaves := 0, 0
+			var walk func(x *node)
+			walk = func(x *node) {
+				for _, kc := range x.children {
+					size += len(kc.n.key)
+					if len(kc.n.children) == 0 {
+						leaves++
+					}
+					walk(kc.n)
+				}
+			}
+			walk(h.tree.root)
+			switch {
+			case size != h.tree.size:
+				return fmt.Errorf("rank %d: host tier size %d, recount %d", i, h.tree.size, size)
+			case size > h.capacity:
+				return fmt.Errorf("rank %d: host tier holds %d > its %d", i, size, h.capacity)
+			case leaves != h.tree.heap.Len():
+				return fmt.Errorf("rank %d: host tier has %d leaves, %d evictable", i, leaves, h.tree.heap.Len())
+			}
+		}
 	}
 	return nil
 }

@@ -60,13 +60,24 @@ type KVEvent struct {
 	// New is the number of trailing tokens of Path stored or removed (a multiple of the page
 	// size, ≥ 1 page); 0 for KVCleared.
 	New int
+	// Medium is the tier of the change, as SGLang's StorageMedium: "" without a host tier
+	// (Config.HostCacheTokens 0: the GPU, as before tiers), else "GPU" or "CPU_PINNED" (the
+	// host pool, hostcache.go).
+	Medium string
 }
+
+// The media the engine publishes with a host tier (SGLang's StorageMedium.GPU and .CPU).
+const (
+	mediumGPU  = "GPU"
+	mediumHost = "CPU_PINNED"
+)
 
 // kvRec is one recorded event: its path is log.buf[start:end].
 type kvRec struct {
 	kind       KVEventKind
 	start, end int
 	new        int
+	medium     string
 }
 
 // kvLog is one radix cache's event queue (SGLang's kv_event_queue), drained by publishKV.
@@ -77,10 +88,10 @@ type kvLog struct {
 	up   []*node // scratch: a node's ancestors
 }
 
-// record appends an event for node x (stored or removed), its path built from x's ancestors
-// (appended root first: nothing is cleared or copied twice). x must still be attached to its
-// parent.
-func (l *kvLog) record(kind KVEventKind, x *node) {
+// record appends an event for node x (stored or removed) on medium, its path built from x's
+// ancestors (appended root first: nothing is cleared or copied twice). x must still be
+// attached to its parent.
+func (l *kvLog) record(kind KVEventKind, x *node, medium string) {
 	up := l.up[:0]
 	for y := x; y != nil; y = y.parent {
 		up = append(up, y)
@@ -91,7 +102,7 @@ func (l *kvLog) record(kind KVEventKind, x *node) {
 	}
 	clear(up)
 	l.up = up[:0]
-	l.recs = append(l.recs, kvRec{kind: kind, start: start, end: len(l.buf), new: len(x.key)})
+	l.recs = append(l.recs, kvRec{kind: kind, start: start, end: len(l.buf), new: len(x.key), medium: medium})
 }
 
 func (l *kvLog) cleared() {
@@ -110,6 +121,9 @@ func (s *Server) enableKVEvents() {
 		if t := rk.tree(); t != nil {
 			t.log = &kvLog{}
 			t.log.cleared()
+			if t.spill != nil {
+				t.spill.tree.log = t.log // one queue: the tiers' changes in the order they happened
+			}
 		}
 	}
 }
@@ -124,7 +138,7 @@ func (s *Server) publishKV(rk *rank, t time.Time) {
 	l := tr.log
 	evs := l.evs[:0]
 	for _, r := range l.recs {
-		ev := KVEvent{Kind: r.kind, New: r.new}
+		ev := KVEvent{Kind: r.kind, New: r.new, Medium: r.medium}
 		if r.kind != KVCleared {
 			ev.Path = l.buf[r.start:r.end:r.end]
 		}

@@ -45,7 +45,7 @@ func TestMixedChunkConservationUnderChaos(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			outs, _ := chaosWith(t, seed, false, true, func(c *Config) { c.MixedChunk = true })
+			outs, _ := chaosWith(t, seed, false, true, 0, func(c *Config) { c.MixedChunk = true })
 			finished := 0
 			for _, o := range outs {
 				if o.Kind == KindFinished {

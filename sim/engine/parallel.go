@@ -19,13 +19,18 @@ func (s *Server) startParallel(r *request, now time.Time) {
 func (s *Server) admitParallel(r *request) {
 	rk := r.rk
 	hit, _ := rk.cache.match(r.prompt[:len(r.prompt)-1])
+	loaded := 0 // a host-tier hit counts as cached; a constant profile takes no time to load it
+	if h := rk.host(); h != nil {
+		loaded = h.hit(r.prompt[:len(r.prompt)-1], hit)
+	}
 	rk.cache.insert(r.prompt)
 	if over := rk.cache.size - rk.capacity; over > 0 {
 		rk.cache.evict(over)
 	}
-	r.admitted, r.cached = true, hit
+	r.admitted, r.cached = true, hit+loaded
 	rk.promptTokens += int64(len(r.prompt))
-	rk.cachedTokens += int64(hit)
+	rk.cachedTokens += int64(hit + loaded)
+	rk.hostHit += int64(loaded)
 }
 
 // parallelToken emits r's next token at t and schedules the one after, or finishes r.

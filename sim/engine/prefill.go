@@ -129,10 +129,14 @@ func (s *Server) formPrefillBatch(rk *rank, t time.Time) (time.Duration, bool) {
 		newCtx += float64(ctx)
 	}
 	rk.stepTokens = newTok
-	if s.split() {
-		return s.dur(s.cfg.Profile.AttnPrefillTime(newTok, newCtx)), true
+	var load time.Duration
+	if rk.host() != nil {
+		load = s.loadBackTime(rk)
 	}
-	return s.dur(s.cfg.Profile.PrefillTime(newTok, newCtx)), true
+	if s.split() {
+		return s.dur(load + s.cfg.Profile.AttnPrefillTime(newTok, newCtx)), true
+	}
+	return s.dur(load + s.cfg.Profile.PrefillTime(newTok, newCtx)), true
 }
 
 // liveRunning drops the ended requests from rk's running batch and returns how many are left.
@@ -258,6 +262,10 @@ func (s *Server) admit(rk *rank, r *request, t time.Time, offset float64) bool {
 		hit, nd = rk.cache.match(key)
 	}
 	r.matchNode = nil
+	loaded := 0 // the host tier's hit beyond the GPU's, loaded back rather than computed
+	if h := rk.host(); h != nil && r.target == len(r.prompt) {
+		loaded = h.hit(r.prompt[:len(r.prompt)-1], hit)
+	}
 	need := r.target - hit
 	if need > rk.capacity {
 		s.fail(r, t, fmt.Sprintf("needs %d KV tokens, more than the rank's capacity of %d", need, rk.capacity))
@@ -272,14 +280,15 @@ func (s *Server) admit(rk *rank, r *request, t time.Time, offset float64) bool {
 		rk.cache.unlockPath(nd)
 		return false
 	}
-	r.node, r.alloc, r.prefilled = nd, need, hit
+	r.node, r.alloc, r.prefilled, r.loadBack = nd, need, hit+loaded, int32(loaded)
 	if r.target > len(r.prompt) {
 		rk.recomputed += int64(need)
 	}
 	if !r.admitted {
-		r.admitted, r.cached = true, hit
+		r.admitted, r.cached = true, hit+loaded
 		rk.promptTokens += int64(len(r.prompt))
-		rk.cachedTokens += int64(hit)
+		rk.cachedTokens += int64(hit + loaded)
+		rk.hostHit += int64(loaded)
 	}
 	return true
 }

@@ -66,6 +66,9 @@ type radix struct {
 	nodes     int
 	heap      heapq.Heap[*node] // evictable leaves by (last, id)
 	log       *kvLog            // KV event queue; nil when Config.KVEvents is off (nothing recorded)
+	medium    string            // the events' medium: "" without a host tier, else mediumGPU or mediumHost
+	spill     *hostCache        // the host tier evicted leaves move to (hostcache.go); nil: none
+	pathBuf   []uint32          // path's scratch
 }
 
 func newRadix(page int) *radix {
@@ -86,6 +89,9 @@ func (c *radix) reset() {
 	c.heap.Clear()
 	if c.log != nil {
 		c.log.cleared()
+	}
+	if c.spill != nil {
+		c.spill.reset()
 	}
 }
 
@@ -224,7 +230,7 @@ func (c *radix) newLeaf(parent *node, key []uint32) *node {
 	c.evictable += len(key)
 	c.heapPush(leaf)
 	if c.log != nil {
-		c.log.record(KVStored, leaf)
+		c.log.record(KVStored, leaf, c.medium)
 	}
 	return leaf
 }
@@ -284,7 +290,10 @@ func (c *radix) evict(need int) int {
 	for freed < need && c.heap.Len() > 0 {
 		x := c.heap.Pop().V
 		if c.log != nil {
-			c.log.record(KVRemoved, x)
+			c.log.record(KVRemoved, x, c.medium)
+		}
+		if c.spill != nil {
+			c.spill.put(c.path(x))
 		}
 		p := x.parent
 		i, _ := p.find(c.childKey(x.key))
@@ -302,6 +311,23 @@ func (c *radix) evict(need int) int {
 		}
 	}
 	return freed
+}
+
+// path returns the tokens from the root to the end of x (scratch: valid until the next call).
+func (c *radix) path(x *node) []uint32 {
+	n := 0
+	for y := x; y != nil; y = y.parent {
+		n += len(y.key)
+	}
+	if cap(c.pathBuf) < n {
+		c.pathBuf = make([]uint32, n)
+	}
+	p := c.pathBuf[:n]
+	for y := x; y != nil; y = y.parent {
+		n -= len(y.key)
+		copy(p[n:], y.key)
+	}
+	return p
 }
 
 // heapPush makes x an evictable leaf, ordered by (last, id): least recently used first, the

@@ -32,6 +32,7 @@ type rank struct {
 	gen     genWindow // decoded tokens over the last second
 
 	promptTokens, cachedTokens int64 // prefix-hit accounting of admitted requests
+	hostHit                    int64 // of cachedTokens, those loaded back from the host tier
 	batchHit, batchNew         int64 // SGLang's per-batch hit accounting (formPrefillBatch)
 	retractions                int
 

@@ -74,10 +74,11 @@ type request struct {
 	matchGen      uint64  // lpm: the cache's gen at that match (admit reuses it while unchanged)
 	sent          int     // prefill: prompt tokens whose KV has been handed to the link
 	xferLeft      float64 // prefill: bytes handed to the link and not yet sent
+	loadBack      int32   // host-tier hit to load back in the prefill batch that starts it (hostcache.go)
+	specCarry     uint8   // speculative decoding: the accepted tokens' running remainder in 1/256 (accepted)
 	insertPending bool    // prefilled; its prompt becomes matchable after the next batch is formed
 	onLink        bool    // prefill: in rk.link.act
 	retractedQ    bool    // decode: in rk.retracted (counted in rk.retractedNeed)
-	specCarry     float32 // speculative decoding: the accepted tokens' running remainder (accepted)
 }
 
 // New returns a server for cfg, or an error naming the invalid field.
@@ -107,6 +108,9 @@ func New(cfg Config) (*Server, error) {
 		} else if cfg.DecodeRadixCache {
 			s.ranks[i].dcache = newRadix(cfg.PageSize)
 		}
+	}
+	if cfg.HostCacheTokens > 0 {
+		s.enableHostCache()
 	}
 	if cfg.KVEvents != nil {
 		s.enableKVEvents()
@@ -422,6 +426,10 @@ func (s *Server) Loads(now time.Time) []RankLoad {
 		}
 		if rk.promptTokens > 0 {
 			l.CacheHitRate = float64(rk.cachedTokens) / float64(rk.promptTokens)
+		}
+		l.PromptTokens, l.CachedTokens = rk.promptTokens, rk.cachedTokens
+		if h := rk.host(); h != nil {
+			l.HostCachedTokens, l.HostTokens, l.HostCapacity = rk.hostHit, h.tree.size, h.capacity
 		}
 		l.BatchHitTokens, l.BatchNewTokens = rk.batchHit, rk.batchNew
 		if n := rk.batchHit + rk.batchNew; n > 0 {

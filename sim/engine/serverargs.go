@@ -305,6 +305,10 @@ func (a ServerArgs) Validate() error {
 		return fmt.Errorf("engine: --schedule-conservativeness %g must be > 0", a.ScheduleConservativeness)
 	case a.KVCacheDType != "" && a.KVCacheDType != "auto" && a.KVCacheDType != "fp8_e4m3" && a.KVCacheDType != "fp8_e5m2":
 		return fmt.Errorf("engine: --kv-cache-dtype %q is not modelled (auto, fp8_e4m3, fp8_e5m2)", a.KVCacheDType)
+	case a.HiCacheRatio < 0 || math.IsNaN(a.HiCacheRatio) || math.IsInf(a.HiCacheRatio, 0):
+		return fmt.Errorf("engine: --hicache-ratio %g must be ≥ 0 (0: no host tier)", a.HiCacheRatio)
+	case a.HiCacheBandwidth < 0 || math.IsNaN(a.HiCacheBandwidth) || math.IsInf(a.HiCacheBandwidth, 0):
+		return fmt.Errorf("engine: --hicache-bandwidth %g GB/s must be > 0", a.HiCacheBandwidth)
 	}
 	return a.Spec.Validate()
 }

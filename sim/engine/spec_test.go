@@ -90,7 +90,7 @@ func TestSpeculativeConservationUnderChaos(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			outs, submitted := chaosWith(t, seed, false, true, func(c *Config) {
+			outs, submitted := chaosWith(t, seed, false, true, 0, func(c *Config) {
 				c.Profile = specProfile()
 				c.Spec = Spec{Algorithm: SpecEAGLE3, NumSteps: 3, EagleTopK: 2, DraftTokens: 6, AcceptLength: 2.7}
 			})

@@ -217,6 +217,11 @@ type RankLoad struct {
 	KVCapacity   int
 	TokenUsage   float64 // UsedTokens / MaxTotalTokens (SGLang's token_usage; in [0,1])
 	CacheHitRate float64 // cumulative cached / prompt tokens admitted on this rank
+	// PromptTokens and CachedTokens are CacheHitRate's counts; HostCachedTokens is the part of
+	// CachedTokens loaded back from the host tier, HostTokens what the tier holds now and
+	// HostCapacity its size (all 0 without one: Config.HostCacheTokens).
+	PromptTokens, CachedTokens, HostCachedTokens int64
+	HostTokens, HostCapacity                     int
 	// BatchHitTokens and BatchNewTokens are SGLang's per-prefill-batch hit accounting summed
 	// over every batch of the rank: cached tokens before each chunk (prefix hit and earlier
 	// chunks) and tokens computed. SGLangCacheHitRate = hit / (hit + new), what SGLang's
