@@ -70,6 +70,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	a := s.startPD(ctx, x, d)
 	decode := router.Cancelled // decode's outcome: unless it answered, we cancelled it
 	defer func() {
+		endLeg(a.decode.span, decode, nil)
 		d.Done(router.Decode, decode)
 		a.end(ctx)
 	}()
@@ -161,6 +162,10 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a := &pdAttempt{s: s, d: d, x: x, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}}
+	if s.tr != nil {
+		s.tr.startLeg(x, &a.prefill, d, router.Prefill)
+		s.tr.startLeg(x, &a.decode, d, router.Decode)
+	}
 	a.legs, a.cancel = context.WithCancel(context.Background())
 	a.stopWatch = context.AfterFunc(ctx, a.cancel) // the client went away: both legs end
 	go a.runPrefill()
@@ -203,6 +208,13 @@ func (a *pdAttempt) runPrefill() {
 	}
 	bothOver := a.handlerOver
 	a.mu.Unlock()
+	if a.prefill.span != nil {
+		var err error
+		if ue != nil {
+			err = ue
+		}
+		endLeg(a.prefill.span, outcome, err)
+	}
 	a.d.Done(router.Prefill, outcome)
 	if cancelDecode || bothOver { // decode is of no use now, or over too: release the context
 		a.cancel()

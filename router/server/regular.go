@@ -14,8 +14,14 @@ import (
 func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Decision) (res attemptResult) {
 	t := d.Regular
 	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
-	defer func() { d.Done(router.Regular, out) }()
 	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", deadline: x.deadline}
+	if s.tr != nil {
+		s.tr.startLeg(x, r, d, router.Regular)
+	}
+	defer func() {
+		endLeg(r.span, out, nil)
+		d.Done(router.Regular, out)
+	}()
 	if rank, ok := t.Rank(); ok { // the prompt is referred to, not copied
 		r.body, r.pieces = nil, x.body.DPRankPieces(rank)
 	}
