@@ -78,6 +78,7 @@ var defaultsThatDiffer = map[string]string{
 	"request-id-headers":               "smg's None means its common defaults; ours are listed (x-request-id, x-correlation-id, x-trace-id, request-id)",
 	"worker-overload-token-usage":      "0, off: smg's None",
 	"worker-overload-waiting-requests": "0, off: smg's None",
+	"otlp-traces-endpoint":             "localhost:4318 (smg: localhost:4317): pdrouter exports OTLP/HTTP, whose port is 4318; smg exports OTLP/gRPC",
 	"load-monitor-interval":            "500 ms (smg: 10 s, shown as 0 in whole seconds): a report ten seconds old cannot see a queue that built in one; polling costs a GET per worker per interval (measured in docs/engine-load.md)",
 }
 
