@@ -100,7 +100,7 @@ func otlpOptions(endpoint string) ([]otlptracehttp.Option, error) {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, fmt.Errorf("port %q is not in [1,65535]", port)
 		}
-		return []otlptracehttp.Option{otlptracehttp.WithEndpoint(endpoint), otlptracehttp.WithInsecure()}, nil
+		return []otlptracehttp.Option{otlptracehttp.WithEndpoint(endpoint), otlptracehttp.WithURLPath("/v1/traces"), otlptracehttp.WithInsecure()}, nil
 	}
 	u, err := url.Parse(endpoint)
 	switch {
