@@ -16,7 +16,6 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Error types of the OpenAI-style bodies the router itself writes.
@@ -58,8 +57,6 @@ type exchange struct {
 	// upstream exchanges carry it as their connections' deadline (upstreamRequest.deadline), and
 	// the waits between them check it.
 	deadline time.Time
-	attempt  int        // the attempt under way: 0, then 1 per retry
-	span     trace.Span // the request's span under --enable-trace (tracing.go), else nil
 }
 
 // over reports whether the request has ended: its client went away (ctx, the request's context)
@@ -172,8 +169,8 @@ func firstHeader(h http.Header, keys []string) string {
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
-		if s.tr != nil {
-			x.span = s.tr.startRequest(req, route.String())
+		if s.tr != nil { // the request's span rides in its context
+			req = s.tr.startRequest(x)
 			defer s.tr.endRequest(x)
 		}
 		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
@@ -246,7 +243,6 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}
 	for attempt := 0; ; attempt++ {
-		x.attempt = attempt
 		d, err := s.r.Route(rreq)
 		var overloaded *router.OverloadError
 		switch {

@@ -30,8 +30,11 @@ import (
 // that span's traceparent (and the client's tracestate), in place of the client's. Spans go
 // to the collector in batches over OTLP/HTTP; Server.Wait flushes them (traceFlushTimeout).
 //
-// Off (the default), Server.tr is nil: the request path checks it, and a leg's span
-// (upstreamRequest.span), and does nothing else.
+// Off (the default), Server.tr is nil: the request path checks it, and an attempt whether it
+// has spans, and does nothing else. Nothing is added to the request's state either (exchange,
+// pdAttempt and upstreamRequest keep their size classes; BenchmarkProxy's B/req): the
+// request's span rides in its context, a regular leg's in a local variable, a PD attempt's
+// behind one pointer (legSpans), and the attempt's number is read from the workers it avoids.
 
 // traceFlushTimeout bounds the flush of the spans still batched when the server stops.
 const traceFlushTimeout = 5 * time.Second
@@ -155,18 +158,24 @@ func (t *tracing) shutdown(log *slog.Logger) {
 	}
 }
 
-// startRequest starts the server span of an inference request on route, the child of the
-// client's traceparent when it sent one.
-func (t *tracing) startRequest(req *http.Request, route string) trace.Span {
+// legSpans are the spans of a PD attempt's two legs.
+type legSpans struct{ prefill, decode trace.Span }
+
+// startRequest starts the server span of x's request, the child of the client's traceparent
+// when it sent one, and returns the request with the span in its context (x.req too).
+func (t *tracing) startRequest(x *exchange) *http.Request {
+	req, route := x.req, x.route.String()
 	ctx := traceProp.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-	_, span := t.tracer.Start(ctx, req.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+	ctx, _ = t.tracer.Start(ctx, req.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("http.request.method", req.Method), attribute.String("http.route", route)))
-	return span
+	x.req = req.WithContext(ctx)
+	return x.req
 }
 
-// endRequest ends x's server span with the status answered and the request's id.
+// endRequest ends x's server span with the status answered, the request's id and how many
+// attempts failed (each retried while retries remained).
 func (t *tracing) endRequest(x *exchange) {
-	span := x.span
+	span := trace.SpanFromContext(x.req.Context())
 	if sw, ok := x.w.(*statusWriter); ok {
 		code := sw.status
 		if code == 0 {
@@ -180,19 +189,20 @@ func (t *tracing) endRequest(x *exchange) {
 			span.SetStatus(codes.Error, http.StatusText(code))
 		}
 	}
-	span.SetAttributes(attribute.String("pdrouter.request_id", x.id), attribute.Int("pdrouter.retries", x.attempt))
+	span.SetAttributes(attribute.String("pdrouter.request_id", x.id), attribute.Int("pdrouter.failed_attempts", len(x.rreq.Avoid)))
 	span.End()
 }
 
-// startLeg starts the client span of one upstream leg of x's current attempt (x.attempt:
-// 0, then 1 per retry), role's part of d, and makes r carry it: r.span, and r.hdr the
-// forwarded headers with the span's traceparent in place of the client's.
-func (t *tracing) startLeg(x *exchange, r *upstreamRequest, d *router.Decision, role router.Role) {
+// startLeg starts and returns the client span of r, one upstream leg of x's current attempt,
+// role's part of d, and makes r.hdr the forwarded headers with the span's traceparent in place
+// of the client's. The attempt's number (0, then 1 per retry) is how many workers the
+// request avoids: each failed attempt adds its own (Server.route).
+func (t *tracing) startLeg(x *exchange, r *upstreamRequest, d *router.Decision, role router.Role) trace.Span {
 	attrs := []attribute.KeyValue{
 		attribute.String("pdrouter.role", r.role),
 		attribute.String("pdrouter.worker", router.RedactURL(r.worker)),
 		attribute.String("url.path", r.path),
-		attribute.Int("pdrouter.attempt", x.attempt),
+		attribute.Int("pdrouter.attempt", len(x.rreq.Avoid)),
 	}
 	if l, ok := d.Leg(role); ok {
 		attrs = append(attrs, attribute.String("pdrouter.decision.reason", string(l.Reason)),
@@ -206,7 +216,7 @@ func (t *tracing) startLeg(x *exchange, r *upstreamRequest, d *router.Decision, 
 			attrs = append(attrs, attribute.Int("pdrouter.dp_rank", rank))
 		}
 	}
-	ctx, span := t.tracer.Start(trace.ContextWithSpan(context.Background(), x.span), r.role,
+	ctx, span := t.tracer.Start(x.req.Context(), r.role,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	h := make(http.Header, len(r.hdr)+2)
 	for k, v := range r.hdr {
@@ -215,17 +225,22 @@ func (t *tracing) startLeg(x *exchange, r *upstreamRequest, d *router.Decision, 
 		}
 	}
 	traceProp.Inject(ctx, propagation.HeaderCarrier(h))
-	r.hdr, r.span = h, span
+	r.hdr = h
+	return span
 }
 
-// traceSent records on a leg's span how its send went: the worker's status, or the error.
-func traceSent(span trace.Span, status int, ue *upstreamError) {
+// traceSent records on a leg's span how its send went (send's results): the worker's status,
+// or the error.
+func traceSent(span trace.Span, resp *http.Response, ue *upstreamError) {
 	if ue != nil && ue.Status == 0 {
 		span.SetStatus(codes.Error, ue.Error())
 		return
 	}
+	var status int
 	if ue != nil {
 		status = ue.Status
+	} else {
+		status = resp.StatusCode
 	}
 	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {

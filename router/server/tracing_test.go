@@ -228,7 +228,7 @@ func TestTracingRegularRetry(t *testing.T) {
 	require.Len(t, legs, 2)
 	root := spansNamed(spans, "POST /generate")
 	require.Len(t, root, 1)
-	assert.Equal(t, int64(1), attr(root[0].Attributes, "pdrouter.retries").GetIntValue())
+	assert.Equal(t, int64(1), attr(root[0].Attributes, "pdrouter.failed_attempts").GetIntValue())
 	byAttempt := map[int64]*tracepb.Span{}
 	for _, l := range legs {
 		assert.Equal(t, root[0].SpanId, l.ParentSpanId)

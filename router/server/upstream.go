@@ -14,7 +14,6 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // newTransport returns the shared transport of one upstream role: generous pools, no
@@ -90,7 +89,6 @@ type upstreamRequest struct {
 	// deadline, when not zero, ends the exchange then (--request-timeout-secs): h1's
 	// Request.Deadline, a context deadline on net/http's path.
 	deadline time.Time
-	span     trace.Span // the leg's span under --enable-trace (tracing.go), else nil
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
@@ -160,14 +158,7 @@ func piecesReader(pieces [][]byte) io.Reader {
 func send(ctx context.Context, d doer, r *upstreamRequest, b *budget) (*http.Response, *upstreamError) {
 	resp, reused, err := d.roundTrip(ctx, r)
 	if err != nil {
-		ue := &upstreamError{Worker: r.worker, Role: r.role, Err: err, reused: reused}
-		if r.span != nil {
-			traceSent(r.span, 0, ue)
-		}
-		return nil, ue
-	}
-	if r.span != nil {
-		traceSent(r.span, resp.StatusCode, nil)
+		return nil, &upstreamError{Worker: r.worker, Role: r.role, Err: err, reused: reused}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		ue := &upstreamError{Worker: r.worker, Role: r.role, Status: resp.StatusCode, reused: reused}
