@@ -103,7 +103,7 @@ type Config struct {
 	// collector's OTLP/HTTP port (4318), not smg's OTLP/gRPC one (4317).
 	EnableTrace        bool    `json:"enable_trace" yaml:"enable_trace" help:"export OpenTelemetry spans (a span per request, one per upstream leg and attempt) over OTLP/HTTP, and send W3C traceparent to the workers"`
 	OTLPTracesEndpoint string  `json:"otlp_traces_endpoint" yaml:"otlp_traces_endpoint" help:"with --enable-trace: the collector's OTLP/HTTP receiver, host:port (plain HTTP, path /v1/traces) or a full http(s):// URL"`
-	TraceSamplingRatio float64 `json:"trace_sampling_ratio" yaml:"trace_sampling_ratio" help:"with --enable-trace: share of requests without a sampled traceparent that are traced, in [0,1]; a client's traceparent decides for its own request"`
+	TraceSamplingRatio float64 `json:"trace_sampling_ratio" yaml:"trace_sampling_ratio" help:"with --enable-trace: share of the requests that come without a traceparent that are traced, in [0,1]; one that comes with a traceparent follows its sampled flag"`
 	TraceServiceName   string  `json:"trace_service_name" yaml:"trace_service_name" help:"with --enable-trace: the spans' service.name (empty: $OTEL_SERVICE_NAME, else pdrouter)"`
 
 	// Kubernetes service discovery (sgl-router's flags and meanings): pods matching the
