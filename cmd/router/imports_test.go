@@ -33,7 +33,7 @@ var importRules = map[string]importRule{
 	"router":        {repo: []string{"router/tree", "router/kvindex"}, forbidStd: noHTTP},
 	"router/tree":   {forbidStd: noHTTP},
 	"router/wire":   {forbidStd: noHTTP},
-	"router/server": {repo: []string{"router", "router/wire", "router/server/internal/h1", "router/kvindex", "router/kvevents", "router/tokenize"}, external: prometheus},
+	"router/server": {repo: []string{"router", "router/wire", "router/server/internal/h1", "router/kvindex", "router/kvevents", "router/tokenize"}, external: append([]string{"go.opentelemetry.io/otel"}, prometheus...)},
 	// The precise prefix index and SGLang's hash chain: pure, stdlib only.
 	"router/kvindex": {forbidStd: noHTTP},
 	// Live KV-event subscription: ZeroMQ (pure Go) and msgpack.

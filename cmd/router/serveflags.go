@@ -122,8 +122,6 @@ var ignoredSGLangFlags = map[string]struct {
 	"tool-call-parser":            {1, "tokenizer/gRPC features"},
 	"mcp-config-path":             {1, "tokenizer/gRPC features"},
 	"history-backend":             {1, "the Responses API"},
-	"enable-trace":                {0, "OpenTelemetry tracing"},
-	"otlp-traces-endpoint":        {1, "OpenTelemetry tracing"},
 	"prometheus-duration-buckets": {-1, "custom histogram buckets"},
 
 	// Workers and transport.

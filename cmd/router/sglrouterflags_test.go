@@ -79,6 +79,7 @@ var defaultsThatDiffer = map[string]string{
 	"worker-overload-token-usage":      "0, off: smg's None",
 	"worker-overload-waiting-requests": "0, off: smg's None",
 	"rate-limit-tokens-per-second":     "0, no rate (smg's None means --max-concurrent-requests per second): serve's permits already bound concurrency exactly, and a default rate would newly refuse bursts of deployments that set only --max-concurrent-requests",
+	"otlp-traces-endpoint":             "localhost:4318 (smg: localhost:4317): pdrouter exports OTLP/HTTP, whose port is 4318; smg exports OTLP/gRPC",
 	"load-monitor-interval":            "500 ms (smg: 10 s, shown as 0 in whole seconds): a report ten seconds old cannot see a queue that built in one; polling costs a GET per worker per interval (measured in docs/engine-load.md)",
 }
 

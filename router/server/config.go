@@ -99,6 +99,13 @@ type Config struct {
 	DecisionLog string `json:"decision_log" yaml:"decision_log"`
 	// AccessLog is a file receiving one line per HTTP request ("" = off, "-" = stderr).
 	AccessLog string `json:"access_log" yaml:"access_log" help:"file receiving one line per HTTP request (- for stderr)"`
+	// OpenTelemetry tracing (smg's --enable-trace and --otlp-traces-endpoint; tracing.go):
+	// off by default. The exporter speaks OTLP/HTTP (protobuf), so the endpoint is the
+	// collector's OTLP/HTTP port (4318), not smg's OTLP/gRPC one (4317).
+	EnableTrace        bool    `json:"enable_trace" yaml:"enable_trace" help:"export OpenTelemetry spans (a span per request, one per upstream leg and attempt) over OTLP/HTTP, and send W3C traceparent to the workers"`
+	OTLPTracesEndpoint string  `json:"otlp_traces_endpoint" yaml:"otlp_traces_endpoint" help:"with --enable-trace: the collector's OTLP/HTTP receiver, host:port (plain HTTP, path /v1/traces) or a full http(s):// URL"`
+	TraceSamplingRatio float64 `json:"trace_sampling_ratio" yaml:"trace_sampling_ratio" help:"with --enable-trace: share of the requests that come without a traceparent that are traced, in [0,1]; one that comes with a traceparent follows its sampled flag"`
+	TraceServiceName   string  `json:"trace_service_name" yaml:"trace_service_name" help:"with --enable-trace: the spans' service.name (empty: $OTEL_SERVICE_NAME, else pdrouter)"`
 
 	// Kubernetes service discovery (sgl-router's flags and meanings): pods matching the
 	// selectors become workers while they are Running, Ready and have an IP.
@@ -163,6 +170,8 @@ func DefaultConfig() Config {
 		KVEvents:                   "auto",
 		BlockSize:                  16,
 		KVEventsWarmupSecs:         10,
+		OTLPTracesEndpoint:         "localhost:4318",
+		TraceSamplingRatio:         1,
 	}
 }
 
@@ -229,7 +238,7 @@ func (c Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return err
 	}
-	for _, check := range []func() error{c.validateLimits, c.validateDiscovery, c.validateTLS, c.validateKVEvents} {
+	for _, check := range []func() error{c.validateLimits, c.validateDiscovery, c.validateTLS, c.validateKVEvents, c.validateTrace} {
 		if err := check(); err != nil {
 			return err
 		}

@@ -192,6 +192,10 @@ func firstHeader(h http.Header, keys []string) string {
 func (s *Server) inference(route wire.Route) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		x := &exchange{w: w, req: req, route: route, start: time.Now(), id: s.clientRequestID(req)}
+		if s.tr != nil { // the request's span rides in its context
+			req = s.tr.startRequest(x)
+			defer s.tr.endRequest(x)
+		}
 		ch := &charge{b: s.budget} // the body's bytes, held until the response is over
 		defer ch.release()
 		raw, err := s.readBody(w, req, ch)

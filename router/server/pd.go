@@ -51,6 +51,7 @@ type pdAttempt struct {
 	cancel    context.CancelFunc
 	stopWatch func() bool
 	x         *exchange // the request (its deadline); its handler's, the prefill runner reads only deadline
+	spans     *legSpans // the legs' spans under --enable-trace (tracing.go), else nil
 
 	mu          sync.Mutex // protects the fields below
 	state       router.PDAttempt
@@ -70,10 +71,16 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	a := s.startPD(ctx, x, d)
 	decode := router.Cancelled // decode's outcome: unless it answered, we cancelled it
 	defer func() {
+		if a.spans != nil {
+			endLeg(a.spans.decode, decode, nil)
+		}
 		d.Done(router.Decode, decode)
 		a.end(ctx)
 	}()
 	resp, ue := send(a.legs, s.upstream(router.Decode), &a.decode, s.budget)
+	if a.spans != nil {
+		traceSent(a.spans.decode, resp, ue)
+	}
 	if ue != nil {
 		res, decode = a.failed(ctx, ue)
 		return res
@@ -161,6 +168,9 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	a := &pdAttempt{s: s, d: d, x: x, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
 		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline},
 		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}}
+	if s.tr != nil {
+		a.spans = &legSpans{prefill: s.tr.startLeg(x, &a.prefill, d, router.Prefill), decode: s.tr.startLeg(x, &a.decode, d, router.Decode)}
+	}
 	a.legs, a.cancel = context.WithCancel(context.Background())
 	a.stopWatch = context.AfterFunc(ctx, a.cancel) // the client went away: both legs end
 	go a.runPrefill()
@@ -203,6 +213,13 @@ func (a *pdAttempt) runPrefill() {
 	}
 	bothOver := a.handlerOver
 	a.mu.Unlock()
+	if a.spans != nil {
+		var err error
+		if ue != nil {
+			err = ue
+		}
+		endLeg(a.spans.prefill, outcome, err)
+	}
 	a.d.Done(router.Prefill, outcome)
 	if cancelDecode || bothOver { // decode is of no use now, or over too: release the context
 		a.cancel()
@@ -255,6 +272,9 @@ func (a *pdAttempt) answered() {
 // read through and dropped (nil).
 func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 	resp, ue := send(a.legs, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
+	if a.spans != nil {
+		traceSent(a.spans.prefill, resp, ue)
+	}
 	if ue != nil {
 		return nil, ue
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // attemptRegular proxies one attempt to the regular target d chose (SPEC §1.5): the body as
@@ -14,13 +15,23 @@ import (
 func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Decision) (res attemptResult) {
 	t := d.Regular
 	out := router.Cancelled // the leg's outcome: unless it answered, we cancelled it
-	defer func() { d.Done(router.Regular, out) }()
 	r := &upstreamRequest{method: http.MethodPost, worker: t.URL(), path: x.route.String(), body: x.body.Raw, hdr: x.hdr, role: "regular", deadline: x.deadline}
+	var span trace.Span // the leg's, under --enable-trace
+	if s.tr != nil {
+		span = s.tr.startLeg(x, r, d, router.Regular)
+	}
+	defer func() {
+		endLeg(span, out, nil)
+		d.Done(router.Regular, out)
+	}()
 	if rank, ok := t.Rank(); ok { // the prompt is referred to, not copied
 		r.body, r.pieces = nil, x.body.DPRankPieces(rank)
 	}
 	s.logDecision(wire.DecisionLine{ID: x.id, Route: r.path}, d)
 	resp, ue := send(ctx, s.upstream(router.Regular), r, s.budget)
+	if span != nil {
+		traceSent(span, resp, ue)
+	}
 	if ue != nil {
 		if x.over(ctx) {
 			return attemptResult{gone: true}

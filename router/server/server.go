@@ -77,6 +77,8 @@ type Server struct {
 	kv    *kvRouting  // cache_aware on the workers' KV events; nil when off
 	loads *loadPoller // the workers' engine loads; nil when off (--load-poll-interval-ms 0)
 
+	tr *tracing // --enable-trace (tracing.go); nil when off
+
 	bootHosts sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
 
 	budget   *budget        // --body-memory-budget: bodies in flight across requests
@@ -139,6 +141,9 @@ func New(opts Options) (*Server, error) {
 		lastAttemptLog: map[string]time.Time{},
 	}
 	s.initLimits()
+	if s.tr, err = newTracing(cfg, s.log); err != nil {
+		return nil, err
+	}
 	if s.kv, err = newKVRouting(s); err != nil {
 		return nil, err
 	}
@@ -292,9 +297,13 @@ func (s *Server) attemptFailed(id string, attempt int, ue *upstreamError) {
 const attemptLogInterval = 5 * time.Second
 
 // Wait blocks until background work (health checks, ticks, best-effort aborts) has stopped,
-// then closes idle upstream connections; call it after cancelling Start's context.
+// then closes idle upstream connections and, under --enable-trace, exports the spans still
+// batched (within traceFlushTimeout); call it after cancelling Start's context.
 func (s *Server) Wait() {
 	s.bg.Wait()
+	if s.tr != nil {
+		s.tr.shutdown(s.log)
+	}
 	for _, c := range s.clients {
 		c.CloseIdleConnections()
 	}
