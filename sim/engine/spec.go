@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -84,18 +85,9 @@ func (s Spec) WithDefaults(arch string) Spec {
 	if arch == "DeepseekV3ForCausalLM" || arch == "DeepseekV2ForCausalLM" {
 		steps, topk, draft = 3, 1, 4
 	}
-	if s.NumSteps == 0 && s.EagleTopK == 0 && s.DraftTokens == 0 {
-		s.NumSteps, s.EagleTopK, s.DraftTokens = steps, topk, draft
-	}
-	if s.NumSteps == 0 {
-		s.NumSteps = steps
-	}
-	if s.EagleTopK == 0 {
-		s.EagleTopK = topk
-	}
-	if s.DraftTokens == 0 {
-		s.DraftTokens = draft
-	}
+	s.NumSteps = cmp.Or(s.NumSteps, steps)
+	s.EagleTopK = cmp.Or(s.EagleTopK, topk)
+	s.DraftTokens = cmp.Or(s.DraftTokens, draft)
 	if s.EagleTopK == 1 {
 		s.DraftTokens = s.NumSteps + 1
 	}

@@ -91,7 +91,8 @@ func fitResidual(r Result) (float64, bool) {
 	return math.Log(r.Ratio) / math.Log(1+r.Band), true
 }
 
-// runAll runs sets with gpus in parallel on all cores.
+// runAll runs sets with gpus (nil: the built-in GPUs) in parallel on all cores, each run
+// deterministic, and returns their reports in the order given.
 func runAll(sets []Set, gpus map[string]engine.GPU) []SetReport {
 	out := make([]SetReport, len(sets))
 	var wg sync.WaitGroup

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
@@ -24,22 +22,7 @@ type SetReport struct {
 
 // Run runs every set (in parallel on all cores, each run deterministic) and returns their
 // reports in the order given.
-func Run(sets []Set) []SetReport {
-	out := make([]SetReport, len(sets))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-	for i := range sets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			out[i] = RunSet(sets[i])
-		}()
-	}
-	wg.Wait()
-	return out
-}
+func Run(sets []Set) []SetReport { return runAll(sets, nil) }
 
 // Results flattens reports into their results.
 func Results(reps []SetReport) []Result {
