@@ -2,7 +2,7 @@ package server
 
 // Scenarios of the incumbent router's own integration suite (sgl-router's
 // py_test/integration: test_circuit_breaker.py, test_fault_tolerance.py, test_retries.py,
-// test_worker_management.py, test_api_auth.py, test_payload_size.py), ported as our own tests
+// test_worker_management.py, test_api_auth.py, test_payload_size.py; smg's test_manual.py), ported as our own tests
 // against serve's handler with real HTTP workers. Those that need the breaker's timeout to pass
 // in wall time are covered with an injected clock in router/statemachines_test.go instead.
 
@@ -177,4 +177,63 @@ func TestIncumbentPayloadSize(t *testing.T) {
 	small := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, strings.Repeat("x", 512<<10))
 	status, _, body := tr.post(t, "/v1/completions", small, nil)
 	assert.Equal(t, http.StatusOK, status, body)
+}
+
+// completionsByKey maps each /v1/completions body's "key" to the workers that served it.
+func completionsByKey(ws []*testWorker) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, w := range ws {
+		for _, c := range w.callsTo("/v1/completions") {
+			k, _ := c.body["key"].(string)
+			if out[k] == nil {
+				out[k] = map[string]bool{}
+			}
+			out[k][w.URL()] = true
+		}
+	}
+	return out
+}
+
+// smg's test_manual.py, test_manual_routing_with_header: under the manual policy, ten routing
+// keys over two workers use both, and a second pass of each key reaches the worker of its
+// first.
+func TestIncumbentManualRoutingWithHeader(t *testing.T) {
+	t.Parallel()
+	ws := []*testWorker{newWorker(t, jsonReply(genReply)), newWorker(t, jsonReply(genReply))}
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyManual
+	tr := startRouter(t, cfg)
+	for range 2 {
+		for i := range 10 {
+			key := fmt.Sprintf("user-%d", i)
+			status, _, out := tr.post(t, "/v1/completions", fmt.Sprintf(`{"model":"test","prompt":"hi","max_tokens":1,"stream":false,"key":%q}`, key),
+				map[string]string{"X-SMG-Routing-Key": key})
+			require.Equal(t, http.StatusOK, status, out)
+		}
+	}
+	byKey := completionsByKey(ws)
+	require.Len(t, byKey, 10)
+	used := map[string]bool{}
+	for k, workers := range byKey {
+		require.Len(t, workers, 1, "key %s should stick to one worker", k)
+		for u := range workers {
+			used[u] = true
+		}
+	}
+	assert.Len(t, used, 2, "the keys should spread over both workers")
+}
+
+// smg's test_manual.py, test_manual_routing_without_header: without a routing key the manual
+// policy falls back to random, so twenty requests reach both workers.
+func TestIncumbentManualRoutingWithoutHeader(t *testing.T) {
+	t.Parallel()
+	ws := []*testWorker{newWorker(t, jsonReply(genReply)), newWorker(t, jsonReply(genReply))}
+	cfg := regularConfig(ws...)
+	cfg.Policy = router.PolicyManual
+	tr := startRouter(t, cfg)
+	for range 20 {
+		status, _, out := tr.post(t, "/v1/completions", `{"model":"test","prompt":"hi","max_tokens":1,"stream":false,"key":"none"}`, nil)
+		require.Equal(t, http.StatusOK, status, out)
+	}
+	assert.Len(t, completionsByKey(ws)["none"], 2, "random fallback should use both workers")
 }
