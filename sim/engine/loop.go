@@ -174,16 +174,20 @@ func (s *Server) schedule(t time.Time) {
 		// attention part only, and the FFN/MoE layers and collectives then run once on the
 		// tokens gathered from every rank (Profile.DPAttn).
 		var longest time.Duration
-		any, tokens := false, 0
+		any, prefill, tokens := false, false, 0
 		for _, rk := range s.ranks {
 			if d, ok := s.formStep(rk, t); ok {
 				any = true
 				longest = max(longest, d)
 				tokens += rk.stepTokens
+				prefill = prefill || rk.stepKind == stepPrefill
 			}
 		}
 		if any {
-			if s.split() {
+			switch {
+			case s.split() && prefill: // the gathered tokens include a prefill chunk
+				longest += s.dur(s.cfg.Profile.SharedPrefillTime(tokens))
+			case s.split():
 				longest += s.dur(s.cfg.Profile.SharedTime(tokens))
 			}
 			s.stepping, s.stepEnd = true, t.Add(longest)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -137,15 +138,18 @@ type FitRange struct {
 // gathered token (AttnA1 or AttnC1 over the ranks) — a lower bound, as attention over the
 // context hides more.
 type DPAttnSplit struct {
-	GPUs         int     `json:"gpus" yaml:"gpus"`                     // GPUs of the server the shared coefficients assume
-	AttnA1       float64 `json:"attn_a1" yaml:"attn_a1"`               // prefill: seconds per new token in the rank's own layers (attention projections, dense FFN/shared experts)
-	AttnM0       float64 `json:"attn_m0" yaml:"attn_m0"`               // decode: seconds to read the rank's own weights (every rank holds them all)
-	AttnC1       float64 `json:"attn_c1" yaml:"attn_c1"`               // decode: seconds per request in the rank's own layers
-	FFNM0        float64 `json:"ffn_m0" yaml:"ffn_m0"`                 // seconds to read one GPU's share of the shared FFN weights other than routed experts
-	ExpertM0     float64 `json:"expert_m0" yaml:"expert_m0"`           // seconds to read one GPU's share of all routed experts (E(n): the hit share)
-	FFNC1        float64 `json:"ffn_c1" yaml:"ffn_c1"`                 // seconds per gathered token of FFN/MoE compute (spread over the GPUs)
-	CommFixed    float64 `json:"comm_fixed" yaml:"comm_fixed"`         // collective latency per step, all layers
-	CommPerToken float64 `json:"comm_per_token" yaml:"comm_per_token"` // collective seconds per gathered token
+	GPUs     int     `json:"gpus" yaml:"gpus"`           // GPUs of the server the shared coefficients assume
+	AttnA1   float64 `json:"attn_a1" yaml:"attn_a1"`     // prefill: seconds per new token in the rank's own layers (attention projections, dense FFN/shared experts)
+	AttnM0   float64 `json:"attn_m0" yaml:"attn_m0"`     // decode: seconds to read the rank's own weights (every rank holds them all)
+	AttnC1   float64 `json:"attn_c1" yaml:"attn_c1"`     // decode: seconds per request in the rank's own layers
+	FFNM0    float64 `json:"ffn_m0" yaml:"ffn_m0"`       // seconds to read one GPU's share of the shared FFN weights other than routed experts
+	ExpertM0 float64 `json:"expert_m0" yaml:"expert_m0"` // seconds to read one GPU's share of all routed experts (E(n): the hit share)
+	// PrefillExpertM0, when set, is ExpertM0 for a step with prefill tokens (GPU.
+	// PrefillExpertEfficiency); 0: ExpertM0.
+	PrefillExpertM0 float64 `json:"prefill_expert_m0,omitempty" yaml:"prefill_expert_m0,omitempty"`
+	FFNC1           float64 `json:"ffn_c1" yaml:"ffn_c1"`                 // seconds per gathered token of FFN/MoE compute (spread over the GPUs)
+	CommFixed       float64 `json:"comm_fixed" yaml:"comm_fixed"`         // collective latency per step, all layers
+	CommPerToken    float64 `json:"comm_per_token" yaml:"comm_per_token"` // collective seconds per gathered token
 
 	// LLMaxTokens > 0: steps of at most LLMaxTokens tokens per GPU use the low-latency
 	// coefficients below (--deepep-mode auto).
@@ -220,12 +224,29 @@ func (p Profile) AttnDecodeTime(batch, context int) time.Duration {
 // rank (routed experts or FFN, and their collectives; see DPAttnSplit); 0 without a split or
 // with no tokens.
 func (p Profile) SharedTime(tokens int) time.Duration {
+	if p.DPAttn == nil {
+		return 0
+	}
+	return p.sharedTime(tokens, p.DPAttn.ExpertM0)
+}
+
+// SharedPrefillTime is SharedTime for a step with prefill tokens: the routed experts read at
+// the prefill share of HBM bandwidth (DPAttnSplit.PrefillExpertM0) when it is set.
+func (p Profile) SharedPrefillTime(tokens int) time.Duration {
+	if p.DPAttn == nil {
+		return 0
+	}
+	return p.sharedTime(tokens, cmp.Or(p.DPAttn.PrefillExpertM0, p.DPAttn.ExpertM0))
+}
+
+// sharedTime is SharedTime with expertM0 the time to read every routed expert once.
+func (p Profile) sharedTime(tokens int, expertM0 float64) time.Duration {
 	d := p.DPAttn
 	if d == nil || tokens <= 0 {
 		return 0
 	}
 	n := float64(tokens)
-	ffn := max(d.FFNM0+p.expertRead(d.ExpertM0, tokens), d.FFNC1*n)
+	ffn := max(d.FFNM0+p.expertRead(expertM0, tokens), d.FFNC1*n)
 	fixed, perTok, hide := d.CommFixed, d.CommPerToken, d.Hide
 	if d.LLMaxTokens > 0 && tokens <= d.LLMaxTokens*max(d.GPUs, 1) {
 		fixed, perTok, hide = d.LLCommFixed, d.LLCommPerToken, d.LLHide
@@ -457,7 +478,7 @@ func FormatPresets(coefficients bool) string {
 // rank (under DP attention, the shared part included), in tokens/s.
 func (p Profile) PrefillTokensPerSecond() float64 {
 	const n = 8192
-	d := p.AttnPrefillTime(n, n*n/2) + p.SharedTime(n)
+	d := p.AttnPrefillTime(n, n*n/2) + p.SharedPrefillTime(n)
 	if d <= 0 {
 		return math.Inf(1)
 	}

@@ -227,7 +227,7 @@ func prefillIdle(p engine.Profile, n, chunk int, dpa bool) time.Duration {
 		ctx := float64(done) + float64(c)/2
 		d += p.AttnPrefillTime(c, float64(c)*ctx)
 		if dpa {
-			d += p.SharedTime(c)
+			d += p.SharedPrefillTime(c)
 		}
 		done += c
 	}
@@ -241,7 +241,7 @@ func prefillStep(p engine.Profile, chunk int, dpa bool, dp int) time.Duration {
 		return max(p.TTFT, time.Nanosecond)
 	}
 	if dpa {
-		return p.AttnPrefillTime(chunk, 0) + p.SharedTime(chunk*dp)
+		return p.AttnPrefillTime(chunk, 0) + p.SharedPrefillTime(chunk*dp)
 	}
 	return max(p.PrefillTime(chunk, 0), time.Nanosecond)
 }
