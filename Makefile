@@ -67,7 +67,7 @@ test-imports test-unit test-integration test-browser: export PDROUTER_REQUIRE_TO
 
 # NORACE_TESTS are long single-goroutine simulations the race detector only slows ×10–15
 # (skipUnderRace in their packages): test-unit runs them once more, without -race.
-NORACE_TESTS := ^(TestCalibrateRecoversAKnownProfile|TestCalibrateHoldoutWithKnownCapacity|TestPublishedSuite|TestREADMETable|TestFitRecoversAKnownEfficiency)$$
+NORACE_TESTS := ^(TestCalibrateRecoversAKnownProfile|TestCalibrateHoldoutWithKnownCapacity|TestPublishedSuite|TestREADMETable|TestFitRecoversAKnownEfficiency|TestHeldOutCrossValidated)$$
 test-unit: kvevents-python tokenizer-oracle kustomize
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '$(NORACE_TESTS)' ./sim ./sim/validate

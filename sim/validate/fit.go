@@ -27,21 +27,26 @@ type FitField struct {
 	Lo, Hi float64
 	get    func(engine.GPU) float64
 	set    func(*engine.GPU, float64)
+	// prior is where the fit's prior pulls the constant: a value that does not depend on an
+	// earlier fit, so that a fit started from its own result ends there again (nil: the
+	// built-in value, the hand-chosen constants' own).
+	prior func(engine.GPU) float64
 }
 
 // FitFields are the constants fitted per GPU.
 var FitFields = []FitField{
-	{"ComputeEfficiency", 0.15, 0.95, func(g engine.GPU) float64 { return g.ComputeEfficiency }, func(g *engine.GPU, v float64) { g.ComputeEfficiency = v }},
-	{"LowPrecisionEfficiency", 0.1, 0.95, func(g engine.GPU) float64 { return g.LowPrecisionEfficiency }, func(g *engine.GPU, v float64) { g.LowPrecisionEfficiency = v }},
-	{"MemoryEfficiency", 0.4, 0.95, func(g engine.GPU) float64 { return g.MemoryEfficiency }, func(g *engine.GPU, v float64) { g.MemoryEfficiency = v }},
-	{"PrefillOverhead", 0.1e-3, 50e-3, func(g engine.GPU) float64 { return g.PrefillOverhead }, func(g *engine.GPU, v float64) { g.PrefillOverhead = v }},
-	{"DecodeOverhead", 0.05e-3, 20e-3, func(g engine.GPU) float64 { return g.DecodeOverhead }, func(g *engine.GPU, v float64) { g.DecodeOverhead = v }},
+	{"ComputeEfficiency", 0.15, 0.95, func(g engine.GPU) float64 { return g.ComputeEfficiency }, func(g *engine.GPU, v float64) { g.ComputeEfficiency = v }, nil},
+	{"LowPrecisionEfficiency", 0.1, 0.95, func(g engine.GPU) float64 { return g.LowPrecisionEfficiency }, func(g *engine.GPU, v float64) { g.LowPrecisionEfficiency = v }, nil},
+	{"MemoryEfficiency", 0.4, 0.95, func(g engine.GPU) float64 { return g.MemoryEfficiency }, func(g *engine.GPU, v float64) { g.MemoryEfficiency = v }, nil},
+	{"PrefillOverhead", 0.1e-3, 50e-3, func(g engine.GPU) float64 { return g.PrefillOverhead }, func(g *engine.GPU, v float64) { g.PrefillOverhead = v }, nil},
+	{"DecodeOverhead", 0.05e-3, 20e-3, func(g engine.GPU) float64 { return g.DecodeOverhead }, func(g *engine.GPU, v float64) { g.DecodeOverhead = v }, nil},
 	{"PrefillExpertEfficiency", 0.02, 0.95, func(g engine.GPU) float64 {
 		if g.PrefillExpertEfficiency > 0 {
 			return g.PrefillExpertEfficiency
 		}
 		return g.MemoryEfficiency
-	}, func(g *engine.GPU, v float64) { g.PrefillExpertEfficiency = v }},
+	}, func(g *engine.GPU, v float64) { g.PrefillExpertEfficiency = v },
+		func(g engine.GPU) float64 { return g.MemoryEfficiency }}, // without the structure: the decode share
 }
 
 // FitPriorWidth is the prior's width in log space: a constant FitPriorWidth away (×1.5)
@@ -115,7 +120,8 @@ type gpuGroup struct {
 	gpu    engine.GPU
 	sets   []Set
 	fields []FitField
-	x0     []float64 // ln of the current values
+	x0     []float64 // ln of the current values (where the search starts)
+	prior  []float64 // ln of where the prior pulls (FitField.prior)
 }
 
 // Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
@@ -163,12 +169,7 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	cross1 := map[string][]Result{}
 	for _, n := range names {
 		grp := byGPU[n]
-		for _, f := range FitFields {
-			if v := f.get(grp.gpu); v > 0 && (len(fields) == 0 || slices.Contains(fields, f.Name)) {
-				grp.fields = append(grp.fields, f)
-				grp.x0 = append(grp.x0, math.Log(v))
-			}
-		}
+		grp.init(fields)
 		progress(fmt.Sprintf("fit %s: %d constants on %d sets", n, len(grp.fields), len(grp.sets)))
 		x, evals, cr, err := grp.fit(cross, progress)
 		rep.Evaluations += evals
@@ -199,6 +200,23 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 		}
 	}
 	return rep, nil
+}
+
+// init chooses the group's constants: the FitFields named by fields (none: all) its GPU has.
+func (grp *gpuGroup) init(fields []string) {
+	for _, f := range FitFields {
+		v := f.get(grp.gpu)
+		if v <= 0 || len(fields) > 0 && !slices.Contains(fields, f.Name) {
+			continue
+		}
+		grp.fields = append(grp.fields, f)
+		grp.x0 = append(grp.x0, math.Log(v))
+		p := v
+		if f.prior != nil {
+			p = f.prior(grp.gpu)
+		}
+		grp.prior = append(grp.prior, math.Log(p))
+	}
 }
 
 // apply returns the group's GPU with the constants exp(x).
@@ -235,7 +253,7 @@ func (grp *gpuGroup) residuals(rs []Result, x []float64) []float64 {
 		out = append(out, v)
 	}
 	for i := range x {
-		out = append(out, (x[i]-grp.x0[i])/FitPriorWidth)
+		out = append(out, (x[i]-grp.prior[i])/FitPriorWidth)
 	}
 	return out
 }

@@ -2,6 +2,9 @@ package validate
 
 import (
 	"math"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,12 +31,7 @@ func TestFitRecoversAKnownEfficiency(t *testing.T) {
 	g := engine.H100SXM
 	g.ComputeEfficiency = 0.3
 	grp := &gpuGroup{gpu: g, sets: []Set{set}}
-	for _, f := range FitFields {
-		if v := f.get(g); v > 0 {
-			grp.fields = append(grp.fields, f)
-			grp.x0 = append(grp.x0, math.Log(v))
-		}
-	}
+	grp.init(nil)
 	before := grp.eval(grp.x0)
 	x, evals, _, err := grp.fit(false, func(string) {})
 	require.NoError(t, err)
@@ -55,4 +53,38 @@ func TestFitRecoversAKnownEfficiency(t *testing.T) {
 		v := math.Exp(x[i])
 		assert.True(t, v >= f.Lo-1e-12 && v <= f.Hi+1e-12, "%s %g within [%g, %g]", f.Name, v, f.Lo, f.Hi)
 	}
+}
+
+// Issue 40's headline, kept by make test (NORACE_TESTS): fitted by code to the embedded and
+// held-out sets (but the two single-GPU gpt-oss ones, whose error is the KV pool), the
+// prefill expert-read share comes out where the built-in GPUs have it (they are the fit), the
+// embedded suite keeps its bands, and the held-out sets' cross-validated (leave-one-set-out)
+// median error and TTFT ratio stay within their bounds: 21.3 % and ×0.99 when written.
+func TestHeldOutCrossValidated(t *testing.T) {
+	skipUnderRace(t)
+	sets, err := Embedded()
+	require.NoError(t, err)
+	inSample := map[string]bool{}
+	for _, s := range sets {
+		inSample[s.Name] = true
+	}
+	files, err := filepath.Glob(filepath.Join("heldout", "*.json"))
+	require.NoError(t, err)
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.Contains(f, "gpt-oss-120b-") && strings.Contains(f, "-tp1-") })
+	require.Len(t, files, 40)
+	more, err := Load(files...)
+	require.NoError(t, err)
+	rep, err := Fit(append(sets, more...), []string{"PrefillExpertEfficiency"}, true, nil)
+	require.NoError(t, err)
+	for _, p := range rep.Params {
+		assert.InEpsilon(t, p.Before, p.After, 0.05, "%s %s: the built-in value is the fit's (%g fitted)", p.GPU, p.Field, p.After)
+	}
+	embedded := func(s string) bool { return inSample[s] }
+	held := func(s string) bool { return !inSample[s] }
+	assert.Equal(t, Medians(rep.Before, embedded).InBand, Medians(rep.Cross, embedded).InBand, "the embedded suite keeps its bands")
+	m := Medians(rep.Cross, held)
+	t.Logf("held out, cross-validated: median |error| %.1f %%, TTFT %.1f %% (ratio %.2f), TPOT/ITL %.1f %%, throughput %.1f %%, E2E %.1f %%",
+		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
+	assert.LessOrEqual(t, m.All, 0.23, "cross-validated median |error| over the held-out sets")
+	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
 }
