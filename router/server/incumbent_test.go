@@ -179,21 +179,6 @@ func TestIncumbentPayloadSize(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status, body)
 }
 
-// completionsByKey maps each /v1/completions body's "key" to the workers that served it.
-func completionsByKey(ws []*testWorker) map[string]map[string]bool {
-	out := map[string]map[string]bool{}
-	for _, w := range ws {
-		for _, c := range w.callsTo("/v1/completions") {
-			k, _ := c.body["key"].(string)
-			if out[k] == nil {
-				out[k] = map[string]bool{}
-			}
-			out[k][w.URL()] = true
-		}
-	}
-	return out
-}
-
 // smg's test_manual.py, test_manual_routing_with_header: under the manual policy, ten routing
 // keys over two workers use both, and a second pass of each key reaches the worker of its
 // first.
@@ -211,7 +196,7 @@ func TestIncumbentManualRoutingWithHeader(t *testing.T) {
 			require.Equal(t, http.StatusOK, status, out)
 		}
 	}
-	byKey := completionsByKey(ws)
+	byKey := keyedCallsTo(ws, "/v1/completions")
 	require.Len(t, byKey, 10)
 	used := map[string]bool{}
 	for k, workers := range byKey {
@@ -235,5 +220,5 @@ func TestIncumbentManualRoutingWithoutHeader(t *testing.T) {
 		status, _, out := tr.post(t, "/v1/completions", `{"model":"test","prompt":"hi","max_tokens":1,"stream":false,"key":"none"}`, nil)
 		require.Equal(t, http.StatusOK, status, out)
 	}
-	assert.Len(t, completionsByKey(ws)["none"], 2, "random fallback should use both workers")
+	assert.Len(t, keyedCallsTo(ws, "/v1/completions")["none"], 2, "random fallback should use both workers")
 }

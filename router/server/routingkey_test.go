@@ -16,9 +16,14 @@ import (
 // keyedCalls maps each routing key to the workers whose /v1/chat/completions calls carried it
 // (the tests send it in the body's "key" too: the router forwards no routing-key header).
 func keyedCalls(ws []*testWorker) map[string]map[string]bool {
+	return keyedCallsTo(ws, "/v1/chat/completions")
+}
+
+// keyedCallsTo is keyedCalls for the calls to path.
+func keyedCallsTo(ws []*testWorker, path string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for _, w := range ws {
-		for _, c := range w.callsTo("/v1/chat/completions") {
+		for _, c := range w.callsTo(path) {
 			k, _ := c.body["key"].(string)
 			if out[k] == nil {
 				out[k] = map[string]bool{}
