@@ -198,7 +198,7 @@ func (p Profile) attnVerifyTime(batch, k, context int) time.Duration {
 	return seconds(p.B0 + p.B1*b + p.B2*c + max(d.AttnM0, d.AttnC1*b*kf) + max(p.M2*c, p.C2*c*kf))
 }
 
-// specStepTime is the draft and verify work of a speculative decode step of n (padded)
+// specDraftTime is the draft and verify work of a speculative decode step of n (padded)
 // requests over context tokens, beyond the target's own forward: the draft forwards and
 // SpecVerifyOverhead.
 func (p Profile) specDraftTime(s Spec, n, context int) time.Duration {

@@ -121,6 +121,7 @@ type gpuGroup struct {
 	sets   []Set
 	fields []FitField
 	x0     []float64 // ln of the current values (where the search starts)
+	start  []Result  // the sets' results at x0 when already run (Fit's first run), else nil
 	prior  []float64 // ln of where the prior pulls (FitField.prior)
 }
 
@@ -159,6 +160,7 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 			byGPU[g.Name] = &gpuGroup{gpu: g}
 		}
 		byGPU[g.Name].sets = append(byGPU[g.Name].sets, s)
+		byGPU[g.Name].start = append(byGPU[g.Name].start, base[i].Results...)
 	}
 	names := make([]string, 0, len(byGPU))
 	for n := range byGPU {
@@ -318,10 +320,13 @@ func step(J *mat.Dense, res []float64, keep func(i int) bool, lambda float64) ([
 func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map[string][]Result, error) {
 	const maxIter = 6
 	x := slices.Clone(grp.x0)
-	rs := grp.eval(x)
+	rs, evals := grp.start, 0 // the built-in constants' run, done once for every set
+	if rs == nil {
+		rs, evals = grp.eval(x), 1
+	}
 	res := grp.residuals(rs, x)
 	c := cost(res)
-	evals, lambda := 1, 1e-2
+	lambda := 1e-2
 	for it := 0; it < maxIter; it++ {
 		J := grp.jacobian(x, res)
 		evals += len(x)
@@ -433,11 +438,11 @@ func median(v []float64) float64 {
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
+	n := len(s)
+	if n%2 == 1 {
 		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
 	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // fitFieldNames lists FitFields' names.
