@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -194,6 +195,23 @@ func TestSweepGridAndRank(t *testing.T) {
 	assert.ErrorContains(t, err, "no_such_key")
 	_, err = Grid(baseConfig(), []Vary{{Key: "cache_threshold", Values: []string{"high"}}})
 	assert.Error(t, err)
+}
+
+// TestBaseIndexFillsClusterDefaults: varying a cluster count the base leaves at its default
+// (0: DefaultPrefill servers) finds the defaults' point in the grid; it said "the defaults are
+// not in the grid" before.
+func TestBaseIndexFillsClusterDefaults(t *testing.T) {
+	t.Parallel()
+	base := baseConfig()
+	require.Zero(t, base.Cluster.Prefill)
+	vars := []Vary{{Key: "prefill", Values: []string{"1", strconv.Itoa(DefaultPrefill), "3"}}}
+	all, err := Grid(base, vars)
+	require.NoError(t, err)
+	assert.Equal(t, 1, BaseIndex(base, vars, all))
+	vars = []Vary{{Key: "prefill", Values: []string{"1", "3"}}}
+	all, err = Grid(base, vars)
+	require.NoError(t, err)
+	assert.Equal(t, -1, BaseIndex(base, vars, all))
 }
 
 type failingWriter struct{}

@@ -118,9 +118,11 @@ func BaseIndex(base Config, vars []Vary, pts []Point) int {
 	return -1
 }
 
-// sameSettings reports whether a and b simulate the same thing.
+// sameSettings reports whether a and b simulate the same thing: their clusters compared with
+// the defaults filled in (a grid point --prefill 2 is the default cluster's 2 prefill servers).
 func sameSettings(a, b Config) bool {
-	return reflect.DeepEqual(a.Cluster, b.Cluster) && reflect.DeepEqual(a.Router, b.Router) &&
+	ca, cb := a.Cluster.WithDefaults(a.Router.PDDisaggregation), b.Cluster.WithDefaults(b.Router.PDDisaggregation)
+	return reflect.DeepEqual(ca, cb) && reflect.DeepEqual(a.Router, b.Router) &&
 		reflect.DeepEqual(a.Routing, b.Routing) && reflect.DeepEqual(a.Workload, b.Workload) && reflect.DeepEqual(a.Load, b.Load)
 }
 
