@@ -5,14 +5,17 @@
 # and row name, averaged over SEEDS: where in-flight-only routing piles up, one run's P99 moves
 # by a factor of up to 5 from seed to seed. Markdown on stdout, each command on stderr; about
 # 2 minutes on 2 cores.
-#   scripts/engine-load-tables.sh [SECTION...]   SECTION: capacity matrix policies overload age (default all)
+#   scripts/engine-load-tables.sh [SECTION...]   SECTION: capacity matrix policies overload age seeds
+#                                                (default all but seeds)
 #   SEEDS="1 2 3 4 5" REQUESTS=8000 GO=go        the defaults
+#   MANY_SEEDS="$(seq 1 20)"                      the seeds section's seeds (one row each)
 # shellcheck disable=SC2086 # flag lists are word-split on purpose: no flag holds a space
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 SEEDS=${SEEDS:-1 2 3 4 5}
 REQUESTS=${REQUESTS:-8000}
+MANY_SEEDS=${MANY_SEEDS:-$(seq 1 20)}
 sections=${*:-capacity matrix policies overload age}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -130,11 +133,39 @@ age() {
 	done
 }
 
+# seeds: cache_aware with 4 replicas, in-flight only against engine load, one row per seed of
+# MANY_SEEDS, beside one router's in-flight-only run of the same seed. A seed "piles up" when
+# the 4 replicas' in-flight-only P99 exceeds 1.5x one router's: what the replicas' blindness
+# adds. Then the totals: P99 gain over every seed and over those that pile up (ratio of the
+# mean P99s), mean TTFT over the others, output throughput over all.
+seeds() {
+	local c s one inf eng
+	for c in "${AT80[@]}"; do
+		echo
+		echo "| $c, seed | 1 router in-flight: P99 ms | 4 replicas in-flight: mean, P99 ms | 4 replicas engine load: mean, P99 ms | P99 gain | piles up |"
+		echo "|---|---:|---:|---:|---:|---|"
+		for s in $MANY_SEEDS; do
+			one=$(SEEDS=$s sim "$c --router-replicas 1 --load-report-interval 0")
+			inf=$(SEEDS=$s sim "$c --router-replicas 4 --load-report-interval 0")
+			eng=$(SEEDS=$s sim "$c --router-replicas 4")
+			jq -n -c --arg s "$s" --argjson one "$one" --argjson inf "$inf" --argjson eng "$eng" \
+				'{seed: $s, one: $one, inf: $inf, eng: $eng, piles: ($inf.p99 > 1.5 * $one.p99)}'
+		done | jq -r -s '
+			def r0: round; def r2: . * 100 | round / 100;
+			def mean(f): (map(f) | add) / length;
+			(.[] | "| \(.seed) | \(.one.p99|r0) | \(.inf.mean|r0), \(.inf.p99|r0) | \(.eng.mean|r0), \(.eng.p99|r0) | \(.inf.p99 / .eng.p99 | r2)× | \(if .piles then "yes" else "" end) |"),
+			"",
+			"All \(length) seeds: P99 gain \(mean(.inf.p99) / mean(.eng.p99) | r2)× (mean P99 \(mean(.inf.p99)|r0) → \(mean(.eng.p99)|r0) ms), output tok/s \(mean(.inf.out)|r0) → \(mean(.eng.out)|r0).",
+			(map(select(.piles)) | if length > 0 then "The \(length) that pile up: P99 gain \(mean(.inf.p99) / mean(.eng.p99) | r2)× (per seed \(map(.inf.p99 / .eng.p99) | min | r2)–\(map(.inf.p99 / .eng.p99) | max | r2)×)." else "None piles up." end),
+			(map(select(.piles | not)) | if length > 0 then "The \(length) others: mean TTFT \(mean(.inf.mean)|r0) → \(mean(.eng.mean)|r0) ms, P99 \(mean(.inf.p99)|r0) → \(mean(.eng.p99)|r0) ms." else "" end)'
+	done
+}
+
 for section in $sections; do
 	case $section in
-	capacity | matrix | policies | overload | age) $section ;;
+	capacity | matrix | policies | overload | age | seeds) $section ;;
 	*)
-		echo "engine-load-tables.sh: unknown section $section (capacity matrix policies overload age)" >&2
+		echo "engine-load-tables.sh: unknown section $section (capacity matrix policies overload age seeds)" >&2
 		exit 2
 		;;
 	esac
