@@ -49,10 +49,13 @@ type exchange struct {
 	req   *http.Request
 	route wire.Route
 	start time.Time
-	id    string         // the client-visible request id; "" until the client's header or a rid sets it
-	body  *wire.Body     // the parsed request body
-	hdr   http.Header    // the client headers forwarded to workers
-	rreq  router.Request // the routing view, kept across retries (Avoid grows)
+	id    string      // the client-visible request id; "" until the client's header or a rid sets it
+	body  *wire.Body  // the parsed request body
+	hdr   http.Header // the client headers forwarded to workers
+	// rreq is the routing view, kept across retries (Avoid grows); nil until route. Behind a
+	// pointer: Route hands it to a policy's interface, which takes it to the heap, and the
+	// exchange with it if it were a field.
+	rreq *router.Request
 	// deadline is when --request-timeout-secs ends the request. It is no context's: the
 	// upstream exchanges carry it as their connections' deadline (upstreamRequest.deadline), and
 	// the waits between them check it.
@@ -63,6 +66,14 @@ type exchange struct {
 // or its deadline passed.
 func (x *exchange) over(ctx context.Context) bool {
 	return ctx.Err() != nil || x.timedOut()
+}
+
+// failedAttempts is how many attempts of the request failed (the workers it avoids).
+func (x *exchange) failedAttempts() int {
+	if x.rreq == nil {
+		return 0
+	}
+	return len(x.rreq.Avoid)
 }
 
 // timedOut reports whether the request's deadline has passed.
@@ -252,8 +263,8 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	if x.id == "" && !s.r.PD() {
 		x.id = s.reqIDs.RID(x.route)
 	}
-	rreq := &x.rreq
-	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: s.routingKey(x)}
+	rreq := &router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: s.routingKey(x)}
+	x.rreq = rreq
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}
@@ -420,13 +431,12 @@ var (
 //
 // buf is the read buffer (nil: one of relayBufSize is made); it may be the one body's first
 // bytes were held in (heldBody), which the reads then overwrite as they are relayed.
-func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest, buf []byte) error {
+func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body *heldBody, r *upstreamRequest, buf []byte) error {
 	if buf == nil {
 		bp := relayBufs.Get().(*[]byte)
 		defer relayBufs.Put(bp)
 		buf = *bp
 	}
-	pb, _ := body.(pendingBody)
 	var err error
 	for err == nil {
 		var n int
@@ -441,7 +451,7 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 			}
 			// Flush when the upstream has nothing more buffered: bytes that already arrived
 			// go out in the same write as the next read's.
-			if err == nil && (pb == nil || !pb.Pending()) {
+			if err == nil && !body.Pending() {
 				sw.flush()
 			}
 		}
