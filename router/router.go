@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -207,8 +208,9 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		}
 		if !t.engine.at.IsZero() { // the report does not hold this request yet
 			l := &d.legs[i]
-			l.uncached = int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
-			l.engineGen = t.engine.sent(l.uncached)
+			uncached := int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
+			l.uncached = int32(min(uncached, math.MaxInt32))
+			l.engineGen = t.engine.sent(int(l.uncached))
 		}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
@@ -540,7 +542,7 @@ type leg struct {
 	// engineGen is the generation of the target's engine report the leg was counted under as
 	// routed since (0: none), and uncached its uncached prompt tokens counted there.
 	engineGen uint64
-	uncached  int
+	uncached  int32 // (32 bits: a prompt's tokens fit, and a Decision fits the 288-byte class)
 	done      atomic.Bool
 	spell     uint32
 	role      Role
@@ -648,7 +650,7 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t.engine.finished(l.engineGen, l.uncached)
+	t.engine.finished(l.engineGen, int(l.uncached))
 	if quiet {
 		return true
 	}

@@ -270,13 +270,8 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
-		var overloaded *router.OverloadError
-		switch {
-		case errors.As(err, &overloaded):
-			return s.shed(x, overloaded)
-		case err != nil:
-			s.metrics.Errors.WithLabelValues("no_workers").Inc()
-			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
+		if err != nil {
+			return s.unrouted(x, err)
 		}
 		s.metrics.observeDecision(d)
 		var res attemptResult
@@ -331,6 +326,17 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			return s.ended(ctx, x)
 		}
 	}
+}
+
+// unrouted answers a request Route refused (err): shed when every worker of a role was
+// overloaded, else 503.
+func (s *Server) unrouted(x *exchange, err error) int {
+	var overloaded *router.OverloadError
+	if errors.As(err, &overloaded) {
+		return s.shed(x, overloaded)
+	}
+	s.metrics.Errors.WithLabelValues("no_workers").Inc()
+	return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
 }
 
 // shed answers a request that no worker of a role could take without going over its overload
@@ -598,10 +604,9 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) 
 	// error leaves it, so a stalled connection is cut, not waited for.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyReadTimeoutSecs) * time.Second))
-	body := http.MaxBytesReader(w, req.Body, limit)
-	if req.ContentLength >= 0 {
+	if req.ContentLength >= 0 { // within the limit (above), and net/http reads no more than it
 		buf := make([]byte, req.ContentLength)
-		n, err := io.ReadFull(body, buf)
+		n, err := io.ReadFull(req.Body, buf)
 		if err == io.ErrUnexpectedEOF || err == io.EOF && n == 0 && req.ContentLength > 0 {
 			return nil, fmt.Errorf("body ended after %d of %d bytes", n, req.ContentLength)
 		}
@@ -609,7 +614,7 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) 
 			return nil, err
 		}
 		raw = buf[:n]
-	} else if raw, err = readChunked(body, ch, s.budget.limit); err != nil {
+	} else if raw, err = readChunked(http.MaxBytesReader(w, req.Body, limit), ch, s.budget.limit); err != nil {
 		return nil, err
 	}
 	// The body is in: clear the deadline, or net/http's background read of the connection

@@ -391,9 +391,12 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLeg
 	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
 	// allocation per batch, not one per element.
 	var gen []byte
+	var small [96]byte // a single request's rid: drawn on the stack, then one string
 	generated := !(b.Batch > 0 && b.RIDs != nil) && !(b.Batch == 0 && b.HasRID)
-	if generated {
-		gen = make([]byte, 0, n*g.ridLen(b.Route))
+	if need := n * g.ridLen(b.Route); generated && need <= len(small) {
+		gen = small[:0]
+	} else if generated {
+		gen = make([]byte, 0, need)
 	}
 	g.mu.Lock()
 	for i := range n {
