@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -200,27 +201,32 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			panic(fmt.Sprintf("router: policy %s picked %d of %d targets", r.policies[role].Name(), p.Index, len(ts)))
 		}
 		t := ts[p.Index]
-		d.legs[role] = leg{target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate,
+		d.legs[i] = leg{role: role, target: t, workerIndex: r.workerIndexLocked(t), reason: p.Reason, matchRate: p.MatchRate,
 			kvIndex: p.KVIndex, predictedCached: p.PredictedCachedTokens, hitTier: p.HitTier, predictedHost: p.PredictedHostTokens, signal: p.Signal}
 		if p.Signal == SignalEngineLoad {
-			d.legs[role].loadAge = req.loads.age
+			d.legs[i].loadAge = req.loads.age
 		}
 		if !t.engine.at.IsZero() { // the report does not hold this request yet
-			l := &d.legs[role]
-			l.uncached = int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
-			l.engineGen = t.engine.sent(l.uncached)
+			l := &d.legs[i]
+			uncached := int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
+			l.uncached = int32(min(uncached, math.MaxInt32))
+			l.engineGen = t.engine.sent(int(l.uncached))
 		}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
 			d.KVIndex, d.PredictedCachedTokens = p.KVIndex, p.PredictedCachedTokens
 		}
 	}
-	for _, role := range roles[:n] {
-		l := &d.legs[role]
+	for i := range n {
+		l := &d.legs[i]
 		l.target.load.Add(1)
 		l.spell, l.trial = l.target.worker.breaker.Admit(now)
 	}
-	d.Regular, d.Prefill, d.Decode = d.legs[Regular].target, d.legs[Prefill].target, d.legs[Decode].target
+	if n == 1 {
+		d.Regular = d.legs[0].target
+	} else {
+		d.Prefill, d.Decode = d.legs[0].target, d.legs[1].target
+	}
 	return d, nil
 }
 
@@ -521,28 +527,30 @@ func (r *Router) RetryBudget() (inFlight, retrying int) {
 	return r.inFlight, r.retrying
 }
 
-// leg is one role's part of a decision.
+// leg is one role's part of a decision. (Its small fields are together at its end: it is
+// allocated with every routed request, twice in PD mode.)
 type leg struct {
 	target      *Target
 	workerIndex int
 	reason      Reason
 	matchRate   float64
-	// kvIndex and predictedCached are Pick.KVIndex and Pick.PredictedCachedTokens.
-	kvIndex         bool
+	// predictedCached is Pick.PredictedCachedTokens.
 	predictedCached int
-	hitTier         kvindex.Tier // Pick.HitTier and Pick.PredictedHostTokens
-	predictedHost   int
+	predictedHost   int // Pick.PredictedHostTokens
 	signal          Signal
 	loadAge         time.Duration
 	// engineGen is the generation of the target's engine report the leg was counted under as
 	// routed since (0: none), and uncached its uncached prompt tokens counted there.
 	engineGen uint64
-	uncached  int
+	uncached  int32 // (32 bits: a prompt's tokens fit, and a Decision fits the 288-byte class)
 	done      atomic.Bool
+	spell     uint32
+	role      Role
+	kvIndex   bool         // Pick.KVIndex
+	hitTier   kvindex.Tier // Pick.HitTier
 	// trial is set when the leg's worker was half-open at Route: the leg holds one of its
 	// breaker's probation slots (of half-open spell spell) until Done.
 	trial bool
-	spell uint32
 }
 
 // Leg describes one role's part of a [Decision].
@@ -594,15 +602,28 @@ type Decision struct {
 	PredictedCachedTokens int
 
 	r    *Router
-	legs [numRoles]leg
+	legs [2]leg // the legs, in role order: one (regular) or two (prefill, decode); see legOf
+}
+
+// legOf returns role's leg of d, nil when d has none. A decision has one leg (regular) or two
+// (prefill, decode): legs holds them in that order.
+func (d *Decision) legOf(role Role) *leg {
+	i := 0
+	if role == Decode {
+		i = 1
+	}
+	if l := &d.legs[i]; l.target != nil && l.role == role {
+		return l
+	}
+	return nil
 }
 
 // Leg returns role's part of the decision; ok is false if the decision has no such leg.
 func (d *Decision) Leg(role Role) (Leg, bool) {
-	if role >= numRoles || d.legs[role].target == nil {
+	l := d.legOf(role)
+	if l == nil {
 		return Leg{}, false
 	}
-	l := &d.legs[role]
 	return Leg{Target: l.target, WorkerIndex: l.workerIndex, Reason: l.reason, MatchRate: l.matchRate,
 		KVIndex: l.kvIndex, PredictedCachedTokens: l.predictedCached, HitTier: l.hitTier, PredictedHostTokens: l.predictedHost,
 		Signal: l.signal, LoadAge: l.loadAge}, true
@@ -613,10 +634,10 @@ func (d *Decision) Leg(role Role) (Leg, bool) {
 // returns true then; later calls, and calls for a role the decision does not have, are
 // no-ops returning false.
 func (d *Decision) Done(role Role, o Outcome) bool {
-	if role >= numRoles || d.legs[role].target == nil || !d.legs[role].done.CompareAndSwap(false, true) {
+	l := d.legOf(role)
+	if l == nil || !l.done.CompareAndSwap(false, true) {
 		return false
 	}
-	l := &d.legs[role]
 	t := l.target
 	t.load.Add(-1)
 	w := t.worker
@@ -629,7 +650,7 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t.engine.finished(l.engineGen, l.uncached)
+	t.engine.finished(l.engineGen, int(l.uncached))
 	if quiet {
 		return true
 	}

@@ -239,10 +239,11 @@ func (s *Server) admit(x *exchange) (release func(), ok bool) {
 		t = s.ticket(x)
 	}
 	release, err := s.adm.acquire(x.req.Context(), t)
-	var le *router.LimitError
-	switch {
-	case err == nil:
+	if err == nil {
 		return release, true
+	}
+	var le *router.LimitError // (after the return: errors.As takes it to the heap)
+	switch {
 	case errors.As(err, &le): // a full queue too (reason queue_full)
 		x.w.Header().Set("Retry-After", retryAfterSecs(le.RetryAfter))
 		s.fail(x, &wire.Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Message: err.Error()}, le.Reason)

@@ -49,10 +49,13 @@ type exchange struct {
 	req   *http.Request
 	route wire.Route
 	start time.Time
-	id    string         // the client-visible request id; "" until the client's header or a rid sets it
-	body  *wire.Body     // the parsed request body
-	hdr   http.Header    // the client headers forwarded to workers
-	rreq  router.Request // the routing view, kept across retries (Avoid grows)
+	id    string      // the client-visible request id; "" until the client's header or a rid sets it
+	body  *wire.Body  // the parsed request body
+	hdr   http.Header // the client headers forwarded to workers
+	// rreq is the routing view, kept across retries (Avoid grows); nil until route. Behind a
+	// pointer: Route hands it to a policy's interface, which takes it to the heap, and the
+	// exchange with it if it were a field.
+	rreq *router.Request
 	// deadline is when --request-timeout-secs ends the request. It is no context's: the
 	// upstream exchanges carry it as their connections' deadline (upstreamRequest.deadline), and
 	// the waits between them check it.
@@ -63,6 +66,14 @@ type exchange struct {
 // or its deadline passed.
 func (x *exchange) over(ctx context.Context) bool {
 	return ctx.Err() != nil || x.timedOut()
+}
+
+// failedAttempts is how many attempts of the request failed (the workers it avoids).
+func (x *exchange) failedAttempts() int {
+	if x.rreq == nil {
+		return 0
+	}
+	return len(x.rreq.Avoid)
 }
 
 // timedOut reports whether the request's deadline has passed.
@@ -252,20 +263,15 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	if x.id == "" && !s.r.PD() {
 		x.id = s.reqIDs.RID(x.route)
 	}
-	rreq := &x.rreq
-	*rreq = router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: s.routingKey(x)}
+	rreq := &router.Request{Text: x.body.Text, Model: x.body.Model, RoutingKey: s.routingKey(x)}
+	x.rreq = rreq
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
-		var overloaded *router.OverloadError
-		switch {
-		case errors.As(err, &overloaded):
-			return s.shed(x, overloaded)
-		case err != nil:
-			s.metrics.Errors.WithLabelValues("no_workers").Inc()
-			return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
+		if err != nil {
+			return s.unrouted(x, err)
 		}
 		s.metrics.observeDecision(d)
 		var res attemptResult
@@ -320,6 +326,17 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 			return s.ended(ctx, x)
 		}
 	}
+}
+
+// unrouted answers a request Route refused (err): shed when every worker of a role was
+// overloaded, else 503.
+func (s *Server) unrouted(x *exchange, err error) int {
+	var overloaded *router.OverloadError
+	if errors.As(err, &overloaded) {
+		return s.shed(x, overloaded)
+	}
+	s.metrics.Errors.WithLabelValues("no_workers").Inc()
+	return s.reply(x, &wire.Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()})
 }
 
 // shed answers a request that no worker of a role could take without going over its overload
@@ -420,13 +437,12 @@ var (
 //
 // buf is the read buffer (nil: one of relayBufSize is made); it may be the one body's first
 // bytes were held in (heldBody), which the reads then overwrite as they are relayed.
-func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Reader, r *upstreamRequest, buf []byte) error {
+func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body *heldBody, r *upstreamRequest, buf []byte) error {
 	if buf == nil {
 		bp := relayBufs.Get().(*[]byte)
 		defer relayBufs.Put(bp)
 		buf = *bp
 	}
-	pb, _ := body.(pendingBody)
 	var err error
 	for err == nil {
 		var n int
@@ -441,7 +457,7 @@ func (s *Server) relayStream(ctx context.Context, sw *streamWriter, body io.Read
 			}
 			// Flush when the upstream has nothing more buffered: bytes that already arrived
 			// go out in the same write as the next read's.
-			if err == nil && (pb == nil || !pb.Pending()) {
+			if err == nil && !body.Pending() {
 				sw.flush()
 			}
 		}
@@ -588,10 +604,9 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) 
 	// error leaves it, so a stalled connection is cut, not waited for.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyReadTimeoutSecs) * time.Second))
-	body := http.MaxBytesReader(w, req.Body, limit)
-	if req.ContentLength >= 0 {
+	if req.ContentLength >= 0 { // within the limit (above), and net/http reads no more than it
 		buf := make([]byte, req.ContentLength)
-		n, err := io.ReadFull(body, buf)
+		n, err := io.ReadFull(req.Body, buf)
 		if err == io.ErrUnexpectedEOF || err == io.EOF && n == 0 && req.ContentLength > 0 {
 			return nil, fmt.Errorf("body ended after %d of %d bytes", n, req.ContentLength)
 		}
@@ -599,7 +614,7 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, ch *charge) 
 			return nil, err
 		}
 		raw = buf[:n]
-	} else if raw, err = readChunked(body, ch, s.budget.limit); err != nil {
+	} else if raw, err = readChunked(http.MaxBytesReader(w, req.Body, limit), ch, s.budget.limit); err != nil {
 		return nil, err
 	}
 	// The body is in: clear the deadline, or net/http's background read of the connection

@@ -162,7 +162,7 @@ var errTimeout = errors.New("no answer within the poll timeout")
 func (p *loadPoller) fetch(ctx context.Context, url, path string, parse func([]byte) ([]rankLoad, error)) ([]rankLoad, error) {
 	// Bounded by the exchange's deadline, not a context of its own (a timer and a context a
 	// poll otherwise).
-	resp, _, err := p.Client.roundTrip(ctx, &upstreamRequest{method: http.MethodGet, worker: strings.TrimSuffix(url, "/"),
+	resp, _, err := p.Client.roundTrip(ctx, upstreamRequest{method: http.MethodGet, worker: strings.TrimSuffix(url, "/"),
 		path: path, hdr: p.Header, role: "load", deadline: p.Now().Add(p.Timeout)})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

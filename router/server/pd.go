@@ -27,38 +27,50 @@ type legResult struct {
 	err  *upstreamError
 }
 
-// pdAttempt is one PD attempt, shared for the call by its handler (attemptPD, which runs the
-// decode leg) and the goroutine of its prefill leg (runPrefill). Between the two,
-// router.PDAttempt decides who is charged, whether a failure cancels the other leg, and
-// whether decode's head may go to the client; it lives under mu.
+// pdAttempt is one PD attempt, for the call of its handler (attemptPD, which runs the decode
+// leg): on the handler's stack, but for what it shares with the goroutine of its prefill leg
+// (runPrefill), pdShared.
 type pdAttempt struct {
-	s               *Server
-	d               *router.Decision
-	rids            []string // the legs' rids, aborted on both workers when the request ends
-	prefill, decode upstreamRequest
-	keepPrefill     bool           // the client asked for logprobs: prefill's answer is kept (legResult.body)
-	result          chan legResult // prefill's result, sent once; buffered, as the handler may not wait for it
+	*pdShared
+	decode    upstreamRequest // the decode leg, sent on the handler's goroutine
+	rids      []string        // the legs' rids, aborted on both workers when the request ends
+	stopWatch func() bool     // undoes the request context's watch (see legs)
+}
+
+// pdShared is what a PD attempt's handler and the goroutine of its prefill leg share for the
+// call. Between the two, router.PDAttempt decides who is charged, whether a failure cancels the
+// other leg, and whether decode's head may go to the client; it lives under mu. Only this part
+// goes to the heap (the goroutine may outlive the handler by prefillGrace).
+type pdShared struct {
+	s           *Server
+	d           *router.Decision
+	prefill     upstreamRequest
+	keepPrefill bool // the client asked for logprobs: prefill's answer is kept (legResult.body)
 
 	// Both legs run on legs, which cancel ends: when either leg fails before the commit (the
 	// other is of no use then), when the request ends (the client went away: the request
-	// context's watch, stopWatch's to undo), and once both legs are over. It is not derived
-	// from the request's context because the prefill leg may outlive the handler
+	// context's watch, pdAttempt.stopWatch's to undo), and once both legs are over. It is not
+	// derived from the request's context because the prefill leg may outlive the handler
 	// (prefillGrace). Both legs end at the request's deadline (their exchanges'
 	// upstreamRequest.deadline). Why a leg was cancelled is the state's to say
 	// (router.PDAttempt), not the context's. (One context for both legs, not one each: each
 	// costs a cancelCtx, a children map in its parent and a Done channel.)
-	legs      context.Context
-	cancel    context.CancelFunc
-	stopWatch func() bool
-	x         *exchange // the request (its deadline); its handler's, the prefill runner reads only deadline
-	spans     *legSpans // the legs' spans under --enable-trace (tracing.go), else nil
+	legs   context.Context
+	cancel context.CancelFunc
+	spans  *legSpans // the legs' spans under --enable-trace (tracing.go), else nil
 
 	mu          sync.Mutex // protects the fields below
 	state       router.PDAttempt
 	firstErr    *upstreamError // the error of the leg whose failure ended the attempt (state.Failure)
 	prefillOver bool           // runPrefill has reported the leg's Done
 	handlerOver bool           // end has run: the decode leg is over
+	resultIn    bool           // result is set
 	grace       *time.Timer    // end's prefillGrace timer, when armed
+	// The prefill leg's result, once runPrefill is done with it (resultIn); wait is made by a
+	// handler that waits for it before then (awaitPrefill), and closed by runPrefill. Most
+	// handlers never wait (only to merge logprobs, or after an empty stream): no channel then.
+	result legResult
+	wait   chan struct{}
 }
 
 // attemptPD runs one PD attempt (SPEC §1.4 steps 4–8). The decode leg runs here on the
@@ -75,14 +87,14 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 			endLeg(a.spans.decode, decode, nil)
 		}
 		d.Done(router.Decode, decode)
-		a.end(ctx)
+		a.end(ctx, x)
 	}()
 	resp, ue := send(a.legs, s.upstream(router.Decode), &a.decode, s.budget)
 	if a.spans != nil {
 		traceSent(a.spans.decode, resp, ue)
 	}
 	if ue != nil {
-		res, decode = a.failed(ctx, ue)
+		res, decode = a.failed(ctx, x, ue)
 		return res
 	}
 	defer resp.Body.Close()
@@ -92,13 +104,13 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize, *bp)
 	sawEvent := end == nil
 	if end != nil && end != io.EOF { // before its first event: nothing reached the client, so retry
-		res, decode = a.failed(ctx, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})
+		res, decode = a.failed(ctx, x, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})
 		return res
 	}
 	if ue := firstEventError(&a.decode, held, stream); ue != nil {
 		// Decode failed before its first token: nothing reached the client, so the attempt
 		// fails (retryable) as if decode had answered the error status.
-		res, decode = a.failed(ctx, ue)
+		res, decode = a.failed(ctx, x, ue)
 		return res
 	}
 	a.answered()
@@ -106,19 +118,18 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	if needsPrefill(stream, sawEvent, x.body.Logprobs) {
 		// No timer: prefill's leg ends at the request's deadline (its dial, exchange and
 		// answer run within it), so its result comes by then; a.failed says gone after it.
-		select {
-		case pr := <-a.result:
-			if pr.err != nil { // it failed (or ran out of time), and cancelled decode
-				res, decode = a.failed(ctx, nil)
-				return res
-			}
-			pref = &pr
-		case <-ctx.Done():
+		pr, ok := a.awaitPrefill(ctx)
+		if !ok {
 			return attemptResult{gone: true}
 		}
+		if pr.err != nil { // it failed (or ran out of time), and cancelled decode
+			res, decode = a.failed(ctx, x, nil)
+			return res
+		}
+		pref = &pr
 	}
-	if !a.commit(ctx) { // prefill failed (or the request ended) since
-		res, decode = a.failed(ctx, nil)
+	if !a.commit(ctx, x) { // prefill failed (or the request ended) since
+		res, decode = a.failed(ctx, x, nil)
 		return res
 	}
 	var pre []byte
@@ -156,7 +167,7 @@ func needsPrefill(stream, sawEvent, logprobs bool) bool {
 
 // startPD builds both legs, logs the decision and starts the prefill leg on its own goroutine.
 // The client-visible id becomes the first rid when the client sent none.
-func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *pdAttempt {
+func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) pdAttempt {
 	pt, dt := d.Prefill, d.Decode
 	legs := x.body.PD(s.ids, wire.PDOptions{Host: s.bootstrapHost(pt.URL()), Port: pt.Worker().BootstrapPort(),
 		PrefillRank: pt.RankPtr(), DecodeRank: dt.RankPtr(), Style: s.style})
@@ -165,16 +176,16 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) *
 	}
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
-	a := &pdAttempt{s: s, d: d, x: x, rids: legs.RIDs, keepPrefill: x.body.Logprobs, result: make(chan legResult, 1),
-		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline},
-		decode:  upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}}
-	if s.tr != nil {
-		a.spans = &legSpans{prefill: s.tr.startLeg(x, &a.prefill, d, router.Prefill), decode: s.tr.startLeg(x, &a.decode, d, router.Decode)}
+	p := &pdShared{s: s, d: d, keepPrefill: x.body.Logprobs,
+		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline}}
+	decode := upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}
+	if s.tr != nil { // (decode, not a.decode: startLeg's r would take a, and x with it, to the heap)
+		p.spans = &legSpans{prefill: s.tr.startLeg(x, &p.prefill, d, router.Prefill), decode: s.tr.startLeg(x, &decode, d, router.Decode)}
 	}
-	a.legs, a.cancel = context.WithCancel(context.Background())
-	a.stopWatch = context.AfterFunc(ctx, a.cancel) // the client went away: both legs end
-	go a.runPrefill()
-	return a
+	p.legs, p.cancel = context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, p.cancel) // the client went away: both legs end
+	go p.runPrefill()
+	return pdAttempt{pdShared: p, decode: decode, rids: legs.RIDs, stopWatch: stop}
 }
 
 // bootstrapHost returns wire.BootstrapHost(prefillURL), parsed once per prefill URL: one entry
@@ -189,8 +200,8 @@ func (s *Server) bootstrapHost(prefillURL string) string {
 }
 
 // runPrefill sends the prefill leg, reads its answer, reports its Done, cancels decode when its
-// failure ends the attempt (before the commit), and sends its result.
-func (a *pdAttempt) runPrefill() {
+// failure ends the attempt (before the commit), and hands its result to awaitPrefill.
+func (a *pdShared) runPrefill() {
 	body, ue := a.sendPrefill()
 	a.mu.Lock()
 	outcome, cancelDecode := router.Success, false
@@ -227,7 +238,36 @@ func (a *pdAttempt) runPrefill() {
 	if ue != nil && ue.Status == 0 && outcome == router.Failure && connFailure(ue.Err) {
 		a.s.hc.suspect(a.prefill.worker)
 	}
-	a.result <- legResult{body: body, err: ue}
+	a.mu.Lock()
+	a.result, a.resultIn = legResult{body: body, err: ue}, true
+	wait := a.wait
+	a.mu.Unlock()
+	if wait != nil {
+		close(wait)
+	}
+}
+
+// awaitPrefill returns the prefill leg's result once runPrefill has it; ok is false when ctx
+// (the request's) ends first.
+func (a *pdShared) awaitPrefill(ctx context.Context) (r legResult, ok bool) {
+	a.mu.Lock()
+	if a.resultIn {
+		defer a.mu.Unlock()
+		return a.result, true
+	}
+	if a.wait == nil {
+		a.wait = make(chan struct{})
+	}
+	wait := a.wait
+	a.mu.Unlock()
+	select {
+	case <-wait:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.result, true
+	case <-ctx.Done():
+		return legResult{}, false
+	}
 }
 
 // attemptOf describes a failed leg for the router's rules (nil: a failure without an answer).
@@ -270,7 +310,7 @@ func (a *pdAttempt) answered() {
 // sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody. The answer
 // is kept only when the client asked for logprobs (merged into decode's); otherwise it is
 // read through and dropped (nil).
-func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
+func (a *pdShared) sendPrefill() ([]byte, *upstreamError) {
 	resp, ue := send(a.legs, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
 	if a.spans != nil {
 		traceSent(a.spans.prefill, resp, ue)
@@ -300,10 +340,10 @@ func (a *pdAttempt) sendPrefill() ([]byte, *upstreamError) {
 
 // commit reports whether decode's head may go to the client, and records that it does:
 // unless the request ended or prefill failed first.
-func (a *pdAttempt) commit(ctx context.Context) bool {
+func (a *pdAttempt) commit(ctx context.Context, x *exchange) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return !a.x.over(ctx) && a.state.Commit()
+	return !x.over(ctx) && a.state.Commit()
 }
 
 // failed ends an attempt before the commit, when decode failed (ue) or was cancelled (ue nil,
@@ -311,8 +351,8 @@ func (a *pdAttempt) commit(ctx context.Context) bool {
 // first decides (router.PDAttempt): the attempt fails with that leg's error, or — when it gave
 // up waiting for its peer, still silent — with an error naming the peer, which is charged. A
 // decode failure cancels the prefill leg. It returns decode's outcome.
-func (a *pdAttempt) failed(ctx context.Context, ue *upstreamError) (attemptResult, router.Outcome) {
-	if a.x.over(ctx) {
+func (a *pdAttempt) failed(ctx context.Context, x *exchange, ue *upstreamError) (attemptResult, router.Outcome) {
+	if x.over(ctx) {
 		return attemptResult{gone: true}, router.Cancelled
 	}
 	a.mu.Lock()
@@ -362,9 +402,9 @@ func (a *pdAttempt) blame(f router.PDFailureReport, first *upstreamError) *upstr
 // timed out), both legs are cancelled and their rids aborted on both workers (SPEC §1.4 step
 // 8); otherwise a prefill leg that has not answered yet may finish on its own for prefillGrace
 // more, within the request deadline. runPrefill reports its Done either way.
-func (a *pdAttempt) end(ctx context.Context) {
+func (a *pdAttempt) end(ctx context.Context, x *exchange) {
 	a.stopWatch() // the handler returns, and net/http then cancels ctx: the prefill leg may go on
-	if a.x.over(ctx) {
+	if x.over(ctx) {
 		a.cancel()
 		a.s.abort([]string{a.prefill.worker, a.decode.worker}, a.rids)
 		return

@@ -44,7 +44,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	commitHeaders(x, resp, stream)
 	if stream {
 		sw := s.newStreamWriter(x, nil, router.Regular)
-		res, out = s.streamEnd(s.relayStream(ctx, &sw, resp.Body, r, nil), resp.StatusCode)
+		res, out = s.streamEnd(s.relayStream(ctx, &sw, &heldBody{body: resp.Body}, r, nil), resp.StatusCode)
 		return res
 	}
 	// Keep a bounded copy of the reply to read the worker's cache hit from.

@@ -74,8 +74,10 @@ func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byt
 	}
 }
 
-// heldBody is decode's body once its head is committed: the part readFirst held, then the
-// rest, or how the held part ended.
+// heldBody is a stream's body as relayStream reads it: the part readFirst held (a PD decode
+// leg's, once its head is committed), then the rest, or how the held part ended; a regular
+// stream holds nothing. (A concrete type, not an io.Reader: relayStream's interface calls would
+// take it to the heap.)
 type heldBody struct {
 	held []byte
 	end  error // readFirst's end: when not nil, body is not read

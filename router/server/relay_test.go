@@ -49,7 +49,7 @@ func TestRelayFlushesWhenTheUpstreamRunsDry(t *testing.T) {
 	rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 	s := &Server{}
 	sw := newStreamWriter(rec, nil, time.Now())
-	require.NoError(t, s.relayStream(context.Background(), &sw, body, &upstreamRequest{worker: "w", role: "regular"}, nil))
+	require.NoError(t, s.relayStream(context.Background(), &sw, &heldBody{body: body}, &upstreamRequest{worker: "w", role: "regular"}, nil))
 	// One flush per dry spell; none at the end (the server writes the rest with the
 	// chunked terminator when the handler returns).
 	assert.Equal(t, []string{ev("a") + ev("b"), ev("a") + ev("b") + ev("c") + ev("d")}, rec.flushedAt)
@@ -63,7 +63,7 @@ func TestRelayFlushesEveryReadWithoutPending(t *testing.T) {
 	body := io.MultiReader(strings.NewReader("data: a\n\n"), strings.NewReader("data: b\n\n"))
 	s := &Server{}
 	sw := newStreamWriter(rec, nil, time.Now())
-	require.NoError(t, s.relayStream(context.Background(), &sw, body, &upstreamRequest{worker: "w", role: "regular"}, nil))
+	require.NoError(t, s.relayStream(context.Background(), &sw, &heldBody{body: body}, &upstreamRequest{worker: "w", role: "regular"}, nil))
 	assert.Len(t, rec.flushedAt, 2)
 }
 
@@ -92,7 +92,7 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 	s := &Server{}
 	body := &endlessEvent{}
 	sw := newStreamWriter(rec, nil, time.Now())
-	err := s.relayStream(context.Background(), &sw, body, &upstreamRequest{worker: "w", role: "regular"}, nil)
+	err := s.relayStream(context.Background(), &sw, &heldBody{body: body}, &upstreamRequest{worker: "w", role: "regular"}, nil)
 	require.ErrorContains(t, err, errSSEEventTooLarge.Error())
 	assert.Less(t, body.sent, maxSSEEvent+relayBufSize+64, "read stops at the bound")
 	assert.Contains(t, rec.Body.String(), "stream failed: "+errSSEEventTooLarge.Error(), "the client gets an error event")

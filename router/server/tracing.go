@@ -31,10 +31,10 @@ import (
 // to the collector in batches over OTLP/HTTP; Server.Wait flushes them (traceFlushTimeout).
 //
 // Off (the default), Server.tr is nil: the request path checks it, and an attempt whether it
-// has spans, and does nothing else. Nothing is added to the request's state either (exchange,
-// pdAttempt and upstreamRequest keep their size classes; BenchmarkProxy's B/req): the
-// request's span rides in its context, a regular leg's in a local variable, a PD attempt's
-// behind one pointer (legSpans), and the attempt's number is read from the workers it avoids.
+// has spans, and does nothing else. Nothing is added to the request's state either (pdShared
+// keeps its size class; BenchmarkProxy's B/req): the request's span rides in its context, a
+// regular leg's in a local variable, a PD attempt's behind one pointer (legSpans), and the
+// attempt's number is read from the workers it avoids.
 
 // traceFlushTimeout bounds the flush of the spans still batched when the server stops.
 const traceFlushTimeout = 5 * time.Second
@@ -189,7 +189,7 @@ func (t *tracing) endRequest(x *exchange) {
 			span.SetStatus(codes.Error, http.StatusText(code))
 		}
 	}
-	span.SetAttributes(attribute.String("pdrouter.request_id", x.id), attribute.Int("pdrouter.failed_attempts", len(x.rreq.Avoid)))
+	span.SetAttributes(attribute.String("pdrouter.request_id", x.id), attribute.Int("pdrouter.failed_attempts", x.failedAttempts()))
 	span.End()
 }
 
@@ -202,7 +202,7 @@ func (t *tracing) startLeg(x *exchange, r *upstreamRequest, d *router.Decision, 
 		attribute.String("pdrouter.role", r.role),
 		attribute.String("pdrouter.worker", router.RedactURL(r.worker)),
 		attribute.String("url.path", r.path),
-		attribute.Int("pdrouter.attempt", len(x.rreq.Avoid)),
+		attribute.Int("pdrouter.attempt", x.failedAttempts()),
 	}
 	if l, ok := d.Leg(role); ok {
 		attrs = append(attrs, attribute.String("pdrouter.decision.reason", string(l.Reason)),

@@ -33,7 +33,7 @@ func newLegClient(idle time.Duration, tc *tls.Config) legClient {
 	return legClient{h1: h1.New(idle, h1Fallback{n}), net: n}
 }
 
-func (c legClient) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
+func (c legClient) roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error) {
 	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr, Deadline: r.deadline})
 }
 
@@ -47,7 +47,7 @@ func (c legClient) CloseIdleConnections() {
 type h1Fallback struct{ c clientDoer }
 
 func (f h1Fallback) Do(ctx context.Context, r *h1.Request) (*http.Response, bool, error) {
-	return f.c.roundTrip(ctx, &upstreamRequest{method: r.Method, worker: r.URL, body: r.Body, pieces: r.Pieces, hdr: r.Header}) // h1 put r.Deadline in ctx
+	return f.c.roundTrip(ctx, upstreamRequest{method: r.Method, worker: r.URL, body: r.Body, pieces: r.Pieces, hdr: r.Header}) // h1 put r.Deadline in ctx
 }
 
 // newUpstreamClient returns the net/http client of one role's inference legs to https://

@@ -66,13 +66,13 @@ func TestUpstreamSendsJSONAndReportsReuse(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		hdr := http.Header{"Authorization": {"Bearer k"}}
-		resp, reused, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: srv.URL + "/generate?x=1", body: []byte(`{"a":1}`), hdr: hdr})
+		resp, reused, err := c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: srv.URL + "/generate?x=1", body: []byte(`{"a":1}`), hdr: hdr})
 		require.NoError(t, err)
 		assert.False(t, reused)
 		assert.Equal(t, "ok", testutil.ReadAll(t, resp))
 		assert.Equal(t, seen{"POST", "/generate?x=1", "application/json", "Bearer k", `{"a":1}`, "7"}, <-got)
 
-		resp, reused, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodGet, worker: srv.URL})
+		resp, reused, err = c.roundTrip(context.Background(), upstreamRequest{method: http.MethodGet, worker: srv.URL})
 		require.NoError(t, err)
 		assert.True(t, reused)
 		assert.Equal(t, "ok", testutil.ReadAll(t, resp))
@@ -112,7 +112,7 @@ func TestUpstreamSkipsInformationalResponses(t *testing.T) {
 				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		})
 		for i := range 2 {
-			resp, reused, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: url, body: []byte("{}")})
+			resp, reused, err := c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: url, body: []byte("{}")})
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 			assert.Equal(t, "ok", testutil.ReadAll(t, resp))
@@ -134,7 +134,7 @@ func TestUpstreamResponseHeadIsBounded(t *testing.T) {
 				}
 			}
 		})
-		_, _, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: url, body: []byte("{}")})
+		_, _, err := c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: url, body: []byte("{}")})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "header")
 	})
@@ -174,14 +174,14 @@ func TestUpstreamUserinfoBecomesBasicAuth(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		u := strings.Replace(srv.URL, "http://", "http://us%3Aer:p%40ss@", 1)
-		resp, _, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}")})
+		resp, _, err := c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}")})
 		require.NoError(t, err)
 		testutil.ReadAll(t, resp)
 		g := <-got
 		assert.Equal(t, "us:er:p@ss", g[0])
 		assert.Equal(t, strings.TrimPrefix(srv.URL, "http://"), g[1], "no credentials in Host")
 
-		resp, _, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}"), hdr: http.Header{"Authorization": {"Bearer client"}}})
+		resp, _, err = c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: u, body: []byte("{}"), hdr: http.Header{"Authorization": {"Bearer client"}}})
 		require.NoError(t, err)
 		testutil.ReadAll(t, resp)
 		assert.Equal(t, ":", (<-got)[0], "the request's own Authorization is kept")
@@ -222,13 +222,13 @@ func TestLegClientH1ForHTTPNetHTTPForHTTPS(t *testing.T) {
 		_, _ = w.Write(b)
 	})
 	plain, tlsSrv, c := plainAndTLSLegs(t, h)
-	resp, _, err := c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: plain.URL, body: []byte(`"plain"`)})
+	resp, _, err := c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: plain.URL, body: []byte(`"plain"`)})
 	require.NoError(t, err)
 	_, isPending := resp.Body.(pendingBody)
 	assert.True(t, isPending, "http:// goes through h1")
 	assert.Equal(t, `"plain"`, testutil.ReadAll(t, resp))
 
-	resp, _, err = c.roundTrip(context.Background(), &upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, body: []byte(`"tls"`)})
+	resp, _, err = c.roundTrip(context.Background(), upstreamRequest{method: http.MethodPost, worker: tlsSrv.URL, body: []byte(`"tls"`)})
 	require.NoError(t, err)
 	_, isPending = resp.Body.(pendingBody)
 	assert.False(t, isPending, "https:// goes through net/http")

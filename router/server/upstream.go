@@ -104,7 +104,7 @@ func (e *upstreamError) clientError() *wire.Error {
 // doer sends one request upstream and returns the response once its head arrived, and whether
 // the request went out on a reused keep-alive connection.
 type doer interface {
-	roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error)
+	roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error)
 }
 
 // upstream returns the doer of the inference legs of one role.
@@ -113,7 +113,7 @@ func (s *Server) upstream(role router.Role) doer { return &s.clients[role] } // 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }
 
-func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Response, bool, error) {
+func (c clientDoer) roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error) {
 	var rd io.Reader
 	if r.body != nil {
 		rd = bytes.NewReader(r.body)
@@ -131,7 +131,8 @@ func (c clientDoer) roundTrip(ctx context.Context, r *upstreamRequest) (*http.Re
 	}
 	if r.pieces != nil { // a reader net/http cannot size or rewind by itself
 		req.ContentLength = int64(wire.Pieces(r.pieces).Len())
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(piecesReader(r.pieces)), nil }
+		pieces := r.pieces // not r: the closure would take it to the heap
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(piecesReader(pieces)), nil }
 		if req.ContentLength == 0 {
 			req.Body = http.NoBody
 		}
@@ -156,7 +157,7 @@ func piecesReader(pieces [][]byte) io.Reader {
 // returned as an *upstreamError with its body read (bounded) and closed. A reply the router
 // holds whole (heldWhole) is charged to b (nil: none) as it is read, until its body is closed.
 func send(ctx context.Context, d doer, r *upstreamRequest, b *budget) (*http.Response, *upstreamError) {
-	resp, reused, err := d.roundTrip(ctx, r)
+	resp, reused, err := d.roundTrip(ctx, *r) // a copy: an interface call's pointer argument would put r on the heap
 	if err != nil {
 		return nil, &upstreamError{Worker: r.worker, Role: r.role, Err: err, reused: reused}
 	}

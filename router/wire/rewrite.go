@@ -343,20 +343,22 @@ type PDLegs struct {
 // a batch's list values are written once and shared by both legs.
 // A body up to smallBody is written whole for each leg, both legs in one buffer.
 func (b *Body) PD(g *IDGen, o PDOptions) PDLegs {
-	var pfa, dfa [6]Field // on the stack: the fields are written, not kept
-	legs, np, nd := b.pdFieldsInto(g, o, &pfa, &dfa)
-	pf, df := pfa[:np], dfa[:nd]
-	if len(b.Raw) <= smallBody { // both legs whole, in one buffer
-		buf := make([]byte, 0, rewriteSize(b, pf)+rewriteSize(b, df))
-		buf = b.Append(buf, pf...)
-		np := len(buf)
-		buf = b.Append(buf, df...)
-		two := [][]byte{buf[:np:np], buf[np:len(buf):len(buf)]}
-		legs.Prefill, legs.Decode = two[0:1:1], two[1:2:2]
+	if len(b.Raw) > smallBody { // the pieces refer to the values: a buffer of their own
+		legs, fs := b.pdFieldsInto(g, o, nil)
+		legs.Prefill = b.Pieces(fs.p[:fs.np]...)
+		legs.Decode = b.Pieces(fs.d[:fs.nd]...)
 		return legs
 	}
-	legs.Prefill = b.Pieces(pf...)
-	legs.Decode = b.Pieces(df...)
+	// Both legs whole, in one buffer. The values are copied into it: written on the stack.
+	var scratch [256]byte
+	legs, fs := b.pdFieldsInto(g, o, scratch[:0])
+	pf, df := fs.p[:fs.np], fs.d[:fs.nd]
+	buf := make([]byte, 0, rewriteSize(b, pf)+rewriteSize(b, df))
+	buf = b.Append(buf, pf...)
+	np := len(buf)
+	buf = b.Append(buf, df...)
+	two := [][]byte{buf[:np:np], buf[np:len(buf):len(buf)]}
+	legs.Prefill, legs.Decode = two[0:1:1], two[1:2:2]
 	return legs
 }
 
@@ -382,18 +384,28 @@ func quotedLen(s string) int {
 	return len(s) + 2
 }
 
-// pdFieldsInto draws the ids of one PD attempt (legs' RIDs and Rooms) and writes the fields
-// each leg sets into pf and df, their values in one scratch buffer: it returns how many fields
-// each leg sets. PD writes them as Pieces.
-func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLegs, np, nd int) {
+// pdFieldSets are the fields each leg of a PD attempt sets: prefill p[:np], decode d[:nd].
+type pdFieldSets struct {
+	p, d   [6]Field
+	np, nd int
+}
+
+// pdFieldsInto draws the ids of one PD attempt (legs' RIDs and Rooms) and returns the fields
+// each leg sets, their values written into vals (from its start; a buffer too small for them,
+// nil included, is replaced by one of their own). The fields are returned, not written through
+// a pointer, so that a caller's stack buffer stays on the stack when the caller copies them.
+func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, vals []byte) (legs PDLegs, fs pdFieldSets) {
 	n := b.Size()
 	legs = PDLegs{RIDs: make([]string, n), Rooms: make([]uint64, n)}
 	// Generated rids of a batch are drawn into one buffer and sliced from one string: one
 	// allocation per batch, not one per element.
 	var gen []byte
+	var small [96]byte // a single request's rid: drawn on the stack, then one string
 	generated := !(b.Batch > 0 && b.RIDs != nil) && !(b.Batch == 0 && b.HasRID)
-	if generated {
-		gen = make([]byte, 0, n*g.ridLen(b.Route))
+	if need := n * g.ridLen(b.Route); generated && need <= len(small) {
+		gen = small[:0]
+	} else if generated {
+		gen = make([]byte, 0, need)
 	}
 	g.mu.Lock()
 	for i := range n {
@@ -417,7 +429,10 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLeg
 
 	// All injected values live in one scratch buffer; fields slice into it.
 	batch := b.Batch > 0
-	vals := make([]byte, 0, n*(len(legs.RIDs[0])+len(o.Host)+40)+64)
+	if need := n*(len(legs.RIDs[0])+len(o.Host)+40) + 64; cap(vals) < need {
+		vals = make([]byte, 0, need)
+	}
+	vals = vals[:0]
 	mark := func() int { return len(vals) }
 	open := func() {
 		if batch {
@@ -475,28 +490,33 @@ func (b *Body) pdFieldsInto(g *IDGen, o PDOptions, pf, df *[6]Field) (legs PDLeg
 		{"bootstrap_room", vals[m0:pr0]},
 	}
 	prefillRank, decodeRank := vals[pr0:dr0], vals[dr0:end]
-	copy(pf[:], common[:])
-	copy(df[:], common[:])
-	np, nd = 4, 6
+	// (Assigned element by element, not copied through slices or pointers: either would tell
+	// the compiler that vals escapes.)
+	first := 0
 	if b.HasRID { // the client's rid stays as it was sent, byte for byte
-		copy(pf[:], common[1:])
-		copy(df[:], common[1:])
-		np, nd = 3, 5
+		first = 1
 	}
-	// prefillKey is the prefill leg's own rank field; the decode leg always carries two.
-	prefillKey := "data_parallel_rank"
-	df[nd-2] = Field{"data_parallel_rank", prefillRank}
-	df[nd-1] = Field{"data_parallel_rank_decode", decodeRank}
-	if o.Style == Routed {
-		prefillKey = "routed_dp_rank"
-		df[nd-2] = Field{"routed_dp_rank", decodeRank}
-		df[nd-1] = Field{"disagg_prefill_dp_rank", prefillRank}
-	}
-	if o.PrefillRank != nil {
-		pf[np] = Field{prefillKey, prefillRank}
+	np := 0
+	for i := first; i < len(common); i++ {
+		fs.p[np], fs.d[np] = common[i], common[i]
 		np++
 	}
-	return legs, np, nd
+	nd := np + 2
+	// prefillKey is the prefill leg's own rank field; the decode leg always carries two.
+	prefillKey := "data_parallel_rank"
+	fs.d[nd-2] = Field{"data_parallel_rank", prefillRank}
+	fs.d[nd-1] = Field{"data_parallel_rank_decode", decodeRank}
+	if o.Style == Routed {
+		prefillKey = "routed_dp_rank"
+		fs.d[nd-2] = Field{"routed_dp_rank", decodeRank}
+		fs.d[nd-1] = Field{"disagg_prefill_dp_rank", prefillRank}
+	}
+	if o.PrefillRank != nil {
+		fs.p[np] = Field{prefillKey, prefillRank}
+		np++
+	}
+	fs.np, fs.nd = np, nd
+	return legs, fs
 }
 
 func appendOptInt(dst []byte, v *int) []byte {

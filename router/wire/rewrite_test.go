@@ -380,7 +380,6 @@ func (b *Body) withDPRank(dst []byte, rank int) []byte {
 
 // pdFields is pdFieldsInto returning the fields each leg sets as slices.
 func (b *Body) pdFields(g *IDGen, o PDOptions) (legs PDLegs, prefill, decode []Field) {
-	var pf, df [6]Field
-	legs, np, nd := b.pdFieldsInto(g, o, &pf, &df)
-	return legs, pf[:np], df[:nd]
+	legs, fs := b.pdFieldsInto(g, o, nil)
+	return legs, fs.p[:fs.np], fs.d[:fs.nd]
 }

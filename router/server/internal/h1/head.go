@@ -20,10 +20,9 @@ import (
 // else goes to http.ReadResponse, which therefore decides every case the fast path does not
 // take (FuzzReadHead holds both to the same results).
 type response struct {
-	resp  http.Response
-	b     body        // the body the caller reads (set by exchange)
-	fixed fixedBody   // a Content-Length body (fast path)
-	chunk chunkedBody // a chunked body (fast path)
+	resp   http.Response
+	b      body       // the body the caller reads (set by exchange)
+	framed framedBody // the body as its framing says (fast path)
 }
 
 // chunkedTE is Response.TransferEncoding of a chunked response (shared: nobody modifies it).
@@ -143,16 +142,16 @@ func (c *conn) fastHead(method string) *response {
 	case nte == 1 && ncl == 0 && asciiEqualFold(te, "chunked"):
 		x.resp.ContentLength = -1
 		x.resp.TransferEncoding = chunkedTE
-		x.chunk = chunkedBody{cr: httputil.NewChunkedReader(c.br), br: c.br}
-		x.resp.Body = &x.chunk
+		x.framed = framedBody{br: c.br, cr: httputil.NewChunkedReader(c.br)}
+		x.resp.Body = &x.framed
 	case nte == 0 && ncl == 1:
 		length, ok := parseLength(cl)
 		if !ok {
 			return nil
 		}
 		x.resp.ContentLength = length
-		x.fixed = fixedBody{br: c.br, left: length}
-		x.resp.Body = &x.fixed
+		x.framed = framedBody{br: c.br, left: length}
+		x.resp.Body = &x.framed
 	default:
 		return nil // a body to the connection's close, or framing ReadResponse judges
 	}
@@ -252,18 +251,29 @@ func parseLength(s string) (int64, bool) {
 	return int64(n), err == nil
 }
 
-// fixedBody reads a Content-Length body: io.ErrUnexpectedEOF when the connection ends early,
-// io.EOF with the last bytes (net/http's body does the same, so a finished body is seen at its
-// last read).
-type fixedBody struct {
+// framedBody reads a body as the head fastHead read frames it: a Content-Length body (cr nil)
+// or a chunked one. (One type for both: the response it is part of fits 256 bytes.)
+type framedBody struct {
 	br   *bufio.Reader
+	cr   io.Reader // a chunked body's chunk reader; nil: a Content-Length body of left bytes more
 	left int64
+	err  error // a chunked body's end once reached (io.EOF, or its error); nil before
 }
 
 // Close does nothing: the connection's body (body) owns the connection.
-func (f *fixedBody) Close() error { return nil }
+func (f *framedBody) Close() error { return nil }
 
-func (f *fixedBody) Read(p []byte) (int, error) {
+func (f *framedBody) Read(p []byte) (int, error) {
+	if f.cr != nil {
+		return f.readChunked(p)
+	}
+	return f.readFixed(p)
+}
+
+// readFixed reads a Content-Length body: io.ErrUnexpectedEOF when the connection ends early,
+// io.EOF with the last bytes (net/http's body does the same, so a finished body is seen at its
+// last read).
+func (f *framedBody) readFixed(p []byte) (int, error) {
 	if f.left <= 0 {
 		return 0, io.EOF
 	}
@@ -281,34 +291,24 @@ func (f *fixedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// chunkedBody reads a chunked body, then its trailer section (read and dropped, as the relay
-// never forwards trailers), as net/http's body does.
-type chunkedBody struct {
-	cr   io.Reader
-	br   *bufio.Reader
-	done bool
-	err  error
-}
-
 // errTrailer reports a trailer section that does not end as net/http requires.
 var errTrailer = errors.New("h1: malformed trailer after chunked body")
 
-// Close does nothing: the connection's body (body) owns the connection.
-func (c *chunkedBody) Close() error { return nil }
-
-func (c *chunkedBody) Read(p []byte) (int, error) {
-	if c.done {
-		return 0, c.err
+// readChunked reads a chunked body, then its trailer section (read and dropped, as the relay
+// never forwards trailers), as net/http's body does.
+func (f *framedBody) readChunked(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
 	}
-	n, err := c.cr.Read(p)
+	n, err := f.cr.Read(p)
 	if err == io.EOF {
-		c.done, c.err = true, io.EOF
-		if terr := readTrailer(c.br); terr != nil {
-			c.err = terr
+		f.err = io.EOF
+		if terr := readTrailer(f.br); terr != nil {
+			f.err = terr
 		}
-		err = c.err
+		err = f.err
 	} else if err != nil {
-		c.done, c.err = true, err
+		f.err = err
 	}
 	return n, err
 }
