@@ -283,9 +283,14 @@ func (r *Router) UseKVTokenIndex(role Role, ix TokenIndex, pageSize int) error {
 func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.Policy(role).(*CacheAware)
-	if !ok {
-		return fmt.Errorf("router: a KV event index needs the cache_aware policy for %s workers", role)
+	var p *CacheAware
+	switch pol := r.Policy(role).(type) {
+	case *CacheAware:
+		p = pol
+	case *PredictedLatency:
+		p = pol.ca
+	default:
+		return fmt.Errorf("router: a KV event index needs the cache_aware or predicted_latency policy for %s workers", role)
 	}
 	if m != nil && pageSize < 1 {
 		return fmt.Errorf("router: KV event index page size %d for %s workers must be ≥ 1", pageSize, role)

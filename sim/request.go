@@ -342,6 +342,7 @@ func (x *sim) token(a *attempt, at int64) {
 	ct := at + 2*x.lat
 	if r.firstTok < 0 {
 		r.firstTok = ct
+		a.d.ObserveFirstToken(Epoch.Add(time.Duration(at + x.lat))) // the router relays it then
 		if r.recorded && r.itl == nil && x.perToken() {
 			r.itl = make([]int64, 0, max(r.turn.MaxTokens-1, 0))
 		}

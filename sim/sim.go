@@ -234,6 +234,11 @@ func newSim(cfg Config) (*sim, error) {
 				return nil, fmt.Errorf("sim: %s server %d: %w", role, i, err)
 			}
 			sv = &server{eng: eng, url: WorkerURL(role, i), role: role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
+			if i == 0 && rc.PolicyFor(role) == router.PolicyPredictedLatency {
+				if err := x.useLatencyModel(role, sv.cfg); err != nil {
+					return nil, err
+				}
+			}
 			for _, rep := range x.reps {
 				if err := rep.rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: role, DPSize: dp}); err != nil {
 					return nil, err
@@ -491,3 +496,19 @@ func (x *sim) result() (*Result, error) {
 
 // errSimKilled is a killed server's health probe failure.
 var errSimKilled = errors.New("GET /health: connection refused (the server was killed)")
+
+// useLatencyModel gives every replica's predicted_latency policy of role the cost model of
+// that role's simulated servers (cfg, with defaults): the router predicts with the very engine
+// model the simulator runs, as serve does with --latency-profile.
+func (x *sim) useLatencyModel(role router.Role, cfg engine.Config) error {
+	m, err := engine.NewCostModel(cfg)
+	if err != nil {
+		return err
+	}
+	for _, rep := range x.reps {
+		if err := rep.rt.UseLatencyModel(role, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
