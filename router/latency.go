@@ -502,7 +502,7 @@ func (d *Decision) ObserveFirstToken(at time.Time) {
 	l.pending = 0
 	if l.rawP > 0 {
 		if p, ok := r.policies[pre.worker.role].(*PredictedLatency); ok {
-			pre.latency.ttft.observe(at, float64(max(l.obsTTFT-l.fixed, l.obsTTFT/10))/float64(l.rawP), p.cfg.HalfLife)
+			pre.latency.ttft.observe(at, float64(max(l.obsTTFT-l.fixed, l.rawP/maxRatio))/float64(l.rawP), p.cfg.HalfLife)
 		}
 	}
 }
