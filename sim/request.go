@@ -230,6 +230,9 @@ func (x *sim) logDecision(r *request, a *attempt) {
 		return &ts[role]
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
+	if p, ok := a.d.Prediction(); ok {
+		line.Predicted = &wire.LatencyFigures{TTFTMs: ms(int64(p.TTFT)), TPOTMs: ms(int64(p.TPOT)), CorrectionTTFT: p.CorrectionTTFT, CorrectionTPOT: p.CorrectionTPOT}
+	}
 	x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
 }
 
