@@ -21,7 +21,9 @@ type linearModel struct{ maxRun, maxTok int }
 func (linearModel) PrefillTime(uncached, _ int) time.Duration {
 	return time.Duration(uncached) * time.Microsecond
 }
-func (linearModel) QueueTime(tokens int) time.Duration { return time.Duration(tokens) * time.Microsecond }
+func (linearModel) QueueTime(tokens int) time.Duration {
+	return time.Duration(tokens) * time.Microsecond
+}
 func (linearModel) TransferTime(tokens int) time.Duration {
 	return time.Millisecond + time.Duration(tokens)*time.Microsecond
 }
