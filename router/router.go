@@ -234,7 +234,8 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		if d.lat.on {
 			if role != Decode { // the prompt queues for prefill here
 				d.lat.pending = int64(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
-				t.latency.pending += d.lat.pending
+				d.lat.gen = t.engine.gen
+				t.latency.addPending(d.lat.pending, d.lat.gen)
 			}
 			if role != Prefill { // and its KV joins this batch
 				d.lat.context = int64(req.promptTokens())
