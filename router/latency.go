@@ -81,8 +81,9 @@ type PredictedLatencyConfig struct {
 
 // PredictedLatency routes each request to the target — in PD mode the (prefill, decode) pair
 // — with the lowest predicted time to first token among those whose predicted time per output
-// token meets the request's TPOT SLO, predicting both with the engine's cost model
-// ([LatencyModel]):
+// token meets the request's TPOT SLO (the TTFT ranked with the candidate's prefill of this
+// request counted once more, prefillWorkWeight: the work it adds delays the requests behind
+// it), predicting both with the engine's cost model ([LatencyModel]):
 //
 //	TTFT = c_P · (queue ahead on P + this request's uncached prefill) + KV transfer + D's admission
 //	TPOT = c_D · decode step of D's batch with this request added
@@ -164,9 +165,10 @@ func (p *PredictedLatency) Pick(now time.Time, req *Request, ts []*Target) (Pick
 	p.predictPrefill(now, req, ts)
 	p.predictDecode(now, req, ts, p.model)
 	ttftSLO, tpotSLO := p.slos(req)
-	best, meets := p.choose(len(ts), 1, func(i, j int) (time.Duration, time.Duration) {
-		return p.pre[i].ttft + p.pre[i].work + p.dec[i].ttft, p.dec[i].tpot
-	}, ttftSLO, tpotSLO)
+	best, meets := p.choose(len(ts), 1, func(i, _ int) (time.Duration, time.Duration, time.Duration) {
+		ttft := p.pre[i].ttft + p.dec[i].ttft
+		return ttft + p.pre[i].work, ttft, p.dec[i].tpot
+	}, func(i, _ int) int64 { return ts[i].Load() }, ttftSLO, tpotSLO)
 	if !meets && p.cfg.SLOMiss == SLOMissShed {
 		return Pick{}, p.shed(ts[0].worker.role, ttftSLO, tpotSLO, p.pre[best].ttft+p.dec[best].ttft, p.dec[best].tpot)
 	}
@@ -189,10 +191,11 @@ func (p *PredictedLatency) PickPair(now time.Time, req *Request, pre, dec []*Tar
 	ttft := func(i, j int) (time.Duration, time.Duration) {
 		return p.pre[i].ttft + transfer + p.dec[j].ttft, p.dec[j].tpot
 	}
-	score := func(i, j int) (time.Duration, time.Duration) {
-		return p.pre[i].ttft + p.pre[i].work + transfer + p.dec[j].ttft, p.dec[j].tpot
+	score := func(i, j int) (time.Duration, time.Duration, time.Duration) {
+		t, tp := ttft(i, j)
+		return t + p.pre[i].work, t, tp
 	}
-	best, meets := p.choose(len(pre), len(dec), score, ttftSLO, tpotSLO)
+	best, meets := p.choose(len(pre), len(dec), score, func(i, j int) int64 { return pre[i].Load() + dec[j].Load() }, ttftSLO, tpotSLO)
 	bi, bj := best/len(dec), best%len(dec)
 	if !meets && p.cfg.SLOMiss == SLOMissShed {
 		t, tp := ttft(bi, bj)
@@ -228,30 +231,53 @@ func (p *PredictedLatency) slos(req *Request) (ttft, tpot time.Duration) {
 	return ttft, tpot
 }
 
-// choose returns the candidate (i·nj + j) of lowest predicted TTFT among those whose TPOT meets
-// tpotSLO (ties: lower TPOT, then lowest index), and whether it meets both SLOs. When none
-// meets the TPOT SLO it returns the lowest TPOT (ties: lower TTFT).
-func (p *PredictedLatency) choose(ni, nj int, at func(i, j int) (time.Duration, time.Duration), ttftSLO, tpotSLO time.Duration) (int, bool) {
-	best, bestTTFT, bestTPOT, bestOK := -1, time.Duration(0), time.Duration(0), false
+// choose returns the candidate (i·nj + j) of lowest score (the predicted TTFT, plus the work
+// term) among those whose TPOT meets tpotSLO, and whether it meets both SLOs. Candidates
+// within an eighth of that score count as tied (near-ties are noise of the model and of
+// reports up to their interval old, and several router replicas reading the same report would
+// all pile onto its one best target until the next): among them the least loaded by this
+// router's in-flight requests wins, then the lower score, then the lowest index. When none
+// meets the TPOT SLO it returns the lowest TPOT (ties: lower score).
+func (p *PredictedLatency) choose(ni, nj int, at func(i, j int) (score, ttft, tpot time.Duration), load func(i, j int) int64, ttftSLO, tpotSLO time.Duration) (int, bool) {
+	best, bestScore, bestTPOT, bestOK := -1, time.Duration(0), time.Duration(0), false
 	for i := range ni {
 		for j := range nj {
-			t, tp := at(i, j)
+			sc, _, tp := at(i, j)
 			ok := tpotSLO <= 0 || tp <= tpotSLO
 			better := best < 0 || ok && !bestOK
 			if !better && ok == bestOK {
 				if ok {
-					better = t < bestTTFT || t == bestTTFT && tp < bestTPOT
+					better = sc < bestScore || sc == bestScore && tp < bestTPOT
 				} else {
-					better = tp < bestTPOT || tp == bestTPOT && t < bestTTFT
+					better = tp < bestTPOT || tp == bestTPOT && sc < bestScore
 				}
 			}
 			if better {
-				best, bestTTFT, bestTPOT, bestOK = i*nj+j, t, tp, ok
+				best, bestScore, bestTPOT, bestOK = i*nj+j, sc, tp, ok
 			}
 		}
 	}
-	return best, bestOK && (ttftSLO <= 0 || bestTTFT <= ttftSLO)
+	if bestOK {
+		limit, chosen, chosenScore, chosenLoad := bestScore+bestScore/nearTie, best, bestScore, load(best/nj, best%nj)
+		for i := range ni {
+			for j := range nj {
+				sc, _, tp := at(i, j)
+				if sc > limit || tpotSLO > 0 && tp > tpotSLO {
+					continue
+				}
+				if l := load(i, j); l < chosenLoad || l == chosenLoad && sc < chosenScore {
+					chosen, chosenScore, chosenLoad = i*nj+j, sc, l
+				}
+			}
+		}
+		best = chosen
+	}
+	_, ttft, _ := at(best/nj, best%nj)
+	return best, bestOK && (ttftSLO <= 0 || ttft <= ttftSLO)
 }
+
+// nearTie: scores within 1/nearTie of the best count as tied (choose).
+const nearTie = 8
 
 // commit records the chosen prefill (or regular) target's request in the tree and the index,
 // and returns its Pick.
