@@ -386,17 +386,11 @@ func (p *CacheAware) matchRates(now time.Time, req *Request, ts []*Target, dst [
 		dst = append(dst, 0)
 	}
 	if anyStale {
-		var matched int
-		matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
-		if n := req.textRunes(); n > 0 && matched > 0 {
-			rate := float64(matched) / float64(n)
-			p.stamp(ts)
-			for _, name := range p.tenants {
-				if t := p.byName[name]; t != nil && t.pickEpoch == p.epoch && (!kv || p.matched[t.pickIndex] < 0) {
-					dst[t.pickIndex] = rate
-				}
-			}
+		var stale []int // nil: every target on the tree
+		if kv {
+			stale = p.matched
 		}
+		p.treeRates(req, ts, dst[len(dst)-len(ts):], stale)
 	}
 	if kv {
 		for i, m := range p.matched {

@@ -239,3 +239,27 @@ func TestPredictedLatencyNeedsBothRoles(t *testing.T) {
 	assert.Error(t, r.UseLatencyModel(Regular, nil))
 	assert.Error(t, regularRouter(t, PolicyRoundRobin, "http://a").UseLatencyModel(Regular, testModel))
 }
+
+// Predictions within an eighth of the best count as tied, and the tie goes to the target this
+// router has the fewest requests in flight on: several router replicas reading one engine
+// report do not all pile onto its one best target until the next report.
+func TestPredictedLatencyNearTiesGoToTheLeastLoaded(t *testing.T) {
+	t.Parallel()
+	r, clk := latencyRouter(t, false, nil)
+	report(t, r, clk.Now(), map[string]EngineLoad{
+		"http://a": {WaitingUncachedTokens: 0},
+		"http://b": {WaitingUncachedTokens: 1000}, // 1 ms more of queue: within an eighth
+	})
+	var ds []*Decision
+	for i := range 4 {
+		d, err := r.Route(&Request{Text: text(fmt.Sprint(i), 100)})
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	assert.Equal(t, []string{"http://a", "http://b", "http://a", "http://b"},
+		[]string{ds[0].Regular.URL(), ds[1].Regular.URL(), ds[2].Regular.URL(), ds[3].Regular.URL()})
+	report(t, r, clk.Now(), map[string]EngineLoad{"http://b": {WaitingUncachedTokens: 100000}})
+	d, err := r.Route(&Request{Text: text("x", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://a", d.Regular.URL(), "100 ms more of queue is no tie")
+}

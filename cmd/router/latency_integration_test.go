@@ -123,8 +123,7 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 	require.Len(t, obs, clients*perClient, "every streamed request observed")
 
 	// The slow worker is found out, and loses traffic.
-	var cs []router.TargetCorrection
-	cs = srv.Router().LatencyCorrections()
+	cs := srv.Router().LatencyCorrections()
 	require.Len(t, cs, 2)
 	t.Logf("corrections: %s TTFT %.2f TPOT %.2f; %s TTFT %.2f TPOT %.2f", cs[0].Name, cs[0].TTFT, cs[0].TPOT, cs[1].Name, cs[1].TTFT, cs[1].TPOT)
 	assert.Greater(t, cs[1].TPOT, 1.5*cs[0].TPOT, "worker 1 decodes 2× slower than the model")
