@@ -6,10 +6,13 @@
 # are swept first at the 85 % point (objective: P99 TTFT) and the winner runs both loads. Every
 # cell is the mean over SEEDS. Markdown on stdout, each command on stderr; about 10 minutes on
 # 2 cores.
-#   scripts/predicted-latency-tables.sh
+# The defaults section compares predicted_latency with cache_aware at sgl-router's default
+# thresholds (engine load on) at the 85 % points.
+#   scripts/predicted-latency-tables.sh [SECTION...]   SECTION: best defaults (default: both)
 #   SEEDS="1 2 3" GO=go SLO=ttft=1000,tpot=25     the defaults
 # shellcheck disable=SC2086 # flag lists are word-split on purpose: no flag holds a space
 set -euo pipefail
+sections=${*:-best defaults}
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 SEEDS=${SEEDS:-1 2 3}
@@ -59,27 +62,66 @@ best() {
 	awk -F': ' '$1=="cache_threshold"||$1=="balance_abs_threshold"||$1=="balance_rel_threshold" {gsub(/_/,"-",$1); printf "--%s %s ", $1, $2}' "$work/best.yaml"
 }
 
-echo
-echo "| cluster, workload, rate, replicas | policy | TTFT mean ms | TTFT P99 ms | TPOT P99 ms | goodput ($SLO) | req/s | output tok/s | mean / P99 vs cache_aware |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
-for c in "${CLUSTERS[@]}"; do
-	for w in multiturn hotspot cache-pressure; do
-		read -r lo hi <<<"${RATES[$c/$w]}"
-		for rep in 1 4; do
-			base="${WL[$w]} $c --router-replicas $rep"
-			ca=$(best "$base --rate $hi")
-			for rate in $lo $hi; do
-				a=$(cell "$base --rate $rate $ca")
-				p=$(cell "$base --rate $rate --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
-				label="$c, $w, --rate $rate, --router-replicas $rep"
-				jq -rn --arg l "$label" --arg f "cache_aware $ca" --argjson r "$a" '
-					def r1: . * 10 | round / 10;
-					"| \($l) | \($f) | \($r.mean|r1) | \($r.p99|r1) | \($r.tpot99|r1) | \($r.good*100|r1) % | \($r.req_s|r1) | \($r.out|round) | |"'
-				jq -rn --arg l "$label" --argjson r "$p" --argjson a "$a" '
-					def r1: . * 10 | round / 10;
-					def pct(x; y): ((x / y - 1) * 100 | round | tostring) + " %";
-					"| \($l) | predicted_latency | \($r.mean|r1) | \($r.p99|r1) | \($r.tpot99|r1) | \($r.good*100|r1) % | \($r.req_s|r1) | \($r.out|round) | \(pct($r.mean; $a.mean)) / \(pct($r.p99; $a.p99)) |"'
+# row LABEL POLICY SUMMARY [BASE]: one row; with BASE, the mean and P99 change against it.
+row() {
+	jq -rn --arg l "$1" --arg f "$2" --argjson r "$3" --argjson a "${4:-null}" '
+		def r1: . * 10 | round / 10;
+		def pct(x; y): ((x / y - 1) * 100 | round | tostring) + " %";
+		"| \($l) | \($f) | \($r.mean|r1) | \($r.p99|r1) | \($r.tpot99|r1) | \($r.good*100|r1) % | \($r.req_s|r1) | \($r.out|round) | " +
+		(if $a == null then "|" else "\(pct($r.mean; $a.mean)) / \(pct($r.p99; $a.p99)) |" end)'
+}
+
+header() {
+	echo
+	echo "| cluster, workload, rate, replicas | policy | TTFT mean ms | TTFT P99 ms | TPOT P99 ms | goodput ($SLO) | req/s | output tok/s | mean / P99 vs cache_aware |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+}
+
+best_section() {
+	header
+	local c w lo hi rep base ca rate a p label
+	for c in "${CLUSTERS[@]}"; do
+		for w in multiturn hotspot cache-pressure; do
+			read -r lo hi <<<"${RATES[$c/$w]}"
+			for rep in 1 4; do
+				base="${WL[$w]} $c --router-replicas $rep"
+				ca=$(best "$base --rate $hi")
+				for rate in $lo $hi; do
+					a=$(cell "$base --rate $rate $ca")
+					p=$(cell "$base --rate $rate --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
+					label="$c, $w, --rate $rate, --router-replicas $rep"
+					row "$label" "cache_aware $ca" "$a"
+					row "$label" "predicted_latency" "$p" "$a"
+				done
 			done
 		done
 	done
+}
+
+defaults_section() {
+	header
+	local c w lo hi rep base a p label
+	for c in "${CLUSTERS[@]}"; do
+		for w in multiturn hotspot cache-pressure; do
+			read -r lo hi <<<"${RATES[$c/$w]}"
+			for rep in 1 4; do
+				base="${WL[$w]} $c --router-replicas $rep --rate $hi"
+				a=$(cell "$base")
+				p=$(cell "$base --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
+				label="$c, $w, --rate $hi, --router-replicas $rep"
+				row "$label" "cache_aware (defaults)" "$a"
+				row "$label" "predicted_latency" "$p" "$a"
+			done
+		done
+	done
+}
+
+for section in $sections; do
+	case $section in
+	best | defaults) "${section}_section" ;;
+	*)
+		echo "predicted-latency-tables.sh: unknown section $section (best defaults)" >&2
+		exit 2
+		;;
+	esac
 done
