@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/server"
@@ -38,8 +39,8 @@ func latencyModels(cfg server.Config) (map[router.Role]router.LatencyModel, erro
 	out := map[router.Role]router.LatencyModel{}
 	for role, er := range roles {
 		p, args, err := cl.Server(er)
-		if err != nil {
-			return nil, fmt.Errorf("--latency-profile: %w", err)
+		if err != nil { // sim names its own flag: say ours
+			return nil, fmt.Errorf("--latency-profile: %s", strings.TrimPrefix(err.Error(), "sim: --profile: "))
 		}
 		m, err := engine.NewCostModel(args.Apply(engine.Config{Role: er, Profile: p, LinkBandwidth: cl.LinkGbps * 1e9 / 8}))
 		if err != nil {
