@@ -77,40 +77,36 @@ header() {
 	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 }
 
-best_section() {
+# compare LABEL CACHE_AWARE_FLAGS BASE CLUSTER_WORKLOAD REPLICAS RATE...: cache_aware with its
+# flags against predicted_latency at BASE and each rate, two rows each.
+compare() {
+	local f=$1 ca=$2 base=$3 cw=$4 rep=$5 rate a p label
+	shift 5
+	for rate in "$@"; do
+		a=$(cell "$base --rate $rate $ca")
+		p=$(cell "$base --rate $rate --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
+		label="$cw, --rate $rate, --router-replicas $rep"
+		row "$label" "$f" "$a"
+		row "$label" "predicted_latency" "$p" "$a"
+	done
+}
+
+# each_point SECTION: SECTION's rows at every cluster, workload and replica count.
+each_point() {
 	header
-	local c w lo hi rep base ca rate a p label
+	local c w lo hi rep base ca
 	for c in "${CLUSTERS[@]}"; do
 		for w in multiturn hotspot cache-pressure; do
 			read -r lo hi <<<"${RATES[$c/$w]}"
 			for rep in 1 4; do
 				base="${WL[$w]} $c --router-replicas $rep"
-				ca=$(best "$base --rate $hi")
-				for rate in $lo $hi; do
-					a=$(cell "$base --rate $rate $ca")
-					p=$(cell "$base --rate $rate --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
-					label="$c, $w, --rate $rate, --router-replicas $rep"
-					row "$label" "cache_aware $ca" "$a"
-					row "$label" "predicted_latency" "$p" "$a"
-				done
-			done
-		done
-	done
-}
-
-defaults_section() {
-	header
-	local c w lo hi rep base a p label
-	for c in "${CLUSTERS[@]}"; do
-		for w in multiturn hotspot cache-pressure; do
-			read -r lo hi <<<"${RATES[$c/$w]}"
-			for rep in 1 4; do
-				base="${WL[$w]} $c --router-replicas $rep --rate $hi"
-				a=$(cell "$base")
-				p=$(cell "$base --policy predicted_latency --tpot-slo-ms $TPOT_SLO")
-				label="$c, $w, --rate $hi, --router-replicas $rep"
-				row "$label" "cache_aware (defaults)" "$a"
-				row "$label" "predicted_latency" "$p" "$a"
+				case $1 in
+				best)
+					ca=$(best "$base --rate $hi")
+					compare "cache_aware $ca" "$ca" "$base" "$c, $w" "$rep" "$lo" "$hi"
+					;;
+				defaults) compare "cache_aware (defaults)" "" "$base" "$c, $w" "$rep" "$hi" ;;
+				esac
 			done
 		done
 	done
@@ -118,7 +114,7 @@ defaults_section() {
 
 for section in $sections; do
 	case $section in
-	best | defaults) "${section}_section" ;;
+	best | defaults) each_point "$section" ;;
 	*)
 		echo "predicted-latency-tables.sh: unknown section $section (best defaults)" >&2
 		exit 2

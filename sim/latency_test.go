@@ -66,12 +66,20 @@ func TestPredictedLatencyInTheSimulator(t *testing.T) {
 	b, logB := run()
 	assert.Equal(t, encode(t, a), encode(t, b), "same seed, same results")
 	assert.Equal(t, logA, logB)
+	// A routing line with the prediction per request, and one with its observation beside it.
 	lines := strings.Split(strings.TrimSpace(logA), "\n")
-	require.Len(t, lines, 400)
+	require.Len(t, lines, 800)
+	routed := 0
 	for _, l := range lines {
-		require.Contains(t, l, `"reason":"predicted_latency","match_rate":`)
 		require.Contains(t, l, `"predicted":{"ttft_ms":`)
+		if strings.Contains(l, `"observed":`) {
+			require.Regexp(t, `^\{"id":"[^"]+","observed":\{"ttft_ms":[0-9.]+,"tpot_ms":[0-9.]+\},"predicted":`, l)
+			continue
+		}
+		require.Contains(t, l, `"reason":"predicted_latency","match_rate":`)
+		routed++
 	}
+	assert.Equal(t, 400, routed)
 	// The servers' corrections carry what the engine model leaves out of a prefill server's
 	// TTFT (LPM batching, prompts of a burst that hit the prefix the first one cached, the
 	// router's four-characters-a-token estimate), and little of a decode server's TPOT: after

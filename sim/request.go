@@ -231,7 +231,9 @@ func (x *sim) logDecision(r *request, a *attempt) {
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
 	if p, ok := a.d.Prediction(); ok {
-		line.Predicted = &wire.LatencyFigures{TTFTMs: ms(int64(p.TTFT)), TPOTMs: ms(int64(p.TPOT)), CorrectionTTFT: p.CorrectionTTFT, CorrectionTPOT: p.CorrectionTPOT}
+		f := latencyFigures(p.TTFT, p.TPOT)
+		f.CorrectionTTFT, f.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
+		line.Predicted, a.d.LogID = &f, r.id
 	}
 	x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
 }

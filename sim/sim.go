@@ -191,6 +191,9 @@ func newSim(cfg Config) (*sim, error) {
 		// A routing text is a view of its conversation's text, which only grows by appending
 		// (workloads.Session.ForSimulator) and lives while the conversation does.
 		rt.RetainRoutedTexts()
+		if cfg.DecisionLog != nil {
+			rt.OnObserved(x.logObserved)
+		}
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
 	tn, err := newTenancy(cfg, len(x.reps))
@@ -496,19 +499,3 @@ func (x *sim) result() (*Result, error) {
 
 // errSimKilled is a killed server's health probe failure.
 var errSimKilled = errors.New("GET /health: connection refused (the server was killed)")
-
-// useLatencyModel gives every replica's predicted_latency policy of role the cost model of
-// that role's simulated servers (cfg, with defaults): the router predicts with the very engine
-// model the simulator runs, as serve does with --latency-profile.
-func (x *sim) useLatencyModel(role router.Role, cfg engine.Config) error {
-	m, err := engine.NewCostModel(cfg)
-	if err != nil {
-		return err
-	}
-	for _, rep := range x.reps {
-		if err := rep.rt.UseLatencyModel(role, m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
