@@ -102,3 +102,49 @@ func BenchmarkRouteSimplePolicies(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPredictedLatencyPair measures Route+Done with predicted_latency choosing among 16
+// prefill × 16 decode targets (256 pairs) with fresh engine reports, on 8,000-char prompts of
+// 64 shared-prefix groups (tree warmed first): the bound is 20 µs a decision.
+func BenchmarkPredictedLatencyPair(b *testing.B) {
+	corpus := benchCorpus(64, 16, 7200, 800)
+	cfg := DefaultConfig()
+	cfg.PDDisaggregation, cfg.Policy, cfg.TPOTSLOMs = true, PolicyPredictedLatency, 50
+	clk := testutil.NewManualClock(epoch)
+	r, err := New(cfg, clk, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 16 {
+		for _, w := range []WorkerSpec{{URL: fmt.Sprintf("http://10.0.0.%d:30000", i), Role: Prefill}, {URL: fmt.Sprintf("http://10.0.1.%d:30000", i), Role: Decode}} {
+			if err := r.AddWorker(w); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.ReportLoad(w.URL, EngineLoad{RunningReqs: i, WaitingReqs: i % 3, WaitingUncachedTokens: 1000 * i, UsedTokens: 5000 * i}, clk.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, role := range []Role{Prefill, Decode} {
+		if err := r.UseLatencyModel(role, testModel); err != nil {
+			b.Fatal(err)
+		}
+	}
+	route := func(text string) {
+		d, err := r.Route(&Request{Text: text})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Done(Prefill, Success)
+		d.Done(Decode, Success)
+	}
+	for _, text := range corpus {
+		route(text)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		route(corpus[i%len(corpus)])
+		i++
+	}
+}

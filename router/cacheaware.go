@@ -142,17 +142,7 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 		anyStale = anyStale || m < 0
 	}
 	if anyStale { // the tree speaks for the targets without an event feed
-		var matched int
-		matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
-		if n := req.textRunes(); n > 0 && matched > 0 {
-			rate := float64(matched) / float64(n)
-			p.stamp(ts)
-			for _, name := range p.tenants {
-				if t := p.byName[name]; t != nil && t.pickEpoch == p.epoch && p.matched[t.pickIndex] < 0 {
-					p.treeRate[t.pickIndex] = rate
-				}
-			}
-		}
+		p.treeRates(req, ts, p.treeRate, p.matched)
 	}
 	best, bestRate := -1, 0.0
 	for i, t := range ts {
@@ -169,6 +159,25 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 	}
 	i := leastBy(req.loads, ts)
 	return p.kvPick(i, ReasonCacheMiss, bestRate, p.matched[i], p.hostOf(i))
+}
+
+// treeRates sets rates[i] to the approximate tree's match rate (matched/len(text) in runes)
+// for each target ts[i] among the tenants on the match's stop node, of those whose matched[i] is
+// negative (stale on the KV event index), or of all when matched is nil; the others keep theirs.
+func (p *CacheAware) treeRates(req *Request, ts []*Target, rates []float64, matched []int) {
+	var m int
+	m, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
+	n := req.textRunes()
+	if n <= 0 || m <= 0 {
+		return
+	}
+	rate := float64(m) / float64(n)
+	p.stamp(ts)
+	for _, name := range p.tenants {
+		if t := p.byName[name]; t != nil && t.pickEpoch == p.epoch && (matched == nil || matched[t.pickIndex] < 0) {
+			rates[t.pickIndex] = rate
+		}
+	}
 }
 
 // match fills p.tiers with the matches of ids in the index by tier and p.matched with their GPU
@@ -283,9 +292,14 @@ func (r *Router) UseKVTokenIndex(role Role, ix TokenIndex, pageSize int) error {
 func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.Policy(role).(*CacheAware)
-	if !ok {
-		return fmt.Errorf("router: a KV event index needs the cache_aware policy for %s workers", role)
+	var p *CacheAware
+	switch pol := r.Policy(role).(type) {
+	case *CacheAware:
+		p = pol
+	case *PredictedLatency:
+		p = pol.ca
+	default:
+		return fmt.Errorf("router: a KV event index needs the cache_aware or predicted_latency policy for %s workers", role)
 	}
 	if m != nil && pageSize < 1 {
 		return fmt.Errorf("router: KV event index page size %d for %s workers must be ≥ 1", pageSize, role)

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -18,10 +19,11 @@ const (
 	PolicyLeastLoad         = "least_load"
 	PolicyConsistentHashing = "consistent_hashing"
 	PolicyManual            = "manual"
+	PolicyPredictedLatency  = "predicted_latency"
 )
 
 // PolicyNames lists the policies in the order --help shows them.
-var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad, PolicyConsistentHashing, PolicyManual}
+var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo, PolicyLeastLoad, PolicyConsistentHashing, PolicyManual, PolicyPredictedLatency}
 
 // DP rank field styles for --dp-rank-fields (SPEC §1.4).
 const (
@@ -59,13 +61,13 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing or manual (both by routing key)"`                                                          // default cache_aware
-	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                      // "" = --policy
-	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                         // "" = --policy
-	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"` // default 0.3
-	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`                                                                 // default 64
-	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"`                                                           // default 1.5
-	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"`                                                                                                             // default 120
+	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing or manual (both by routing key), predicted_latency (the engine model's lowest predicted TTFT within the TPOT SLO; PD: both roles)"` // default cache_aware
+	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                                                               // "" = --policy
+	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                                                                  // "" = --policy
+	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"`                                          // default 0.3
+	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`                                                                                                          // default 64
+	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"`                                                                                                    // default 1.5
+	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"`                                                                                                                                                      // default 120
 	// CacheWarmupSecs is how long a worker that entered rotation (added, or back from
 	// unhealthy or an open breaker) takes, under cache_aware, a request whose prompt another
 	// worker's cache holds, while it carries less than the mean load (CacheAwareConfig.WarmUp).
@@ -98,6 +100,14 @@ type Config struct {
 	// requests and upstream connections until its breaker opens, instead of every request
 	// the policy sends it meanwhile (and their retries).
 	MaxWorkerRequests int `json:"max_worker_requests" yaml:"max_worker_requests" help:"requests in flight from this router to one worker (its DP ranks together); a worker at the cap is passed over while another is below it; all at it: 503 with Retry-After; 0: off"`
+
+	// predicted_latency: the SLOs of requests that name none, what to do with a request no
+	// worker is predicted to serve within them, and how fast the corrections forget
+	// (PredictedLatencyConfig).
+	TTFTSLOMs                   int    `json:"ttft_slo_ms" yaml:"ttft_slo_ms" help:"predicted_latency: TTFT SLO of a request without an x-slo-ttft-ms (llm-d) or x-sgl-ttft-slo-ms (SGLang) header, ms; 0: none"`
+	TPOTSLOMs                   int    `json:"tpot_slo_ms" yaml:"tpot_slo_ms" help:"predicted_latency: TPOT SLO of a request without an x-slo-tpot-ms (llm-d) or x-sgl-tps-slo (SGLang, tokens/s) header, ms: only workers predicted within it are chosen while one is; 0: none"`
+	SLOMiss                     string `json:"slo_miss" yaml:"slo_miss" help:"predicted_latency: a request no worker (pair) is predicted to serve within its SLOs is routed best_effort (the lowest TTFT within the TPOT SLO, else the lowest TPOT) or shed (503 with Retry-After)"`
+	LatencyCorrectionHalfLifeMs int    `json:"latency_correction_half_life_ms" yaml:"latency_correction_half_life_ms" help:"predicted_latency: half-life of each worker's online correction (observed ÷ predicted TTFT and TPOT), ms: an observation's weight halves every half-life"`
 
 	// DP awareness.
 	DPAware      bool   `json:"dp_aware" yaml:"dp_aware"`
@@ -174,38 +184,40 @@ const DefaultKVHostTierWeight = 0.9
 // DefaultConfig returns sgl-router's defaults (v0.2.2), plus ours (SPEC §2).
 func DefaultConfig() Config {
 	return Config{
-		Policy:                  PolicyCacheAware,
-		CacheThreshold:          0.3,
-		BalanceAbsThreshold:     64,
-		BalanceRelThreshold:     1.5,
-		CacheWarmupSecs:         30,
-		KVHostTierWeight:        DefaultKVHostTierWeight,
-		HashLoadFactor:          1.25,
-		MaxIdleSecs:             14400,
-		EvictionIntervalSecs:    120,
-		MaxTreeSize:             1 << 26,
-		MaxTreeTotalChars:       1 << 30,
-		DPRankFields:            DPRankFieldsLegacy,
-		RetryMaxRetries:         5,
-		RetryInitialBackoffMs:   50,
-		RetryMaxBackoffMs:       30000,
-		RetryBackoffMultiplier:  1.5,
-		RetryJitterFactor:       0.2,
-		RetryBudgetPercent:      100,
-		RetryMinConcurrency:     3,
-		CBFailureThreshold:      10,
-		CBSuccessThreshold:      3,
-		CBTimeoutDurationSecs:   60,
-		CBWindowDurationSecs:    120,
-		HealthCheckIntervalSecs: 60,
-		HealthCheckTimeoutSecs:  5,
-		HealthFailureThreshold:  3,
-		HealthSuccessThreshold:  2,
-		HealthCheckEndpoint:     "/health",
-		LoadReportMaxAgeMs:      1000,
-		MaxConcurrentRequests:   -1,
-		QueueSize:               100,
-		QueueTimeoutSecs:        60,
+		Policy:                      PolicyCacheAware,
+		CacheThreshold:              0.3,
+		BalanceAbsThreshold:         64,
+		BalanceRelThreshold:         1.5,
+		CacheWarmupSecs:             30,
+		KVHostTierWeight:            DefaultKVHostTierWeight,
+		HashLoadFactor:              1.25,
+		MaxIdleSecs:                 14400,
+		EvictionIntervalSecs:        120,
+		MaxTreeSize:                 1 << 26,
+		MaxTreeTotalChars:           1 << 30,
+		DPRankFields:                DPRankFieldsLegacy,
+		RetryMaxRetries:             5,
+		RetryInitialBackoffMs:       50,
+		RetryMaxBackoffMs:           30000,
+		RetryBackoffMultiplier:      1.5,
+		RetryJitterFactor:           0.2,
+		RetryBudgetPercent:          100,
+		RetryMinConcurrency:         3,
+		CBFailureThreshold:          10,
+		CBSuccessThreshold:          3,
+		CBTimeoutDurationSecs:       60,
+		CBWindowDurationSecs:        120,
+		HealthCheckIntervalSecs:     60,
+		HealthCheckTimeoutSecs:      5,
+		HealthFailureThreshold:      3,
+		HealthSuccessThreshold:      2,
+		HealthCheckEndpoint:         "/health",
+		LoadReportMaxAgeMs:          1000,
+		SLOMiss:                     SLOMissBestEffort,
+		LatencyCorrectionHalfLifeMs: DefaultLatencyCorrectionHalfLife,
+		MaxConcurrentRequests:       -1,
+		QueueSize:                   100,
+		QueueTimeoutSecs:            60,
 	}
 }
 
@@ -414,9 +426,32 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("worker_overload_waiting_requests", "--worker-overload-waiting-requests %d must be ≥ 0 (0: off)", c.WorkerOverloadWaitingRequests)
 	case c.MaxWorkerRequests < 0:
 		return SettingErrorf("max_worker_requests", "--max-worker-requests %d must be ≥ 0 (0: off)", c.MaxWorkerRequests)
+	case c.TTFTSLOMs < 0:
+		return SettingErrorf("ttft_slo_ms", "--ttft-slo-ms %d must be ≥ 0 (0: none)", c.TTFTSLOMs)
+	case c.TPOTSLOMs < 0:
+		return SettingErrorf("tpot_slo_ms", "--tpot-slo-ms %d must be ≥ 0 (0: none)", c.TPOTSLOMs)
+	case c.SLOMiss != "" && c.SLOMiss != SLOMissBestEffort && c.SLOMiss != SLOMissShed:
+		return SettingErrorf("slo_miss", "--slo-miss %q is not best_effort or shed", c.SLOMiss)
+	case c.LatencyCorrectionHalfLifeMs < 0:
+		return SettingErrorf("latency_correction_half_life_ms", "--latency-correction-half-life-ms %d must be ≥ 1 (0: the default, %d)", c.LatencyCorrectionHalfLifeMs, DefaultLatencyCorrectionHalfLife)
+	}
+	if c.PDDisaggregation && (c.PolicyFor(Prefill) == PolicyPredictedLatency) != (c.PolicyFor(Decode) == PolicyPredictedLatency) {
+		return SettingErrorf("policy", "predicted_latency picks the prefill and the decode worker together: give it to both roles (--policy predicted_latency), not to --%s-policy alone", map[bool]string{true: "prefill", false: "decode"}[c.PolicyFor(Prefill) == PolicyPredictedLatency])
 	}
 	return nil
 }
+
+// PredictedLatency returns predicted_latency's settings.
+func (c Config) PredictedLatency() PredictedLatencyConfig {
+	return PredictedLatencyConfig{TTFTSLO: time.Duration(c.TTFTSLOMs) * time.Millisecond, TPOTSLO: time.Duration(c.TPOTSLOMs) * time.Millisecond,
+		SLOMiss: cmp.Or(c.SLOMiss, SLOMissBestEffort), HalfLife: time.Duration(cmp.Or(c.LatencyCorrectionHalfLifeMs, DefaultLatencyCorrectionHalfLife)) * time.Millisecond, MaxAge: c.LoadReportMaxAge()}
+}
+
+// DefaultLatencyCorrectionHalfLife is --latency-correction-half-life-ms's default: at tens of
+// requests a second per worker a correction rests on a few hundred observations, and a worker
+// that turns 2× slower moves its correction past 1.4× within one half-life, so it loses
+// traffic within the 10 s the issue asks.
+const DefaultLatencyCorrectionHalfLife = 5000
 
 // LoadReportMaxAge is LoadReportMaxAgeMs as a duration.
 func (c Config) LoadReportMaxAge() time.Duration {

@@ -290,8 +290,26 @@ type OverloadError struct {
 	Role       Role
 	Targets    int // how many were available, all overloaded
 	RetryAfter time.Duration
+	// SLO is set when predicted_latency shed the request under --slo-miss shed: no target (pair)
+	// was predicted to meet its SLOs. Then PredictedTTFT and PredictedTPOT are the best
+	// candidate's, TTFTSLO and TPOTSLO the request's (0: none).
+	SLO                          bool
+	PredictedTTFT, PredictedTPOT time.Duration
+	TTFTSLO, TPOTSLO             time.Duration
 }
 
 func (e *OverloadError) Error() string {
+	if e.SLO {
+		return fmt.Sprintf("router: no worker is predicted to meet the request's SLOs (TTFT %s, TPOT %s; best predicted TTFT %s, TPOT %s; --slo-miss shed): retry in %s",
+			sloText(e.TTFTSLO), sloText(e.TPOTSLO), e.PredictedTTFT.Round(time.Millisecond/10), e.PredictedTPOT.Round(time.Microsecond*10), e.RetryAfter)
+	}
 	return fmt.Sprintf("router: all %d available %s workers are overloaded (engine KV usage or waiting requests over --worker-overload-*, or requests in flight at --max-worker-requests): retry in %s", e.Targets, e.Role, e.RetryAfter)
+}
+
+// sloText renders an SLO, "none" for 0.
+func sloText(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return d.String()
 }

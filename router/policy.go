@@ -65,18 +65,25 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 		return &ConsistentHashing{LoadFactor: cfg.HashLoadFactor, rng: rng}, nil
 	case PolicyManual:
 		return &Manual{MaxIdle: time.Duration(cfg.MaxIdleSecs) * time.Second, AssignMode: cfg.AssignmentMode, rng: rng}, nil
+	case PolicyPredictedLatency:
+		return NewPredictedLatency(cfg.PredictedLatency(), cfg.cacheAware()), nil
 	case PolicyCacheAware:
-		return NewCacheAware(CacheAwareConfig{
-			CacheThreshold:      cfg.CacheThreshold,
-			BalanceAbsThreshold: int64(cfg.BalanceAbsThreshold),
-			BalanceRelThreshold: cfg.BalanceRelThreshold,
-			MaxTreeSize:         cfg.MaxTreeSize,
-			MaxTreeTotalChars:   cfg.MaxTreeTotalChars,
-			WarmUp:              time.Duration(cfg.CacheWarmupSecs) * time.Second,
-			HostTierWeight:      cfg.KVHostTierWeight,
-		}), nil
+		return NewCacheAware(cfg.cacheAware()), nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want %s)", name, strings.Join(PolicyNames, ", "))
+}
+
+// cacheAware returns cache_aware's settings (predicted_latency's tree shares them).
+func (c Config) cacheAware() CacheAwareConfig {
+	return CacheAwareConfig{
+		CacheThreshold:      c.CacheThreshold,
+		BalanceAbsThreshold: int64(c.BalanceAbsThreshold),
+		BalanceRelThreshold: c.BalanceRelThreshold,
+		MaxTreeSize:         c.MaxTreeSize,
+		MaxTreeTotalChars:   c.MaxTreeTotalChars,
+		WarmUp:              time.Duration(c.CacheWarmupSecs) * time.Second,
+		HostTierWeight:      c.KVHostTierWeight,
+	}
 }
 
 // Random picks uniformly among the available targets.

@@ -270,7 +270,7 @@ func TestNewPolicyNames(t *testing.T) {
 		require.Equal(t, n, p.Name())
 	}
 	_, err := NewPolicy("bucket", DefaultConfig(), rng)
-	require.EqualError(t, err, `router: unknown policy "bucket" (want cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing, manual)`)
+	require.EqualError(t, err, `router: unknown policy "bucket" (want cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing, manual, predicted_latency)`)
 }
 
 func TestRouteDeterministicPerSeed(t *testing.T) {

@@ -84,4 +84,6 @@ const (
 	ReasonNoRoutingKey Reason = "no_routing_key" // consistent_hashing, manual: a request without a key, to a random target
 	ReasonKeyAssigned  Reason = "key_assigned"   // manual: a new key's first target (--assignment-mode)
 	ReasonKeyMoved     Reason = "key_moved"      // manual: the key's target was not available; its previous one, or a new one
+	// ReasonPredictedLatency: predicted_latency, the lowest predicted TTFT within the TPOT SLO.
+	ReasonPredictedLatency Reason = "predicted_latency"
 )

@@ -39,6 +39,9 @@ type Request struct {
 	// request of a key to one target (serve takes it from --routing-key-headers, the simulator
 	// from the session).
 	RoutingKey string
+	// TTFTSLO and TPOTSLO are the request's own SLOs for predicted_latency (serve reads them
+	// from its headers); 0: the configured ones (--ttft-slo-ms, --tpot-slo-ms).
+	TTFTSLO, TPOTSLO time.Duration
 
 	runes    int            // len(Text) in runes, counted at most once per Route for every role's policy
 	hashes   []kvindex.Hash // block hashes of Tokens for page size hashPage
@@ -100,6 +103,8 @@ type Router struct {
 	policies  [numRoles]Policy
 	lastEvict time.Time
 	avail     [numRoles][]*Target // scratch for Route, reused under mu
+	// onObserved receives predicted_latency's predictions beside their observations (OnObserved).
+	onObserved func(*Decision, Prediction)
 }
 
 // New builds a router for cfg (which must pass [Config.Validate]) reading time from clock and
@@ -187,16 +192,32 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			}
 		}
 	}
-	d := &Decision{r: r}
+	d := &Decision{r: r, at: now}
 	req.runes = req.TextRunes // 0: counted when a policy needs it (the text may have changed since a previous Route)
 	req.hashPage = 0          // hashed when a policy needs it (the tokens may have changed too)
+	var picks [2]Pick
+	pl, pair := r.policies[roles[0]].(*PredictedLatency)
+	if pair && n == 2 {
+		req.loads = newLoadCmp(now, r.avail[Prefill], r.cfg.LoadReportMaxAge())
+		var err error
+		if picks[0], picks[1], err = pl.PickPair(now, req, r.avail[Prefill], r.avail[Decode], newLoadCmp(now, r.avail[Decode], r.cfg.LoadReportMaxAge())); err != nil {
+			return nil, fmt.Errorf("router: policy %s: %w", pl.Name(), err)
+		}
+		d.lat = pl.chosen(picks[0].Index, picks[1].Index, pl.transfer)
+	}
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
 		req.loads = newLoadCmp(now, ts, r.cfg.LoadReportMaxAge())
-		p, err := r.policies[role].Pick(now, req, ts)
-		if err != nil {
-			return nil, fmt.Errorf("router: %s policy %s: %w", role, r.policies[role].Name(), err)
+		if !pair || n == 1 {
+			var err error
+			if picks[i], err = r.policies[role].Pick(now, req, ts); err != nil {
+				return nil, fmt.Errorf("router: %s policy %s: %w", role, r.policies[role].Name(), err)
+			}
+			if pair {
+				d.lat = pl.chosen(picks[i].Index, picks[i].Index, 0)
+			}
 		}
+		p := picks[i]
 		if p.Index < 0 || p.Index >= len(ts) {
 			panic(fmt.Sprintf("router: policy %s picked %d of %d targets", r.policies[role].Name(), p.Index, len(ts)))
 		}
@@ -211,6 +232,17 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			uncached := int(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
 			l.uncached = int32(min(uncached, math.MaxInt32))
 			l.engineGen = t.engine.sent(int(l.uncached))
+		}
+		if d.lat.on {
+			if role != Decode { // the prompt queues for prefill here
+				d.lat.pending = int64(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
+				d.lat.gen = t.engine.gen
+				t.latency.addPending(d.lat.pending, d.lat.gen)
+			}
+			if role != Prefill { // and its KV joins this batch
+				d.lat.context = int64(req.promptTokens())
+				t.latency.context += d.lat.context
+			}
 		}
 		if i == 0 {
 			d.Reason, d.MatchRate = p.Reason, p.MatchRate
@@ -393,8 +425,11 @@ func (r *Router) RetainRoutedTexts() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.policies {
-		if c, ok := p.(*CacheAware); ok {
+		switch c := p.(type) {
+		case *CacheAware:
 			c.retainTexts()
+		case *PredictedLatency:
+			c.ca.retainTexts()
 		}
 	}
 }
@@ -600,9 +635,14 @@ type Decision struct {
 	// KVIndex and PredictedCachedTokens are the first leg's too (see [Leg]).
 	KVIndex               bool
 	PredictedCachedTokens int
+	// LogID is the driver's id of the request, for the logs of what OnObserved receives (the
+	// driver sets it; the router never reads it).
+	LogID string
 
 	r    *Router
-	legs [2]leg // the legs, in role order: one (regular) or two (prefill, decode); see legOf
+	legs [2]leg     // the legs, in role order: one (regular) or two (prefill, decode); see legOf
+	at   time.Time  // when it was routed (Route's clock)
+	lat  latencyLeg // predicted_latency's prediction and observation (lat.on: routed by it)
 }
 
 // legOf returns role's leg of d, nil when d has none. A decision has one leg (regular) or two
@@ -644,13 +684,16 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
 	// reads the load, so one of the two sees the last request finish (lifecycle.go).
 	quiet := o == Cancelled && !w.removed.Load() && !l.trial // nothing for the breaker to learn
-	if quiet && l.engineGen == 0 {
+	if quiet && l.engineGen == 0 && !d.lat.on {
 		return true
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.engine.finished(l.engineGen, int(l.uncached))
+	if d.lat.on {
+		d.latencyDone(role)
+	}
 	if quiet {
 		return true
 	}

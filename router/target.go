@@ -68,6 +68,8 @@ type Target struct {
 	kvID kvindex.TargetID
 	// engine is its engine's latest load report (ReportLoad); guarded by the router's mutex.
 	engine engineView
+	// latency is predicted_latency's view of it and its corrections; guarded by the router's mutex.
+	latency latencyView
 }
 
 // Name returns "url" or "url@rank": the tenant name in the cache-aware tree.

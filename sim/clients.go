@@ -209,6 +209,9 @@ func (x *sim) clientEnd(r *request) {
 	if r.retrier != nil { // routed: it leaves the router's retry budget
 		r.retrier.Done()
 	}
+	if r.att != nil && r.errMsg == nil && r.firstTok >= 0 { // predicted_latency learns from what the router saw
+		r.att.d.ObserveEnd(Epoch.Add(time.Duration(x.clock.now-x.lat)), r.usage.CompletionTokens) // the router relayed the end a hop ago
+	}
 	lv := x.lv
 	if r.recorded {
 		x.record(r)

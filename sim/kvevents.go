@@ -207,7 +207,7 @@ func (x *sim) kvRoles(cfg Config) []router.Role {
 	}
 	var out []router.Role
 	for _, role := range roles {
-		if p := x.reps[0].rt.Policy(role); p != nil && p.Name() == router.PolicyCacheAware {
+		if p := x.reps[0].rt.Policy(role); p != nil && (p.Name() == router.PolicyCacheAware || p.Name() == router.PolicyPredictedLatency && role != router.Decode) {
 			out = append(out, role)
 		}
 	}

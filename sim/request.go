@@ -230,6 +230,11 @@ func (x *sim) logDecision(r *request, a *attempt) {
 		return &ts[role]
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
+	if p, ok := a.d.Prediction(); ok {
+		f := latencyFigures(p.TTFT, p.TPOT)
+		f.CorrectionTTFT, f.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
+		line.Predicted, a.d.LogID = &f, r.id
+	}
 	x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
 }
 
@@ -342,6 +347,7 @@ func (x *sim) token(a *attempt, at int64) {
 	ct := at + 2*x.lat
 	if r.firstTok < 0 {
 		r.firstTok = ct
+		a.d.ObserveFirstToken(Epoch.Add(time.Duration(at + x.lat))) // the router relays it then
 		if r.recorded && r.itl == nil && x.perToken() {
 			r.itl = make([]int64, 0, max(r.turn.MaxTokens-1, 0))
 		}

@@ -191,6 +191,9 @@ func newSim(cfg Config) (*sim, error) {
 		// A routing text is a view of its conversation's text, which only grows by appending
 		// (workloads.Session.ForSimulator) and lives while the conversation does.
 		rt.RetainRoutedTexts()
+		if cfg.DecisionLog != nil {
+			rt.OnObserved(x.logObserved)
+		}
 		x.reps = append(x.reps, &replica{rt: rt, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)^kvSeedDomain))})
 	}
 	tn, err := newTenancy(cfg, len(x.reps))
@@ -234,6 +237,11 @@ func newSim(cfg Config) (*sim, error) {
 				return nil, fmt.Errorf("sim: %s server %d: %w", role, i, err)
 			}
 			sv = &server{eng: eng, url: WorkerURL(role, i), role: role, prof: prof, cfg: eng.Config(), idx: int32(len(x.servers))}
+			if i == 0 && rc.PolicyFor(role) == router.PolicyPredictedLatency {
+				if err := x.useLatencyModel(role, sv.cfg); err != nil {
+					return nil, err
+				}
+			}
 			for _, rep := range x.reps {
 				if err := rep.rt.AddWorker(router.WorkerSpec{URL: sv.url, Role: role, DPSize: dp}); err != nil {
 					return nil, err

@@ -135,6 +135,11 @@ type serveExtras struct {
 func runServe(ctx context.Context, cfg server.Config, x serveExtras, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
 	opts := server.Options{Config: cfg, LocalIP: localIP(), Logger: logger, FlushEachEvent: x.flushEachEvent}
+	models, err := latencyModels(cfg)
+	if err != nil {
+		return err
+	}
+	opts.LatencyModels = models
 	closeAll := func() {}
 	if cfg.DecisionLog != "" {
 		f, err := os.Create(cfg.DecisionLog)

@@ -103,6 +103,14 @@ load_report_interval=0,100ms,1s' shows what the reports and their age are worth 
 (try --workload hotspot, whose bursts of hot prefixes pile cache_aware onto one worker);
 docs/engine-load.md has the tables of 8 regular and 2P+4D clusters.
 
+--policy predicted_latency routes each request to the (prefill, decode) pair — or worker — the
+engine model predicts the lowest TTFT for within its TPOT SLO (--tpot-slo-ms; --ttft-slo-ms and
+--slo-miss shed turn away what no pair serves in time), predicting with the simulated servers'
+own engine and correcting each worker's prediction from what the simulated router observes
+(--latency-correction-half-life-ms, in virtual time); its decision log carries every
+prediction. 'router sim sweep --vary tpot_slo_ms=0,20 --vary slo_miss=best_effort,shed' shows
+what an SLO buys (docs/predicted-latency.md).
+
 Same flags and seed give byte-identical results. Results: the metrics table of 'router bench'
 plus the engine-side cache hit rate beside the router's predicted match rate, the per-target
 load spread and the engine-side queueing delay; --out DIR writes results.json and

@@ -68,6 +68,14 @@ type Config struct {
 	// 100 ms, 64 workers' polls added 10–12 % CPU per request (BenchmarkLoadPolling).
 	LoadPollIntervalMs int `json:"load_poll_interval_ms" yaml:"load_poll_interval_ms" help:"read each worker's engine load (GET /v1/loads, else its sglang gauges on /metrics) every this many ms, for the policies; 0: never (they use in-flight counts)"`
 
+	// LatencyProfile, LatencyPrefillProfile and LatencyDecodeProfile name the engine model
+	// predicted_latency predicts with (cmd/router resolves them into Options.LatencyModels: a
+	// preset as `router fakeworker profiles` lists them, or a profile file such as `router sim
+	// calibrate` writes), as `router sim --profile` names the simulated servers'.
+	LatencyProfile        string `json:"latency_profile" yaml:"latency_profile" help:"predicted_latency: the workers' engine model, as router sim --profile takes it: a preset (router fakeworker profiles lists them) or a profile file (YAML/JSON, e.g. from router sim calibrate); needed with --policy predicted_latency"`
+	LatencyPrefillProfile string `json:"latency_prefill_profile" yaml:"latency_prefill_profile" help:"predicted_latency: the prefill workers' engine model (default --latency-profile)"`
+	LatencyDecodeProfile  string `json:"latency_decode_profile" yaml:"latency_decode_profile" help:"predicted_latency: the decode workers' engine model (default --latency-profile)"`
+
 	// Tenants (the admission settings are router.Config's): which header names a request's
 	// tenant, as smg's flags. Without it, a request's Bearer API key does (hashed), else it is
 	// anonymous.

@@ -268,6 +268,11 @@ func (s *Server) route(ctx context.Context, x *exchange) int {
 	if s.kv != nil {
 		rreq.Tokens = s.kv.tokens(x.body)
 	}
+	if s.latency {
+		if err := requestSLOs(x.req.Header, rreq); err != nil {
+			return s.reply(x, &wire.Error{Status: http.StatusBadRequest, Type: wire.TypeInvalidRequest, Message: err.Error()})
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.r.Route(rreq)
 		if err != nil {

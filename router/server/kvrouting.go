@@ -76,7 +76,7 @@ func newKVRouting(s *Server) (*kvRouting, error) {
 		first = []router.Role{router.Prefill, router.Decode}
 	}
 	for _, role := range first {
-		if p := s.r.Policy(role); p != nil && p.Name() == router.PolicyCacheAware {
+		if p := s.r.Policy(role); p != nil && (p.Name() == router.PolicyCacheAware || p.Name() == router.PolicyPredictedLatency && role != router.Decode) {
 			k.roles = append(k.roles, role)
 		}
 	}

@@ -151,6 +151,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	}
 	// The relay reads into held's buffer: held is relayed first, in place.
 	sw := s.newStreamWriter(x, pre, router.Decode)
+	sw.d = d
 	err := s.relayStream(ctx, &sw, &heldBody{held: held, end: end, body: resp.Body}, &a.decode, held[:cap(held)])
 	if res, decode = s.streamEnd(err, resp.StatusCode); decode == router.Failure {
 		s.metrics.DecodeFailures.Inc()

@@ -44,6 +44,7 @@ func (s *Server) attemptRegular(ctx context.Context, x *exchange, d *router.Deci
 	commitHeaders(x, resp, stream)
 	if stream {
 		sw := s.newStreamWriter(x, nil, router.Regular)
+		sw.d = d
 		res, out = s.streamEnd(s.relayStream(ctx, &sw, &heldBody{body: resp.Body}, r, nil), resp.StatusCode)
 		return res
 	}

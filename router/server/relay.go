@@ -150,6 +150,9 @@ type streamWriter struct {
 	firstText      time.Time           // when the first event with text was written
 	lastText       time.Time           // when the latest one was
 	textEvents     int
+	// d, when set, is the request's decision: its first and last tokens are observed for
+	// predicted_latency (Decision.ObserveFirstToken, ObserveEnd).
+	d *router.Decision
 	// errEvent holds the last data event when it was an error object ({"error": …}): a stream
 	// that ends so failed, whatever its HTTP status said (SGLang reports a failure after the
 	// head as such an event, then [DONE]).
@@ -244,7 +247,11 @@ func (s *streamWriter) write(chunk []byte) error {
 // close ends the upstream stream and writes what remains (an unterminated last event).
 func (s *streamWriter) close() error {
 	s.parser.Close()
-	return s.drain()
+	err := s.drain()
+	if s.d != nil && s.sawText {
+		s.d.ObserveEnd(s.lastText, s.textEvents)
+	}
+	return err
 }
 
 // drain writes the complete events parsed so far: as they came, in one write (or one per event
@@ -318,6 +325,9 @@ func (s *streamWriter) observe(ev *wire.Event) {
 		now := time.Now()
 		if !s.sawText {
 			s.sawText, s.firstText = true, now
+			if s.d != nil {
+				s.d.ObserveFirstToken(now)
+			}
 			if s.ttft != nil {
 				d := now.Sub(s.started).Seconds()
 				s.ttft.Observe(d)

@@ -39,6 +39,10 @@ type Options struct {
 	// upstream has nothing more buffered: more CPU for no latency gain (SPEC §1.4). It exists
 	// to measure that (BenchmarkProxy, serve's hidden --flush-each-event).
 	FlushEachEvent bool
+	// LatencyModels are the engine models of predicted_latency, by role (regular, prefill,
+	// decode), for the roles whose policy it is (cmd/router builds them from
+	// --latency-profile): a role routed by it without one is an error.
+	LatencyModels map[router.Role]router.LatencyModel
 }
 
 // Server is the live router: an http.Handler driving the router core with the wall clock.
@@ -78,6 +82,8 @@ type Server struct {
 	loads *loadPoller // the workers' engine loads; nil when off (--load-poll-interval-ms 0)
 
 	tr *tracing // --enable-trace (tracing.go); nil when off
+
+	latency bool // a role is routed by predicted_latency: SLO headers are read (latency.go)
 
 	bootHosts sync.Map // prefill URL → wire.BootstrapHost of it (a URL parse per PD request otherwise)
 
@@ -145,6 +151,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.kv, err = newKVRouting(s); err != nil {
+		return nil, err
+	}
+	if err := s.initLatency(opts.LatencyModels, reg); err != nil {
 		return nil, err
 	}
 	r.OnWorkerEvent(s.workerEvent)
@@ -320,6 +329,11 @@ func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 		return
 	}
 	line.Reason, line.MatchRate = string(d.Reason), d.MatchRate
+	if p, ok := d.Prediction(); ok {
+		d.LogID = line.ID
+		f := predictedFigures(p)
+		line.Predicted = &f
+	}
 	for _, leg := range []struct {
 		role router.Role
 		dst  **wire.DecisionTarget

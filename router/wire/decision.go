@@ -34,6 +34,54 @@ type DecisionLine struct {
 	Regular   *DecisionTarget
 	Reason    string  // policy reason: cache_hit, cache_miss, imbalance, …
 	MatchRate float64 // predicted prefix match rate in [0,1]; NaN/Inf are written as null
+	// Predicted is predicted_latency's prediction (nil: another policy; not written).
+	Predicted *LatencyFigures
+}
+
+// LatencyFigures are predicted_latency's figures of one request in the decision log, in ms:
+// TTFT and TPOT (predicted, or observed), and with a prediction the corrections applied.
+type LatencyFigures struct {
+	TTFTMs, TPOTMs                 float64
+	CorrectionTTFT, CorrectionTPOT float64 // 0: not written (observed figures)
+}
+
+// ObservedLine is the decision log's line for a request routed by predicted_latency once its
+// end is observed: its prediction beside what the router observed, keyed by the request id
+// (the routing line's id) and naming the workers whose corrections it fed.
+type ObservedLine struct {
+	ID                  string
+	Prefill, Decode     string // the targets corrected (regular mode: the same)
+	Predicted, Observed LatencyFigures
+}
+
+// AppendObservedLine appends o as one JSON line: {"id","observed":{"ttft_ms","tpot_ms"},
+// "predicted":{…},"prefill","decode"}.
+func AppendObservedLine(dst []byte, o *ObservedLine) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendQuote(dst, o.ID)
+	dst = append(dst, `,"observed":`...)
+	dst = appendFigures(dst, &o.Observed)
+	dst = append(dst, `,"predicted":`...)
+	dst = appendFigures(dst, &o.Predicted)
+	dst = append(dst, `,"prefill":`...)
+	dst = appendQuote(dst, o.Prefill)
+	dst = append(dst, `,"decode":`...)
+	dst = appendQuote(dst, o.Decode)
+	return append(dst, "}\n"...)
+}
+
+func appendFigures(dst []byte, f *LatencyFigures) []byte {
+	dst = append(dst, `{"ttft_ms":`...)
+	dst = strconv.AppendFloat(dst, f.TTFTMs, 'f', 3, 64)
+	dst = append(dst, `,"tpot_ms":`...)
+	dst = strconv.AppendFloat(dst, f.TPOTMs, 'f', 3, 64)
+	if f.CorrectionTTFT > 0 {
+		dst = append(dst, `,"correction_ttft":`...)
+		dst = strconv.AppendFloat(dst, f.CorrectionTTFT, 'f', 3, 64)
+		dst = append(dst, `,"correction_tpot":`...)
+		dst = strconv.AppendFloat(dst, f.CorrectionTPOT, 'f', 3, 64)
+	}
+	return append(dst, '}')
 }
 
 // AppendDecisionLine appends d to dst as one JSON line, newline-terminated, with the keys in the
@@ -64,6 +112,10 @@ func AppendDecisionLine(dst []byte, d *DecisionLine) []byte {
 		dst = append(dst, "null"...)
 	} else {
 		dst = strconv.AppendFloat(dst, d.MatchRate, 'g', -1, 64)
+	}
+	if d.Predicted != nil {
+		dst = append(dst, `,"predicted":`...)
+		dst = appendFigures(dst, d.Predicted)
 	}
 	return append(dst, "}\n"...)
 }

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"time"
+)
+
+// CostModel is a server's step-time and KV-transfer model asked directly, without simulating:
+// what the router's predicted_latency policy predicts TTFT and TPOT with (it satisfies
+// router.LatencyModel without importing it). It times work with the very functions the
+// server's steps are timed with (the profile's prefill and decode steps, DP-attention split,
+// CUDA-graph padding, speculative decoding, speedup), on one idle rank. It reads no clock and
+// is safe for concurrent use (it never changes).
+type CostModel struct{ s *Server }
+
+// NewCostModel returns the cost model of a server configured as cfg (defaults filled in as New
+// does), or an error naming cfg's invalid field.
+func NewCostModel(cfg Config) (*CostModel, error) {
+	cfg.KVEvents = nil
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &CostModel{s: s}, nil
+}
+
+// Config returns the server configuration the model times (defaults filled in).
+func (m *CostModel) Config() Config { return m.s.cfg }
+
+// prefillStep is one prefill step of n new tokens after ctx tokens of context.
+func (m *CostModel) prefillStep(n, ctx int) time.Duration {
+	s := m.s
+	newCtx := float64(n) * (float64(ctx) + float64(n)/2)
+	if s.split() {
+		return s.dur(s.cfg.Profile.AttnPrefillTime(n, newCtx) + s.cfg.Profile.SharedPrefillTime(n))
+	}
+	return s.dur(s.cfg.Profile.PrefillTime(n, newCtx))
+}
+
+// PrefillTime is the time to prefill uncached tokens after cached ones, chunk by chunk
+// (ChunkedPrefillSize), alone on an idle rank, plus the profile's host overhead (tokenizer,
+// HTTP); a Constant profile's TTFT.
+func (m *CostModel) PrefillTime(uncached, cached int) time.Duration {
+	s := m.s
+	p := &s.cfg.Profile
+	if p.Constant {
+		return s.dur(p.TTFT)
+	}
+	d := s.dur(seconds(p.HostOverhead))
+	chunk := max(s.cfg.ChunkedPrefillSize, 1)
+	for done := 0; done < uncached; done += chunk {
+		d += m.prefillStep(min(chunk, uncached-done), cached+done)
+	}
+	return d
+}
+
+// QueueTime is the time to work off tokens queued uncached tokens of other prompts: full
+// chunks of fresh prompts (a Constant profile queues nothing: every request runs at once).
+func (m *CostModel) QueueTime(tokens int) time.Duration {
+	s := m.s
+	if tokens <= 0 || s.cfg.Profile.Constant {
+		return 0
+	}
+	chunk := max(s.cfg.ChunkedPrefillSize, 1)
+	full := m.prefillStep(chunk, 0)
+	return time.Duration(float64(full) * float64(tokens) / float64(chunk))
+}
+
+// TransferTime is a prompt of tokens' KV transfer on an idle link: T0 + PDOverhead +
+// tokens·KVBytesPerToken / LinkBandwidth (0 for a Constant profile, whose TTFT holds it).
+func (m *CostModel) TransferTime(tokens int) time.Duration {
+	s := m.s
+	p := &s.cfg.Profile
+	if p.Constant {
+		return 0
+	}
+	bw := s.cfg.LinkBandwidth
+	sec := p.T0 + p.PDOverhead
+	if bw > 0 {
+		sec += float64(tokens) * p.KVBytesPerToken / bw
+	}
+	return s.dur(seconds(sec))
+}
+
+// DecodeStepTime is one decode step of batch requests whose contexts sum to context tokens (a
+// Constant profile's ITL).
+func (m *CostModel) DecodeStepTime(batch, context int) time.Duration {
+	s := m.s
+	if s.cfg.Profile.Constant {
+		return s.dur(s.cfg.Profile.ITL)
+	}
+	d, n := s.decodeStepTime(max(batch, 1), context)
+	if s.split() {
+		d += s.dur(s.cfg.Profile.SharedTime(n))
+	}
+	return d
+}
+
+// MaxRunningRequests is a rank's max_running_requests.
+func (m *CostModel) MaxRunningRequests() int { return m.s.cfg.MaxRunningRequests }
+
+// MaxTotalTokens is a rank's KV capacity in tokens (max_total_num_tokens).
+func (m *CostModel) MaxTotalTokens() int { return m.s.cfg.MaxTotalTokens }
