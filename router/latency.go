@@ -212,10 +212,10 @@ func (p *PredictedLatency) shed(role Role, ttftSLO, tpotSLO, ttft, tpot time.Dur
 }
 
 // chosen returns the latency leg of candidate i (prefill or regular) and j (decode or regular)
-// of the last Pick or PickPair; transfer is the KV transfer predicted between them.
-func (p *PredictedLatency) chosen(i, j int, transfer time.Duration) latencyLeg {
+// of the last Pick or PickPair, routed at now; transfer is the KV transfer predicted between them.
+func (p *PredictedLatency) chosen(now time.Time, i, j int, transfer time.Duration) *latencyLeg {
 	a, b := p.pre[i], p.dec[j]
-	return latencyLeg{on: true, rawP: a.raw, fixed: transfer + b.ttft, rawTPOT: b.raw,
+	return &latencyLeg{routed: now, rawP: a.raw, fixed: transfer + b.ttft, rawTPOT: b.raw,
 		ttft: a.ttft + transfer + b.ttft, tpot: b.tpot, corrTTFT: a.corr, corrTPOT: b.corr}
 }
 
@@ -495,7 +495,8 @@ func (c *correction) observe(now time.Time, ratio float64, halfLife time.Duratio
 // latencyLeg is what a leg routed by predicted_latency carries, guarded by the router's mutex
 // except for on (fixed at Route).
 type latencyLeg struct {
-	on bool
+	routed time.Time // when Route chose (its clock)
+	logID  string    // the driver's id of the request (SetLogID)
 	// pending and context are what the leg added to its target's view, still there; gen is the
 	// generation of the target's engine report then.
 	pending, context int64
@@ -526,16 +527,32 @@ type Prediction struct {
 // Prediction returns what predicted_latency predicted for the request, and what has been
 // observed of it; ok is false for a decision of another policy.
 func (d *Decision) Prediction() (Prediction, bool) {
-	if !d.lat.on {
+	if d.lat == nil {
 		return Prediction{}, false
 	}
 	d.r.mu.Lock()
 	defer d.r.mu.Unlock()
-	l := &d.lat
+	l := d.lat
 	pr := Prediction{TTFT: l.ttft, TPOT: l.tpot, CorrectionTTFT: l.corrTTFT, CorrectionTPOT: l.corrTPOT,
 		ObservedTTFT: l.obsTTFT, ObservedTPOT: l.obsTPOT}
 	pr.Prefill, pr.Decode = d.latencyTargets()
 	return pr, true
+}
+
+// SetLogID records the driver's id of the request, for the logs of what OnObserved receives
+// (the router never reads it); a no-op for another policy's decision, which is never observed.
+func (d *Decision) SetLogID(id string) {
+	if d.lat != nil {
+		d.lat.logID = id
+	}
+}
+
+// LogID is the id SetLogID recorded ("" for another policy's decision).
+func (d *Decision) LogID() string {
+	if d.lat == nil {
+		return ""
+	}
+	return d.lat.logID
 }
 
 // latencyTargets returns the targets the TTFT and TPOT corrections belong to.
@@ -551,18 +568,18 @@ func (d *Decision) latencyTargets() (pre, dec *Target) {
 // and its prompt leaves the router's view of that target's queue. Only the first call counts;
 // a no-op for another policy's decision.
 func (d *Decision) ObserveFirstToken(at time.Time) {
-	if !d.lat.on {
+	if d.lat == nil {
 		return
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := &d.lat
+	l := d.lat
 	if !l.first.IsZero() {
 		return
 	}
 	l.first = at
-	l.obsTTFT = at.Sub(d.at)
+	l.obsTTFT = at.Sub(l.routed)
 	pre, _ := d.latencyTargets()
 	pre.latency.dropPending(l.pending, l.gen)
 	l.pending = 0
@@ -577,12 +594,12 @@ func (d *Decision) ObserveFirstToken(at time.Time) {
 // tokens: its TPOT since the first token feeds the decode (regular) target's correction.
 // Call it after ObserveFirstToken; only the first call counts.
 func (d *Decision) ObserveEnd(at time.Time, tokens int) {
-	if !d.lat.on {
+	if d.lat == nil {
 		return
 	}
 	r := d.r
 	r.mu.Lock()
-	l := &d.lat
+	l := d.lat
 	if l.first.IsZero() || l.observedTokens > 0 || tokens < 1 {
 		r.mu.Unlock()
 		return
@@ -623,7 +640,7 @@ func (r *Router) OnObserved(fn func(*Decision, Prediction)) {
 
 // latencyDone takes a finished leg's requests out of predicted_latency's views (r.mu held).
 func (d *Decision) latencyDone(role Role) {
-	l := &d.lat
+	l := d.lat
 	t := d.legOf(role).target
 	switch role {
 	case Prefill:

@@ -192,7 +192,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			}
 		}
 	}
-	d := &Decision{r: r, at: now}
+	d := &Decision{r: r}
 	req.runes = req.TextRunes // 0: counted when a policy needs it (the text may have changed since a previous Route)
 	req.hashPage = 0          // hashed when a policy needs it (the tokens may have changed too)
 	var picks [2]Pick
@@ -203,7 +203,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 		if picks[0], picks[1], err = pl.PickPair(now, req, r.avail[Prefill], r.avail[Decode], newLoadCmp(now, r.avail[Decode], r.cfg.LoadReportMaxAge())); err != nil {
 			return nil, fmt.Errorf("router: policy %s: %w", pl.Name(), err)
 		}
-		d.lat = pl.chosen(picks[0].Index, picks[1].Index, pl.transfer)
+		d.lat = pl.chosen(now, picks[0].Index, picks[1].Index, pl.transfer)
 	}
 	for i, role := range roles[:n] {
 		ts := r.avail[role]
@@ -214,7 +214,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 				return nil, fmt.Errorf("router: %s policy %s: %w", role, r.policies[role].Name(), err)
 			}
 			if pair {
-				d.lat = pl.chosen(picks[i].Index, picks[i].Index, 0)
+				d.lat = pl.chosen(now, picks[i].Index, picks[i].Index, 0)
 			}
 		}
 		p := picks[i]
@@ -233,7 +233,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 			l.uncached = int32(min(uncached, math.MaxInt32))
 			l.engineGen = t.engine.sent(int(l.uncached))
 		}
-		if d.lat.on {
+		if d.lat != nil {
 			if role != Decode { // the prompt queues for prefill here
 				d.lat.pending = int64(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
 				d.lat.gen = t.engine.gen
@@ -635,14 +635,12 @@ type Decision struct {
 	// KVIndex and PredictedCachedTokens are the first leg's too (see [Leg]).
 	KVIndex               bool
 	PredictedCachedTokens int
-	// LogID is the driver's id of the request, for the logs of what OnObserved receives (the
-	// driver sets it; the router never reads it).
-	LogID string
 
 	r    *Router
-	legs [2]leg     // the legs, in role order: one (regular) or two (prefill, decode); see legOf
-	at   time.Time  // when it was routed (Route's clock)
-	lat  latencyLeg // predicted_latency's prediction and observation (lat.on: routed by it)
+	legs [2]leg // the legs, in role order: one (regular) or two (prefill, decode); see legOf
+	// lat is predicted_latency's prediction and observation; nil when another policy routed
+	// (a pointer: the Decision of every other policy stays in its 288-byte size class).
+	lat *latencyLeg
 }
 
 // legOf returns role's leg of d, nil when d has none. A decision has one leg (regular) or two
@@ -684,14 +682,14 @@ func (d *Decision) Done(role Role, o Outcome) bool {
 	// A removed worker is checked after the decrement: RemoveWorker sets removed before it
 	// reads the load, so one of the two sees the last request finish (lifecycle.go).
 	quiet := o == Cancelled && !w.removed.Load() && !l.trial // nothing for the breaker to learn
-	if quiet && l.engineGen == 0 && !d.lat.on {
+	if quiet && l.engineGen == 0 && d.lat == nil {
 		return true
 	}
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.engine.finished(l.engineGen, int(l.uncached))
-	if d.lat.on {
+	if d.lat != nil {
 		d.latencyDone(role)
 	}
 	if quiet {

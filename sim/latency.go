@@ -27,7 +27,7 @@ func (x *sim) useLatencyModel(role router.Role, cfg engine.Config) error {
 // logObserved writes predicted_latency's line of a request whose end the router observed to
 // the decision log, as serve writes it: the prediction beside the observation.
 func (x *sim) logObserved(d *router.Decision, p router.Prediction) {
-	line := wire.ObservedLine{ID: d.LogID, Prefill: p.Prefill.Name(), Decode: p.Decode.Name(),
+	line := wire.ObservedLine{ID: d.LogID(), Prefill: p.Prefill.Name(), Decode: p.Decode.Name(),
 		Predicted: latencyFigures(p.TTFT, p.TPOT), Observed: latencyFigures(p.ObservedTTFT, p.ObservedTPOT)}
 	line.Predicted.CorrectionTTFT, line.Predicted.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
 	x.logBuf = wire.AppendObservedLine(x.logBuf[:0], &line)

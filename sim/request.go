@@ -233,7 +233,8 @@ func (x *sim) logDecision(r *request, a *attempt) {
 	if p, ok := a.d.Prediction(); ok {
 		f := latencyFigures(p.TTFT, p.TPOT)
 		f.CorrectionTTFT, f.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
-		line.Predicted, a.d.LogID = &f, r.id
+		line.Predicted = &f
+		a.d.SetLogID(r.id)
 	}
 	x.logBuf = wire.AppendDecisionLine(x.logBuf[:0], &line)
 }

@@ -65,7 +65,7 @@ func (s *Server) initLatency(models map[router.Role]router.LatencyModel, reg pro
 		if s.dlog == nil {
 			return
 		}
-		line := wire.ObservedLine{ID: d.LogID, Prefill: router.RedactURL(p.Prefill.Name()), Decode: router.RedactURL(p.Decode.Name()),
+		line := wire.ObservedLine{ID: d.LogID(), Prefill: router.RedactURL(p.Prefill.Name()), Decode: router.RedactURL(p.Decode.Name()),
 			Predicted: predictedFigures(p), Observed: wire.LatencyFigures{TTFTMs: ms(p.ObservedTTFT), TPOTMs: ms(p.ObservedTPOT)}}
 		s.dmu.Lock()
 		defer s.dmu.Unlock()

@@ -330,7 +330,7 @@ func (s *Server) logDecision(line wire.DecisionLine, d *router.Decision) {
 	}
 	line.Reason, line.MatchRate = string(d.Reason), d.MatchRate
 	if p, ok := d.Prediction(); ok {
-		d.LogID = line.ID
+		d.SetLogID(line.ID)
 		f := predictedFigures(p)
 		line.Predicted = &f
 	}
