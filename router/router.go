@@ -393,6 +393,26 @@ func (r *Router) RetainRoutedTexts() {
 	}
 }
 
+// DropTree makes role's cache_aware policy drop its approximate tree and stop keeping it, for
+// a driver that knows no pick of the role will consult it again: with a KV event index
+// (UseKVTokenIndex), every target of the role has a view that will stay fresh, and every
+// request will carry Tokens. The simulator knows it once every subscription of the role is
+// established on a feed that loses nothing (its event feed never gaps and its publishers never
+// restart); the tree then costs a tenth of a run's event loop and decides nothing. Serve never
+// calls it: a live feed can always gap. A pick that would consult the dropped tree panics
+// rather than route otherwise than the tree would have. Trims counted so far stay in
+// TreeStats. It fails when role's policy is not cache_aware or has no KV event index.
+func (r *Router) DropTree(role Role) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.Policy(role).(*CacheAware)
+	if !ok || p.kv == nil {
+		return fmt.Errorf("router: only a cache_aware policy with a KV event index for %s workers can drop its tree", role)
+	}
+	p.dropTree()
+	return nil
+}
+
 // ResetTrees empties every cache-aware tree, for when the workers' prefix caches were flushed
 // (POST /flush_cache in serve, --flush-cache between levels in sim): the router's picture of
 // the caches must not outlive them.

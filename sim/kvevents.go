@@ -36,9 +36,10 @@ const kvPendingTTL = 2 * time.Second
 
 // kvStream is one (server, rank) publisher and every replica's subscription to it.
 type kvStream struct {
-	name string // the router target it feeds: url@rank (DP-aware) or url
-	page int    // the server's page size
-	seq  int64  // the next batch's sequence number
+	name string      // the router target it feeds: url@rank (DP-aware) or url
+	role router.Role // the server's
+	page int         // the server's page size
+	seq  int64       // the next batch's sequence number
 	subs []kvSub
 }
 
@@ -78,6 +79,12 @@ type kvFeed struct {
 	streams [][]*kvStream       // by server index, then rank (nil: the server does not publish)
 	clear   []kvindex.PathEvent // one AllBlocksCleared
 	free    []*kvBatch
+	// unheard counts, by replica and role, the role's subscriptions that have not received a
+	// batch yet (nil with Routing.KVEventsLoss: a loss makes a view stale again). When a
+	// role's reach 0 the replica's router drops the role's tree (router.Router.DropTree): on a
+	// feed that loses nothing an established view never goes stale, so no later pick consults
+	// the tree, and its upkeep was a tenth of a million-request run's event loop.
+	unheard []map[router.Role]int
 }
 
 // replica is one router replica.
@@ -170,7 +177,16 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 
 // deliverKV applies batch b to replica r's index, as the live subscriber handles a batch.
 func (x *sim) deliverKV(b *kvBatch, r int) {
-	b.st.subs[r].deliver(x.reps[r].ix, b, x.kv.clear, x.t(), &x.stats.KV)
+	sub := &b.st.subs[r]
+	heard := sub.seq.Established()
+	sub.deliver(x.reps[r].ix, b, x.kv.clear, x.t(), &x.stats.KV)
+	if u := x.kv.unheard; u != nil && !heard {
+		if u[r][b.st.role]--; u[r][b.st.role] == 0 {
+			if err := x.reps[r].rt.DropTree(b.st.role); err != nil {
+				panic(err) // setupKV attached an index to every role it streams
+			}
+		}
+	}
 	if b.left--; b.left == 0 {
 		b.st = nil
 		x.kv.free = append(x.kv.free, b)
@@ -240,6 +256,12 @@ func (x *sim) setupKV(roles []router.Role) error {
 		}
 	}
 	page := map[router.Role]int{}
+	if x.cfg.Routing.KVEventsLoss == 0 {
+		f.unheard = make([]map[router.Role]int, len(x.reps))
+		for r := range f.unheard {
+			f.unheard[r] = map[router.Role]int{}
+		}
+	}
 	for _, sv := range x.servers {
 		if !slices.Contains(roles, sv.role) {
 			continue
@@ -252,9 +274,12 @@ func (x *sim) setupKV(roles []router.Role) error {
 			if dpAware[sv.url] {
 				name = router.TargetName(sv.url, rank)
 			}
-			st := &kvStream{name: name, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
+			st := &kvStream{name: name, role: sv.role, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
 			for r, rep := range x.reps {
 				st.subs[r] = kvSub{id: rep.ix.Target(name)}
+				if f.unheard != nil {
+					f.unheard[r][sv.role]++
+				}
 			}
 			f.streams[sv.idx] = append(f.streams[sv.idx], st)
 		}
