@@ -99,6 +99,10 @@ func (x *PathIndex) KeepTokens() { x.keep = true }
 // of tokens in that memory compares the copies token by token. The nodes are found by walking
 // tokens down every tree, so a view of the array that tokens does not reach (a turn whose prompt
 // was reallocated before the last) stays a view.
+//
+// The walk follows first pages without comparing the rest of each node: a node whose key lies
+// in the array spells the array's tokens from its depth on, so its parent does too, and a walk
+// that strays below a node of other tokens meets no node of the array.
 func (x *PathIndex) Release(tokens []uint32) {
 	if !x.keep || len(tokens) == 0 {
 		return
@@ -116,11 +120,7 @@ func (x *PathIndex) Release(tokens []uint32) {
 			if p := uintptr(unsafe.Pointer(unsafe.SliceData(c.key))); p >= lo && p < hi {
 				c.key = append([]uint32(nil), c.key...)
 			}
-			m := common(c.key, tokens[i:n], page)
-			if m < len(c.key) {
-				break
-			}
-			i += m
+			i += len(c.key)
 			nd = c
 		}
 	}
