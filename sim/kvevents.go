@@ -118,7 +118,9 @@ func (f *kvFeed) release(reps []*replica, prompt []uint32) {
 }
 
 // publish is engine.Config.KVEvents of server sv: copy the batch (the engine's paths are only
-// valid during the call) and schedule its delivery to every replica.
+// valid during the call, but for views of a prompt, which never changes: those are kept, and
+// an index compares its own views of the prompt with them at once) and schedule its delivery
+// to every replica.
 func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) {
 	f := x.kv
 	st := f.streams[sv.idx][rank]
@@ -132,7 +134,9 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 	st.seq++
 	b.buf, b.events = b.buf[:0], b.events[:0]
 	for i := range evs {
-		b.buf = append(b.buf, evs[i].Path...)
+		if !evs[i].PromptView {
+			b.buf = append(b.buf, evs[i].Path...)
+		}
 	}
 	off := 0
 	for i := range evs {
@@ -147,8 +151,12 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 			pe.Kind = kvindex.AllBlocksCleared
 			b.cleared = true
 		}
-		pe.Path = b.buf[off : off+len(ev.Path) : off+len(ev.Path)]
-		off += len(ev.Path)
+		if ev.PromptView {
+			pe.Path = ev.Path
+		} else {
+			pe.Path = b.buf[off : off+len(ev.Path) : off+len(ev.Path)]
+			off += len(ev.Path)
+		}
 		b.events = append(b.events, pe)
 	}
 	x.stats.KV.Batches++
@@ -171,6 +179,7 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 		x.push(deliver, event{kind: evKVBatch, srv: int32(r), p: b})
 	}
 	if b.left == 0 {
+		clear(b.events)
 		f.free = append(f.free, b)
 	}
 }
@@ -189,6 +198,7 @@ func (x *sim) deliverKV(b *kvBatch, r int) {
 	}
 	if b.left--; b.left == 0 {
 		b.st = nil
+		clear(b.events) // the prompts viewed
 		x.kv.free = append(x.kv.free, b)
 	}
 }
