@@ -398,10 +398,11 @@ func (r *Router) RetainRoutedTexts() {
 // (UseKVTokenIndex), every target of the role has a view that will stay fresh, and every
 // request will carry Tokens. The simulator knows it once every subscription of the role is
 // established on a feed that loses nothing (its event feed never gaps and its publishers never
-// restart); the tree then costs a tenth of a run's event loop and decides nothing. Serve never
-// calls it: a live feed can always gap. A pick that would consult the dropped tree panics
-// rather than route otherwise than the tree would have. Trims counted so far stay in
-// TreeStats. It fails when role's policy is not cache_aware or has no KV event index.
+// restart); the tree would then cost nearly a tenth of a million-request run's event loop and
+// decide nothing. Serve never calls it: a live feed can always gap. A pick that would consult
+// the dropped tree panics rather than route otherwise than the tree would have. Trims counted
+// so far stay in TreeStats. It fails when role's policy is not cache_aware or has no KV event
+// index.
 func (r *Router) DropTree(role Role) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

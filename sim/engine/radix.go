@@ -177,9 +177,9 @@ func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
 	return c.insertFrom(tok, from, false)
 }
 
-// insertPrompt is insertBelow of a request's prompt (Req.Prompt), which the request's caller
-// keeps unchanged: the event of a run it stores has a view of the prompt as its path
-// (KVEvent.PromptView) instead of a copy built from the run's ancestors.
+// insertPrompt is insertBelow of a request's prompt (Req.Prompt): the event of a run it stores
+// has a view of the prompt as its path (KVEvent.PromptView: valid while the caller leaves the
+// prompt unchanged) instead of a copy built from the run's ancestors.
 func (c *radix) insertPrompt(prompt []uint32, from *node) (*node, int) {
 	return c.insertFrom(prompt, from, true)
 }
