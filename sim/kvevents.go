@@ -83,7 +83,7 @@ type kvFeed struct {
 	// batch yet (nil with Routing.KVEventsLoss: a loss makes a view stale again). When a
 	// role's reach 0 the replica's router drops the role's tree (router.Router.DropTree): on a
 	// feed that loses nothing an established view never goes stale, so no later pick consults
-	// the tree, and its upkeep was a tenth of a million-request run's event loop.
+	// the tree, whose upkeep was nearly a tenth of a million-request run's event loop.
 	unheard []map[router.Role]int
 }
 
