@@ -45,6 +45,7 @@ type CacheAware struct {
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
 	trims   int                // times insert found the tree over MaxTreeTotalChars
 	retain  bool               // trees keep substrings of the routed texts (Router.RetainRoutedTexts)
+	noTree  bool               // the tree was dropped (Router.DropTree): tree is nil
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
@@ -110,6 +111,9 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 // so the full walk an eviction costs comes once per tenth of the budget), not only at the next
 // --eviction-interval-secs: the memory bound holds between evictions too.
 func (p *CacheAware) insert(req *Request, tenant string) {
+	if p.noTree {
+		return
+	}
 	p.tree.InsertRunes(req.Text, req.knownRunes(), tenant)
 	if m := p.cfg.MaxTreeTotalChars; m > 0 && p.tree.TotalChars() > m {
 		p.trims++
@@ -165,6 +169,7 @@ func (p *CacheAware) chooseKV(now time.Time, req *Request, ts []*Target) Pick {
 // for each target ts[i] among the tenants on the match's stop node, of those whose matched[i] is
 // negative (stale on the KV event index), or of all when matched is nil; the others keep theirs.
 func (p *CacheAware) treeRates(req *Request, ts []*Target, rates []float64, matched []int) {
+	p.needTree()
 	var m int
 	m, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
 	n := req.textRunes()
@@ -350,6 +355,7 @@ func (p *CacheAware) choose(req *Request, ts []*Target) (int, Reason, float64) {
 	if p.imbalanced(req.loads, ts) {
 		return leastBy(req.loads, ts), ReasonImbalance, 0
 	}
+	p.needTree()
 	var matched int
 	matched, p.tenants = p.tree.PrefixMatch(req.Text, p.tenants)
 	rate := 0.0
@@ -412,13 +418,31 @@ func (p *CacheAware) AddTarget(t *Target) {
 
 // RemoveTarget drops a removed target's tenant from the tree.
 func (p *CacheAware) RemoveTarget(name string) {
-	p.tree.RemoveTenant(name)
+	if !p.noTree {
+		p.tree.RemoveTenant(name)
+	}
 	delete(p.byName, name)
+}
+
+// dropTree forgets the tree for good: see Router.DropTree.
+func (p *CacheAware) dropTree() {
+	p.tree, p.noTree = nil, true
+}
+
+// needTree panics when the tree was dropped: Router.DropTree's caller promised that no pick
+// would consult it again, and a pick on a missing tree would route differently, silently.
+func (p *CacheAware) needTree() {
+	if p.noTree {
+		panic("router: a cache_aware pick needs the tree that Router.DropTree dropped (a target without a fresh KV event view, or a request without Tokens)")
+	}
 }
 
 // ResetTree forgets every routed text (the workers' caches were flushed); registered targets
 // stay known.
 func (p *CacheAware) ResetTree() {
+	if p.noTree {
+		return
+	}
 	p.tree = tree.New()
 	if p.retain {
 		p.tree.RetainTexts()
@@ -428,14 +452,23 @@ func (p *CacheAware) ResetTree() {
 // retainTexts makes the tree, and every tree after a reset, keep substrings of the routed texts.
 func (p *CacheAware) retainTexts() {
 	p.retain = true
-	p.tree.RetainTexts()
+	if !p.noTree {
+		p.tree.RetainTexts()
+	}
 }
 
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
-func (p *CacheAware) Evict() { p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars) }
+func (p *CacheAware) Evict() {
+	if !p.noTree {
+		p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars)
+	}
+}
 
 // TreeStats returns the runes stored in the tree's edges, its node count and how often it was
 // trimmed by size.
 func (p *CacheAware) TreeStats() TreeSize {
+	if p.noTree {
+		return TreeSize{Trims: p.trims}
+	}
 	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes(), Trims: p.trims}
 }

@@ -232,3 +232,66 @@ func TestUseKVIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, d.KVIndex)
 }
+
+// TestDropTree checks Router.DropTree: only a cache_aware role with a KV event index drops its
+// tree; picks on fresh views with tokens go on as before (the tree decided none of them), the
+// tree is no longer kept, and a pick that would consult it panics instead of routing otherwise.
+func TestDropTree(t *testing.T) {
+	t.Parallel()
+	cfg := pdConfig()
+	cfg.DecodePolicy = PolicyRoundRobin
+	kept, dropped := newTestRouter(t, cfg), newTestRouter(t, cfg)
+	require.ErrorContains(t, dropped.DropTree(Prefill), "KV event index", "no index yet")
+	var ixs []*kvindex.Index
+	for _, r := range []*Router{kept, dropped} {
+		ix := kvindex.New(kvindex.Config{PendingTTL: time.Minute})
+		for i := range 3 {
+			require.NoError(t, r.AddWorker(WorkerSpec{URL: fmt.Sprintf("http://p%d:1", i), Role: Prefill}))
+		}
+		require.NoError(t, r.AddWorker(WorkerSpec{URL: "http://d0:1", Role: Decode}))
+		require.NoError(t, r.UseKVIndex(Prefill, ix, testPage))
+		for _, tg := range r.targets[Prefill] {
+			ix.SetStale(tg.kvID, false)
+		}
+		ixs = append(ixs, ix)
+	}
+	require.ErrorContains(t, dropped.DropTree(Decode), "cache_aware", "round_robin keeps no tree")
+	require.NoError(t, dropped.DropTree(Prefill))
+	rng := rand.New(rand.NewPCG(3, 4))
+	reasons := map[Reason]int{}
+	for i := range 200 {
+		prompt := toks(1000*rng.IntN(4), 8+4*rng.IntN(10)) // four shared prefixes
+		text := fmt.Sprint(prompt)
+		var picks []string
+		for j, r := range []*Router{kept, dropped} {
+			if i%7 == 0 { // an engine stores what it was sent
+				tg := r.targets[Prefill][i%3]
+				hs := kvindex.AppendBlockHashes(nil, prompt, testPage, "")
+				ixs[j].Apply(tg.kvID, []kvindex.Event{{Kind: kvindex.BlockStored, Hashes: hs, BlockSize: testPage}}, epoch)
+			}
+			d, err := r.Route(&Request{Text: text, Tokens: prompt})
+			require.NoError(t, err)
+			leg, _ := d.Leg(Prefill)
+			leg.Target = nil // each router's own
+			picks = append(picks, fmt.Sprintf("%s %+v", d.Prefill.Name(), leg))
+			reasons[d.Reason]++
+			d.Done(Prefill, Success)
+			d.Done(Decode, Success)
+		}
+		require.Equal(t, picks[0], picks[1], "request %d", i)
+	}
+	require.Positive(t, reasons[ReasonCacheHit])
+	require.Positive(t, reasons[ReasonCacheMiss])
+	size, ok := kept.TreeStats(Prefill)
+	require.True(t, ok)
+	require.Positive(t, size.Nodes)
+	size, ok = dropped.TreeStats(Prefill)
+	require.True(t, ok)
+	require.Zero(t, size.Nodes, "the dropped tree is not kept")
+	dropped.Tick(epoch.Add(time.Hour)) // eviction has nothing to trim
+	dropped.ResetTrees()
+	require.PanicsWithValue(t, "router: a cache_aware pick needs the tree that Router.DropTree dropped (a target without a fresh KV event view, or a request without Tokens)",
+		func() { _, _ = dropped.Route(&Request{Text: "no tokens"}) })
+	ixs[1].SetStale(dropped.targets[Prefill][0].kvID, true)
+	require.Panics(t, func() { _, _ = dropped.Route(&Request{Text: "x", Tokens: toks(0, 8)}) }, "a stale target")
+}

@@ -434,6 +434,33 @@ func (r *Router) RetainRoutedTexts() {
 	}
 }
 
+// DropTree makes role's cache_aware policy drop its approximate tree and stop keeping it, for
+// a driver that knows no pick of the role will consult it again: with a KV event index
+// (UseKVTokenIndex), every target of the role has a view that will stay fresh, and every
+// request will carry Tokens. The simulator knows it once every subscription of the role is
+// established on a feed that loses nothing (its event feed never gaps and its publishers never
+// restart); the tree would then cost nearly a tenth of a million-request run's event loop and
+// decide nothing. Serve never calls it: a live feed can always gap. A pick that would consult
+// the dropped tree panics rather than route otherwise than the tree would have. Trims counted
+// so far stay in TreeStats. It fails when role's policy is not cache_aware or predicted_latency, or has no KV
+// event index.
+func (r *Router) DropTree(role Role) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var p *CacheAware
+	switch q := r.Policy(role).(type) {
+	case *CacheAware:
+		p = q
+	case *PredictedLatency: // its match rates come from a cache_aware's tree and index
+		p = q.ca
+	}
+	if p == nil || p.kv == nil {
+		return fmt.Errorf("router: only a cache_aware or predicted_latency policy with a KV event index for %s workers can drop its tree", role)
+	}
+	p.dropTree()
+	return nil
+}
+
 // ResetTrees empties every cache-aware tree, for when the workers' prefix caches were flushed
 // (POST /flush_cache in serve, --flush-cache between levels in sim): the router's picture of
 // the caches must not outlive them.

@@ -36,9 +36,10 @@ const kvPendingTTL = 2 * time.Second
 
 // kvStream is one (server, rank) publisher and every replica's subscription to it.
 type kvStream struct {
-	name string // the router target it feeds: url@rank (DP-aware) or url
-	page int    // the server's page size
-	seq  int64  // the next batch's sequence number
+	name string      // the router target it feeds: url@rank (DP-aware) or url
+	role router.Role // the server's
+	page int         // the server's page size
+	seq  int64       // the next batch's sequence number
 	subs []kvSub
 }
 
@@ -78,6 +79,12 @@ type kvFeed struct {
 	streams [][]*kvStream       // by server index, then rank (nil: the server does not publish)
 	clear   []kvindex.PathEvent // one AllBlocksCleared
 	free    []*kvBatch
+	// unheard counts, by replica and role, the role's subscriptions that have not received a
+	// batch yet (nil with Routing.KVEventsLoss: a loss makes a view stale again). When a
+	// role's reach 0 the replica's router drops the role's tree (router.Router.DropTree): on a
+	// feed that loses nothing an established view never goes stale, so no later pick consults
+	// the tree, whose upkeep was nearly a tenth of a million-request run's event loop.
+	unheard []map[router.Role]int
 }
 
 // replica is one router replica.
@@ -96,8 +103,24 @@ func newKVFeed(reps []*replica) *kvFeed {
 	return &kvFeed{clear: []kvindex.PathEvent{{Kind: kvindex.AllBlocksCleared}}}
 }
 
+// release hands a conversation's last prompt back to every replica's index when the
+// conversation ends (its earlier prompts are prefixes of the same array): the index copies the
+// runs it keeps of it, so the arrays of ended conversations do not stay alive as long as the
+// engines cache them (a third of the live heap of a million-request run). Nothing without KV
+// events.
+func (f *kvFeed) release(reps []*replica, prompt []uint32) {
+	if f == nil {
+		return
+	}
+	for _, rep := range reps {
+		rep.ix.Release(prompt)
+	}
+}
+
 // publish is engine.Config.KVEvents of server sv: copy the batch (the engine's paths are only
-// valid during the call) and schedule its delivery to every replica.
+// valid during the call, but for views of a prompt, which never changes: those are kept, and
+// an index compares its own views of the prompt with them at once) and schedule its delivery
+// to every replica.
 func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) {
 	f := x.kv
 	st := f.streams[sv.idx][rank]
@@ -111,7 +134,9 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 	st.seq++
 	b.buf, b.events = b.buf[:0], b.events[:0]
 	for i := range evs {
-		b.buf = append(b.buf, evs[i].Path...)
+		if !evs[i].PromptView {
+			b.buf = append(b.buf, evs[i].Path...)
+		}
 	}
 	off := 0
 	for i := range evs {
@@ -126,8 +151,12 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 			pe.Kind = kvindex.AllBlocksCleared
 			b.cleared = true
 		}
-		pe.Path = b.buf[off : off+len(ev.Path) : off+len(ev.Path)]
-		off += len(ev.Path)
+		if ev.PromptView {
+			pe.Path = ev.Path
+		} else {
+			pe.Path = b.buf[off : off+len(ev.Path) : off+len(ev.Path)]
+			off += len(ev.Path)
+		}
 		b.events = append(b.events, pe)
 	}
 	x.stats.KV.Batches++
@@ -150,15 +179,26 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 		x.push(deliver, event{kind: evKVBatch, srv: int32(r), p: b})
 	}
 	if b.left == 0 {
+		clear(b.events)
 		f.free = append(f.free, b)
 	}
 }
 
 // deliverKV applies batch b to replica r's index, as the live subscriber handles a batch.
 func (x *sim) deliverKV(b *kvBatch, r int) {
-	b.st.subs[r].deliver(x.reps[r].ix, b, x.kv.clear, x.t(), &x.stats.KV)
+	sub := &b.st.subs[r]
+	heard := sub.seq.Established()
+	sub.deliver(x.reps[r].ix, b, x.kv.clear, x.t(), &x.stats.KV)
+	if u := x.kv.unheard; u != nil && !heard {
+		if u[r][b.st.role]--; u[r][b.st.role] == 0 {
+			if err := x.reps[r].rt.DropTree(b.st.role); err != nil {
+				panic(err) // setupKV attached an index to every role it streams
+			}
+		}
+	}
 	if b.left--; b.left == 0 {
 		b.st = nil
+		clear(b.events) // the prompts viewed
 		x.kv.free = append(x.kv.free, b)
 	}
 }
@@ -226,6 +266,12 @@ func (x *sim) setupKV(roles []router.Role) error {
 		}
 	}
 	page := map[router.Role]int{}
+	if x.cfg.Routing.KVEventsLoss == 0 {
+		f.unheard = make([]map[router.Role]int, len(x.reps))
+		for r := range f.unheard {
+			f.unheard[r] = map[router.Role]int{}
+		}
+	}
 	for _, sv := range x.servers {
 		if !slices.Contains(roles, sv.role) {
 			continue
@@ -238,9 +284,12 @@ func (x *sim) setupKV(roles []router.Role) error {
 			if dpAware[sv.url] {
 				name = router.TargetName(sv.url, rank)
 			}
-			st := &kvStream{name: name, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
+			st := &kvStream{name: name, role: sv.role, page: sv.cfg.PageSize, subs: make([]kvSub, len(x.reps))}
 			for r, rep := range x.reps {
 				st.subs[r] = kvSub{id: rep.ix.Target(name)}
+				if f.unheard != nil {
+					f.unheard[r][sv.role]++
+				}
 			}
 			f.streams[sv.idx] = append(f.streams[sv.idx], st)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/kvindex"
 )
 
@@ -76,6 +77,43 @@ func TestReplicasAndDelaysAreDeterministic(t *testing.T) {
 	assert.LessOrEqual(t, a.Stats.KV.Delivered+a.Stats.KV.Lost, 3*a.Stats.KV.Batches)
 	assert.Greater(t, a.Stats.KV.Delivered+a.Stats.KV.Lost, 3*a.Stats.KV.Batches*9/10)
 	assert.Len(t, a.Stats.Targets, 3*4, "each replica reports its own view of the 4 targets")
+}
+
+// TestKVEventsDropTheTreeNoPickConsults checks that on a feed that loses nothing each replica
+// drops a role's tree once every target of the role has heard from its engine (no pick
+// consults it again: sim/kvevents.go kvFeed.unheard), keeps the tree of a role whose targets
+// stay silent (decode servers without a radix cache route on the tree), and keeps every tree
+// when batches can be lost. That the drop changes no record is checked against the build
+// before it (docs/performance.md). predicted_latency's match rates come from the same tree and
+// index, and drop the same way.
+func TestKVEventsDropTheTreeNoPickConsults(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		policy string
+		loss   float64
+	}{{router.PolicyCacheAware, 0}, {router.PolicyCacheAware, 0.01}, {router.PolicyPredictedLatency, 0}} {
+		loss := c.loss
+		cfg := baseConfig()
+		cfg.Router.Policy = c.policy
+		cfg.Routing = Routing{KVEvents: "on", Replicas: 2, KVEventsLoss: loss}
+		x, err := newSim(cfg)
+		require.NoError(t, err)
+		require.NoError(t, x.run())
+		for i, rep := range x.reps {
+			pre, ok := rep.rt.TreeStats(router.Prefill)
+			require.True(t, ok)
+			dec, ok := rep.rt.TreeStats(router.Decode)
+			require.True(t, ok)
+			if c.policy == router.PolicyCacheAware { // predicted_latency picks the pair on the prefill role's tree
+				assert.Positive(t, dec.Nodes, "loss %v replica %d: the silent decode targets route on the tree", loss, i)
+			}
+			if loss == 0 {
+				assert.Zero(t, pre.Nodes, "replica %d: every prefill target heard: its tree was dropped", i)
+			} else {
+				assert.Positive(t, pre.Nodes, "replica %d: a lossy feed can make a target stale: the tree stays", i)
+			}
+		}
+	}
 }
 
 func TestKVEventsLossMakesTargetsStale(t *testing.T) {

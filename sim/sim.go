@@ -85,7 +85,9 @@ type Stats struct {
 	BreakerOpens map[string]int
 	// TreeTrims counts the times a router tree went over its bound (Config.TreeChars or
 	// max_tree_total_chars) and was trimmed, summed over the replicas and roles: while it is
-	// zero the trees held every routed text, as serve's would.
+	// zero the trees held every routed text, as serve's would. A tree no pick consults any more
+	// is dropped (a role whose every KV-event view is established on a loss-free feed:
+	// sim/kvevents.go) and counts only the trims before.
 	TreeTrims int
 	// RetriesOverBudget counts the failed attempts not retried only because the router's retry
 	// budget was full (--retry-budget-percent, --retry-min-concurrency; warm-up included).

@@ -55,8 +55,12 @@ type KVEvent struct {
 	// Path is the token path from the root to the end of the stored or removed run, a whole
 	// number of pages; the run is its last New tokens, the tokens before them its ancestors
 	// (so a consumer hashes the page chain from Path). Nil for KVCleared. Path is only valid
-	// during the Config.KVEvents call: copy what you keep.
+	// during the Config.KVEvents call (copy what you keep) unless PromptView.
 	Path []uint32
+	// PromptView says Path is a view of the Req.Prompt whose caching stored the run, not of
+	// the engine's scratch: it stays valid as long as the caller leaves that prompt unchanged
+	// (the simulator's prompts never change, so it keeps the view instead of a copy).
+	PromptView bool
 	// New is the number of trailing tokens of Path stored or removed (a multiple of the page
 	// size, ≥ 1 page); 0 for KVCleared.
 	New int
@@ -78,6 +82,7 @@ type kvRec struct {
 	start, end int
 	new        int
 	medium     string
+	view       []uint32 // the path, when a view of a prompt (recordView)
 }
 
 // kvLog is one radix cache's event queue (SGLang's kv_event_queue), drained by publishKV.
@@ -105,12 +110,19 @@ func (l *kvLog) record(kind KVEventKind, x *node, medium string) {
 	l.recs = append(l.recs, kvRec{kind: kind, start: start, end: len(l.buf), new: len(x.key), medium: medium})
 }
 
+// recordView is record of a stored node x whose path from the root is path, a view of a
+// request's prompt (radix.insertPrompt): the event keeps the view instead of a copy.
+func (l *kvLog) recordView(kind KVEventKind, x *node, path []uint32, medium string) {
+	l.recs = append(l.recs, kvRec{kind: kind, new: len(x.key), medium: medium, view: path})
+}
+
 func (l *kvLog) cleared() {
 	l.recs = append(l.recs, kvRec{kind: KVCleared})
 }
 
 // drop forgets every recorded event (a killed server loses what it had not published).
 func (l *kvLog) drop() {
+	clear(l.recs) // the prompts viewed
 	l.recs, l.buf = l.recs[:0], l.buf[:0]
 }
 
@@ -139,7 +151,10 @@ func (s *Server) publishKV(rk *rank, t time.Time) {
 	evs := l.evs[:0]
 	for _, r := range l.recs {
 		ev := KVEvent{Kind: r.kind, New: r.new, Medium: r.medium}
-		if r.kind != KVCleared {
+		switch {
+		case r.view != nil:
+			ev.Path, ev.PromptView = r.view, true
+		case r.kind != KVCleared:
 			ev.Path = l.buf[r.start:r.end:r.end]
 		}
 		evs = append(evs, ev)

@@ -16,11 +16,20 @@ type kvBatch struct {
 	evs  []KVEvent
 }
 
-type kvRecorder struct{ batches []kvBatch }
+// kvRecorder keeps the batches published; a path that is a view of a prompt (PromptView) is
+// kept in views too, uncopied, and recorded as any other.
+type kvRecorder struct {
+	batches []kvBatch
+	views   [][]uint32
+}
 
 func (r *kvRecorder) hook(at time.Time, rank int, evs []KVEvent) {
 	b := kvBatch{at: at, rank: rank}
 	for _, e := range evs {
+		if e.PromptView {
+			r.views = append(r.views, e.Path)
+			e.PromptView = false
+		}
 		e.Path = slices.Clone(e.Path)
 		b.evs = append(b.evs, e)
 	}
@@ -57,6 +66,13 @@ func TestKVEventsStoredAfterPrefill(t *testing.T) {
 	c.runAll()
 	require.Len(t, rec.batches, 3)
 	assert.Equal(t, []KVEvent{stored(b[:12], 8)}, rec.batches[2].evs, "the new run of 2 pages, its path from the root")
+	// Both paths are views of the prompts themselves, which the engine never copied for them,
+	// capped at their ends so that no consumer appends into a prompt.
+	require.Len(t, rec.views, 2)
+	for i, p := range [][]uint32{a[:8], b[:12]} {
+		assert.Same(t, &p[0], &rec.views[i][0])
+		assert.Equal(t, len(p), cap(rec.views[i]))
+	}
 }
 
 // Evicting a leaf publishes its removal (with the batch whose admission evicted it), and

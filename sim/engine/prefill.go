@@ -362,7 +362,7 @@ func (rk *rank) flushInserts(s *Server) bool {
 // KV leaves r's private share (duplicates of what another request cached meanwhile are freed);
 // a partial last page and any regenerated output tokens stay private.
 func (s *Server) cachePrompt(rk *rank, r *request) {
-	nd, _ := rk.cache.insertBelow(r.prompt, r.node) // r.node: its locked hit, a prefix of the prompt
+	nd, _ := rk.cache.insertPrompt(r.prompt, r.node) // r.node: its locked hit, a prefix of the prompt
 	rk.cache.lockPath(nd)
 	rk.cache.unlockPath(r.node)
 	r.node = nd

@@ -174,6 +174,17 @@ func (c *radix) insert(tok []uint32) (*node, int) { return c.insertBelow(tok, ni
 // touches that path as insert would and compares only what lies below it. A from not in the
 // tree any more (reset since), or deeper than tok, is ignored.
 func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
+	return c.insertFrom(tok, from, false)
+}
+
+// insertPrompt is insertBelow of a request's prompt (Req.Prompt): the event of a run it stores
+// has a view of the prompt as its path (KVEvent.PromptView: valid while the caller leaves the
+// prompt unchanged) instead of a copy built from the run's ancestors.
+func (c *radix) insertPrompt(prompt []uint32, from *node) (*node, int) {
+	return c.insertFrom(prompt, from, true)
+}
+
+func (c *radix) insertFrom(tok []uint32, from *node, view bool) (*node, int) {
 	c.gen++
 	tok = tok[:len(tok)-len(tok)%c.page]
 	c.tick++
@@ -203,7 +214,11 @@ func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
 			if ch != nil { // hash collision on the first page: keep the old node, do not cache
 				return x, 0
 			}
-			leaf := c.newLeaf(x, tok[n:])
+			var path []uint32 // the leaf's path from the root, when tok may be viewed
+			if view {
+				path = tok[:len(tok):len(tok)]
+			}
+			leaf := c.newLeaf(x, tok[n:], path)
 			return leaf, len(tok) - n
 		}
 		c.touch(ch)
@@ -216,7 +231,9 @@ func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
 	return x, 0
 }
 
-func (c *radix) newLeaf(parent *node, key []uint32) *node {
+// newLeaf adds a leaf of key below parent; path, if not nil, is its path from the root in
+// memory that outlives the event (see insertPrompt).
+func (c *radix) newLeaf(parent *node, key, path []uint32) *node {
 	c.nextID++
 	c.nodes++
 	leaf := &node{key: append([]uint32(nil), key...), parent: parent, last: c.tick, id: c.nextID, heapIdx: -1}
@@ -230,7 +247,11 @@ func (c *radix) newLeaf(parent *node, key []uint32) *node {
 	c.evictable += len(key)
 	c.heapPush(leaf)
 	if c.log != nil {
-		c.log.record(KVStored, leaf, c.medium)
+		if path != nil {
+			c.log.recordView(KVStored, leaf, path, c.medium)
+		} else {
+			c.log.record(KVStored, leaf, c.medium)
+		}
 	}
 	return leaf
 }
