@@ -22,6 +22,14 @@ func baseConfig() Config {
 	return Config{Router: rc, Workload: p, Load: l}
 }
 
+// runLogged runs cfg (mustRun) with a decision log, and returns the log too.
+func runLogged(t testing.TB, cfg Config) (*Result, string) {
+	t.Helper()
+	var log bytes.Buffer
+	cfg.DecisionLog = &log
+	return mustRun(t, cfg), log.String()
+}
+
 // mustRun runs cfg and checks conservation: every request recorded or failed with a reason,
 // all loads zero, no live engine room.
 func mustRun(t testing.TB, cfg Config) *Result {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"math"
 	"slices"
 	"strings"
@@ -54,16 +53,11 @@ func TestPredictedLatencyBeatsCacheAwareOnHotspot(t *testing.T) {
 // is the engine's own; the decision log carries every prediction, deterministically.
 func TestPredictedLatencyInTheSimulator(t *testing.T) {
 	t.Parallel()
-	run := func() (*Result, string) {
-		cfg := pdHotspotConfig(router.PolicyPredictedLatency)
-		cfg.Workload.HSRequests = 400
-		cfg.Router.TPOTSLOMs = 30
-		var log bytes.Buffer
-		cfg.DecisionLog = &log
-		return mustRun(t, cfg), log.String()
-	}
-	a, logA := run()
-	b, logB := run()
+	cfg := pdHotspotConfig(router.PolicyPredictedLatency)
+	cfg.Workload.HSRequests = 400
+	cfg.Router.TPOTSLOMs = 30
+	a, logA := runLogged(t, cfg)
+	b, logB := runLogged(t, cfg)
 	assert.Equal(t, encode(t, a), encode(t, b), "same seed, same results")
 	assert.Equal(t, logA, logB)
 	// A routing line with the prediction per request, and one with its observation beside it.
@@ -85,8 +79,7 @@ func TestPredictedLatencyInTheSimulator(t *testing.T) {
 	// router's four-characters-a-token estimate), and little of a decode server's TPOT: after
 	// the run the corrected predictions' median error over the second half of the requests is
 	// within 35 % for TTFT and 20 % for TPOT.
-	cfg := pdHotspotConfig(router.PolicyPredictedLatency)
-	x, err := newSim(cfg)
+	x, err := newSim(pdHotspotConfig(router.PolicyPredictedLatency))
 	require.NoError(t, err)
 	var errTTFT, errTPOT []float64
 	x.reps[0].rt.OnObserved(func(_ *router.Decision, p router.Prediction) {

@@ -157,14 +157,8 @@ func hotspotConfig() Config {
 
 func TestLoadReportsDeterministic(t *testing.T) {
 	t.Parallel()
-	run := func() (*Result, string) {
-		cfg := hotspotConfig()
-		var log bytes.Buffer
-		cfg.DecisionLog = &log
-		return mustRun(t, cfg), log.String()
-	}
-	a, logA := run()
-	b, logB := run()
+	a, logA := runLogged(t, hotspotConfig())
+	b, logB := runLogged(t, hotspotConfig())
 	assert.Equal(t, encode(t, a), encode(t, b), "same seed, same results")
 	assert.Equal(t, logA, logB, "same seed, same decisions")
 	assert.Equal(t, a.Stats.Loads, b.Stats.Loads)
