@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"runtime"
@@ -99,20 +100,63 @@ func fitResidual(r Result) (float64, bool) {
 // runAll runs sets with gpus (nil: the built-in GPUs) in parallel on all cores, each run
 // deterministic, and returns their reports in the order given.
 func runAll(sets []Set, gpus map[string]engine.GPU) []SetReport {
-	out := make([]SetReport, len(sets))
+	jobs := make([]runJob, len(sets))
+	for i, s := range sets {
+		jobs[i] = runJob{s, gpus}
+	}
+	return runJobs(jobs)
+}
+
+// runJob is one set run with a GPU table.
+type runJob struct {
+	set  Set
+	gpus map[string]engine.GPU
+}
+
+// runJobs runs jobs in parallel on all cores and returns their reports in the order given.
+func runJobs(jobs []runJob) []SetReport {
+	out := make([]SetReport, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-	for i := range sets {
+	for i := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out[i] = RunSetWith(sets[i], gpus)
+			out[i] = RunSetWith(jobs[i].set, jobs[i].gpus)
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// setProfiles is what a set's run takes from its GPU: the profiles of every server of every
+// level (engine.BuildServer), as JSON. Two GPU tables that give a set the same profiles give it
+// the same results, so the fit need not run it for a constant that does not reach them.
+func setProfiles(s Set, g engine.GPU) string {
+	model, err := resolveModel(s)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, lv := range s.Levels {
+		var discard []string
+		ls := levelSetup(s, lv)
+		if isServing(lv) {
+			ls.ServerArgs = pickVariant(ls.ServerArgs, offline(lv)).(map[string]any)
+		}
+		svs, err := serversFor(ls, levelCard(ls, lv, model, &discard), g, "", &discard)
+		if err != nil {
+			b.WriteString(err.Error())
+			continue
+		}
+		for _, sv := range svs {
+			j, _ := json.Marshal(sv.profile)
+			b.Write(j)
+		}
+	}
+	return b.String()
 }
 
 // gpuGroup is the sets run on one GPU and the constants the fit chooses for it.
@@ -123,6 +167,9 @@ type gpuGroup struct {
 	x0     []float64 // ln of the current values (where the search starts)
 	start  []Result  // the sets' results at x0 when already run (Fit's first run), else nil
 	prior  []float64 // ln of where the prior pulls (FitField.prior)
+	// reaches[j][i]: field j changes set i's profiles (setProfiles), so its results; a set a
+	// field does not reach has a zero derivative in it and is not run for it.
+	reaches [][]bool
 }
 
 // Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
@@ -204,14 +251,31 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	return rep, nil
 }
 
-// init chooses the group's constants: the FitFields named by fields (none: all) its GPU has.
+// init chooses the group's constants: the FitFields named by fields (none: all) its GPU has
+// and that reach at least one of its sets (a constant no set sees stays as it is).
 func (grp *gpuGroup) init(fields []string) {
+	base := make([]string, len(grp.sets))
+	for i, s := range grp.sets {
+		base[i] = setProfiles(s, grp.gpu)
+	}
 	for _, f := range FitFields {
 		v := f.get(grp.gpu)
 		if v <= 0 || len(fields) > 0 && !slices.Contains(fields, f.Name) {
 			continue
 		}
+		g := grp.gpu
+		f.set(&g, v*math.Exp(jacobianStep))
+		reach := make([]bool, len(grp.sets))
+		any := false
+		for i, s := range grp.sets {
+			reach[i] = setProfiles(s, g) != base[i]
+			any = any || reach[i]
+		}
+		if !any {
+			continue
+		}
 		grp.fields = append(grp.fields, f)
+		grp.reaches = append(grp.reaches, reach)
 		grp.x0 = append(grp.x0, math.Log(v))
 		p := v
 		if f.prior != nil {
@@ -270,20 +334,44 @@ func cost(res []float64) float64 {
 	return c
 }
 
-// jacobian is the forward-difference Jacobian of the residuals at x (rows of res), and the
-// runs it took.
-func (grp *gpuGroup) jacobian(x []float64, res []float64) *mat.Dense {
-	const h = 0.03
+// jacobianStep is the forward-difference step in the constants' logarithms (3 %).
+const jacobianStep = 0.03
+
+// jacobian is the forward-difference Jacobian of the residuals at x (rows of res; rs the
+// results there, in the group's set order): every column's runs at once, each column running
+// only the sets its constant reaches (the others' rows are zero).
+func (grp *gpuGroup) jacobian(x []float64, rs []Result, res []float64) *mat.Dense {
 	J := mat.NewDense(len(res), len(x), nil)
+	var jobs []runJob
+	type cell struct{ col, set int }
+	var cells []cell
 	for j := range x {
 		xp := slices.Clone(x)
-		xp[j] += h
-		rp := grp.residuals(grp.eval(xp), xp)
-		for i := range res {
-			if d := (rp[i] - res[i]) / h; !math.IsNaN(d) {
-				J.Set(i, j, d)
+		xp[j] += jacobianStep
+		g := grp.apply(xp)
+		for i, s := range grp.sets {
+			if grp.reaches[j][i] {
+				jobs = append(jobs, runJob{s, map[string]engine.GPU{g.Name: g}})
+				cells = append(cells, cell{j, i})
 			}
 		}
+	}
+	reps := runJobs(jobs)
+	rows := map[string]int{} // each set's first row in rs
+	for i := len(rs) - 1; i >= 0; i-- {
+		rows[rs[i].Set] = i
+	}
+	for k, c := range cells {
+		for n, r := range reps[k].Results {
+			i := rows[grp.sets[c.set].Name] + n
+			v, ok := fitResidual(r)
+			if d := (v - res[i]) / jacobianStep; ok && !math.IsNaN(d) {
+				J.Set(i, c.col, d)
+			}
+		}
+	}
+	for j := range x { // the prior's rows: (x − prior)/width
+		J.Set(len(rs)+j, j, 1/FitPriorWidth)
 	}
 	return J
 }
@@ -320,6 +408,9 @@ func step(J *mat.Dense, res []float64, keep func(i int) bool, lambda float64) ([
 func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map[string][]Result, error) {
 	const maxIter = 6
 	x := slices.Clone(grp.x0)
+	if len(x) == 0 { // no constant reaches the group's sets: nothing to fit, nothing to run
+		return x, 0, nil, nil
+	}
 	rs, evals := grp.start, 0 // the built-in constants' run, done once for every set
 	if rs == nil {
 		rs, evals = grp.eval(x), 1
@@ -328,7 +419,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 	c := cost(res)
 	lambda := 1e-2
 	for it := 0; it < maxIter; it++ {
-		J := grp.jacobian(x, res)
+		J := grp.jacobian(x, rs, res)
 		evals += len(x)
 		accepted, converged := false, false
 		for try := 0; try < 4 && !accepted; try++ {
@@ -362,7 +453,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 	if !cross {
 		return x, evals, nil, nil
 	}
-	J := grp.jacobian(x, res)
+	J := grp.jacobian(x, rs, res)
 	evals += len(x)
 	out := map[string][]Result{}
 	for _, s := range grp.sets {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
@@ -53,6 +54,47 @@ func TestFitRecoversAKnownEfficiency(t *testing.T) {
 		v := math.Exp(x[i])
 		assert.True(t, v >= f.Lo-1e-12 && v <= f.Hi+1e-12, "%s %g within [%g, %g]", f.Name, v, f.Lo, f.Hi)
 	}
+}
+
+// The fit runs a set for a constant only when the constant reaches the set's profiles: on
+// H100 the low-precision and prefill expert-read shares do not reach a dense BF16 set, the
+// compute share does, and the Jacobian that skips the unreached runs equals the one that runs
+// everything; a group no constant reaches fits nothing and runs nothing.
+func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
+	skipUnderRace(t)
+	sets, err := Embedded()
+	require.NoError(t, err)
+	pick := map[string]Set{}
+	for _, s := range sets {
+		pick[s.Name] = s
+	}
+	dense, moe := pick["llama31-8b-h100-random8k-pr1060"], pick["deepseek-v3-h100-pd-ep-96gpu"]
+	require.NotEmpty(t, dense.Name)
+	require.NotEmpty(t, moe.Name)
+	grp := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense, moe}}
+	grp.init(nil)
+	reach := map[string][]bool{}
+	for j, f := range grp.fields {
+		reach[f.Name] = grp.reaches[j]
+	}
+	assert.Equal(t, []bool{true, true}, reach["ComputeEfficiency"])
+	assert.Equal(t, []bool{false, true}, reach["LowPrecisionEfficiency"])
+	assert.Equal(t, []bool{false, true}, reach["PrefillExpertEfficiency"])
+	rs := grp.eval(grp.x0)
+	res := grp.residuals(rs, grp.x0)
+	skipping := grp.jacobian(grp.x0, rs, res)
+	for j := range grp.reaches {
+		grp.reaches[j] = []bool{true, true}
+	}
+	assert.True(t, mat.Equal(skipping, grp.jacobian(grp.x0, rs, res)), "skipped runs are zero columns")
+
+	alone := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense}}
+	alone.init([]string{"PrefillExpertEfficiency"})
+	assert.Empty(t, alone.fields)
+	x, evals, _, err := alone.fit(true, nil)
+	require.NoError(t, err)
+	assert.Empty(t, x)
+	assert.Zero(t, evals)
 }
 
 // Issue 40's headline, kept by make test (NORACE_TESTS): fitted by code to the embedded and
