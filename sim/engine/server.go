@@ -207,7 +207,7 @@ func (s *Server) Submit(now time.Time, req Req) {
 		}
 		s.setQueue(r, QueueWaiting)
 		if !r.arriving {
-			r.rk.waiting.push(r)
+			s.enqueue(r, now)
 		}
 	case RolePrefill:
 		if _, ok := s.early[r.room]; ok {
@@ -285,8 +285,7 @@ func (s *Server) handshake(r *request, now time.Time) {
 	}
 	s.setQueue(r, QueueWaiting)
 	if !r.arriving { // else the tArrive timer queues it
-		r.rk.waiting.push(r)
-		s.setKick(now)
+		s.enqueue(r, now)
 	}
 }
 

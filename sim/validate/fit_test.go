@@ -101,9 +101,9 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 // held-out sets (but the two single-GPU gpt-oss ones, whose error is the KV pool), the
 // prefill expert-read share comes out where the built-in GPUs have it (they are the fit), the
 // embedded suite keeps its bands, and the held-out sets' cross-validated (leave-one-set-out)
-// median error and TTFT ratio stay within their bounds: 16.3 % and ×1.03 when written (21.3 %
+// median error and TTFT ratio stay within their bounds: 15.3 % and ×1.03 when written (21.3 %
 // and ×0.99 before the dstack sets' published output totals and the overlap scheduler's hidden
-// step time).
+// step time and held arrivals).
 func TestHeldOutCrossValidated(t *testing.T) {
 	skipUnderRace(t)
 	sets, err := Embedded()
@@ -129,6 +129,6 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	m := Medians(rep.Cross, held)
 	t.Logf("held out, cross-validated: median |error| %.1f %%, TTFT %.1f %% (ratio %.2f), TPOT/ITL %.1f %%, throughput %.1f %%, E2E %.1f %%",
 		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
-	assert.LessOrEqual(t, m.All, 0.175, "cross-validated median |error| over the held-out sets")
+	assert.LessOrEqual(t, m.All, 0.165, "cross-validated median |error| over the held-out sets")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
 }
