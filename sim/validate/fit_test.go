@@ -20,15 +20,7 @@ import (
 // which the set hardly sees, stay near their start.
 func TestFitRecoversAKnownEfficiency(t *testing.T) {
 	skipUnderRace(t)
-	sets, err := Embedded()
-	require.NoError(t, err)
-	var set Set
-	for _, s := range sets {
-		if s.Name == "llama31-8b-h100-random8k-pr1060" {
-			set = s
-		}
-	}
-	require.NotEmpty(t, set.Name)
+	set := embeddedSet(t, "llama31-8b-h100-random8k-pr1060")
 	g := engine.H100SXM
 	g.ComputeEfficiency = 0.3
 	grp := &gpuGroup{gpu: g, sets: []Set{set}}
@@ -62,15 +54,7 @@ func TestFitRecoversAKnownEfficiency(t *testing.T) {
 // everything; a group no constant reaches fits nothing and runs nothing.
 func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	skipUnderRace(t)
-	sets, err := Embedded()
-	require.NoError(t, err)
-	pick := map[string]Set{}
-	for _, s := range sets {
-		pick[s.Name] = s
-	}
-	dense, moe := pick["llama31-8b-h100-random8k-pr1060"], pick["deepseek-v3-h100-pd-ep-96gpu"]
-	require.NotEmpty(t, dense.Name)
-	require.NotEmpty(t, moe.Name)
+	dense, moe := embeddedSet(t, "llama31-8b-h100-random8k-pr1060"), embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")
 	grp := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense, moe}}
 	grp.init(nil)
 	reach := map[string][]bool{}
@@ -95,6 +79,16 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, x)
 	assert.Zero(t, evals)
+}
+
+// embeddedSet is the embedded set called name.
+func embeddedSet(t *testing.T, name string) Set {
+	t.Helper()
+	sets, err := Embedded()
+	require.NoError(t, err)
+	i := slices.IndexFunc(sets, func(s Set) bool { return s.Name == name })
+	require.GreaterOrEqual(t, i, 0, name)
+	return sets[i]
 }
 
 // Issue 40's headline, kept by make test (NORACE_TESTS): fitted by code to the embedded and
