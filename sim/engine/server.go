@@ -451,10 +451,12 @@ func (s *Server) pendingPrefill(rk *rank) (uncached, pending int) {
 		}
 		return 0, pending
 	}
-	for _, r := range rk.waiting.items[rk.waiting.head:] {
-		if !r.done && r.queue == QueueWaiting {
-			uncached += max(r.target-r.matched, 0)
-			pending += r.target
+	for _, q := range []*fifo{&rk.waiting, &rk.staged} { // staged: held for a batch by the overlap scheduler, queued all the same
+		for _, r := range q.items[q.head:] {
+			if !r.done && r.queue == QueueWaiting {
+				uncached += max(r.target-r.matched, 0)
+				pending += r.target
+			}
 		}
 	}
 	uncached += rk.bootTok
