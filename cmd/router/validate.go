@@ -84,7 +84,7 @@ func newSimValidateCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
 	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (--fit-fields) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
-	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead, PrefillExpertEfficiency")
+	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead, PrefillExpertEfficiency, PrefillExpertEfficiencyBF16")
 	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out, one Gauss-Newton step from the full fit) and print those errors too (implies --fit)")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -208,10 +209,11 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 	return Profile{
 		Name:            name,
 		A0:              g.PrefillOverhead + commFixed,
-		PrefillM0:       (c.attnBytes+c.otherBytes)/(af*r.bw) + c.routedBytes/(af*g.prefillExpertBW()),
+		PrefillM0:       (c.attnBytes+c.otherBytes)/(af*r.bw) + c.routedBytes/(af*g.prefillExpertBW(m)),
 		A1:              lin + commTok,
 		A2:              m.attnPairFLOPs(true) / (af * r.attn),
-		B0:              g.DecodeOverhead + commFixed + float64(m.MoELayers)*g.MoELayerOverhead,
+		B0:              commFixed + float64(m.MoELayers)*g.MoELayerOverhead,
+		DecodeHost:      g.DecodeOverhead,
 		B1:              commTok + c.swaKVPerRequest/(af*r.bw),
 		M0:              (c.attnBytes + c.otherBytes) / (af * r.bw),
 		ExpertM0:        c.routedBytes / (af * r.bw),
@@ -274,8 +276,8 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		ExpertM0: c.routedBytes / (nf * r.bw),
 		FFNC1:    imb * sharedLin / (nf * sharedRate),
 	}
-	if g.PrefillExpertEfficiency > 0 {
-		d.PrefillExpertM0 = c.routedBytes / (nf * g.prefillExpertBW())
+	if g.PrefillExpertEfficiency > 0 || g.PrefillExpertEfficiencyBF16 > 0 {
+		d.PrefillExpertM0 = c.routedBytes / (nf * g.prefillExpertBW(m))
 	}
 	// Offloaded experts cross the host link every forward pass; the copies run on a side
 	// stream ahead of their layers, overlapping the step's compute (DPAttnSplit.OffloadCopy).
@@ -333,7 +335,8 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		PrefillM0:       rankBytes / (af * r.bw),
 		A1:              attnLin + commTok + sharedLin/(af*sharedRate), // the rank alone holding everything (runs without --dp-attention)
 		A2:              m.attnPairFLOPs(true) / (af * r.attn),
-		B0:              g.DecodeOverhead + commFixed + float64(m.MoELayers)*g.MoELayerOverhead,
+		B0:              commFixed + float64(m.MoELayers)*g.MoELayerOverhead,
+		DecodeHost:      g.DecodeOverhead,
 		B1:              commTok + c.swaKVPerRequest/(af*r.bw),
 		M0:              (rankBytes + sharedBytes) / (af * r.bw),
 		ExpertM0:        c.routedBytes / (af * r.bw),
@@ -728,7 +731,7 @@ type GPU struct {
 	MemoryEfficiency       float64 // achieved share of HBMBandwidth in decode, (0,1]
 	MemFractionStatic      float64 // share of HBM SGLang gives to weights + KV (mem_fraction_static), (0,1]
 	PrefillOverhead        float64 // seconds per prefill step beyond the roofline (scheduler, launches)
-	DecodeOverhead         float64 // seconds per decode step beyond the roofline (scheduler, sampling)
+	DecodeOverhead         float64 // the scheduler's CPU seconds per decode step (Profile.DecodeHost: hidden behind the GPU's step by the overlap scheduler)
 	// MoELayerOverhead is the extra fixed time per MoE layer of a decode step (routing, expert
 	// dispatch and combine kernels), seconds.
 	MoELayerOverhead float64
@@ -738,7 +741,13 @@ type GPU struct {
 	// weights in tiles sized for large batches. Fitted by code where held-out runs pin it
 	// (B200, H200, H20: the TTFT of large MoE models at small batch, docs/validation.md); as
 	// much a stand-in for the small-batch MoE prefill's other fixed costs as a bandwidth.
-	PrefillExpertEfficiency float64
+	// It applies to experts whose GEMMs run at FP8 or FP4 (block-FP8 DeepSeek and Kimi);
+	// PrefillExpertEfficiencyBF16 to those computed at 16 bits (BF16 weights, or MXFP4 weights
+	// dequantized: gpt-oss, Qwen3-MoE), another kernel family (SGLang's fused_moe_triton with
+	// block-FP8 scales against triton_kernels' MXFP4 matmul_ogs or the BF16 fused_moe), whose
+	// small-batch prefill the held-out sets put ~2.5× apart on the same GPU.
+	PrefillExpertEfficiency     float64
+	PrefillExpertEfficiencyBF16 float64
 	// AllReduceLatency is the latency of one small tensor-parallel all-reduce (or all-gather)
 	// among the GPUs of a node, seconds; EPNormalLatency and EPLowLatency that of one DeepEP
 	// dispatch or combine in normal and low-latency mode.
@@ -764,12 +773,15 @@ func (g GPU) rate(p Precision) float64 {
 	return g.PeakFLOPS * g.ComputeEfficiency
 }
 
-// prefillExpertBW is the HBM bytes/s a prefill step reads routed experts at.
-func (g GPU) prefillExpertBW() float64 {
-	if g.PrefillExpertEfficiency > 0 {
-		return g.HBMBandwidth * g.PrefillExpertEfficiency
+// prefillExpertBW is the HBM bytes/s a prefill step reads m's routed experts at: the share
+// of their GEMMs' format (PrefillExpertEfficiency for FP8/FP4 experts,
+// PrefillExpertEfficiencyBF16 for experts computed at 16 bits), else the decode share.
+func (g GPU) prefillExpertBW(m ModelCard) float64 {
+	eff := g.PrefillExpertEfficiency
+	if p := m.expertGEMM(); p != PrecisionFP8 && p != PrecisionFP4 {
+		eff = g.PrefillExpertEfficiencyBF16
 	}
-	return g.HBMBandwidth * g.MemoryEfficiency
+	return g.HBMBandwidth * cmp.Or(eff, g.MemoryEfficiency)
 }
 
 func (g GPU) check(name string) error {
@@ -954,14 +966,14 @@ var (
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.047} // fitted (docs/validation.md, TestHeldOutCrossValidated): router sim validate --fit-fields PrefillExpertEfficiency on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 sets, mostly DeepSeek-R1/V3
+		PrefillExpertEfficiency: 0.061, PrefillExpertEfficiencyBF16: 0.145} // fitted (docs/validation.md, TestHeldOutCrossValidated): router sim validate --cross --fit-fields PrefillExpertEfficiency,PrefillExpertEfficiencyBF16 on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 sets, DeepSeek-R1/V3 (FP8 share) and the dstack gpt-oss PD sets (BF16 share)
 	// H20: H20 96 GB: 148 TFLOP/s BF16 and 296 FP8 dense, 4.0 TB/s HBM3, NVLink 900 GB/s
 	// bidirectional. Efficiencies as H100's (assumed).
 	H20 = GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.12} // fitted likewise: 7 sets (Qwen3-30B-A3B batch 1, DeepSeek-V3 TP8)
+		PrefillExpertEfficiency: 0.146} // fitted likewise: 7 sets (DeepSeek-V3 TP8 for this share; Qwen3-30B-A3B batch 1 leaves the BF16 share at the decode share)
 	// A10: A10 24 GB (PCIe): 125 TFLOP/s FP16 dense, no FP8, 600 GB/s GDDR6, no NVLink: PCIe
 	// Gen4 x16 (~32 GB/s per direction) between GPUs. Memory efficiency as A100's (assumed).
 	A10 = GPU{Name: "a10", PeakFLOPS: 125e12, HBMBandwidth: 600e9, MemoryBytes: 24e9,
@@ -973,7 +985,7 @@ var (
 		// estimate; the end-to-end fit is `router sim validate`'s.
 		ComputeEfficiency: 0.7, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6,
-		AllReduceLatency: 25e-6, // qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms ≈ 2.9 weights + 1.9 overhead + ~1 KV + 56 all-reduces
+		AllReduceLatency: 60e-6, // qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms ≈ 2.9 weights + ~1 KV + 56 all-reduces over PCIe (25 µs until the overlap scheduler hid DecodeOverhead: Profile.DecodeHost)
 		EPNormalLatency:  60e-6, EPLowLatency: 15e-6}
 	// B200: HGX B200 180 GB: 2.25 PFLOP/s BF16, 4.5 FP8, 9 FP4 dense, 7.7–8 TB/s HBM3e, NVLink 5
 	// 1.8 TB/s bidirectional (8 per node), 400 Gb/s NIC. Compute efficiencies as GB200's (the same
@@ -984,7 +996,7 @@ var (
 		NVLinkBandwidth: 900e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.09} // fitted likewise: 6 sets (DeepSeek-R1, Kimi-K2, gpt-oss at TP8, c1 to c100)
+		PrefillExpertEfficiency: 0.085, PrefillExpertEfficiencyBF16: 0.2} // fitted likewise: 6 sets (DeepSeek-R1 and Kimi-K2: FP8; gpt-oss at TP8: BF16, weakly pinned)
 	// GB200: GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, 2.5 PFLOP/s BF16, 5 FP8, 10 FP4 dense,
 	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. ComputeEfficiency 0.32 and
 	// LowPrecisionEfficiency 0.29 from the GB200 decode sets, compute-bound at 931–1408 requests

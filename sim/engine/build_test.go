@@ -69,8 +69,9 @@ func TestBuildTensorParallel(t *testing.T) {
 	p4, err := Build("x", Llama3Dense70B, H100SXM, Parallelism{TP: 4})
 	require.NoError(t, err)
 	g := H100SXM
-	// 160 all-reduces of latency each per step.
-	assert.InDelta(t, g.DecodeOverhead+160*g.AllReduceLatency, p4.B0, 1e-12)
+	// 160 all-reduces of latency each per step on the GPU; the scheduler's CPU time beside it.
+	assert.InDelta(t, 160*g.AllReduceLatency, p4.B0, 1e-12)
+	assert.Equal(t, g.DecodeOverhead, p4.DecodeHost)
 	// Per token: 160 × ring volume 2·(3/4)·8192·2 bytes over NVLink at CollectiveEfficiency.
 	comm := 160 * 2 * 0.75 * 8192 * 2 / (g.NVLinkBandwidth * CollectiveEfficiency)
 	assert.InDelta(t, comm, p4.B1, 1e-15)
@@ -211,4 +212,23 @@ func TestCombineOverlapAndOffloadCopy(t *testing.T) {
 	assert.Equal(t, time.Duration(5e6), p.SharedTime(1000))
 	d.OffloadCopy = 0.009
 	assert.Equal(t, time.Duration(8e6), p.SharedTime(1000))
+}
+
+// A prefill step reads the routed experts at the share of their GEMMs' format: block-FP8
+// experts (DeepSeek-V3) at PrefillExpertEfficiency, experts computed at 16 bits (gpt-oss's
+// MXFP4, dequantized) at PrefillExpertEfficiencyBF16, either at the decode share when unset.
+func TestPrefillExpertShareByFormat(t *testing.T) {
+	t.Parallel()
+	g := B200
+	g.PrefillExpertEfficiency, g.PrefillExpertEfficiencyBF16 = 0.1, 0.4
+	routed := func(m ModelCard, g GPU) float64 { // PrefillM0 less the other weights' read
+		p, err := Build("x", m, g, Parallelism{TP: 8})
+		require.NoError(t, err)
+		return p.PrefillM0 - p.M0
+	}
+	bw := g.HBMBandwidth
+	assert.InEpsilon(t, DeepSeekV3.RoutedParams*DeepSeekV3.expertBytes()/(8*bw*0.1), routed(DeepSeekV3, g), 1e-9)
+	assert.InEpsilon(t, GPTOSS120B.RoutedParams*GPTOSS120B.expertBytes()/(8*bw*0.4), routed(GPTOSS120B, g), 1e-9)
+	g.PrefillExpertEfficiency, g.PrefillExpertEfficiencyBF16 = 0, 0
+	assert.InEpsilon(t, GPTOSS120B.RoutedParams*GPTOSS120B.expertBytes()/(8*bw*g.MemoryEfficiency), routed(GPTOSS120B, g), 1e-9)
 }

@@ -466,6 +466,7 @@ func (s *Server) decodeStepTime(batch, context int) (time.Duration, int) {
 	if eager > 0 {
 		d += seconds(eager)
 	}
+	d = s.cfg.Profile.withHost(d, !s.cfg.DisableOverlap)
 	if s.cfg.DisableOverlap {
 		d += seconds(NoOverlapHostPerRequest * float64(batch))
 	}

@@ -111,12 +111,16 @@ func TestFittedDenseCoefficients(t *testing.T) {
 	tput := 8192 / h.PrefillTime(8192, 8192*8192/3).Seconds()
 	t.Logf("8B H100 prefill %.0f tok/s, published 27670 (×%.2f)", tput, tput/27670)
 	assert.InEpsilon(t, 27670, tput, 0.05)
-	// llama31-8b-a100-sharegpt-v030: median ITL 11.93 ms at 4 req/s (~6 running, ~400 tokens).
+	// llama31-8b-a100-sharegpt-v030: median ITL 11.93 ms at 4 req/s (~6 running, ~400 tokens),
+	// SGLang v0.3.0, before the overlap scheduler: the scheduler's CPU time adds to the step.
+	noOverlap := func(p Profile, batch, context int) float64 {
+		return p.withHost(p.verifyTime(batch, 1, context), false).Seconds()
+	}
 	a := preset(t, "llama3-8b-a100")
-	assert.InEpsilon(t, 11.93e-3, a.DecodeTime(6, 6*400).Seconds(), 0.05)
-	// llama31-70b-h100-tp4-sharegpt-v030: median ITL 21.67 ms at 4 req/s (~12 running).
+	assert.InEpsilon(t, 11.93e-3, noOverlap(a, 6, 6*400), 0.05)
+	// llama31-70b-h100-tp4-sharegpt-v030: median ITL 21.67 ms at 4 req/s (~12 running), v0.3.0.
 	q := preset(t, "llama3-70b-h100-tp4")
-	assert.InEpsilon(t, 21.67e-3, q.DecodeTime(12, 12*400).Seconds(), 0.05)
+	assert.InEpsilon(t, 21.67e-3, noOverlap(q, 12, 12*400), 0.05)
 	// qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms, ~4 running of ~8,400 tokens.
 	w := preset(t, "qwen2.5-7b-gptq-a10-tp4")
 	assert.InEpsilon(t, 7.23e-3, w.DecodeTime(4, 4*8400).Seconds(), 0.05)

@@ -137,8 +137,7 @@ func (s *Server) fire(tm timer, t time.Time) {
 	case tArrive:
 		r.arriving = false
 		if r.queue == QueueWaiting { // unified, or prefill after its Handshake
-			r.rk.waiting.push(r)
-			s.setKick(t)
+			s.enqueue(r, t)
 		}
 	}
 }
@@ -183,6 +182,9 @@ func (s *Server) schedule(t time.Time) {
 				prefill = prefill || rk.stepKind == stepPrefill
 			}
 		}
+		for _, rk := range s.ranks {
+			s.releaseStaged(rk, t, any)
+		}
 		if any {
 			switch {
 			case s.split() && prefill: // the gathered tokens include a prefill chunk
@@ -199,10 +201,49 @@ func (s *Server) schedule(t time.Time) {
 	}
 	for _, rk := range s.ranks {
 		if rk.stepKind == stepNone {
-			if d, ok := s.formStep(rk, t); ok {
+			d, ok := s.formStep(rk, t)
+			if ok {
 				rk.stepEnd = t.Add(d)
 			}
+			s.releaseStaged(rk, t, ok)
 		}
+	}
+}
+
+// enqueue puts a request that reached the scheduler into its rank's prefill queue. Under
+// SGLang's overlap scheduler (scheduler.py event_loop_overlap) the next batch is formed from
+// what the scheduler has received when the step in flight starts, while it runs; a request
+// that arrives during a step therefore misses the batch that follows it and joins the one
+// after. Here a batch is formed when the step before it ends, so a request that arrives while
+// its rank steps waits in staged until that next batch is formed (releaseStaged); an idle rank takes
+// it at once. Without the overlap scheduler (Config.DisableOverlap) the batch is formed after
+// the step, from everything received by then.
+func (s *Server) enqueue(r *request, t time.Time) {
+	rk := r.rk
+	busy := rk.stepKind != stepNone && t.Before(rk.stepEnd) // arriving as the step ends: in time for the batch formed then
+	if s.cfg.DPAttention {
+		busy = s.stepping && t.Before(s.stepEnd)
+	}
+	if busy && !s.cfg.DisableOverlap {
+		rk.staged.push(r)
+		return
+	}
+	rk.waiting.push(r)
+	s.setKick(t)
+}
+
+// releaseStaged moves rk's staged requests into its prefill queue once a batch has been formed
+// (formed) or none could be (the rank idles: the scheduler takes them at once).
+func (s *Server) releaseStaged(rk *rank, t time.Time, formed bool) {
+	if rk.staged.peek() == nil {
+		return
+	}
+	for r := rk.staged.peek(); r != nil; r = rk.staged.peek() {
+		rk.staged.pop()
+		rk.waiting.push(r)
+	}
+	if !formed {
+		s.setKick(t)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 //
 //	prefill step = A0 + max(PrefillM0, A1·Σ new_tokens) + A2·Σ(new_tokens·context)
 //	decode step  = B0 + B1·batch + B2·Σ context + max(M0 + E(batch) + M2·Σ context, C1·batch + C2·Σ context)
+//	               then the longer of that and DecodeHost (the overlap scheduler), or their sum without it
 //	KV transfer  = T0 + PDOverhead + tokens·KVBytesPerToken / link bandwidth
 //
 // where a prefill chunk's context is its mean position — the tokens before it (cached prefix and
@@ -43,13 +44,20 @@ type Profile struct {
 	// bound by the larger of that and their FLOPs (A1), so a short prompt costs the weights
 	// read, a long one its FLOPs. 0 in older profiles (A0 + A1·new).
 	PrefillM0 float64 `json:"prefill_m0,omitempty" yaml:"prefill_m0,omitempty"`
-	B0        float64 `json:"b0" yaml:"b0"` // decode: fixed seconds per step (scheduler, launches, sampling)
-	B1        float64 `json:"b1" yaml:"b1"` // decode, additive form: seconds per request in the batch
-	B2        float64 `json:"b2" yaml:"b2"` // decode, additive form: seconds per context token in the batch
-	M0        float64 `json:"m0" yaml:"m0"` // decode, memory-bound: seconds to read the weights once
-	M2        float64 `json:"m2" yaml:"m2"` // decode, memory-bound: seconds per context token (its KV read)
-	C1        float64 `json:"c1" yaml:"c1"` // decode, compute-bound: seconds per request (2·active params FLOPs)
-	C2        float64 `json:"c2" yaml:"c2"` // decode, compute-bound: seconds per context token (attention FLOPs)
+	B0        float64 `json:"b0" yaml:"b0"` // decode: fixed seconds per step on the GPU (launches, collectives' latency; older profiles: the scheduler too)
+	// DecodeHost is the scheduler's CPU seconds per decode step (forming the batch, processing
+	// the last step's tokens: scheduler.py around the forward). SGLang's overlap scheduler
+	// (event_loop_overlap, the default since v0.4) does that work while the GPU runs the
+	// previous step, so a step takes the longer of the two; without it
+	// (Config.DisableOverlap) the GPU waits for it and the two add. 0 in older profiles,
+	// whose B0 holds it.
+	DecodeHost float64 `json:"decode_host,omitempty" yaml:"decode_host,omitempty"`
+	B1         float64 `json:"b1" yaml:"b1"` // decode, additive form: seconds per request in the batch
+	B2         float64 `json:"b2" yaml:"b2"` // decode, additive form: seconds per context token in the batch
+	M0         float64 `json:"m0" yaml:"m0"` // decode, memory-bound: seconds to read the weights once
+	M2         float64 `json:"m2" yaml:"m2"` // decode, memory-bound: seconds per context token (its KV read)
+	C1         float64 `json:"c1" yaml:"c1"` // decode, compute-bound: seconds per request (2·active params FLOPs)
+	C2         float64 `json:"c2" yaml:"c2"` // decode, compute-bound: seconds per context token (attention FLOPs)
 	// ExpertM0 is, for MoE models, the seconds to read every routed expert once; a decode step
 	// reads only the experts its batch routes to, Experts·(1 − (1 − TopK/Experts)^batch) of
 	// them in expectation (uniform routing), so ExpertM0·that share joins M0. M0 then holds
@@ -184,9 +192,20 @@ func (p Profile) PrefillTime(newTokens int, newTimesContext float64) time.Durati
 }
 
 // DecodeTime is the duration of one decode step over batch requests whose contexts sum to
-// context tokens, without speedup.
+// context tokens, without speedup, with the overlap scheduler (DecodeHost hidden behind the
+// GPU's step).
 func (p Profile) DecodeTime(batch, context int) time.Duration {
-	return p.verifyTime(batch, 1, context)
+	return p.withHost(p.verifyTime(batch, 1, context), true)
+}
+
+// withHost is a decode step of GPU time d with the scheduler's CPU time (DecodeHost): the
+// longer of the two with the overlap scheduler, their sum without it.
+func (p Profile) withHost(d time.Duration, overlap bool) time.Duration {
+	h := seconds(p.DecodeHost)
+	if overlap {
+		return max(d, h)
+	}
+	return d + h
 }
 
 // expertRead is the time to read the routed experts a batch of n tokens hits, of m for all.
@@ -285,6 +304,9 @@ func (p Profile) String() string {
 		return fmt.Sprintf("%s ttft=%s itl=%s (load-independent)", p.Name, p.TTFT, p.ITL)
 	}
 	s := fmt.Sprintf("%s a0=%.4gs a1=%.4gs/tok a2=%.4gs/tok² b0=%.4gs", p.Name, p.A0, p.A1, p.A2, p.B0)
+	if p.DecodeHost != 0 {
+		s += fmt.Sprintf(" decode_host=%.4gs", p.DecodeHost)
+	}
 	if p.PrefillM0 != 0 {
 		s += fmt.Sprintf(" prefill_m0=%.4gs", p.PrefillM0)
 	}

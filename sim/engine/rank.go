@@ -15,6 +15,7 @@ type rank struct {
 	private  int    // KV tokens held by requests outside the tree: invariant cache.size + private ≤ capacity
 
 	waiting   fifo       // prefill queue (prefill, unified) or admission queue (decode)
+	staged    fifo       // prefill queue: reached the scheduler during the step in flight (Server.enqueue)
 	prealloc  fifo       // decode: waiting for a KV reservation
 	retracted fifo       // decode: retracted from the running batch, waiting for KV again (FIFO)
 	running   []*request // decode batch (decode, unified), in admission order

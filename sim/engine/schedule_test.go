@@ -71,16 +71,21 @@ func TestInBatchPrefixSharing(t *testing.T) {
 }
 
 // The overlap scheduler's lag: a batch's prompts become matchable only after the next batch
-// has been formed. A request arriving while its prefix is being computed joins the next batch
-// and (fcfs: nothing holds it back) misses; with --disable-overlap-schedule it hits.
+// has been formed. With room 0 decoding throughout, room 1 arrives during one decode step and
+// room 2 during the next: under the overlap scheduler each waits a batch (Server.enqueue), so
+// room 2's batch is formed as room 1's prefill ends and (fcfs: nothing holds it back) misses
+// room 1's prompt; with --disable-overlap-schedule room 1 is prefilled at once and room 2 hits.
 func TestOverlapInsertionLag(t *testing.T) {
 	t.Parallel()
 	p := testProfile()
+	p0, step := p.PrefillTime(10, 50), p.DecodeTime(1, 11)
 	for _, disable := range []bool{false, true} {
 		s := newServer(t, Config{Role: RoleUnified, Profile: p, SchedulePolicy: PolicyFCFS, DisableOverlap: disable})
 		c := &cluster{t: t, single: s, check: true}
-		s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: sibling(1000), MaxNew: 2}) // keeps running after its prefill
-		c.runUntil(at(p.PrefillTime(80, 80*40) / 2))
+		s.Submit(at(0), Req{Room: 0, Rank: -1, Prompt: prompt(1_000_000, 10), MaxNew: 100})
+		c.runUntil(at(p0 + step/2))
+		s.Submit(c.now, Req{Room: 1, Rank: -1, Prompt: sibling(1000), MaxNew: 2}) // keeps running after its prefill
+		c.runUntil(at(p0 + 3*step/2))
 		s.Submit(c.now, Req{Room: 2, Rank: -1, Prompt: sibling(2000), MaxNew: 1})
 		c.runAll()
 		want := 0
@@ -89,6 +94,38 @@ func TestOverlapInsertionLag(t *testing.T) {
 		}
 		assert.Equal(t, want, c.finished(2).Usage.CachedTokens, "disable-overlap %v", disable)
 	}
+}
+
+// The overlap scheduler forms the next batch while a step runs, from what it has received
+// when the step starts: a prompt that arrives while a decode step runs misses the batch formed
+// for the step after it and is prefilled one decode step later than without the overlap
+// scheduler (whose steps are longer by the scheduler's per-request CPU time); on an idle rank
+// it is not held back.
+func TestOverlapSchedulerHoldsArrivalsForABatch(t *testing.T) {
+	t.Parallel()
+	p := testProfile()
+	first := func(disable, busy bool, arrive time.Duration) (prefilled time.Time, step time.Duration) {
+		s := newServer(t, Config{Role: RoleUnified, Profile: p, DisableOverlap: disable})
+		c := &cluster{t: t, single: s, check: true}
+		if busy {
+			s.Submit(at(0), Req{Room: 1, Rank: -1, Prompt: prompt(0, 10), MaxNew: 50}) // decodes throughout
+		}
+		c.runUntil(at(arrive))
+		s.Submit(c.now, Req{Room: 2, Rank: -1, Prompt: prompt(1_000_000, 100), MaxNew: 1})
+		c.runAll()
+		if toks := c.of(1, KindToken); len(toks) > 2 {
+			step = toks[2].At.Sub(toks[1].At)
+		}
+		return c.firstToken(2).At, step
+	}
+	mid := p.PrefillTime(10, 50) + p.DecodeTime(1, 11)/2 // inside room 1's first decode step
+	with, step := first(false, true, mid)
+	without, _ := first(true, true, mid)
+	assert.InDelta(t, float64(step), float64(with.Sub(without)), float64(NoOverlapHostPerRequest*float64(time.Second)),
+		"one decode step later under the overlap scheduler")
+	with, _ = first(false, false, mid)
+	without, _ = first(true, false, mid)
+	assert.Equal(t, without, with, "an idle rank takes it at once")
 }
 
 // lpm admits the longest cached prefix first; past LPMQueueLimit waiting requests it falls

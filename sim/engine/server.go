@@ -207,7 +207,7 @@ func (s *Server) Submit(now time.Time, req Req) {
 		}
 		s.setQueue(r, QueueWaiting)
 		if !r.arriving {
-			r.rk.waiting.push(r)
+			s.enqueue(r, now)
 		}
 	case RolePrefill:
 		if _, ok := s.early[r.room]; ok {
@@ -285,8 +285,7 @@ func (s *Server) handshake(r *request, now time.Time) {
 	}
 	s.setQueue(r, QueueWaiting)
 	if !r.arriving { // else the tArrive timer queues it
-		r.rk.waiting.push(r)
-		s.setKick(now)
+		s.enqueue(r, now)
 	}
 }
 
@@ -452,10 +451,12 @@ func (s *Server) pendingPrefill(rk *rank) (uncached, pending int) {
 		}
 		return 0, pending
 	}
-	for _, r := range rk.waiting.items[rk.waiting.head:] {
-		if !r.done && r.queue == QueueWaiting {
-			uncached += max(r.target-r.matched, 0)
-			pending += r.target
+	for _, q := range []*fifo{&rk.waiting, &rk.staged} { // staged: held for a batch by the overlap scheduler, queued all the same
+		for _, r := range q.items[q.head:] {
+			if !r.done && r.queue == QueueWaiting {
+				uncached += max(r.target-r.matched, 0)
+				pending += r.target
+			}
 		}
 	}
 	uncached += rk.bootTok

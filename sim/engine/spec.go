@@ -175,7 +175,7 @@ func buildDraft(m ModelCard, g GPU, par Parallelism, alg string) (*Profile, erro
 	if err != nil {
 		return nil, fmt.Errorf("engine: draft model: %w", err)
 	}
-	p.B0, p.B1, p.B2 = SpecDraftOverhead, 0, 0
+	p.B0, p.B1, p.B2, p.DecodeHost = SpecDraftOverhead, 0, 0, 0
 	p.DPAttn, p.HostOverhead, p.EagerOverhead = nil, 0, 0
 	return &p, nil
 }

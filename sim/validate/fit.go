@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"runtime"
@@ -47,6 +49,10 @@ var FitFields = []FitField{
 		return g.MemoryEfficiency
 	}, func(g *engine.GPU, v float64) { g.PrefillExpertEfficiency = v },
 		func(g engine.GPU) float64 { return g.MemoryEfficiency }}, // without the structure: the decode share
+	{"PrefillExpertEfficiencyBF16", 0.02, 0.95, func(g engine.GPU) float64 {
+		return cmp.Or(g.PrefillExpertEfficiencyBF16, g.MemoryEfficiency)
+	}, func(g *engine.GPU, v float64) { g.PrefillExpertEfficiencyBF16 = v },
+		func(g engine.GPU) float64 { return g.MemoryEfficiency }},
 }
 
 // FitPriorWidth is the prior's width in log space: a constant FitPriorWidth away (×1.5)
@@ -86,33 +92,88 @@ func (r FitReport) Fitted() map[string]engine.GPU {
 	return gpus
 }
 
-// fitResidual is one figure's residual: ln(sim ÷ published) over ln(1 + band), so a figure
-// at the edge of its band counts 1. ok is false for a figure the fit leaves out: not
-// computed, a known gap (the model misses it for a stated reason), or a P99.
+// fitResidual is one figure's residual: e = ln(sim ÷ published) over ln(1 + band), so a
+// figure at the edge of its band has e = 1, under a robust loss — soft-L1, ρ(e) =
+// 2(√(1 + e²) − 1), returned as sign(e)·√ρ(e) so that least squares minimises Σρ: quadratic
+// inside the band, linear far outside it, so that the few figures a missing structure puts
+// off by 2–8× do not outweigh the many the constants can bring in. ok is false for a figure
+// the fit leaves out: not computed, a known gap (the model misses it for a stated reason), or
+// a P99.
 func fitResidual(r Result) (float64, bool) {
 	if math.IsNaN(r.Ratio) || r.Ratio <= 0 || r.Gap != "" || strings.HasSuffix(r.Figure, "_p99") {
 		return 0, false
 	}
-	return math.Log(r.Ratio) / math.Log(1+r.Band), true
+	return softL1(math.Log(r.Ratio) / math.Log(1+r.Band)), true
+}
+
+// softL1 is fitResidual's loss transform, sign(e)·√(2(√(1 + e²) − 1)); softL1Inv undoes it.
+func softL1(e float64) float64 { return math.Copysign(math.Sqrt(2*(math.Sqrt(1+e*e)-1)), e) }
+
+func softL1Inv(u float64) float64 {
+	w := u*u/2 + 1
+	return math.Copysign(math.Sqrt(w*w-1), u)
 }
 
 // runAll runs sets with gpus (nil: the built-in GPUs) in parallel on all cores, each run
 // deterministic, and returns their reports in the order given.
 func runAll(sets []Set, gpus map[string]engine.GPU) []SetReport {
-	out := make([]SetReport, len(sets))
+	jobs := make([]runJob, len(sets))
+	for i, s := range sets {
+		jobs[i] = runJob{s, gpus}
+	}
+	return runJobs(jobs)
+}
+
+// runJob is one set run with a GPU table.
+type runJob struct {
+	set  Set
+	gpus map[string]engine.GPU
+}
+
+// runJobs runs jobs in parallel on all cores and returns their reports in the order given.
+func runJobs(jobs []runJob) []SetReport {
+	out := make([]SetReport, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-	for i := range sets {
+	for i := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out[i] = RunSetWith(sets[i], gpus)
+			out[i] = RunSetWith(jobs[i].set, jobs[i].gpus)
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// setProfiles is what a set's run takes from its GPU: the profiles of every server of every
+// level (engine.BuildServer), as JSON. Two GPU tables that give a set the same profiles give it
+// the same results, so the fit need not run it for a constant that does not reach them.
+func setProfiles(s Set, g engine.GPU) string {
+	model, err := resolveModel(s)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, lv := range s.Levels {
+		var discard []string
+		ls := levelSetup(s, lv)
+		if isServing(lv) {
+			ls.ServerArgs = pickVariant(ls.ServerArgs, offline(lv)).(map[string]any)
+		}
+		svs, err := serversFor(ls, levelCard(ls, lv, model, &discard), g, "", &discard)
+		if err != nil {
+			b.WriteString(err.Error())
+			continue
+		}
+		for _, sv := range svs {
+			j, _ := json.Marshal(sv.profile)
+			b.Write(j)
+		}
+	}
+	return b.String()
 }
 
 // gpuGroup is the sets run on one GPU and the constants the fit chooses for it.
@@ -123,6 +184,9 @@ type gpuGroup struct {
 	x0     []float64 // ln of the current values (where the search starts)
 	start  []Result  // the sets' results at x0 when already run (Fit's first run), else nil
 	prior  []float64 // ln of where the prior pulls (FitField.prior)
+	// reaches[j][i]: field j changes set i's profiles (setProfiles), so its results; a set a
+	// field does not reach has a zero derivative in it and is not run for it.
+	reaches [][]bool
 }
 
 // Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
@@ -204,14 +268,31 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	return rep, nil
 }
 
-// init chooses the group's constants: the FitFields named by fields (none: all) its GPU has.
+// init chooses the group's constants: the FitFields named by fields (none: all) its GPU has
+// and that reach at least one of its sets (a constant no set sees stays as it is).
 func (grp *gpuGroup) init(fields []string) {
+	base := make([]string, len(grp.sets))
+	for i, s := range grp.sets {
+		base[i] = setProfiles(s, grp.gpu)
+	}
 	for _, f := range FitFields {
 		v := f.get(grp.gpu)
 		if v <= 0 || len(fields) > 0 && !slices.Contains(fields, f.Name) {
 			continue
 		}
+		g := grp.gpu
+		f.set(&g, v*math.Exp(jacobianStep))
+		reach := make([]bool, len(grp.sets))
+		any := false
+		for i, s := range grp.sets {
+			reach[i] = setProfiles(s, g) != base[i]
+			any = any || reach[i]
+		}
+		if !any {
+			continue
+		}
 		grp.fields = append(grp.fields, f)
+		grp.reaches = append(grp.reaches, reach)
 		grp.x0 = append(grp.x0, math.Log(v))
 		p := v
 		if f.prior != nil {
@@ -270,20 +351,44 @@ func cost(res []float64) float64 {
 	return c
 }
 
-// jacobian is the forward-difference Jacobian of the residuals at x (rows of res), and the
-// runs it took.
-func (grp *gpuGroup) jacobian(x []float64, res []float64) *mat.Dense {
-	const h = 0.03
+// jacobianStep is the forward-difference step in the constants' logarithms (3 %).
+const jacobianStep = 0.03
+
+// jacobian is the forward-difference Jacobian of the residuals at x (rows of res; rs the
+// results there, in the group's set order): every column's runs at once, each column running
+// only the sets its constant reaches (the others' rows are zero).
+func (grp *gpuGroup) jacobian(x []float64, rs []Result, res []float64) *mat.Dense {
 	J := mat.NewDense(len(res), len(x), nil)
+	var jobs []runJob
+	type cell struct{ col, set int }
+	var cells []cell
 	for j := range x {
 		xp := slices.Clone(x)
-		xp[j] += h
-		rp := grp.residuals(grp.eval(xp), xp)
-		for i := range res {
-			if d := (rp[i] - res[i]) / h; !math.IsNaN(d) {
-				J.Set(i, j, d)
+		xp[j] += jacobianStep
+		g := grp.apply(xp)
+		for i, s := range grp.sets {
+			if grp.reaches[j][i] {
+				jobs = append(jobs, runJob{s, map[string]engine.GPU{g.Name: g}})
+				cells = append(cells, cell{j, i})
 			}
 		}
+	}
+	reps := runJobs(jobs)
+	rows := map[string]int{} // each set's first row in rs
+	for i := len(rs) - 1; i >= 0; i-- {
+		rows[rs[i].Set] = i
+	}
+	for k, c := range cells {
+		for n, r := range reps[k].Results {
+			i := rows[grp.sets[c.set].Name] + n
+			v, ok := fitResidual(r)
+			if d := (v - res[i]) / jacobianStep; ok && !math.IsNaN(d) {
+				J.Set(i, c.col, d)
+			}
+		}
+	}
+	for j := range x { // the prior's rows: (x − prior)/width
+		J.Set(len(rs)+j, j, 1/FitPriorWidth)
 	}
 	return J
 }
@@ -320,6 +425,9 @@ func step(J *mat.Dense, res []float64, keep func(i int) bool, lambda float64) ([
 func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map[string][]Result, error) {
 	const maxIter = 6
 	x := slices.Clone(grp.x0)
+	if len(x) == 0 { // no constant reaches the group's sets: nothing to fit, nothing to run
+		return x, 0, nil, nil
+	}
 	rs, evals := grp.start, 0 // the built-in constants' run, done once for every set
 	if rs == nil {
 		rs, evals = grp.eval(x), 1
@@ -328,7 +436,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 	c := cost(res)
 	lambda := 1e-2
 	for it := 0; it < maxIter; it++ {
-		J := grp.jacobian(x, res)
+		J := grp.jacobian(x, rs, res)
 		evals += len(x)
 		accepted, converged := false, false
 		for try := 0; try < 4 && !accepted; try++ {
@@ -362,7 +470,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 	if !cross {
 		return x, evals, nil, nil
 	}
-	J := grp.jacobian(x, res)
+	J := grp.jacobian(x, rs, res)
 	evals += len(x)
 	out := map[string][]Result{}
 	for _, s := range grp.sets {
@@ -379,8 +487,10 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 				for j := range d {
 					shift += J.At(i, j) * d[j]
 				}
-				// The row's residual moves by shift bands: the ratio by that many ln(1 + band).
-				r.Ratio = math.Exp(math.Log(r.Ratio) + shift*math.Log(1+r.Band))
+				// The row's residual moves by shift (in fitResidual's units): its error e to
+				// softL1Inv(softL1(e) + shift) bands, the ratio to exp(that·ln(1 + band)).
+				lb := math.Log(1 + r.Band)
+				r.Ratio = math.Exp(softL1Inv(softL1(math.Log(r.Ratio)/lb)+shift) * lb)
 				r.Simulated = r.Ratio * r.Published
 				r.Pass = InBand(r.Ratio, r.Band)
 			}

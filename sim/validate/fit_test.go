@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
@@ -19,15 +20,7 @@ import (
 // which the set hardly sees, stay near their start.
 func TestFitRecoversAKnownEfficiency(t *testing.T) {
 	skipUnderRace(t)
-	sets, err := Embedded()
-	require.NoError(t, err)
-	var set Set
-	for _, s := range sets {
-		if s.Name == "llama31-8b-h100-random8k-pr1060" {
-			set = s
-		}
-	}
-	require.NotEmpty(t, set.Name)
+	set := embeddedSet(t, "llama31-8b-h100-random8k-pr1060")
 	g := engine.H100SXM
 	g.ComputeEfficiency = 0.3
 	grp := &gpuGroup{gpu: g, sets: []Set{set}}
@@ -55,11 +48,56 @@ func TestFitRecoversAKnownEfficiency(t *testing.T) {
 	}
 }
 
+// The fit runs a set for a constant only when the constant reaches the set's profiles: on
+// H100 the low-precision and prefill expert-read shares do not reach a dense BF16 set, the
+// compute share does, and the Jacobian that skips the unreached runs equals the one that runs
+// everything; a group no constant reaches fits nothing and runs nothing.
+func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
+	skipUnderRace(t)
+	dense, moe := embeddedSet(t, "llama31-8b-h100-random8k-pr1060"), embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")
+	grp := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense, moe}}
+	grp.init(nil)
+	reach := map[string][]bool{}
+	for j, f := range grp.fields {
+		reach[f.Name] = grp.reaches[j]
+	}
+	assert.Equal(t, []bool{true, true}, reach["ComputeEfficiency"])
+	assert.Equal(t, []bool{false, true}, reach["LowPrecisionEfficiency"])
+	assert.Equal(t, []bool{false, true}, reach["PrefillExpertEfficiency"])
+	rs := grp.eval(grp.x0)
+	res := grp.residuals(rs, grp.x0)
+	skipping := grp.jacobian(grp.x0, rs, res)
+	for j := range grp.reaches {
+		grp.reaches[j] = []bool{true, true}
+	}
+	assert.True(t, mat.Equal(skipping, grp.jacobian(grp.x0, rs, res)), "skipped runs are zero columns")
+
+	alone := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense}}
+	alone.init([]string{"PrefillExpertEfficiency"})
+	assert.Empty(t, alone.fields)
+	x, evals, _, err := alone.fit(true, nil)
+	require.NoError(t, err)
+	assert.Empty(t, x)
+	assert.Zero(t, evals)
+}
+
+// embeddedSet is the embedded set called name.
+func embeddedSet(t *testing.T, name string) Set {
+	t.Helper()
+	sets, err := Embedded()
+	require.NoError(t, err)
+	i := slices.IndexFunc(sets, func(s Set) bool { return s.Name == name })
+	require.GreaterOrEqual(t, i, 0, name)
+	return sets[i]
+}
+
 // Issue 40's headline, kept by make test (NORACE_TESTS): fitted by code to the embedded and
 // held-out sets (but the two single-GPU gpt-oss ones, whose error is the KV pool), the
-// prefill expert-read share comes out where the built-in GPUs have it (they are the fit), the
+// prefill expert-read shares come out where the built-in GPUs have them (they are the fit), the
 // embedded suite keeps its bands, and the held-out sets' cross-validated (leave-one-set-out)
-// median error and TTFT ratio stay within their bounds: 21.3 % and ×0.99 when written.
+// median error and TTFT ratio stay within their bounds: 14.9 % and ×0.90 when written (21.3 %
+// and ×0.99 before the dstack sets' published output totals, the overlap scheduler's hidden
+// step time and held arrivals, the robust loss and the BF16 experts' own prefill share).
 func TestHeldOutCrossValidated(t *testing.T) {
 	skipUnderRace(t)
 	sets, err := Embedded()
@@ -74,10 +112,12 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	require.Len(t, files, 40)
 	more, err := Load(files...)
 	require.NoError(t, err)
-	rep, err := Fit(append(sets, more...), []string{"PrefillExpertEfficiency"}, true, nil)
+	rep, err := Fit(append(sets, more...), []string{"PrefillExpertEfficiency", "PrefillExpertEfficiencyBF16"}, true, nil)
 	require.NoError(t, err)
+	// 10 %: a share the sets hardly pin (B200's BF16 one rests on one gpt-oss set) creeps
+	// toward its prior by a few % per fit without moving a figure.
 	for _, p := range rep.Params {
-		assert.InEpsilon(t, p.Before, p.After, 0.05, "%s %s: the built-in value is the fit's (%g fitted)", p.GPU, p.Field, p.After)
+		assert.InEpsilon(t, p.Before, p.After, 0.1, "%s %s: the built-in value is the fit's (%g fitted)", p.GPU, p.Field, p.After)
 	}
 	embedded := func(s string) bool { return inSample[s] }
 	held := func(s string) bool { return !inSample[s] }
@@ -85,6 +125,6 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	m := Medians(rep.Cross, held)
 	t.Logf("held out, cross-validated: median |error| %.1f %%, TTFT %.1f %% (ratio %.2f), TPOT/ITL %.1f %%, throughput %.1f %%, E2E %.1f %%",
 		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
-	assert.LessOrEqual(t, m.All, 0.23, "cross-validated median |error| over the held-out sets")
+	assert.LessOrEqual(t, m.All, 0.16, "cross-validated median |error| over the held-out sets")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
 }

@@ -219,6 +219,9 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 		*notes = append(*notes, fmt.Sprintf("num_prompts not stated: bench_serving's default %d", n))
 	}
 	w.NumPrompts = n
+	if err := pinOutputTokens(&w, lv, notes); err != nil {
+		return nil, err
+	}
 
 	l := workloads.DefaultLoadParams()
 	conc, hasConc := Num(lv.Load["concurrency"])
@@ -299,4 +302,25 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 		}
 	}
 	return figs, nil
+}
+
+// pinOutputTokens makes a random workload's mean output length the published one when the
+// level's load gives output_tokens, the total output tokens of its completed requests: a run
+// without --ignore-eos stops a request at the model's end-of-sequence token, well before
+// output_len (the dstack PD sets: ~620 of 2,048, ~62 of 128), and the simulator, which has no
+// EOS, would otherwise generate output_len every time. With lengths uniform in [L·r, L]
+// (bench_serving's --random-range-ratio r), L becomes 2·mean/(1 + r); at r = 1 every request
+// generates the mean.
+func pinOutputTokens(w *workloads.Params, lv Level, notes *[]string) error {
+	total, ok := Num(lv.Load["output_tokens"])
+	if !ok {
+		return nil
+	}
+	if w.Workload != workloads.WorkloadRandom || total < float64(w.NumPrompts) {
+		return fmt.Errorf("load.output_tokens %g: only for a random workload, at least one token per prompt (%d)", total, w.NumPrompts)
+	}
+	mean := total / float64(w.NumPrompts)
+	w.OutputLen = max(int(math.Round(2*mean/(1+w.RangeRatio))), 1)
+	*notes = append(*notes, fmt.Sprintf("%s: output lengths at the published mean %.0f tokens (EOS not ignored)", levelLabel(lv), mean))
+	return nil
 }

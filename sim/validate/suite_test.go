@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pdrouter/pdrouter/sim/engine"
+	"github.com/pdrouter/pdrouter/workloads"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/validation.md's published-results table from the suite")
@@ -70,6 +71,33 @@ func TestRunSetServingLevelOnAKnownModel(t *testing.T) {
 	assert.InEpsilon(t, got["input_tok_s"].Simulated+got["output_tok_s"].Simulated, got["total_tok_s"].Simulated, 1e-9)
 	again := RunSet(s)
 	assert.Equal(t, rep.Results, again.Results, "deterministic")
+}
+
+// A run that did not ignore EOS publishes fewer output tokens than num_prompts × output_len;
+// load.output_tokens gives their total and the workload generates that mean: 12 of 32 tokens
+// at range ratio 1 (every request 12), L = 2·mean at range ratio 0 (uniform in [1, L]).
+func TestOutputTokensPinTheMeanOutputLength(t *testing.T) {
+	t.Parallel()
+	s, err := Parse([]byte(`{"name": "eos", "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100",
+	  "tp": 1, "workload": {"dataset": "random", "input_len": 512, "output_len": 32, "range_ratio": 1},
+	  "levels": [{"load": {"concurrency": 8, "num_prompts": 64, "output_tokens": 768},
+	    "figures": {"input_tok_s": 1000, "output_tok_s": 100, "request_throughput_req_s": 3}}]}`), "eos.json")
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, r := range RunSet(s).Results {
+		require.False(t, math.IsNaN(r.Ratio), "%s: %s", r.Figure, r.Note)
+		got[r.Figure] = r.Simulated
+	}
+	assert.InEpsilon(t, 512.0/12, got["input_tok_s"]/got["output_tok_s"], 1e-9)
+	assert.InEpsilon(t, got["output_tok_s"]/12, got["request_throughput_req_s"], 1e-9)
+
+	w := workloads.Params{Workload: workloads.WorkloadRandom, OutputLen: 1000, NumPrompts: 500}
+	var notes []string
+	require.NoError(t, pinOutputTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes))
+	assert.Equal(t, 1240, w.OutputLen, "uniform in [1, 1240]: mean 620")
+	assert.Len(t, notes, 1)
+	w.Workload = workloads.WorkloadShareGPT
+	assert.Error(t, pinOutputTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes), "only the random workload has output_len")
 }
 
 func TestServerArgsFollowSGLangUnderDPAttention(t *testing.T) {
