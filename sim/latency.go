@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"time"
-
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
@@ -28,15 +26,9 @@ func (x *sim) useLatencyModel(role router.Role, cfg engine.Config) error {
 // the decision log, as serve writes it: the prediction beside the observation.
 func (x *sim) logObserved(d *router.Decision, p router.Prediction) {
 	line := wire.ObservedLine{ID: d.LogID(), Prefill: p.Prefill.Name(), Decode: p.Decode.Name(),
-		Predicted: latencyFigures(p.TTFT, p.TPOT), Observed: latencyFigures(p.ObservedTTFT, p.ObservedTPOT)}
-	line.Predicted.CorrectionTTFT, line.Predicted.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
+		Predicted: wire.Figures(p.TTFT, p.TPOT, p.CorrectionTTFT, p.CorrectionTPOT), Observed: wire.Figures(p.ObservedTTFT, p.ObservedTPOT, 0, 0)}
 	x.logBuf = wire.AppendObservedLine(x.logBuf[:0], &line)
 	if _, err := x.cfg.DecisionLog.Write(x.logBuf); err != nil {
 		x.err = err
 	}
-}
-
-// latencyFigures are a TTFT and a TPOT as the decision log writes them.
-func latencyFigures(ttft, tpot time.Duration) wire.LatencyFigures {
-	return wire.LatencyFigures{TTFTMs: ms(int64(ttft)), TPOTMs: ms(int64(tpot))}
 }

@@ -231,8 +231,7 @@ func (x *sim) logDecision(r *request, a *attempt) {
 	}
 	line.Prefill, line.Decode, line.Regular = set(router.Prefill), set(router.Decode), set(router.Regular)
 	if p, ok := a.d.Prediction(); ok {
-		f := latencyFigures(p.TTFT, p.TPOT)
-		f.CorrectionTTFT, f.CorrectionTPOT = p.CorrectionTTFT, p.CorrectionTPOT
+		f := wire.Figures(p.TTFT, p.TPOT, p.CorrectionTTFT, p.CorrectionTPOT)
 		line.Predicted = &f
 		a.d.SetLogID(r.id)
 	}

@@ -66,7 +66,7 @@ func (s *Server) initLatency(models map[router.Role]router.LatencyModel, reg pro
 			return
 		}
 		line := wire.ObservedLine{ID: d.LogID(), Prefill: router.RedactURL(p.Prefill.Name()), Decode: router.RedactURL(p.Decode.Name()),
-			Predicted: predictedFigures(p), Observed: wire.LatencyFigures{TTFTMs: ms(p.ObservedTTFT), TPOTMs: ms(p.ObservedTPOT)}}
+			Predicted: predictedFigures(p), Observed: wire.Figures(p.ObservedTTFT, p.ObservedTPOT, 0, 0)}
 		s.dmu.Lock()
 		defer s.dmu.Unlock()
 		s.dbuf = wire.AppendObservedLine(s.dbuf[:0], &line)
@@ -77,11 +77,9 @@ func (s *Server) initLatency(models map[router.Role]router.LatencyModel, reg pro
 	return nil
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // predictedFigures are p's predicted figures for the decision log.
 func predictedFigures(p router.Prediction) wire.LatencyFigures {
-	return wire.LatencyFigures{TTFTMs: ms(p.TTFT), TPOTMs: ms(p.TPOT), CorrectionTTFT: p.CorrectionTTFT, CorrectionTPOT: p.CorrectionTPOT}
+	return wire.Figures(p.TTFT, p.TPOT, p.CorrectionTTFT, p.CorrectionTPOT)
 }
 
 // latencyMetrics are predicted_latency's: the ratio of each observation to its prediction, and

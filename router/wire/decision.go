@@ -3,6 +3,7 @@ package wire
 import (
 	"math"
 	"strconv"
+	"time"
 )
 
 // DecisionTarget is one target of a routing decision as the decision log writes it.
@@ -43,6 +44,13 @@ type DecisionLine struct {
 type LatencyFigures struct {
 	TTFTMs, TPOTMs                 float64
 	CorrectionTTFT, CorrectionTPOT float64 // 0: not written (observed figures)
+}
+
+// Figures returns the LatencyFigures of a TTFT and a TPOT, with the corrections applied to a
+// prediction (0, 0 for observed figures): what serve and the simulator both write.
+func Figures(ttft, tpot time.Duration, corrTTFT, corrTPOT float64) LatencyFigures {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return LatencyFigures{TTFTMs: ms(ttft), TPOTMs: ms(tpot), CorrectionTTFT: corrTTFT, CorrectionTPOT: corrTPOT}
 }
 
 // ObservedLine is the decision log's line for a request routed by predicted_latency once its
