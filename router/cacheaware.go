@@ -294,16 +294,23 @@ func (r *Router) UseKVTokenIndex(role Role, ix TokenIndex, pageSize int) error {
 	return r.useKV(role, m, pageSize)
 }
 
+// treeOf returns the cache_aware whose tree and KV event index pol routes on: pol itself, or
+// predicted_latency's (its match rates come from one); nil for any other policy.
+func treeOf(pol Policy) *CacheAware {
+	switch c := pol.(type) {
+	case *CacheAware:
+		return c
+	case *PredictedLatency:
+		return c.ca
+	}
+	return nil
+}
+
 func (r *Router) useKV(role Role, m kvMatcher, pageSize int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var p *CacheAware
-	switch pol := r.Policy(role).(type) {
-	case *CacheAware:
-		p = pol
-	case *PredictedLatency:
-		p = pol.ca
-	default:
+	p := treeOf(r.Policy(role))
+	if p == nil {
 		return fmt.Errorf("router: a KV event index needs the cache_aware or predicted_latency policy for %s workers", role)
 	}
 	if m != nil && pageSize < 1 {

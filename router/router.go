@@ -425,11 +425,8 @@ func (r *Router) RetainRoutedTexts() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.policies {
-		switch c := p.(type) {
-		case *CacheAware:
+		if c := treeOf(p); c != nil {
 			c.retainTexts()
-		case *PredictedLatency:
-			c.ca.retainTexts()
 		}
 	}
 }
@@ -442,18 +439,12 @@ func (r *Router) RetainRoutedTexts() {
 // restart); the tree would then cost nearly a tenth of a million-request run's event loop and
 // decide nothing. Serve never calls it: a live feed can always gap. A pick that would consult
 // the dropped tree panics rather than route otherwise than the tree would have. Trims counted
-// so far stay in TreeStats. It fails when role's policy is not cache_aware or predicted_latency, or has no KV
-// event index.
+// so far stay in TreeStats. It fails when role's policy is not cache_aware or
+// predicted_latency, or has no KV event index.
 func (r *Router) DropTree(role Role) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var p *CacheAware
-	switch q := r.Policy(role).(type) {
-	case *CacheAware:
-		p = q
-	case *PredictedLatency: // its match rates come from a cache_aware's tree and index
-		p = q.ca
-	}
+	p := treeOf(r.Policy(role))
 	if p == nil || p.kv == nil {
 		return fmt.Errorf("router: only a cache_aware or predicted_latency policy with a KV event index for %s workers can drop its tree", role)
 	}
