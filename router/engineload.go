@@ -261,11 +261,25 @@ func leastBy(c loadCmp, ts []*Target) int {
 	return best
 }
 
-// imbalancedBy reports whether ts's loads by c are imbalanced: max−min > abs and max > min·rel.
-func imbalancedBy(c loadCmp, ts []*Target, abs int64, rel float64) bool {
-	minL, maxL := c.reqs(ts[0]), c.reqs(ts[0])
+// imbalancedBy reports whether ts's loads by c are imbalanced: by requests (c.reqs),
+// max−min > abs and max > min·rel; or, when c compares engine reports and ts are prefill or
+// regular targets, by queued uncached prompt tokens (Target.uncached), max−min > absTokens
+// (> 0) and max > min·rel. In-flight counts alone use the first rule alone: sgl-router's.
+func imbalancedBy(c loadCmp, ts []*Target, abs, absTokens int64, rel float64) bool {
+	if spread(ts, c.reqs, abs, rel) {
+		return true
+	}
+	if !c.engine || absTokens <= 0 || ts[0].worker.role == Decode {
+		return false
+	}
+	return spread(ts, (*Target).uncached, absTokens, rel)
+}
+
+// spread reports whether load's max−min over ts is above abs and its max above min·rel.
+func spread(ts []*Target, load func(*Target) int64, abs int64, rel float64) bool {
+	minL, maxL := load(ts[0]), load(ts[0])
 	for _, t := range ts[1:] {
-		l := c.reqs(t)
+		l := load(t)
 		minL, maxL = min(minL, l), max(maxL, l)
 	}
 	return maxL-minL > abs && float64(maxL) > float64(minL)*rel
