@@ -168,7 +168,8 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 // cost a PD cluster 4 % of mean TTFT on the hot-spot workload, 10 seeds, P99 the same); and
 // otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise, the
 // engine's running and waiting requests plus those routed since and in flight (at least the
-// in-flight requests), or in-flight requests.
+// in-flight requests), or in-flight requests; with engine reports, cache_aware's check also
+// compares prefill and regular targets' queued uncached tokens (imbalancedBy).
 type loadCmp struct {
 	engine bool
 	age    time.Duration // the oldest report's age, when engine
