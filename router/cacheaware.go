@@ -16,6 +16,12 @@ type CacheAwareConfig struct {
 	// max−min > abs and max > min·rel, both strict (64 and 1.5).
 	BalanceAbsThreshold int64
 	BalanceRelThreshold float64
+	// BalanceUncachedTokenThreshold: while every candidate has a fresh engine load report,
+	// prefill and regular loads are also imbalanced when their queued uncached prompt tokens
+	// (loadCmp's first key) differ by more than it and max > min·BalanceRelThreshold (65536;
+	// 0: off). Request counts alone miss a queue of long prompts, and let a hot prefix queue
+	// on one worker for a second or more before they differ by BalanceAbsThreshold.
+	BalanceUncachedTokenThreshold int64
 	// MaxTreeSize is the per-tenant character budget enforced by Evict (2^26).
 	MaxTreeSize int
 	// MaxTreeTotalChars is the whole tree's character budget enforced by Evict (2^30).
@@ -122,9 +128,10 @@ func (p *CacheAware) insert(req *Request, tenant string) {
 }
 
 // imbalanced reports whether the loads of ts, compared as c says, are imbalanced
-// (max−min > abs and max > min·rel).
+// (max−min > abs and max > min·rel, by requests or, on engine reports, by queued uncached
+// prompt tokens).
 func (p *CacheAware) imbalanced(c loadCmp, ts []*Target) bool {
-	return imbalancedBy(c, ts, p.cfg.BalanceAbsThreshold, p.cfg.BalanceRelThreshold)
+	return imbalancedBy(c, ts, p.cfg.BalanceAbsThreshold, p.cfg.BalanceUncachedTokenThreshold, p.cfg.BalanceRelThreshold)
 }
 
 // chooseKV is choose with the KV event index (see Pick).

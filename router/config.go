@@ -61,13 +61,18 @@ type Config struct {
 	Decode           []string        `json:"decode" yaml:"decode" help:"decode worker URL (repeatable)"`
 
 	// Policies.
-	Policy               string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing or manual (both by routing key), predicted_latency (the engine model's lowest predicted TTFT within the TPOT SLO; PD: both roles)"` // default cache_aware
-	PrefillPolicy        string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                                                               // "" = --policy
-	DecodePolicy         string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                                                                  // "" = --policy
-	CacheThreshold       float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"`                                          // default 0.3
-	BalanceAbsThreshold  int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`                                                                                                          // default 64
-	BalanceRelThreshold  float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"`                                                                                                    // default 1.5
-	EvictionIntervalSecs int     `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"`                                                                                                                                                      // default 120
+	Policy              string  `json:"policy" yaml:"policy" help:"routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hashing or manual (both by routing key), predicted_latency (the engine model's lowest predicted TTFT within the TPOT SLO; PD: both roles)"` // default cache_aware
+	PrefillPolicy       string  `json:"prefill_policy" yaml:"prefill_policy" help:"PD: policy for prefill workers (default: --policy)"`                                                                                                                                                               // "" = --policy
+	DecodePolicy        string  `json:"decode_policy" yaml:"decode_policy" help:"PD: policy for decode workers (default: --policy)"`                                                                                                                                                                  // "" = --policy
+	CacheThreshold      float64 `json:"cache_threshold" yaml:"cache_threshold" help:"cache_aware: route to the best-matching worker when its matched share of the prompt (characters on the approximate tree, tokens on KV events) is above this, in [0,1]"`                                          // default 0.3
+	BalanceAbsThreshold int     `json:"balance_abs_threshold" yaml:"balance_abs_threshold" help:"cache_aware: loads are imbalanced when max-min exceeds this (and the relative rule holds)"`                                                                                                          // default 64
+	BalanceRelThreshold float64 `json:"balance_rel_threshold" yaml:"balance_rel_threshold" help:"cache_aware: loads are imbalanced when max exceeds min times this (and the absolute rule holds)"`                                                                                                    // default 1.5
+
+	// BalanceUncachedTokenThreshold is cache_aware's balance check on engine load reports
+	// (CacheAwareConfig.BalanceUncachedTokenThreshold).
+	BalanceUncachedTokenThreshold int `json:"balance_uncached_token_threshold" yaml:"balance_uncached_token_threshold" help:"cache_aware, while every candidate's engine load report is fresh: loads are also imbalanced when the prefill or regular workers' queued uncached prompt tokens (num_waiting_uncached_tokens, plus what this router sent since) differ by more than this and max exceeds min times --balance-rel-threshold; 0: off (request counts alone, sgl-router's rule)"` // default 65536
+
+	EvictionIntervalSecs int `json:"eviction_interval_secs" yaml:"eviction_interval_secs" help:"cache_aware: seconds between tree evictions"` // default 120
 	// CacheWarmupSecs is how long a worker that entered rotation (added, or back from
 	// unhealthy or an open breaker) takes, under cache_aware, a request whose prompt another
 	// worker's cache holds, while it carries less than the mean load (CacheAwareConfig.WarmUp).
@@ -184,40 +189,41 @@ const DefaultKVHostTierWeight = 0.9
 // DefaultConfig returns sgl-router's defaults (v0.2.2), plus ours (SPEC §2).
 func DefaultConfig() Config {
 	return Config{
-		Policy:                      PolicyCacheAware,
-		CacheThreshold:              0.3,
-		BalanceAbsThreshold:         64,
-		BalanceRelThreshold:         1.5,
-		CacheWarmupSecs:             30,
-		KVHostTierWeight:            DefaultKVHostTierWeight,
-		HashLoadFactor:              1.25,
-		MaxIdleSecs:                 14400,
-		EvictionIntervalSecs:        120,
-		MaxTreeSize:                 1 << 26,
-		MaxTreeTotalChars:           1 << 30,
-		DPRankFields:                DPRankFieldsLegacy,
-		RetryMaxRetries:             5,
-		RetryInitialBackoffMs:       50,
-		RetryMaxBackoffMs:           30000,
-		RetryBackoffMultiplier:      1.5,
-		RetryJitterFactor:           0.2,
-		RetryBudgetPercent:          100,
-		RetryMinConcurrency:         3,
-		CBFailureThreshold:          10,
-		CBSuccessThreshold:          3,
-		CBTimeoutDurationSecs:       60,
-		CBWindowDurationSecs:        120,
-		HealthCheckIntervalSecs:     60,
-		HealthCheckTimeoutSecs:      5,
-		HealthFailureThreshold:      3,
-		HealthSuccessThreshold:      2,
-		HealthCheckEndpoint:         "/health",
-		LoadReportMaxAgeMs:          1000,
-		SLOMiss:                     SLOMissBestEffort,
-		LatencyCorrectionHalfLifeMs: DefaultLatencyCorrectionHalfLife,
-		MaxConcurrentRequests:       -1,
-		QueueSize:                   100,
-		QueueTimeoutSecs:            60,
+		Policy:                        PolicyCacheAware,
+		CacheThreshold:                0.3,
+		BalanceAbsThreshold:           64,
+		BalanceRelThreshold:           1.5,
+		BalanceUncachedTokenThreshold: 65536,
+		CacheWarmupSecs:               30,
+		KVHostTierWeight:              DefaultKVHostTierWeight,
+		HashLoadFactor:                1.25,
+		MaxIdleSecs:                   14400,
+		EvictionIntervalSecs:          120,
+		MaxTreeSize:                   1 << 26,
+		MaxTreeTotalChars:             1 << 30,
+		DPRankFields:                  DPRankFieldsLegacy,
+		RetryMaxRetries:               5,
+		RetryInitialBackoffMs:         50,
+		RetryMaxBackoffMs:             30000,
+		RetryBackoffMultiplier:        1.5,
+		RetryJitterFactor:             0.2,
+		RetryBudgetPercent:            100,
+		RetryMinConcurrency:           3,
+		CBFailureThreshold:            10,
+		CBSuccessThreshold:            3,
+		CBTimeoutDurationSecs:         60,
+		CBWindowDurationSecs:          120,
+		HealthCheckIntervalSecs:       60,
+		HealthCheckTimeoutSecs:        5,
+		HealthFailureThreshold:        3,
+		HealthSuccessThreshold:        2,
+		HealthCheckEndpoint:           "/health",
+		LoadReportMaxAgeMs:            1000,
+		SLOMiss:                       SLOMissBestEffort,
+		LatencyCorrectionHalfLifeMs:   DefaultLatencyCorrectionHalfLife,
+		MaxConcurrentRequests:         -1,
+		QueueSize:                     100,
+		QueueTimeoutSecs:              60,
 	}
 }
 
@@ -400,6 +406,8 @@ func (c Config) validatePolicies() error {
 		return SettingErrorf("cache_threshold", "--cache-threshold %g is outside [0,1]", c.CacheThreshold)
 	case c.BalanceAbsThreshold < 0:
 		return SettingErrorf("balance_abs_threshold", "--balance-abs-threshold %d must be ≥ 0", c.BalanceAbsThreshold)
+	case c.BalanceUncachedTokenThreshold < 0:
+		return SettingErrorf("balance_uncached_token_threshold", "--balance-uncached-token-threshold %d must be ≥ 0 (0: off)", c.BalanceUncachedTokenThreshold)
 	case !(c.HashLoadFactor == 0 || c.HashLoadFactor >= 1):
 		return SettingErrorf("hash_load_factor", "--hash-load-factor %g must be 0 (no bound) or ≥ 1 (a multiple of the mean load)", c.HashLoadFactor)
 	case c.MaxIdleSecs < 0:

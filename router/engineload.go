@@ -168,7 +168,8 @@ func (r *Router) ReportLoad(name string, l EngineLoad, at time.Time) error {
 // cost a PD cluster 4 % of mean TTFT on the hot-spot workload, 10 seeds, P99 the same); and
 // otherwise by in-flight requests alone. The balance check's scalar (reqs) is, likewise, the
 // engine's running and waiting requests plus those routed since and in flight (at least the
-// in-flight requests), or in-flight requests.
+// in-flight requests), or in-flight requests; with engine reports, cache_aware's check also
+// compares prefill and regular targets' queued uncached tokens (imbalancedBy).
 type loadCmp struct {
 	engine bool
 	age    time.Duration // the oldest report's age, when engine
@@ -261,11 +262,25 @@ func leastBy(c loadCmp, ts []*Target) int {
 	return best
 }
 
-// imbalancedBy reports whether ts's loads by c are imbalanced: max−min > abs and max > min·rel.
-func imbalancedBy(c loadCmp, ts []*Target, abs int64, rel float64) bool {
-	minL, maxL := c.reqs(ts[0]), c.reqs(ts[0])
+// imbalancedBy reports whether ts's loads by c are imbalanced: by requests (c.reqs),
+// max−min > abs and max > min·rel; or, when c compares engine reports and ts are prefill or
+// regular targets, by queued uncached prompt tokens (Target.uncached), max−min > absTokens
+// (> 0) and max > min·rel. In-flight counts alone use the first rule alone: sgl-router's.
+func imbalancedBy(c loadCmp, ts []*Target, abs, absTokens int64, rel float64) bool {
+	if spread(ts, c.reqs, abs, rel) {
+		return true
+	}
+	if !c.engine || absTokens <= 0 || ts[0].worker.role == Decode {
+		return false
+	}
+	return spread(ts, (*Target).uncached, absTokens, rel)
+}
+
+// spread reports whether load's max−min over ts is above abs and its max above min·rel.
+func spread(ts []*Target, load func(*Target) int64, abs int64, rel float64) bool {
+	minL, maxL := load(ts[0]), load(ts[0])
 	for _, t := range ts[1:] {
-		l := c.reqs(t)
+		l := load(t)
 		minL, maxL = min(minL, l), max(maxL, l)
 	}
 	return maxL-minL > abs && float64(maxL) > float64(minL)*rel

@@ -257,6 +257,7 @@ func TestEngineLoadConfigValidation(t *testing.T) {
 		{func(c *Config) { c.WorkerOverloadTokenUsage = 1.5 }, "--worker-overload-token-usage"},
 		{func(c *Config) { c.WorkerOverloadWaitingRequests = -2 }, "--worker-overload-waiting-requests"},
 		{func(c *Config) { c.MaxWorkerRequests = -1 }, "--max-worker-requests"},
+		{func(c *Config) { c.BalanceUncachedTokenThreshold = -1 }, "--balance-uncached-token-threshold"},
 	} {
 		cfg := DefaultConfig()
 		tc.set(&cfg)
@@ -280,7 +281,79 @@ func TestBalanceCheckKeepsInFlightAsLowerBound(t *testing.T) {
 	c := newLoadCmp(clk.Now(), ts, time.Second)
 	require.True(t, c.engine)
 	assert.Equal(t, ts[0].Load(), c.reqs(ts[0]), "a report of 0 requests does not hide 70 in flight")
-	assert.True(t, imbalancedBy(c, ts, 64, 1.5))
+	assert.True(t, imbalancedBy(c, ts, 64, 0, 1.5))
+}
+
+// cache_aware's balance check weighs the engines' queued work: with fresh reports for every
+// candidate, a worker whose queue holds far more uncached prompt tokens than another's is
+// passed over for a prompt it caches, though the request counts are within
+// --balance-abs-threshold (a hot prefix piling onto one prefill worker); within
+// --balance-uncached-token-threshold, or the relative rule, or with a report gone stale, or with
+// the rule off, the cache hit stands, as sgl-router's counts alone decide.
+func TestCacheAwareBalancesOnQueuedUncachedTokens(t *testing.T) {
+	t.Parallel()
+	const hot = "a long system prompt that worker a caches, and a question"
+	for _, tc := range []struct {
+		name       string
+		tokens     int // --balance-uncached-token-threshold
+		a, b, c    int // queued uncached tokens reported
+		age        time.Duration
+		want       string
+		wantReason Reason
+		wantSignal Signal
+	}{
+		{"tokens apart", 65536, 80000, 0, 1000, 0, "http://b", ReasonImbalance, SignalEngineLoad},
+		{"within the bound", 65536, 60000, 0, 1000, 0, "http://a", ReasonCacheHit, SignalCacheMatch},
+		{"within the relative rule", 65536, 300000, 210000, 220000, 0, "http://a", ReasonCacheHit, SignalCacheMatch},
+		{"report stale", 65536, 80000, 0, 1000, 1500 * time.Millisecond, "http://a", ReasonCacheHit, SignalCacheMatch},
+		{"rule off", 0, 80000, 0, 1000, 0, "http://a", ReasonCacheHit, SignalCacheMatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, clk := engineRouter(t, PolicyCacheAware, func(c *Config) { c.BalanceUncachedTokenThreshold = tc.tokens })
+			d, err := r.Route(&Request{Text: hot, Avoid: []string{"http://b", "http://c"}})
+			require.NoError(t, err)
+			require.Equal(t, "http://a", d.Regular.URL())
+			d.Done(Regular, Success)
+			// Request counts 10, 8 and 9: within 64 of each other.
+			report(t, r, clk.Now(), map[string]EngineLoad{
+				"http://a": {RunningReqs: 2, WaitingReqs: 8, WaitingUncachedTokens: tc.a},
+				"http://b": {RunningReqs: 2, WaitingReqs: 6, WaitingUncachedTokens: tc.b},
+				"http://c": {RunningReqs: 2, WaitingReqs: 7, WaitingUncachedTokens: tc.c},
+			})
+			clk.Advance(tc.age)
+			d, err = r.Route(&Request{Text: hot})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, d.Regular.URL())
+			assert.Equal(t, tc.wantReason, d.Reason)
+			leg, _ := d.Leg(Regular)
+			assert.Equal(t, tc.wantSignal, leg.Signal)
+		})
+	}
+}
+
+// The token rule is the prefill side's: decode targets, which queue no prompt tokens, are
+// balanced on the requests they hold alone; and on in-flight counts there is no token rule.
+func TestTokenBalanceRuleOnlyForFreshPrefillLoads(t *testing.T) {
+	t.Parallel()
+	cfg := pdConfig()
+	r := newTestRouter(t, cfg)
+	for _, w := range []WorkerSpec{{URL: "http://p0:1", Role: Prefill}, {URL: "http://p1:1", Role: Prefill},
+		{URL: "http://d0:1", Role: Decode}, {URL: "http://d1:1", Role: Decode}} {
+		require.NoError(t, r.AddWorker(w))
+	}
+	loads := map[string]EngineLoad{
+		"http://p0:1": {WaitingReqs: 1, WaitingUncachedTokens: 100000}, "http://p1:1": {WaitingReqs: 1},
+		"http://d0:1": {RunningReqs: 1, WaitingUncachedTokens: 100000}, "http://d1:1": {RunningReqs: 1},
+	}
+	report(t, r, epoch, loads)
+	for _, role := range []Role{Prefill, Decode} {
+		ts := r.targets[role]
+		fresh := newLoadCmp(epoch, ts, time.Second)
+		require.True(t, fresh.engine)
+		assert.Equal(t, role == Prefill, imbalancedBy(fresh, ts, 64, 65536, 1.5), "%s targets on fresh reports", role)
+		assert.False(t, imbalancedBy(loadCmp{}, ts, 64, 65536, 1.5), "%s targets on in-flight counts", role)
+	}
 }
 
 // least_load on regular workers looks at fullness first: a worker whose running batch is full

@@ -76,13 +76,14 @@ func NewPolicy(name string, cfg Config, rng *rand.Rand) (Policy, error) {
 // cacheAware returns cache_aware's settings (predicted_latency's tree shares them).
 func (c Config) cacheAware() CacheAwareConfig {
 	return CacheAwareConfig{
-		CacheThreshold:      c.CacheThreshold,
-		BalanceAbsThreshold: int64(c.BalanceAbsThreshold),
-		BalanceRelThreshold: c.BalanceRelThreshold,
-		MaxTreeSize:         c.MaxTreeSize,
-		MaxTreeTotalChars:   c.MaxTreeTotalChars,
-		WarmUp:              time.Duration(c.CacheWarmupSecs) * time.Second,
-		HostTierWeight:      c.KVHostTierWeight,
+		CacheThreshold:                c.CacheThreshold,
+		BalanceAbsThreshold:           int64(c.BalanceAbsThreshold),
+		BalanceRelThreshold:           c.BalanceRelThreshold,
+		BalanceUncachedTokenThreshold: int64(c.BalanceUncachedTokenThreshold),
+		MaxTreeSize:                   c.MaxTreeSize,
+		MaxTreeTotalChars:             c.MaxTreeTotalChars,
+		WarmUp:                        time.Duration(c.CacheWarmupSecs) * time.Second,
+		HostTierWeight:                c.KVHostTierWeight,
 	}
 }
 

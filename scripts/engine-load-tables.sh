@@ -4,11 +4,13 @@
 # Every cell is `router sim --workload hotspot --hs-requests REQUESTS` with the flags its table
 # and row name, averaged over SEEDS: where in-flight-only routing piles up, one run's P99 moves
 # by a factor of up to 5 from seed to seed. Markdown on stdout, each command on stderr; about
-# 2 minutes on 2 cores.
-#   scripts/engine-load-tables.sh [SECTION...]   SECTION: capacity matrix policies overload age seeds
-#                                                (default all but seeds)
+# 2 minutes on 2 cores (seeds and bound, about 1.5 and 3 minutes more).
+#   scripts/engine-load-tables.sh [SECTION...]   SECTION: capacity matrix policies overload age seeds bound
+#                                                (default all but seeds and bound)
 #   SEEDS="1 2 3 4 5" REQUESTS=8000 GO=go        the defaults
-#   MANY_SEEDS="$(seq 1 20)"                      the seeds section's seeds (one row each)
+#   MANY_SEEDS="$(seq 1 20)"                      the seeds and bound sections' many seeds
+#   ENGINE_FLAGS=                                 more flags for the seeds section's engine-load runs
+#                                                (e.g. --balance-uncached-token-threshold 0)
 # shellcheck disable=SC2086 # flag lists are word-split on purpose: no flag holds a space
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ GO=${GO:-go}
 SEEDS=${SEEDS:-1 2 3 4 5}
 REQUESTS=${REQUESTS:-8000}
 MANY_SEEDS=${MANY_SEEDS:-$(seq 1 20)}
+ENGINE_FLAGS=${ENGINE_FLAGS:-}
 sections=${*:-capacity matrix policies overload age}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -28,12 +31,15 @@ PD="--prefill 2 --decode 4"
 AT80=("$REGULAR --rate 125" "$PD --rate 53")
 OVER=("$PD --rate 85" "$REGULAR --rate 250")
 
+# The workload: hotspot, unless a section sets WL for a call.
+WL="--workload hotspot --hs-requests $REQUESTS"
+
 # sim FLAGS: one run per seed, one JSON summary each.
 sim() {
 	local s
 	for s in $SEEDS; do
-		echo "router sim --workload hotspot --hs-requests $REQUESTS $1 --seed $s" >&2
-		"$work/router" sim --format json --workload hotspot --hs-requests "$REQUESTS" $1 --seed "$s" 2>/dev/null | jq -c '.levels[0] | {
+		echo "router sim $WL $1 --seed $s" >&2
+		"$work/router" sim --format json $WL $1 --seed "$s" 2>/dev/null | jq -c '.levels[0] | {
 			mean: .ttft_ms.mean, p50: .ttft_ms.p50, p99: .ttft_ms.p99, max: .ttft_ms.max,
 			tpot: .tpot_ms.mean, out: .throughput.output_tok_s, req_s: .throughput.req_s, reqs: .requests,
 			shed: (.errors_by_kind.http_503 // 0)}'
@@ -147,7 +153,7 @@ seeds() {
 		for s in $MANY_SEEDS; do
 			one=$(SEEDS=$s sim "$c --router-replicas 1 --load-report-interval 0")
 			inf=$(SEEDS=$s sim "$c --router-replicas 4 --load-report-interval 0")
-			eng=$(SEEDS=$s sim "$c --router-replicas 4")
+			eng=$(SEEDS=$s sim "$c --router-replicas 4 $ENGINE_FLAGS")
 			jq -n -c --arg s "$s" --argjson one "$one" --argjson inf "$inf" --argjson eng "$eng" \
 				'{seed: $s, one: $one, inf: $inf, eng: $eng, piles: ($inf.p99 > 1.5 * $one.p99)}'
 		done | jq -r -s '
@@ -161,11 +167,42 @@ seeds() {
 	done
 }
 
+# bound: cache_aware with 4 replicas on engine load, by --balance-uncached-token-threshold (0:
+# request counts alone, sgl-router's rule): the PD cluster on the hotspot workload over
+# MANY_SEEDS (P99 gain over all, over the seeds that pile up as the seeds section says and the
+# smallest of theirs, mean TTFT over the others), the regular one over SEEDS (P99 gain), and
+# the cache-pressure workload over SEEDS, where cache affinity is worth a lot (TTFT, output).
+bound() {
+	local pd=${AT80[1]} reg=${AT80[0]} s b one inf regbase
+	local cp="--workload cache-pressure --regular 8 --max-total-tokens 321429 --cp-requests 1500 --rate 16 --requests 1200 --warmup 300"
+	for s in $MANY_SEEDS; do
+		one=$(SEEDS=$s sim "$pd --router-replicas 1 --load-report-interval 0")
+		inf=$(SEEDS=$s sim "$pd --router-replicas 4 --load-report-interval 0")
+		jq -n -c --argjson one "$one" --argjson inf "$inf" '{inf: $inf, piles: ($inf.p99 > 1.5 * $one.p99)}'
+	done >"$work/bound-base.jsonl"
+	regbase=$(cell "$reg --router-replicas 4 --load-report-interval 0")
+	echo
+	echo "| --balance-uncached-token-threshold | $pd --router-replicas 4, $(wc -w <<<"$MANY_SEEDS") seeds: P99 gain, all | on those that pile up (smallest) | others: mean TTFT ms | $reg --router-replicas 4: P99 gain | cache-pressure --regular 8 --rate 16 --router-replicas 4: TTFT mean, P99 ms | its output tok/s | same, 1 replica: TTFT mean, P99 ms |"
+	echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for b in 0 16384 32768 65536 131072; do
+		for s in $MANY_SEEDS; do SEEDS=$s sim "$pd --router-replicas 4 --balance-uncached-token-threshold $b"; done >"$work/bound-$b.jsonl"
+		jq -r -s -j --slurpfile base "$work/bound-base.jsonl" --arg b "$b" '
+			def r0: round; def r2: . * 100 | round / 100;
+			def mean(f): (map(f) | add) / length;
+			[range(0; length) as $i | {inf: $base[$i].inf, piles: $base[$i].piles, eng: .[$i]}] |
+			(map(select(.piles))) as $p | (map(select(.piles | not))) as $o |
+			"| \($b) | \(mean(.inf.p99) / mean(.eng.p99) | r2)× | \(if $p == [] then "—" else "\($p | mean(.inf.p99) / mean(.eng.p99) | r2)× (\($p | map(.inf.p99 / .eng.p99) | min | r2)×)" end) | \(if $o == [] then "—" else $o | mean(.eng.mean) | r0 end) |"' "$work/bound-$b.jsonl"
+		cell "$reg --router-replicas 4 --balance-uncached-token-threshold $b" | jq -r -j --argjson base "$regbase" '" \($base.p99 / .p99 * 100 | round / 100)× |"'
+		WL=$cp cell "--router-replicas 4 --balance-uncached-token-threshold $b" | jq -r -j '" \(.mean | round), \(.p99 | round) | \(.out | round) |"'
+		WL=$cp cell "--router-replicas 1 --balance-uncached-token-threshold $b" | jq -r '" \(.mean | round), \(.p99 | round) |"'
+	done
+}
+
 for section in $sections; do
 	case $section in
-	capacity | matrix | policies | overload | age | seeds) $section ;;
+	capacity | matrix | policies | overload | age | seeds | bound) $section ;;
 	*)
-		echo "engine-load-tables.sh: unknown section $section (capacity matrix policies overload age seeds)" >&2
+		echo "engine-load-tables.sh: unknown section $section (capacity matrix policies overload age seeds bound)" >&2
 		exit 2
 		;;
 	esac
