@@ -15,8 +15,9 @@ type LatencyModel interface {
 	// PrefillTime is the time to prefill uncached prompt tokens after cached ones already in
 	// the rank's cache, chunk by chunk (--chunked-prefill-size), alone on the rank.
 	PrefillTime(uncached, cached int) time.Duration
-	// QueueTime is the time to work off tokens queued uncached prompt tokens of other requests
-	// (full chunks).
+	// QueueTime is the time a prompt waits behind tokens queued uncached prompt tokens of other
+	// requests on a rank (0 for none: an idle rank takes it at once): their chunks, and the
+	// step in flight when it arrives.
 	QueueTime(tokens int) time.Duration
 	// TransferTime is the KV transfer of a prompt of tokens from a prefill to a decode rank,
 	// its fixed costs (bootstrap, transfer setup) included.
