@@ -31,8 +31,9 @@ import (
 // correction names it — the decisions routed to it carry a TPOT correction 25 % above the one
 // they carried before, and its correction (Router.LatencyCorrections,
 // pdrouter_latency_correction) stands 25 % above the others' — and its share of the routed
-// requests in the last 3 s of those 10 falls below half of its share in the 2 s before the
-// change (measured in the same run), the other two taking the rest.
+// requests in the last 3 s of those 10 falls below 0.6 of its share in the 2 s before the
+// change (measured in the same run; 0.6 is what a worker twice slower keeps of a closed loop's
+// throughput by holding each request longer), the other two taking the rest.
 func TestIntegrationPredictedLatencyFollowsASlowdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -155,11 +156,13 @@ func TestIntegrationPredictedLatencyFollowsASlowdown(t *testing.T) {
 	t.Logf("the slowed worker's share: %.1f %% of %d requests in the 2 s before the change, %.1f %% of %d in the last 3 s of the 10 s after it",
 		100*before, nBefore, 100*after, nAfter)
 	assert.Greater(t, before, 0.2, "warmed up: the three workers share the traffic")
-	assert.Less(t, after, before/2, "the slowed worker loses traffic within 10 s")
+	// Twice slower, it would keep 1/2.5 of the three workers' throughput, 0.6 of its share, if
+	// it only held each request longer; predicted, it gets less.
+	assert.Less(t, after, 0.6*before, "the slowed worker loses traffic within 10 s")
 
 	for s := time.Duration(0); s < within; s += time.Second { // when it lost traffic (logged)
-		if sh, _ := share(s, s+time.Second); sh < before/2 {
-			t.Logf("its share first fell below half of that in second %s–%s after the change (%.1f %%)", s, s+time.Second, 100*sh)
+		if sh, _ := share(s, s+time.Second); sh < 0.6*before {
+			t.Logf("its share first fell below 0.6 of that in second %s–%s after the change (%.1f %%)", s, s+time.Second, 100*sh)
 			break
 		}
 	}
