@@ -17,11 +17,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pdrouter/pdrouter/fakeworker"
-	"github.com/pdrouter/pdrouter/router"
-	"github.com/pdrouter/pdrouter/router/server"
-	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
 // TestIntegrationPredictedLatencyFollowsASlowdown: serve routes three regular fakeworkers
@@ -37,28 +32,9 @@ import (
 func TestIntegrationPredictedLatencyFollowsASlowdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prof, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	var urls []string
-	for i := range 3 {
-		w, err := fakeworker.Start(ctx, fakeworker.Config{Host: "127.0.0.1", Mode: engine.RoleUnified, Profile: prof, Seed: uint64(i + 1)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = w.Wait() })
-		urls = append(urls, w.URL())
-	}
+	urls := startLatencyWorkers(t, ctx, 1, 1, 1)
 	slow := urls[2]
-	cfg := server.DefaultConfig()
-	cfg.WorkerURLs, cfg.Policy, cfg.LatencyProfile, cfg.Seed = urls, router.PolicyPredictedLatency, "llama3-8b-h100", new(int64(1))
-	cfg.LoadPollIntervalMs = 100
-	models, err := latencyModels(cfg)
-	require.NoError(t, err)
-	log := &syncBuffer{}
-	srv, err := server.New(server.Options{Config: cfg, DecisionLog: log, LatencyModels: models})
-	require.NoError(t, err)
-	sctx, stop := context.WithCancel(ctx)
-	require.NoError(t, srv.Start(sctx))
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	front, srv, log := startLatencyServe(t, ctx, urls, nil)
 
 	// Closed-loop clients, each request's send time kept by its id.
 	var mu sync.Mutex
@@ -79,7 +55,7 @@ func TestIntegrationPredictedLatencyFollowsASlowdown(t *testing.T) {
 				id := fmt.Sprintf("req-%d-%d", c, k)
 				body, _ := json.Marshal(map[string]any{"text": fmt.Sprintf("%s %s", id, strings.Repeat("a question of its own ", 40+k%7)),
 					"stream": true, "sampling_params": map[string]any{"max_new_tokens": 24, "ignore_eos": true}})
-				req, _ := http.NewRequest(http.MethodPost, front.URL+"/generate", bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, front+"/generate", bytes.NewReader(body))
 				req.Header.Set("X-Request-Id", id)
 				mu.Lock()
 				sent[id] = time.Now()
