@@ -147,9 +147,11 @@ type prediction struct {
 // at 1, 1004 ms at 2). Multiplying by 1 + the queued requests (issue 42), multiturn 2P+4D at
 // 85 % with 4 replicas, whose prefill servers queue (a replica sees a quarter of each
 // conversation's turns, so many look uncached to it): TTFT mean 481 → 340 ms, P99 1644 → 998
-// ms (seeds 1–3; weight 0.5: 389 ms, 2: 299 ms, 4: 360 ms, 8: 305 ms — the point is chaotic),
-// with the other points' means within ±2 % but cache-pressure 2P+4D (rising with the weight:
-// 221 ms at 0, 224 at 1, 255 at 8).
+// ms (seeds 1–3; weighing the queued requests 0.5: 389 ms, 2: 299 ms, 4: 360 ms, 8: 305 ms —
+// the point is chaotic), the other probed points' means within ±2 % (cache-pressure 2P+4D, one
+// replica: 221 ms without the queued requests, 224 at 1, 255 at 8) but hot-spot 4P+4D at 85 %
+// with 4 replicas (+6 %), whose P99 rose (458 → 587 ms with one replica, 474 → 592 ms with 4:
+// more of a burst stays on the server caching its prefix).
 const prefillWorkWeight = 1.0
 
 // NewPredictedLatency returns the policy with an empty tree; it needs a model

@@ -61,8 +61,8 @@ func (m *CostModel) PrefillTime(uncached, cached int) time.Duration {
 // for the batch formed at its start too (which the queue holds); an idle rank (nothing
 // queued) takes it at once, so a lone request's TTFT stays PrefillTime. Under Poisson arrivals
 // at 30, 60 and 85 % of a llama3-8b-h100 rank's prefill capacity, the requests that found a
-// queue waited 47, 109 and 154 ms longer than its chunks alone, and 5, −37 and −47 ms longer
-// than QueueTime (TestCostModelQueueTimeUnderLoad).
+// queue waited on average 47, 109 and 154 ms longer than its chunks alone, and −5, 37 and 47
+// ms longer than QueueTime (TestCostModelQueueTimeUnderLoad).
 func (m *CostModel) QueueTime(tokens int) time.Duration {
 	s := m.s
 	if tokens <= 0 || s.cfg.Profile.Constant {
