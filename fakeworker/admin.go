@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -35,6 +38,8 @@ func (w *Worker) routes() http.Handler {
 	}
 	mux.HandleFunc("/flush_cache", w.serveFlush)
 	mux.HandleFunc("POST /abort_request", w.serveAbort)
+	mux.HandleFunc("GET /fakeworker/slow_factor", w.serveSlowFactor)
+	mux.HandleFunc("POST /fakeworker/slow_factor", w.serveSlowFactor)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusNotFound, "fakeworker: no route "+r.Method+" "+r.URL.Path)
@@ -291,6 +296,77 @@ func (w *Worker) serveAbort(rw http.ResponseWriter, r *http.Request) {
 		})
 	}
 	rw.WriteHeader(http.StatusOK)
+}
+
+// SetSlowFactor makes the worker f times slower than its model from now on, as
+// --slow-factor f would have from the start (Failures.SlowFactor, changed at runtime): the
+// engine steps that begin after it take f× the model's time, a step under way ends when it
+// was due. Failure injection: a worker degrading behind a router's back. POST
+// /fakeworker/slow_factor does it over HTTP. It fails unless f > 0, or when the engine loop
+// has stopped.
+func (w *Worker) SetSlowFactor(ctx context.Context, f float64) error {
+	if !(f > 0) || math.IsInf(f, 0) {
+		return fmt.Errorf("fakeworker: slow factor %g must be > 0", f)
+	}
+	var err error
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	if !w.loop.query(ctx, func(l *loop, _ time.Time) {
+		if err = l.srv.SetSpeedup(w.cfg.Speedup / f); err == nil {
+			w.slow = f
+		}
+	}) {
+		return errors.New("fakeworker: engine is not running")
+	}
+	return err
+}
+
+// SlowFactor is the worker's slow factor now (--slow-factor, or the last SetSlowFactor).
+func (w *Worker) SlowFactor(ctx context.Context) (float64, error) {
+	var f float64
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	if !w.loop.query(ctx, func(*loop, time.Time) { f = w.slow }) {
+		return 0, errors.New("fakeworker: engine is not running")
+	}
+	return f, nil
+}
+
+// serveSlowFactor answers GET /fakeworker/slow_factor with {"slow_factor": f}, and sets it
+// on POST with that body (SetSlowFactor), answering the same; a body without a positive
+// slow_factor is 400. fakeworker's own route (SGLang has no such knob), outside SGLang's API.
+func (w *Worker) serveSlowFactor(rw http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		raw, err := readBody(rw, r, 1<<10)
+		var req struct {
+			SlowFactor *float64 `json:"slow_factor"`
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &req)
+		}
+		if err == nil && req.SlowFactor == nil {
+			err = errors.New("no slow_factor")
+		}
+		if err == nil && !(*req.SlowFactor > 0) {
+			err = fmt.Errorf("slow_factor %g must be > 0", *req.SlowFactor)
+		}
+		if err != nil {
+			writeError(rw, http.StatusBadRequest, "fakeworker: /fakeworker/slow_factor body must be {\"slow_factor\": number > 0}: "+err.Error())
+			return
+		}
+		if err := w.SetSlowFactor(r.Context(), *req.SlowFactor); err != nil {
+			writeError(rw, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		w.log.Info("slow factor changed", "slow_factor", *req.SlowFactor)
+	}
+	f, err := w.SlowFactor(r.Context())
+	if err != nil {
+		writeError(rw, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	body, _ := json.Marshal(map[string]float64{"slow_factor": f})
+	writeJSON(rw, http.StatusOK, body)
 }
 
 // DropKVEventBatches loses each rank's next n KV-event batches on the way to subscribers:

@@ -69,7 +69,11 @@
 //
 // Error rate and status, hang rate, crash after N requests (engine killed, connections
 // dropped), slow factor, streams cut after N tokens (connection dropped without [DONE]),
-// prefill never signalling KV, health failing after T. Draws are seeded (Config.Seed).
+// prefill never signalling KV, health failing after T. Draws are seeded (Config.Seed). The
+// slow factor also changes at runtime (Worker.SetSlowFactor, or POST /fakeworker/slow_factor
+// {"slow_factor": F}, a route of fakeworker's own outside SGLang's API; GET reads it): the
+// engine steps that begin after it run F× slower than the model, as a worker degrading behind
+// a router's back.
 //
 // # Stopping
 //

@@ -35,6 +35,7 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	loop    *loop
+	slow    float64 // the slow factor now (Failures.SlowFactor, SetSlowFactor); owned by the engine loop
 	metrics *metrics
 	started time.Time
 	kv      *kvPublisher        // nil without --kv-events-config
@@ -106,6 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		kvCfg:    kvCfg,
 		tok:      tok,
 		loop:     newLoop(srv),
+		slow:     cfg.Failures.SlowFactor,
 		started:  time.Now(),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)),
 		rids:     make(map[string]uint64),

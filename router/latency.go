@@ -15,8 +15,9 @@ type LatencyModel interface {
 	// PrefillTime is the time to prefill uncached prompt tokens after cached ones already in
 	// the rank's cache, chunk by chunk (--chunked-prefill-size), alone on the rank.
 	PrefillTime(uncached, cached int) time.Duration
-	// QueueTime is the time to work off tokens queued uncached prompt tokens of other requests
-	// (full chunks).
+	// QueueTime is the time a prompt waits behind tokens queued uncached prompt tokens of other
+	// requests on a rank (0 for none: an idle rank takes it at once): their chunks, and the
+	// step in flight when it arrives.
 	QueueTime(tokens int) time.Duration
 	// TransferTime is the KV transfer of a prompt of tokens from a prefill to a decode rank,
 	// its fixed costs (bootstrap, transfer setup) included.
@@ -130,15 +131,27 @@ type prediction struct {
 	cached  int           // P: predicted cached tokens
 	context int           // D: the request's context added (prompt tokens)
 	engine  bool          // the engine report decided (fresh)
-	work    time.Duration // P: the request's own prefill, corrected, times prefillWorkWeight
+	work    time.Duration // P: the request's own prefill, corrected, times prefillWorkWeight and 1 + the requests queued
 }
 
 // prefillWorkWeight is how much of a candidate's prefill of this request the choice adds to its
-// predicted TTFT: the prefill delays the requests that will queue behind it too, so a target
-// that must recompute a prefix another caches pays for it twice. Simulated, 2P+4D at 85 % of
-// capacity, one replica (seed 1): on cache-pressure TTFT mean 239 → 212 ms and P99 782 → 704
-// ms at 1 (207 and 682 ms at 2); on the hot-spot workload no change beyond noise (P99 963 →
-// 943 ms at 1, 1004 ms at 2).
+// predicted TTFT for each request it delays: the prefill delays the requests that will queue
+// behind it, about as many as are queued on the candidate now (Little's law, in a steady
+// queue), so the choice ranks by TTFT + c_P · prefill · prefillWorkWeight · (1 + queued
+// requests), and a target that must recompute a prefix another caches pays for it once per
+// request that waits on it. Queued requests: the engine's num_waiting_reqs and the requests
+// routed since its fresh report, else this router's requests not yet prefilled there.
+// Simulated, 2P+4D at 85 % of capacity, one replica (seed 1), counting the prefill once more
+// without the queued requests: on cache-pressure TTFT mean 239 → 212 ms and P99 782 → 704 ms at
+// 1 (207 and 682 ms at 2); on the hot-spot workload no change beyond noise (P99 963 → 943 ms
+// at 1, 1004 ms at 2). Multiplying by 1 + the queued requests (issue 42), multiturn 2P+4D at
+// 85 % with 4 replicas, whose prefill servers queue (a replica sees a quarter of each
+// conversation's turns, so many look uncached to it): TTFT mean 481 → 340 ms, P99 1644 → 998
+// ms (seeds 1–3; weighing the queued requests 0.5: 389 ms, 2: 299 ms, 4: 360 ms, 8: 305 ms —
+// the point is chaotic), the other probed points' means within ±2 % (cache-pressure 2P+4D, one
+// replica: 221 ms without the queued requests, 224 at 1, 255 at 8) but hot-spot 4P+4D at 85 %
+// with 4 replicas (+6 %), whose P99 rose (458 → 587 ms with one replica, 474 → 592 ms with 4:
+// more of a burst stays on the server caching its prefix).
 const prefillWorkWeight = 1.0
 
 // NewPredictedLatency returns the policy with an empty tree; it needs a model
@@ -318,10 +331,15 @@ func (p *PredictedLatency) predictPrefill(now time.Time, req *Request, ts []*Tar
 		if engine {
 			queued = int64(max(t.engine.load.WaitingUncachedTokens, 0)) + t.latency.sinceReport(t.engine.gen)
 		}
+		behind := t.latency.pendingReqs
+		if engine {
+			behind = int64(t.engine.load.WaitingReqs) + t.engine.sentReqs
+		}
 		own := p.model.PrefillTime(prompt-cached, cached)
 		raw := p.model.QueueTime(int(queued)) + own
 		c := t.latency.ttft.value(now, p.cfg.HalfLife)
-		p.pre = append(p.pre, prediction{raw: raw, ttft: scale(raw, c), work: scale(own, c*prefillWorkWeight), corr: c, cached: cached, engine: engine})
+		p.pre = append(p.pre, prediction{raw: raw, ttft: scale(raw, c), work: scale(own, c*prefillWorkWeight*float64(1+max(behind, 0))),
+			corr: c, cached: cached, engine: engine})
 	}
 }
 
@@ -407,6 +425,8 @@ type latencyView struct {
 	// pending is the uncached prompt tokens this router routed to the target that are not
 	// prefilled yet (first token observed, or the leg ended): its own view of the queue.
 	pending int64
+	// pendingReqs counts the requests of pending.
+	pendingReqs int64
 	// since is the part of pending routed since the engine report of generation sinceGen: what
 	// the report cannot hold yet. (Requests routed since and still in flight, as loadCmp counts
 	// them, held a prefill server's queue several times too long in PD: a request stays in
@@ -420,18 +440,22 @@ type latencyView struct {
 	ttft, tpot correction
 }
 
-// addPending counts tokens routed to the target under its engine report of generation gen.
+// addPending counts a request's tokens routed to the target under its engine report of
+// generation gen.
 func (v *latencyView) addPending(tokens int64, gen uint64) {
 	v.pending += tokens
+	v.pendingReqs++
 	if v.sinceGen != gen {
 		v.since, v.sinceGen = 0, gen
 	}
 	v.since += tokens
 }
 
-// dropPending takes tokens counted by addPending under gen out: prefilled, or the leg ended.
+// dropPending takes a request's tokens counted by addPending under gen out: prefilled, or the
+// leg ended.
 func (v *latencyView) dropPending(tokens int64, gen uint64) {
 	v.pending -= tokens
+	v.pendingReqs--
 	if gen == v.sinceGen {
 		v.since = max(v.since-tokens, 0)
 	}
@@ -501,6 +525,7 @@ type latencyLeg struct {
 	// generation of the target's engine report then.
 	pending, context int64
 	gen              uint64
+	queued           bool // pending is counted in the target's view (till dropLatencyPending)
 	// The prediction: raw (before correction) and corrected, and what of the TTFT is the
 	// prefill target's (queue + prefill, corrected by c_P) and what is fixed (transfer, admission).
 	rawP, fixed, rawTPOT time.Duration
@@ -581,8 +606,7 @@ func (d *Decision) ObserveFirstToken(at time.Time) {
 	l.first = at
 	l.obsTTFT = at.Sub(l.routed)
 	pre, _ := d.latencyTargets()
-	pre.latency.dropPending(l.pending, l.gen)
-	l.pending = 0
+	d.dropLatencyPending()
 	if l.rawP > 0 {
 		if p, ok := r.policies[pre.worker.role].(*PredictedLatency); ok {
 			pre.latency.ttft.observe(at, float64(max(l.obsTTFT-l.fixed, l.rawP/maxRatio))/float64(l.rawP), p.cfg.HalfLife)
@@ -644,16 +668,27 @@ func (d *Decision) latencyDone(role Role) {
 	t := d.legOf(role).target
 	switch role {
 	case Prefill:
-		t.latency.dropPending(l.pending, l.gen)
-		l.pending = 0
+		d.dropLatencyPending()
 	case Decode:
 		t.latency.context -= l.context
 		l.context = 0
 	case Regular:
-		t.latency.dropPending(l.pending, l.gen)
+		d.dropLatencyPending()
 		t.latency.context -= l.context
-		l.pending, l.context = 0, 0
+		l.context = 0
 	}
+}
+
+// dropLatencyPending takes the request out of its prefill (regular) target's view of the
+// queue, once (r.mu held): prefilled, or the leg ended.
+func (d *Decision) dropLatencyPending() {
+	l := d.lat
+	if !l.queued {
+		return
+	}
+	pre, _ := d.latencyTargets()
+	pre.latency.dropPending(l.pending, l.gen)
+	l.pending, l.queued = 0, false
 }
 
 // TargetCorrection is one target's predicted_latency corrections (metrics).

@@ -263,3 +263,42 @@ func TestPredictedLatencyNearTiesGoToTheLeastLoaded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "http://a", d.Regular.URL(), "100 ms more of queue is no tie")
 }
+
+// A candidate's prefill of the request counts once per request queued there, besides its own
+// TTFT: those requests wait on it. A prefill worker caching a long prompt's prefix keeps its
+// follow-up behind a queue of two requests, and loses it to an idle one that must recompute
+// the prefix behind a queue of 40 requests of as many tokens: the 40 ms of prefill it saves
+// would delay them all by 2 ms each.
+func TestPredictedLatencyPrefillCountsOncePerQueuedRequest(t *testing.T) {
+	t.Parallel()
+	r, clk := latencyRouter(t, true, nil)
+	long := text("system prompt ", 40000)
+	d, err := r.Route(&Request{Text: long})
+	require.NoError(t, err)
+	require.Equal(t, "http://p0", d.Prefill.URL(), "a tie: the lowest index")
+	d.Done(Prefill, Success)
+	d.Done(Decode, Success)
+
+	// p0: 30 ms of queue, then 2 ms of prefill (40,000 tokens cached); p1: 42 ms of prefill.
+	// Transfer (43 ms) and decode admission (53 ms) alike. Two requests queued at p0: 30 + 2 +
+	// 2·3 + 96 = 134 ms against p1's 42 + 42 + 96 = 180 ms; 40: 30 + 2 + 2·41 + 96 = 210 ms
+	// (counted once, 130 ms: p0 would keep it).
+	for i, c := range []struct {
+		queued int
+		want   string
+	}{{2, "http://p0"}, {40, "http://p1"}} {
+		clk.Advance(time.Millisecond)
+		report(t, r, clk.Now(), map[string]EngineLoad{
+			"http://p0": {WaitingUncachedTokens: 30000, WaitingReqs: c.queued},
+			"http://p1": {},
+		})
+		d, err := r.Route(&Request{Text: long + text(fmt.Sprintf(" question %d", i), 2000)})
+		require.NoError(t, err)
+		assert.Equal(t, c.want, d.Prefill.URL(), "%d requests queued at p0", c.queued)
+		d.Done(Prefill, Success)
+		d.Done(Decode, Success)
+	}
+	for _, tg := range r.targets[Prefill] {
+		assert.Zero(t, tg.latency.pendingReqs, tg.name)
+	}
+}

@@ -238,6 +238,7 @@ func (r *Router) Route(req *Request) (*Decision, error) {
 				d.lat.pending = int64(float64(req.promptTokens()) * (1 - min(max(p.MatchRate, 0), 1)))
 				d.lat.gen = t.engine.gen
 				t.latency.addPending(d.lat.pending, d.lat.gen)
+				d.lat.queued = true
 			}
 			if role != Prefill { // and its KV joins this batch
 				d.lat.context = int64(req.promptTokens())

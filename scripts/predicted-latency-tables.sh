@@ -4,8 +4,8 @@
 # and 4P+4D, workloads multiturn, hotspot and cache-pressure at ~50 % and ~85 % of capacity, 1
 # and 4 router replicas. For each cluster, workload and replica count, cache_aware's thresholds
 # are swept first at the 85 % point (objective: P99 TTFT) and the winner runs both loads. Every
-# cell is the mean over SEEDS. Markdown on stdout, each command on stderr; about 10 minutes on
-# 2 cores.
+# cell is the mean over SEEDS. Markdown on stdout, each command on stderr; both sections took 14
+# minutes on 2 cores shared with a load average of 19.
 # The defaults section compares predicted_latency with cache_aware at sgl-router's default
 # thresholds (engine load on) at the 85 % points.
 #   scripts/predicted-latency-tables.sh [SECTION...]   SECTION: best defaults (default: both)

@@ -61,7 +61,7 @@ func (f *fakeworkerFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&fl.ErrorStatus, "error-status", 500, "failure: HTTP status of injected errors")
 	fs.Float64Var(&fl.HangRate, "hang-rate", 0, "failure: fraction of inference requests never answered")
 	fs.IntVar(&fl.CrashAfter, "crash-after", 0, "failure: die (drop every connection) on inference request N+1 (0: never)")
-	fs.Float64Var(&fl.SlowFactor, "slow-factor", 1, "failure: multiply every model duration by this")
+	fs.Float64Var(&fl.SlowFactor, "slow-factor", 1, `failure: multiply every model duration by this; change it while running with POST /fakeworker/slow_factor {"slow_factor": F} (GET reads it)`)
 	fs.IntVar(&fl.CutStreamAfter, "cut-stream-after", 0, "failure: drop streams after N tokens, without [DONE] (0: never)")
 	fs.BoolVar(&fl.NeverSignalKV, "never-signal-kv", false, "failure (prefill): compute, then never finish the KV transfer")
 	fs.DurationVar(&fl.FailHealthAfter, "fail-health-after", 0, "failure: /health answers 503 from this long after start (0: never)")
@@ -158,7 +158,12 @@ The engine is a --profile (a preset, constant or a profile file), or a model on 
 (--chunked-prefill-size, --max-running-requests, --max-total-tokens, --page-size,
 --cuda-graph-max-bs, --mem-fraction-static, --schedule-conservativeness) defaulting to what SGLang
 picks for that GPU's memory and parallelism (with a preset: the engine's defaults).
-/get_server_info reports the values the engine runs with, under SGLang's names.`,
+/get_server_info reports the values the engine runs with, under SGLang's names.
+
+Failure injection (--error-rate, --hang-rate, --crash-after, --slow-factor, ...) is set at start;
+the slow factor can also change while the worker runs, behind a router's back:
+  curl -d '{"slow_factor": 2}' http://127.0.0.1:30000/fakeworker/slow_factor   # 2x slower from now
+  curl http://127.0.0.1:30000/fakeworker/slow_factor                            # {"slow_factor":2}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.resolve(cmd)

@@ -36,33 +36,14 @@ import (
 func TestIntegrationPredictedLatency(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prof, err := engine.LookupProfile("llama3-8b-h100")
-	require.NoError(t, err)
-	var urls []string
-	for i, slow := range []float64{1, 2} {
-		w, err := fakeworker.Start(ctx, fakeworker.Config{Host: "127.0.0.1", Mode: engine.RoleUnified, Profile: prof, Seed: uint64(i + 1),
-			Failures: fakeworker.Failures{SlowFactor: slow}})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = w.Wait() })
-		urls = append(urls, w.URL())
-	}
+	urls := startLatencyWorkers(t, ctx, 1, 2)
 	start := func(tweak func(*server.Config)) (string, *server.Server, *syncBuffer) {
-		cfg := server.DefaultConfig()
-		cfg.WorkerURLs, cfg.Policy, cfg.LatencyProfile, cfg.Seed = urls, router.PolicyPredictedLatency, "llama3-8b-h100", new(int64(1))
-		cfg.LoadPollIntervalMs, cfg.LatencyCorrectionHalfLifeMs = 100, 2000
-		if tweak != nil {
-			tweak(&cfg)
-		}
-		models, err := latencyModels(cfg)
-		require.NoError(t, err)
-		log := &syncBuffer{}
-		srv, err := server.New(server.Options{Config: cfg, DecisionLog: log, LatencyModels: models})
-		require.NoError(t, err)
-		sctx, stop := context.WithCancel(ctx)
-		require.NoError(t, srv.Start(sctx))
-		front := httptest.NewServer(srv.Handler())
-		t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
-		return front.URL, srv, log
+		return startLatencyServe(t, ctx, urls, func(c *server.Config) {
+			c.LatencyCorrectionHalfLifeMs = 2000
+			if tweak != nil {
+				tweak(c)
+			}
+		})
 	}
 	front, srv, log := start(nil)
 
@@ -170,4 +151,44 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 	assert.Contains(t, string(b), "predicted to meet")
 	resp, _ = send(shedFront, 1003, map[string]string{"x-slo-ttft-ms": "60000", "x-slo-tpot-ms": "1000"})
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// startLatencyWorkers starts a regular llama3-8b-h100 fakeworker per slow factor and returns
+// their URLs.
+func startLatencyWorkers(t *testing.T, ctx context.Context, slow ...float64) []string {
+	t.Helper()
+	prof, err := engine.LookupProfile("llama3-8b-h100")
+	require.NoError(t, err)
+	var urls []string
+	for i, s := range slow {
+		w, err := fakeworker.Start(ctx, fakeworker.Config{Host: "127.0.0.1", Mode: engine.RoleUnified, Profile: prof, Seed: uint64(i + 1),
+			Failures: fakeworker.Failures{SlowFactor: s}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = w.Wait() })
+		urls = append(urls, w.URL())
+	}
+	return urls
+}
+
+// startLatencyServe starts serve in front of urls routed by predicted_latency with the
+// llama3-8b-h100 model (wired as cmd/router wires it), engine loads polled every 100 ms and
+// tweak applied, and returns its URL, the server and its decision log.
+func startLatencyServe(t *testing.T, ctx context.Context, urls []string, tweak func(*server.Config)) (string, *server.Server, *syncBuffer) {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.WorkerURLs, cfg.Policy, cfg.LatencyProfile, cfg.Seed = urls, router.PolicyPredictedLatency, "llama3-8b-h100", new(int64(1))
+	cfg.LoadPollIntervalMs = 100
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	models, err := latencyModels(cfg)
+	require.NoError(t, err)
+	log := &syncBuffer{}
+	srv, err := server.New(server.Options{Config: cfg, DecisionLog: log, LatencyModels: models})
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	require.NoError(t, srv.Start(sctx))
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { front.Close(); stop(); srv.Wait() })
+	return front.URL, srv, log
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -121,6 +122,18 @@ func New(cfg Config) (*Server, error) {
 // Config returns the server's configuration with defaults filled in (page size,
 // max_total_num_tokens per rank and so on, for /get_server_info).
 func (s *Server) Config() Config { return s.cfg }
+
+// SetSpeedup changes Config.Speedup from now on: the steps that begin after it run at the new
+// speed, a step under way ends when it was due, and KV transfers under way move at the new
+// link rate from the next transfer event on (fakeworker's slow factor changed at runtime: a
+// worker degrading behind a router's back). It fails unless speedup is finite and > 0.
+func (s *Server) SetSpeedup(speedup float64) error {
+	if !(speedup > 0) || math.IsInf(speedup, 0) {
+		return fmt.Errorf("engine: speedup %g must be > 0", speedup)
+	}
+	s.cfg.Speedup = speedup
+	return nil
+}
 
 // dur converts a model duration into server time (Speedup applied).
 func (s *Server) dur(d time.Duration) time.Duration {
