@@ -48,7 +48,12 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 			return nil, errors.New("sim: workload turn has no inference path")
 		}
 		p := plannedTurn{turn: t, route: route, id: t.Session + "/" + strconv.Itoa(t.Index)}
-		reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		// The reply makes the next turn's prompt and, in regular mode, is what the server
+		// caches; a PD conversation's last reply is neither (generating replies was 9 % of a
+		// whole-suite validate --fit's CPU, mostly last turns of single-turn workloads).
+		if regular || t.Index+1 < s.Turns() {
+			reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		}
 		if regular {
 			p.reply = replyIDs
 		}
