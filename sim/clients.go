@@ -57,12 +57,23 @@ func (x *sim) canIssue() bool { return x.lv.canIssue(x.clock.now, x.cfg.Load.Dur
 // startLevel starts level x.li at the current virtual time.
 func (x *sim) startLevel() {
 	info := x.levels[x.li]
-	src, err := workloads.NewSource(x.cfg.Load.LevelParams(x.cfg.Workload, x.li))
-	if err != nil {
-		x.err = err
-		return
+	params := x.cfg.Load.LevelParams(x.cfg.Workload, x.li)
+	var pf *prefetcher
+	if x.cfg.Conversations != nil {
+		var err error
+		if pf, err = x.cfg.Conversations.prefetcher(params, !x.pd); err != nil {
+			x.err = err
+			return
+		}
+	} else {
+		src, err := workloads.NewSource(params)
+		if err != nil {
+			x.err = err
+			return
+		}
+		pf = startPrefetch(src, !x.pd)
 	}
-	lv := &level{info: info, pf: startPrefetch(src, !x.pd), begin: x.clock.now, starting: true}
+	lv := &level{info: info, pf: pf, begin: x.clock.now, starting: true}
 	if x.cfg.Load.Requests > 0 {
 		lv.budget = x.cfg.Load.Warmup + x.cfg.Load.Requests
 	}

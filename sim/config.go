@@ -500,6 +500,10 @@ type Config struct {
 	DecisionLog io.Writer
 	// Version is written into the results' meta.
 	Version string
+	// Conversations, when set, remembers the conversations each level generates, and a level
+	// of a workload it remembers takes copies of them instead (runs of one workload many times
+	// over, as validate's fit does); the results are the same.
+	Conversations *Conversations
 	// Progress, when set, is called from the simulation goroutine about every 1,024 completed
 	// requests and once at the end of each level, with the level's label, the requests
 	// completed so far in the run and the virtual time elapsed. It must not block for long.

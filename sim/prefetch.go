@@ -3,7 +3,9 @@ package sim
 import (
 	"errors"
 	"io"
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/workloads"
@@ -48,7 +50,12 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 			return nil, errors.New("sim: workload turn has no inference path")
 		}
 		p := plannedTurn{turn: t, route: route, id: t.Session + "/" + strconv.Itoa(t.Index)}
-		reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		// The reply makes the next turn's prompt and, in regular mode, is what the server
+		// caches; a PD conversation's last reply is neither (generating replies was 9 % of a
+		// whole-suite validate --fit's CPU, mostly last turns of single-turn workloads).
+		if regular || t.Index+1 < s.Turns() {
+			reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		}
 		if regular {
 			p.reply = replyIDs
 		}
@@ -124,19 +131,12 @@ func startPrefetch(src workloads.Source, regular bool) *prefetcher {
 			}
 		}
 		for {
-			var item prefetched
-			sess, err := src.Next()
-			switch {
-			case err == io.EOF:
+			item, ok := nextPrefetched(src, regular)
+			if !ok {
 				if len(batch) > 0 {
 					send()
 				}
 				return
-			case err != nil:
-				item.err = err
-			default:
-				item.arr = int64(sess.Arrival)
-				item.s, item.err = newScript(sess, regular)
 			}
 			batch = append(batch, item)
 			if item.err != nil {
@@ -149,6 +149,129 @@ func startPrefetch(src workloads.Source, regular bool) *prefetcher {
 		}
 	}()
 	return p
+}
+
+// nextPrefetched builds src's next conversation; false at the end of src.
+func nextPrefetched(src workloads.Source, regular bool) (prefetched, bool) {
+	var item prefetched
+	sess, err := src.Next()
+	switch {
+	case err == io.EOF:
+		return item, false
+	case err != nil:
+		item.err = err
+	default:
+		item.arr = int64(sess.Arrival)
+		item.s, item.err = newScript(sess, regular)
+	}
+	return item, true
+}
+
+// Conversations remembers the conversations of each workload level a run generates, for other
+// runs of the same workload in the process (a fit runs every published set a few dozen times
+// with other GPU constants): a later run takes copies of the scripts instead of generating and
+// tokenizing the prompts again, ~30 % of such a run's CPU. A remembered level is generated
+// whole, before the run, on the run's goroutine; the scripts' token ids and texts are shared
+// read-only by every run that copies them. Safe for concurrent use; the zero value is ready.
+type Conversations struct {
+	// Budget bounds what is remembered, in bytes of token ids and text (0: no bound): a level
+	// that would take the total past it is generated for each run, as without Conversations.
+	Budget int64
+	mu     sync.Mutex
+	m      map[conversationsKey]*conversationsLevel
+	used   int64
+}
+
+type conversationsKey struct {
+	params  workloads.Params
+	regular bool
+}
+
+type conversationsLevel struct {
+	once    sync.Once
+	items   []prefetched // each script with its first turn pending (newScript), never run
+	err     error        // the source's Close error
+	counted bool         // its size is in Conversations.used
+}
+
+// size is about how many bytes of token ids and text the level's scripts hold.
+func (lv *conversationsLevel) size() int64 {
+	n := 0
+	add := func(t workloads.Turn, reply []uint32) { n += 4*cap(t.PromptIDs) + len(t.RouteText) + 4*cap(reply) }
+	for _, it := range lv.items {
+		if it.s == nil {
+			continue
+		}
+		add(it.s.turn, it.s.reply)
+		for _, p := range it.s.turns {
+			add(p.turn, p.reply)
+		}
+	}
+	return int64(n)
+}
+
+// prefetcher returns a prefetcher handing out copies of the level's conversations, generated
+// from p's source on first use.
+func (c *Conversations) prefetcher(p workloads.Params, regular bool) (*prefetcher, error) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[conversationsKey]*conversationsLevel{}
+	}
+	k := conversationsKey{p, regular}
+	lv := c.m[k]
+	if lv == nil {
+		lv = &conversationsLevel{}
+		c.m[k] = lv
+	}
+	c.mu.Unlock()
+	var errNew error
+	lv.once.Do(func() {
+		src, err := workloads.NewSource(p)
+		if err != nil {
+			errNew = err
+			return
+		}
+		for {
+			item, ok := nextPrefetched(src, regular)
+			if !ok {
+				break
+			}
+			lv.items = append(lv.items, item)
+			if item.err != nil {
+				break
+			}
+		}
+		lv.err = src.Close()
+	})
+	c.mu.Lock()
+	switch {
+	case errNew != nil:
+		delete(c.m, k) // not remembered: the next run reports it again
+	case !lv.counted && c.m[k] == lv:
+		if n := lv.size(); c.Budget > 0 && c.used+n > c.Budget {
+			delete(c.m, k) // past the budget: this run's (and a concurrent one's) alone
+		} else {
+			c.used += n
+			lv.counted = true
+		}
+	}
+	c.mu.Unlock()
+	if errNew != nil {
+		return nil, errNew
+	}
+	pf := &prefetcher{ch: make(chan []prefetched), stop: make(chan struct{}), done: make(chan struct{}), err: lv.err}
+	close(pf.ch)
+	close(pf.done)
+	pf.buf = make([]prefetched, len(lv.items))
+	for i, it := range lv.items {
+		if it.s != nil {
+			sc := *it.s
+			sc.turns = slices.Clone(sc.turns)
+			it.s = &sc
+		}
+		pf.buf[i] = it
+	}
+	return pf, nil
 }
 
 // next returns the next prepared conversation; nil, nil at the end of the source.

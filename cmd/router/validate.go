@@ -138,6 +138,7 @@ func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) erro
 			row("files, cross-validated", rep.Cross, others)
 		}
 	}
-	fmt.Fprintf(stderr, "validate: fit of %d sets in %.1f s of wall time (%d runs of a GPU's sets)\n", len(sets), time.Since(start).Seconds(), rep.Evaluations)
+	fmt.Fprintf(stderr, "validate: fit of %d sets in %.1f s of wall time (%d runs of a GPU's sets: %d set runs, %d more the same as an earlier one)\n",
+		len(sets), time.Since(start).Seconds(), rep.Evaluations, rep.Runs, rep.Reused)
 	return nil
 }

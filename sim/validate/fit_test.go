@@ -70,6 +70,7 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	for j := range grp.reaches {
 		grp.reaches[j] = []bool{true, true}
 	}
+	grp.runs = newRunner() // every run done again, none answered from the first Jacobian's
 	assert.True(t, mat.Equal(skipping, grp.jacobian(grp.x0, rs, res)), "skipped runs are zero columns")
 
 	alone := &gpuGroup{gpu: engine.H100SXM, sets: []Set{dense}}
@@ -127,4 +128,46 @@ func TestHeldOutCrossValidated(t *testing.T) {
 		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
 	assert.LessOrEqual(t, m.All, 0.16, "cross-validated median |error| over the held-out sets")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
+}
+
+// The runner answers a run it has done before (same set, same server profiles) from memory
+// with the same report, and runs again when a constant that reaches the set changes.
+func TestRunnerRemembersIdenticalRuns(t *testing.T) {
+	skipUnderRace(t)
+	set := embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")
+	rn := newRunner()
+	first := rn.all([]Set{set}, nil)
+	again := rn.all([]Set{set, set}, map[string]engine.GPU{"a100-sxm": engine.A100SXM}) // another GPU's table: the same run
+	assert.Equal(t, 1, rn.ran)
+	assert.Equal(t, 2, rn.hits)
+	assert.Equal(t, first[0], again[0])
+	assert.Equal(t, first[0], again[1])
+	g := engine.H100SXM
+	g.LowPrecisionEfficiency *= 1.5
+	other := rn.all([]Set{set}, map[string]engine.GPU{g.Name: g})
+	assert.Equal(t, 2, rn.ran, "a constant that reaches the set: a new run")
+	assert.Equal(t, RunSetWith(set, map[string]engine.GPU{g.Name: g}), other[0])
+	assert.NotEqual(t, first[0].Results, other[0].Results)
+}
+
+// The GPU groups are fitted concurrently: fitting two GPUs' sets together gives each GPU the
+// constants, and each set the cross-validated prediction, that fitting it alone gives.
+func TestFitGroupsAreIndependent(t *testing.T) {
+	skipUnderRace(t)
+	more, err := Load(filepath.Join("heldout", "qwen-speedbench-qwen3-30b-a3b-h20-bf16-in6144.json"),
+		filepath.Join("heldout", "pr7631-dsv3-0324-h20-tp8-random1k512-c8.json"))
+	require.NoError(t, err)
+	h100, h20 := []Set{embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")}, more
+	fields := []string{"LowPrecisionEfficiency", "MemoryEfficiency", "PrefillExpertEfficiency"}
+	both, err := Fit(append(slices.Clone(h100), h20...), fields, true, nil)
+	require.NoError(t, err)
+	alone1, err := Fit(h100, fields, true, nil)
+	require.NoError(t, err)
+	alone2, err := Fit(h20, fields, true, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, alone1.Params)
+	require.NotEmpty(t, alone2.Params)
+	assert.ElementsMatch(t, append(alone1.Params, alone2.Params...), both.Params)
+	assert.ElementsMatch(t, append(alone1.Cross, alone2.Cross...), both.Cross)
+	assert.Equal(t, alone1.Evaluations+alone2.Evaluations, both.Evaluations)
 }

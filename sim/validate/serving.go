@@ -175,7 +175,7 @@ func serversFor(s Set, m engine.ModelCard, g engine.GPU, need string, notes *[]s
 }
 
 // runServing runs one serving level through sim.Run and returns its figures.
-func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]float64, error) {
+func runServing(s Set, lv Level, svs []server, conv *sim.Conversations, notes *[]string) (map[string]float64, error) {
 	w := workloads.DefaultParams()
 	w.API, w.Seed = workloads.APIGenerate, 1 // bench_serving's sglang backend posts /generate
 	inf := inferred[s.Name]
@@ -281,7 +281,7 @@ func runServing(s Set, lv Level, svs []server, notes *[]string) (map[string]floa
 	for _, sv := range svs {
 		cl.GPUs[sv.gpu.Name] = sv.gpu
 	}
-	res, err := sim.Run(sim.Config{Cluster: cl, Router: rc, Workload: w, Load: l})
+	res, err := sim.Run(sim.Config{Cluster: cl, Router: rc, Workload: w, Load: l, Conversations: conv})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pdrouter/pdrouter/sim"
 	"github.com/pdrouter/pdrouter/sim/engine"
 )
 
@@ -38,7 +39,11 @@ func RunSet(s Set) SetReport { return RunSetWith(s, nil) }
 
 // RunSetWith runs every level of one set with the GPU descriptions of gpus (by engine name)
 // in place of the built-in ones (a fit's trial values).
-func RunSetWith(s Set, gpus map[string]engine.GPU) SetReport {
+func RunSetWith(s Set, gpus map[string]engine.GPU) SetReport { return runSet(s, gpus, nil) }
+
+// runSet is RunSetWith with conv remembering the serving levels' conversations across runs
+// (nil: generated for the run).
+func runSet(s Set, gpus map[string]engine.GPU, conv *sim.Conversations) SetReport {
 	rep := SetReport{Set: s.Name}
 	notes := append([]string(nil), s.Parse...)
 	fail := func(lv Level, why string) {
@@ -67,7 +72,7 @@ func RunSetWith(s Set, gpus map[string]engine.GPU) SetReport {
 	for _, lv := range s.Levels {
 		var lnotes []string
 		card := levelCard(levelSetup(s, lv), lv, model, &lnotes)
-		figs, err := runLevel(s, lv, card, gpu, &lnotes)
+		figs, err := runLevel(s, lv, card, gpu, conv, &lnotes)
 		for _, n := range lnotes {
 			notes = append(notes, levelLabel(lv)+": "+n)
 		}
@@ -111,7 +116,7 @@ func levelCard(s Set, lv Level, model engine.ModelCard, notes *[]string) engine.
 }
 
 // runLevel computes one level's figures with m, the level's model card (levelCard).
-func runLevel(s Set, lv Level, m engine.ModelCard, gpu engine.GPU, notes *[]string) (map[string]float64, error) {
+func runLevel(s Set, lv Level, m engine.ModelCard, gpu engine.GPU, conv *sim.Conversations, notes *[]string) (map[string]float64, error) {
 	s = levelSetup(s, lv)
 	if isServing(lv) {
 		s.ServerArgs = pickVariant(s.ServerArgs, offline(lv)).(map[string]any)
@@ -122,7 +127,7 @@ func runLevel(s Set, lv Level, m engine.ModelCard, gpu engine.GPU, notes *[]stri
 		return nil, err
 	}
 	if isServing(lv) {
-		return runServing(s, lv, svs, notes)
+		return runServing(s, lv, svs, conv, notes)
 	}
 	allNodes := 0
 	for _, sv := range svs {
