@@ -56,10 +56,10 @@ type Server struct {
 	ids       *wire.IDGen // rids and rooms sent to workers (seeded: parity with sim)
 	reqIDs    *wire.IDGen // client-visible ids that are not sent to workers
 	style     wire.FieldStyle
-	ridKeys   []string     // cfg.RequestIDHeaders in canonical form (Config.requestIDKeys)
-	keyHdrs   []string     // cfg.RoutingKeyHeaders, then routingKeyHeader, in canonical form; nil when no policy routes by key
-	clients   [3]legClient // per role: regular, prefill, decode
-	admin     *http.Client // probes, aborts, flush, proxied GETs
+	ridKeys   []string      // cfg.RequestIDHeaders in canonical form (Config.requestIDKeys)
+	keyHdrs   []string      // cfg.RoutingKeyHeaders, then routingKeyHeader, in canonical form; nil when no policy routes by key
+	clients   [3]*legClient // per role: regular, prefill, decode
+	admin     *http.Client  // probes, aborts, flush, proxied GETs
 	adm       *admission
 	metrics   *Metrics
 	reg       *prometheus.Registry

@@ -28,17 +28,17 @@ type legClient struct {
 
 // newLegClient returns one role's legClient; idle bounds pooled connections' idle time in
 // both transports, tc is the TLS settings of https:// workers (nil: Go's defaults).
-func newLegClient(idle time.Duration, tc *tls.Config) legClient {
+func newLegClient(idle time.Duration, tc *tls.Config) *legClient {
 	n := newUpstreamClient(idle, tc)
-	return legClient{h1: h1.New(idle, h1Fallback{n}), net: n}
+	return &legClient{h1: h1.New(idle, h1Fallback{n}), net: n}
 }
 
-func (c legClient) roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error) {
+func (c *legClient) roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error) {
 	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr, Deadline: r.deadline})
 }
 
 // CloseIdleConnections closes both transports' idle connections (Server.Wait).
-func (c legClient) CloseIdleConnections() {
+func (c *legClient) CloseIdleConnections() {
 	c.h1.CloseIdleConnections()
 	c.net.CloseIdleConnections()
 }

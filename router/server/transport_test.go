@@ -257,7 +257,7 @@ func TestLegClientRejectsInvalidHeaderValues(t *testing.T) {
 
 // plainAndTLSLegs starts h on an http:// and an https:// test server and returns them with a
 // leg client trusting the second: the two transports a leg may go through.
-func plainAndTLSLegs(t *testing.T, h http.Handler) (plain, tlsSrv *httptest.Server, c legClient) {
+func plainAndTLSLegs(t *testing.T, h http.Handler) (plain, tlsSrv *httptest.Server, c *legClient) {
 	t.Helper()
 	plain = httptest.NewServer(h)
 	t.Cleanup(plain.Close)

@@ -108,7 +108,7 @@ type doer interface {
 }
 
 // upstream returns the doer of the inference legs of one role.
-func (s *Server) upstream(role router.Role) doer { return &s.clients[role] } // a pointer: no copy to box
+func (s *Server) upstream(role router.Role) doer { return s.clients[role] }
 
 // clientDoer sends through an http.Client (probes, aborts, admin calls).
 type clientDoer struct{ *http.Client }

@@ -43,9 +43,7 @@ var commonKeys = func() map[string]string {
 }()
 
 // maxFastHeaders bounds the header lines of a head the fast path parses (workers send about
-// ten). It sizes fastHead's frame: a goroutine that sends a request (a PD prefill leg) starts
-// on a small stack, and a larger frame made each one grow and copy its stack
-// (BenchmarkHotPath's CPU profile: runtime.newstack under fastHead).
+// ten); a longer head goes to http.ReadResponse.
 const maxFastHeaders = 32
 
 // fastHead parses the response head buffered in c.br if it is one the fast path takes
@@ -88,53 +86,30 @@ func (c *conn) fastHead(method string) *response {
 		}
 		r = next
 	}
+	// The header lines, twice: first checked, with the framing read from them; then, once the
+	// fast path takes the head, kept. (Not gathered into an array on the way: fastHead's frame
+	// is on the stack of every prefill leg's goroutine, which starts small and grows by copying.)
 	head := string(buf[:end]) // the one copy: status and values are substrings of it
-	var fields [maxFastHeaders + 1]struct {
-		key    string
-		vs, ve int32 // the value: head[vs:ve]
-	}
-	nf := 0
 	var cl, te string
-	ncl, nte := 0, 0
-	off := len(line) + 2
-	for {
-		l, _, _ := crlfLine(buf[off:end])
-		if len(l) == 0 {
-			break
-		}
-		lineStart := off
-		off += len(l) + 2
-		colon := bytes.IndexByte(l, ':')
-		if colon <= 0 {
-			return nil
-		}
-		key, ok := canonicalKey(l[:colon])
+	nf, ncl, nte := 0, 0, 0
+	for l, r, _ := crlfLine(rest); len(l) > 0; l, r, _ = crlfLine(r) {
+		name, vs, ve, ok := field(l)
 		if !ok {
 			return nil
 		}
-		v := l[colon+1:]
-		for _, b := range v {
-			if b < ' ' && b != '\t' || b == 0x7f {
-				return nil
-			}
-		}
-		vs, ve := lineStart+colon+1, lineStart+len(l)
-		for vs < ve && (head[vs] == ' ' || head[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
-			ve--
-		}
-		switch key {
-		case "Connection", "Pragma", "Trailer":
+		at := len(buf) - len(r) - len(l) - 2 // the line's offset in head
+		v := head[at+vs : at+ve]
+		switch known, ok := commonKey(name); {
+		case !ok:
+			return nil
+		case known == "Connection", known == "Pragma", known == "Trailer":
 			return nil // ReadResponse's rules (close, Cache-Control, trailers)
-		case "Content-Length":
-			cl, ncl = head[vs:ve], ncl+1
-		case "Transfer-Encoding":
-			te, nte = head[vs:ve], nte+1
+		case known == "Content-Length":
+			cl, ncl = v, ncl+1
+		case known == "Transfer-Encoding":
+			te, nte = v, nte+1
 			continue // not kept in Header, as net/http does
 		}
-		fields[nf].key, fields[nf].vs, fields[nf].ve = key, int32(vs), int32(ve)
 		nf++
 	}
 	x := new(response)
@@ -157,15 +132,21 @@ func (c *conn) fastHead(method string) *response {
 	}
 	h := make(http.Header, nf)
 	slab := make([]string, nf)
-	for _, f := range fields[:nf] {
-		val := head[f.vs:f.ve]
-		vv := h[f.key]
+	for l, r, _ := crlfLine(rest); len(l) > 0; l, r, _ = crlfLine(r) {
+		name, vs, ve, _ := field(l)
+		key, _ := canonicalKey(name)
+		if key == "Transfer-Encoding" {
+			continue
+		}
+		at := len(buf) - len(r) - len(l) - 2 // the line's offset in head
+		val := head[at+vs : at+ve]
+		vv := h[key]
 		if vv == nil {
 			vv, slab = slab[:1:1], slab[1:]
 			vv[0] = val
-			h[f.key] = vv
+			h[key] = vv
 		} else {
-			h[f.key] = append(vv, val)
+			h[key] = append(vv, val)
 		}
 	}
 	x.resp.Status, x.resp.StatusCode, x.resp.Header = head[len(proto):len(line)], code, h
@@ -190,22 +171,41 @@ func crlfLine(b []byte) (line, rest []byte, ok bool) {
 
 func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
-// canonicalKey returns the canonical form of a header name (as textproto canonicalises it),
-// interned when common; ok is false for a name that is not a token.
-func canonicalKey(name []byte) (string, bool) {
-	var a [64]byte
-	if len(name) > len(a) {
-		for _, b := range name {
-			if b >= 0x80 || !httpguts.IsTokenRune(rune(b)) {
-				return "", false
-			}
-		}
-		return textproto.CanonicalMIMEHeaderKey(string(name)), true
+// field splits a header line at its colon: the name, and the value as l[vs:ve] without the
+// white space around it; ok is false without a name, or for a value with control characters.
+func field(l []byte) (name []byte, vs, ve int, ok bool) {
+	colon := bytes.IndexByte(l, ':')
+	if colon <= 0 {
+		return nil, 0, 0, false
 	}
+	for _, b := range l[colon+1:] {
+		if b < ' ' && b != '\t' || b == 0x7f {
+			return nil, 0, 0, false
+		}
+	}
+	vs, ve = colon+1, len(l)
+	for vs < ve && (l[vs] == ' ' || l[vs] == '\t') {
+		vs++
+	}
+	for ve > vs && (l[ve-1] == ' ' || l[ve-1] == '\t') {
+		ve--
+	}
+	return l[:colon], vs, ve, true
+}
+
+// maxKey is the longest header name canonicalised on the stack (longer ones by textproto).
+const maxKey = 64
+
+// canonical writes the canonical form of a header name (as textproto canonicalises it) into a
+// when it fits (k; nil when it does not); ok is false for a name that is not a token.
+func canonical(name []byte, a *[maxKey]byte) (k []byte, ok bool) {
 	upper := true
 	for i, b := range name {
 		if b >= 0x80 || !httpguts.IsTokenRune(rune(b)) {
-			return "", false
+			return nil, false
+		}
+		if i >= len(a) {
+			continue // checked only
 		}
 		if upper && 'a' <= b && b <= 'z' {
 			b -= 'a' - 'A'
@@ -215,7 +215,34 @@ func canonicalKey(name []byte) (string, bool) {
 		a[i] = b
 		upper = b == '-'
 	}
-	k := a[:len(name)]
+	if len(name) > len(a) {
+		return nil, true
+	}
+	return a[:len(name)], true
+}
+
+// commonKey returns a header name's canonical form when it is a common one (commonKeys), ""
+// for any other; ok is false for a name that is not a token. It allocates nothing.
+func commonKey(name []byte) (known string, ok bool) {
+	var a [maxKey]byte
+	k, ok := canonical(name, &a)
+	if k == nil {
+		return "", ok
+	}
+	return commonKeys[string(k)], true
+}
+
+// canonicalKey returns the canonical form of a header name (as textproto canonicalises it),
+// interned when common; ok is false for a name that is not a token.
+func canonicalKey(name []byte) (string, bool) {
+	var a [maxKey]byte
+	k, ok := canonical(name, &a)
+	switch {
+	case !ok:
+		return "", false
+	case k == nil:
+		return textproto.CanonicalMIMEHeaderKey(string(name)), true
+	}
 	if s, ok := commonKeys[string(k)]; ok {
 		return s, true
 	}
