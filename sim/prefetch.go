@@ -36,7 +36,7 @@ type plannedTurn struct {
 func newScript(s *workloads.Session, regular bool) (*script, error) {
 	s.ForSimulator()
 	sc := &script{turns: make([]plannedTurn, 0, s.Turns())}
-	var reply string
+	var reply []byte // the reply to the previous turn; the buffers are reused for every turn
 	var replyIDs []uint32
 	for {
 		t, ok := s.NextReply(reply, replyIDs)
@@ -48,7 +48,10 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 			return nil, errors.New("sim: workload turn has no inference path")
 		}
 		p := plannedTurn{turn: t, route: route, id: t.Session + "/" + strconv.Itoa(t.Index)}
-		reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+		if regular { // the engine keeps the reply's ids (Req.Output): a slice of its own
+			replyIDs = nil
+		}
+		reply, replyIDs = workloads.AppendReply(reply[:0], replyIDs[:0], t.PromptIDs, t.MaxTokens)
 		if regular {
 			p.reply = replyIDs
 		}
