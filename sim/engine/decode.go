@@ -213,7 +213,7 @@ func (s *Server) leaveRun(r *request) {
 // survivors, at most 1 (NewTokenRatioTracker.estimate_new_token_ratio_after_retract).
 // Otherwise the ratio decays one step toward its floor (decay_step).
 func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
-	s.liveRunning(rk)
+	_, need := s.liveRunning(rk)
 	if s.cfg.Role == RoleDecode {
 		for len(rk.running) < s.cfg.MaxRunningRequests {
 			r := rk.waiting.peek()
@@ -230,15 +230,12 @@ func (s *Server) formDecode(rk *rank, t time.Time) (time.Duration, bool) {
 				}
 			}
 			s.joinRun(rk, r)
+			need += max(s.kvNeed(r)-r.alloc, 0)
 		}
 	}
 	if len(rk.running) == 0 {
 		rk.full = false
 		return 0, false
-	}
-	need := 0
-	for _, r := range rk.running {
-		need += max(s.kvNeed(r)-r.alloc, 0)
 	}
 	if need > 0 && rk.free()+rk.evictable() < need {
 		s.retractFor(rk, need)
