@@ -38,7 +38,7 @@ type plannedTurn struct {
 func newScript(s *workloads.Session, regular bool) (*script, error) {
 	s.ForSimulator()
 	sc := &script{turns: make([]plannedTurn, 0, s.Turns())}
-	var reply string
+	var reply []byte // the reply to the previous turn; the buffers are reused for every turn
 	var replyIDs []uint32
 	for {
 		t, ok := s.NextReply(reply, replyIDs)
@@ -54,7 +54,10 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 		// caches; a PD conversation's last reply is neither (generating replies was 9 % of a
 		// whole-suite validate --fit's CPU, mostly last turns of single-turn workloads).
 		if regular || t.Index+1 < s.Turns() {
-			reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+			if regular { // the engine keeps the reply's ids (Req.Output): a slice of its own
+				replyIDs = nil
+			}
+			reply, replyIDs = workloads.AppendReply(reply[:0], replyIDs[:0], t.PromptIDs, t.MaxTokens)
 		}
 		if regular {
 			p.reply = replyIDs

@@ -173,15 +173,17 @@ func parsePieces(t *testing.T, api API, body []byte) []piece {
 	return out
 }
 
-// Reply generates a reply's token ids with its text: they are the text's tokenization.
+// AppendReply generates a reply's token ids with its text: they are the text's tokenization,
+// appended after what the buffers held.
 func TestReplyIDsAreItsTokens(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{0, 1, 7, 256} {
-		text, ids := Reply([]uint32{1, 2, 3, uint32(n)}, n)
-		assert.Equal(t, ReplyText([]uint32{1, 2, 3, uint32(n)}, n), text)
+		text, ids := AppendReply([]byte("x"), []uint32{9}, []uint32{1, 2, 3, uint32(n)}, n)
+		assert.Equal(t, "x"+ReplyText([]uint32{1, 2, 3, uint32(n)}, n), string(text))
 		if n > 0 {
-			assert.Equal(t, Tokenize(text), ids, "n=%d", n)
+			assert.Equal(t, Tokenize(string(text[1:])), ids[1:], "n=%d", n)
 		}
-		assert.Len(t, ids, n)
+		assert.Len(t, ids, n+1)
+		assert.Equal(t, uint32(9), ids[0])
 	}
 }

@@ -3,6 +3,7 @@ package workloads
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -286,15 +287,18 @@ func ReplyText(promptIDs []uint32, n int) string {
 	return string(replyStream(promptIDs).appendText(make([]byte, 0, n*5), n))
 }
 
-// Reply returns ReplyText(promptIDs, n) and its token ids (Tokenize of that text), generated
-// together rather than tokenized back.
-func Reply(promptIDs []uint32, n int) (string, []uint32) {
+// AppendReply appends ReplyText(promptIDs, n) to text and its token ids (Tokenize of that
+// text) to ids, generated together rather than tokenized back. A simulator that feeds each
+// reply to [Session.NextReply] reuses the same two buffers for every turn (a new string and
+// id slice per reply were a fifth of a million-request run's allocated bytes).
+func AppendReply(text []byte, ids, promptIDs []uint32, n int) ([]byte, []uint32) {
 	if n <= 0 {
-		return "", nil
+		return text, ids
 	}
+	text, ids = slices.Grow(text, n*5), slices.Grow(ids, n)
 	w := replyStream(promptIDs)
 	ws := *w // the same stream twice: once for the words, once for their ids
-	return string(w.appendText(make([]byte, 0, n*5), n)), ws.appendIDs(make([]uint32, 0, n), n)
+	return w.appendText(text, n), ws.appendIDs(ids, n)
 }
 
 func replyStream(promptIDs []uint32) *wordStream {

@@ -157,13 +157,16 @@ func (s *Session) Next(prevReply string) (Turn, bool) {
 	return s.next1(prevReply, nil)
 }
 
-// NextReply is Next with the reply's token ids (Tokenize(prevReply), e.g. from Reply), which
-// spares tokenizing it again.
-func (s *Session) NextReply(prevReply string, replyIDs []uint32) (Turn, bool) {
-	if replyIDs == nil && prevReply != "" {
-		return s.next1(prevReply, nil)
+// NextReply is Next with the reply's token ids (Tokenize(prevReply), e.g. from AppendReply),
+// which spares tokenizing it again. Both are copied, not kept: the caller may reuse them.
+func (s *Session) NextReply(prevReply []byte, replyIDs []uint32) (Turn, bool) {
+	// The session copies the reply (into its text, ids and history) and keeps no reference to
+	// it: a view of the bytes, not a copy, is enough.
+	text := unsafe.String(unsafe.SliceData(prevReply), len(prevReply))
+	if replyIDs == nil && text != "" {
+		return s.next1(text, nil)
 	}
-	return s.next1(prevReply, replyIDs)
+	return s.next1(text, replyIDs)
 }
 
 func (s *Session) next1(prevReply string, replyIDs []uint32) (Turn, bool) {

@@ -167,7 +167,7 @@ func TestPathIndexReleaseCopiesTheKeptRuns(t *testing.T) {
 					n++
 				}
 			}
-			for _, c := range nd.children {
+			for _, c := range nd.children.all() {
 				for ; c != nil; c = c.next {
 					visit(c)
 				}
@@ -218,7 +218,7 @@ func TestPathIndexSplitsAndPrunes(t *testing.T) {
 	require.Equal(t, 2, x.Blocks(b))
 	x.Apply(a, 2, []PathEvent{{Kind: AllBlocksCleared}}, t0)
 	x.Apply(b, 2, []PathEvent{{Kind: BlockRemoved, Path: branch[:4], New: 4}}, t0)
-	require.Empty(t, x.roots[pathRoot{2, ""}].children, "nothing held: every node pruned")
+	require.Zero(t, x.roots[pathRoot{2, ""}].children.len(), "nothing held: every node pruned")
 }
 
 // TestPathNodeChildrenSharingAKey checks the chain of children whose first pages have one
@@ -234,9 +234,9 @@ func TestPathNodeChildrenSharingAKey(t *testing.T) {
 	for _, nd := range []*pathNode{a, b, c} {
 		root.addChild(nd, k)
 	}
-	require.Same(t, c, root.children[k], "the last added heads the chain")
+	require.Same(t, c, root.children.get(k), "the last added heads the chain")
 	for _, nd := range []*pathNode{a, b, c} {
-		for p := root.children[k]; ; p = p.next {
+		for p := root.children.get(k); ; p = p.next {
 			require.NotNil(t, p, "every child is on the chain")
 			if p == nd {
 				break
@@ -249,18 +249,18 @@ func TestPathNodeChildrenSharingAKey(t *testing.T) {
 	require.Same(t, root, h.parent)
 	require.Same(t, h, c.next)
 	require.Same(t, a, h.next)
-	require.Same(t, b, h.children[firstPage([]uint32{7, 8})])
+	require.Same(t, b, h.children.get(firstPage([]uint32{7, 8})))
 	// Removing the head, a middle and the last of the chain.
 	root.removeChild(c)
-	require.Same(t, h, root.children[k])
+	require.Same(t, h, root.children.get(k))
 	root.addChild(c, k)
 	root.removeChild(h)
-	require.Same(t, c, root.children[k])
+	require.Same(t, c, root.children.get(k))
 	require.Same(t, a, c.next)
 	root.removeChild(a)
 	require.Nil(t, c.next)
 	root.removeChild(c)
-	require.Empty(t, root.children)
+	require.Zero(t, root.children.len())
 }
 
 func TestCommonCountsWholePages(t *testing.T) {
@@ -277,4 +277,42 @@ func TestCommonCountsWholePages(t *testing.T) {
 	}
 	require.Equal(t, 300, common(a, a[:], 1))
 	require.Equal(t, 120, common(a, a[:122], 4), "the shorter one's whole pages")
+}
+
+// TestPathKidsFewAndMany checks a node's children across the move from the slice to the map:
+// each is found under its key before and after, a removal drops only its key, and pruneTree's
+// filter keeps exactly the chains it is told to.
+func TestPathKidsFewAndMany(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{maxFewKids, maxFewKids + 5} {
+		root := &pathNode{}
+		kids := make([]*pathNode, n)
+		for i := range kids {
+			kids[i] = &pathNode{key: []uint32{uint32(100 + i)}}
+			root.addChild(kids[i], uint64(100+i))
+		}
+		require.Equal(t, n > maxFewKids, root.children.many != nil, "%d children", n)
+		require.Equal(t, n, root.children.len())
+		for i, c := range kids {
+			require.Same(t, c, root.child([]uint32{uint32(100 + i)}))
+		}
+		require.Nil(t, root.child([]uint32{99}))
+		root.removeChild(kids[2])
+		require.Nil(t, root.child([]uint32{102}))
+		require.Same(t, kids[3], root.child([]uint32{103}), "the others stay")
+		require.Equal(t, n-1, root.children.len())
+		root.children.filter(func(c *pathNode) *pathNode {
+			if c.key[0]%2 == 0 {
+				return nil
+			}
+			return c
+		})
+		seen := 0
+		for k, c := range root.children.all() {
+			require.Equal(t, uint64(c.key[0]), k)
+			require.Equal(t, uint32(1), c.key[0]%2, "only the odd keys kept")
+			seen++
+		}
+		require.Equal(t, n/2, seen, "%d children", n)
+	}
 }

@@ -114,7 +114,18 @@ func TestGapsEqualPerTokenOutputs(t *testing.T) {
 }
 
 // TestRequestRecordIsLineAligned: the room record's size is a multiple of a cache line (and so
-// its own allocation size class), which keeps the decode loop's fields in two aligned lines.
+// its own allocation size class), and what a decode step reads of it lies in its first line.
 func TestRequestRecordIsLineAligned(t *testing.T) {
-	assert.Zero(t, unsafe.Sizeof(request{})%64, "size %d", unsafe.Sizeof(request{}))
+	var r request
+	assert.Zero(t, unsafe.Sizeof(r)%64, "size %d", unsafe.Sizeof(r))
+	for name, end := range map[string]uintptr{
+		"generated": unsafe.Offsetof(r.generated) + unsafe.Sizeof(r.generated),
+		"maxNew":    unsafe.Offsetof(r.maxNew) + unsafe.Sizeof(r.maxNew),
+		"gaps":      unsafe.Offsetof(r.gaps) + unsafe.Sizeof(r.gaps),
+		"lastTok":   unsafe.Offsetof(r.lastTok) + unsafe.Sizeof(r.lastTok),
+		"rk":        unsafe.Offsetof(r.rk) + unsafe.Sizeof(r.rk),
+		"done":      unsafe.Offsetof(r.done) + unsafe.Sizeof(r.done),
+	} {
+		assert.LessOrEqual(t, end, uintptr(64), "%s ends at byte %d", name, end)
+	}
 }

@@ -42,14 +42,13 @@ type Server struct {
 // lines (its 256 bytes are a size class of their own, so those lines are aligned): at 100k
 // requests the decode loop's time is mostly waiting on them.
 type request struct {
-	rk        *rank
-	prompt    []uint32
+	// What a decode step reads of each running request (finishDecodeStep, decodeTokens, token)
+	// comes first: one cache line, which the step's first pass brings in.
 	generated int     // output tokens produced
 	maxNew    int     // output tokens to produce
-	alloc     int     // KV tokens held outside the tree (rank.private share)
-	decodeHit int     // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
 	gaps      GapSink // Req.Gaps: tokens after the first are counted here, not emitted
 	lastTok   int64   // gaps: when the last output token was produced, Unix ns
+	rk        *rank
 	done      bool
 	state     State
 	queue     Queue
@@ -58,6 +57,10 @@ type request struct {
 	earlyKV   bool // decode: KVArrived came while still in prealloc
 	held      bool // lpm: deprioritized this step by in-batch prefix sharing (sorted last)
 	arriving  bool // Profile.HostOverhead: not yet through the host path into the scheduler
+
+	prompt    []uint32
+	alloc     int // KV tokens held outside the tree (rank.private share)
+	decodeHit int // decode radix cache: prompt tokens the decode side holds (prefill: told by Handshake)
 
 	room       uint64
 	output     []uint32 // optional reply ids, cached on finish (unified)

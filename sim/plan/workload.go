@@ -63,7 +63,7 @@ func Analyze(p workloads.Params, l workloads.LoadParams) (Workload, error) {
 			arrivals++
 		}
 		s.ForSimulator()
-		var reply string
+		var reply []byte // reused for every turn: NextReply copies it
 		var replyIDs []uint32
 		for limit == 0 || w.Requests < limit {
 			t, ok := s.NextReply(reply, replyIDs)
@@ -71,7 +71,7 @@ func Analyze(p workloads.Params, l workloads.LoadParams) (Workload, error) {
 				break
 			}
 			w.add(t.PromptIDs, t.InputTokens, t.MaxTokens, seen)
-			reply, replyIDs = workloads.Reply(t.PromptIDs, t.MaxTokens)
+			reply, replyIDs = workloads.AppendReply(reply[:0], replyIDs[:0], t.PromptIDs, t.MaxTokens)
 		}
 	}
 	if w.Requests == 0 {
