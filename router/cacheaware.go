@@ -45,13 +45,12 @@ type CacheAwareConfig struct {
 // Not safe for concurrent use on its own: the router calls it under its lock.
 type CacheAware struct {
 	cfg     CacheAwareConfig
-	tree    *tree.Tree
+	tree    *tree.Tree         // nil once dropped (Router.DropTree)
 	tenants []string           // scratch for PrefixMatch
 	byName  map[string]*Target // tenant name → registered target
 	epoch   uint64             // stamps Target.pickEpoch for the Pick in progress
 	trims   int                // times insert found the tree over MaxTreeTotalChars
 	retain  bool               // trees keep substrings of the routed texts (Router.RetainRoutedTexts)
-	noTree  bool               // the tree was dropped (Router.DropTree): tree is nil
 
 	// The KV event index (nil: none) and the engine's page size. Targets whose view in it is
 	// not stale are matched on it; the others on the tree.
@@ -117,7 +116,7 @@ func (p *CacheAware) Pick(now time.Time, req *Request, ts []*Target) (Pick, erro
 // so the full walk an eviction costs comes once per tenth of the budget), not only at the next
 // --eviction-interval-secs: the memory bound holds between evictions too.
 func (p *CacheAware) insert(req *Request, tenant string) {
-	if p.noTree {
+	if p.tree == nil {
 		return
 	}
 	p.tree.InsertRunes(req.Text, req.knownRunes(), tenant)
@@ -432,7 +431,7 @@ func (p *CacheAware) AddTarget(t *Target) {
 
 // RemoveTarget drops a removed target's tenant from the tree.
 func (p *CacheAware) RemoveTarget(name string) {
-	if !p.noTree {
+	if p.tree != nil {
 		p.tree.RemoveTenant(name)
 	}
 	delete(p.byName, name)
@@ -440,13 +439,13 @@ func (p *CacheAware) RemoveTarget(name string) {
 
 // dropTree forgets the tree for good: see Router.DropTree.
 func (p *CacheAware) dropTree() {
-	p.tree, p.noTree = nil, true
+	p.tree = nil
 }
 
 // needTree panics when the tree was dropped: Router.DropTree's caller promised that no pick
 // would consult it again, and a pick on a missing tree would route differently, silently.
 func (p *CacheAware) needTree() {
-	if p.noTree {
+	if p.tree == nil {
 		panic("router: a cache_aware pick needs the tree that Router.DropTree dropped (a target without a fresh KV event view, or a request without Tokens)")
 	}
 }
@@ -454,7 +453,7 @@ func (p *CacheAware) needTree() {
 // ResetTree forgets every routed text (the workers' caches were flushed); registered targets
 // stay known.
 func (p *CacheAware) ResetTree() {
-	if p.noTree {
+	if p.tree == nil {
 		return
 	}
 	p.tree = tree.New()
@@ -466,14 +465,14 @@ func (p *CacheAware) ResetTree() {
 // retainTexts makes the tree, and every tree after a reset, keep substrings of the routed texts.
 func (p *CacheAware) retainTexts() {
 	p.retain = true
-	if !p.noTree {
+	if p.tree != nil {
 		p.tree.RetainTexts()
 	}
 }
 
 // Evict applies the per-tenant and total character budgets (called from Router.Tick).
 func (p *CacheAware) Evict() {
-	if !p.noTree {
+	if p.tree != nil {
 		p.tree.Evict(p.cfg.MaxTreeSize, p.cfg.MaxTreeTotalChars)
 	}
 }
@@ -481,7 +480,7 @@ func (p *CacheAware) Evict() {
 // TreeStats returns the runes stored in the tree's edges, its node count and how often it was
 // trimmed by size.
 func (p *CacheAware) TreeStats() TreeSize {
-	if p.noTree {
+	if p.tree == nil {
 		return TreeSize{Trims: p.trims}
 	}
 	return TreeSize{Chars: p.tree.TotalChars(), Nodes: p.tree.Nodes(), Bytes: p.tree.Bytes(), Trims: p.trims}
