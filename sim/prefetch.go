@@ -193,6 +193,7 @@ type conversationsKey struct {
 type conversationsLevel struct {
 	once    sync.Once
 	items   []prefetched // each script with its first turn pending (newScript), never run
+	errNew  error        // workloads.NewSource's error: every run waiting on once reports it
 	err     error        // the source's Close error
 	counted bool         // its size is in Conversations.used
 }
@@ -227,11 +228,10 @@ func (c *Conversations) prefetcher(p workloads.Params, regular bool) (*prefetche
 		c.m[k] = lv
 	}
 	c.mu.Unlock()
-	var errNew error
 	lv.once.Do(func() {
 		src, err := workloads.NewSource(p)
 		if err != nil {
-			errNew = err
+			lv.errNew = err
 			return
 		}
 		for {
@@ -246,10 +246,13 @@ func (c *Conversations) prefetcher(p workloads.Params, regular bool) (*prefetche
 		}
 		lv.err = src.Close()
 	})
+	errNew := lv.errNew
 	c.mu.Lock()
 	switch {
 	case errNew != nil:
-		delete(c.m, k) // not remembered: the next run reports it again
+		if c.m[k] == lv {
+			delete(c.m, k) // not remembered: the next run tries again
+		}
 	case !lv.counted && c.m[k] == lv:
 		if n := lv.size(); c.Budget > 0 && c.used+n > c.Budget {
 			delete(c.m, k) // past the budget: this run's (and a concurrent one's) alone
