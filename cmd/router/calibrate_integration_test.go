@@ -67,11 +67,12 @@ func startLivePDWith(t *testing.T, ctx context.Context, wc fakeworker.Config) st
 
 // liveBench benches a live cluster into dir, one level per run, each run its own seed.
 type liveBench struct {
-	t    *testing.T
-	ctx  context.Context
-	url  string
-	dir  string
-	seed uint64
+	t     *testing.T
+	ctx   context.Context
+	url   string
+	dir   string
+	seed  uint64
+	truth engine.Profile // what the live cluster runs: a run it misses far is re-run (see run)
 }
 
 // multiturn is the calibration tests' conversation workload with the next seed.
@@ -92,19 +93,42 @@ func (b *liveBench) long(tokens int) workloads.Params {
 	return p
 }
 
+// liveCluster is the live cluster startLivePD runs, as the simulator sees it.
+var liveCluster = sim.Cluster{Prefill: 2, Decode: 2, NetLatency: 250 * time.Microsecond}
+
+// stallTries bounds how often run benches a level the machine stalled.
+const stallTries = 3
+
+// run benches one level into dir/name. A level whose TTFT P95 comes out over 1.5×, or whose
+// TPOT P50 over 1.25×, what the live cluster's own profile simulates for the same requests
+// was stalled by other work on the machine, and would teach calibrate the stall, not the
+// engine: it is benched again, at most stallTries times, and the last try is kept. Quietly
+// the two agree within 3 % at the P50s and 18 % at the P95 (and within 1.53× at load 10);
+// at load 8 c8's P95 once came out 1.3 s against 74 ms, and the warning test then failed.
 func (b *liveBench) run(name string, p workloads.Params, clients, requests int) string {
 	b.t.Helper()
 	l := workloads.DefaultLoadParams()
 	l.Concurrency, l.Requests, l.Warmup = []int{clients}, requests, 8
 	out := filepath.Join(b.dir, name)
-	res, err := bench.Run(b.ctx, bench.Config{URL: b.url, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
-	require.NoError(b.t, err, name)
-	lv := res.Levels[0]
-	b.t.Logf("live %s: TTFT p50 %.1f p95 %.1f ms, TPOT p50 %.2f ms, %d workers recorded, warnings %q", name, lv.TTFTMs.P50, lv.TTFTMs.P95, lv.TPOTMs.P50,
-		len(res.Meta.Workers), res.Meta.Warnings)
-	require.Len(b.t, res.Meta.Workers, 4, "bench records every worker's /get_server_info")
-	require.Empty(b.t, res.Meta.Warnings)
-	return out
+	rc := router.DefaultConfig()
+	rc.PDDisaggregation = true
+	for try := 1; ; try++ {
+		require.NoError(b.t, os.RemoveAll(out))
+		res, err := bench.Run(b.ctx, bench.Config{URL: b.url, Workload: p, Load: l, Out: out, RequestTimeout: time.Minute})
+		require.NoError(b.t, err, name)
+		lv := res.Levels[0]
+		b.t.Logf("live %s: TTFT p50 %.1f p95 %.1f ms, TPOT p50 %.2f ms, %d workers recorded, warnings %q", name, lv.TTFTMs.P50, lv.TTFTMs.P95, lv.TPOTMs.P50,
+			len(res.Meta.Workers), res.Meta.Warnings)
+		require.Len(b.t, res.Meta.Workers, 4, "bench records every worker's /get_server_info")
+		require.Empty(b.t, res.Meta.Warnings)
+		r, err := readCalibrationRun(out)
+		require.NoError(b.t, err)
+		own := predictRun(b.t, liveCluster, rc, b.truth, r)
+		if lv.TTFTMs.P95 <= 1.5*own.TTFTMs.P95 && lv.TPOTMs.P50 <= 1.25*own.TPOTMs.P50 || try == stallTries {
+			return out
+		}
+		b.t.Logf("live %s stalled (its own profile simulates TTFT p95 %.1f ms, TPOT p50 %.2f ms): benching it again", name, own.TTFTMs.P95, own.TPOTMs.P50)
+	}
 }
 
 // Calibration that knows its limits (issue 25, a): the live cluster runs a profile outside
@@ -131,7 +155,7 @@ func TestIntegrationCalibrationWarnsOutsideItsFamily(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := &liveBench{t: t, ctx: ctx, url: startLivePD(t, ctx, prof), dir: dir}
+	b := &liveBench{t: t, ctx: ctx, url: startLivePD(t, ctx, prof), dir: dir, truth: prof}
 	// As in the KV-capacity test, a light run spans the prompt lengths (660–6,600 tokens), so
 	// that the held-out level's long prompts are inside the fitted range: what misses there is
 	// the family, not an extrapolation in prompt length.
@@ -181,7 +205,9 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := &liveBench{t: t, ctx: ctx, url: startLivePDWith(t, ctx, fakeworker.Config{Profile: truth, MaxTotalTokens: capacity}), dir: dir}
+	exactProf := truth
+	exactProf.MaxTotalTokens = capacity
+	b := &liveBench{t: t, ctx: ctx, url: startLivePDWith(t, ctx, fakeworker.Config{Profile: truth, MaxTotalTokens: capacity}), dir: dir, truth: exactProf}
 	// The fitted runs span the prompt lengths to be predicted (a light run of 660–6,600-token
 	// prompts): within the levels alone, 750–1,750 tokens, a1, a2 and a0 trade for one another
 	// and a 6,000-token prompt is an extrapolation (sim.ExtrapolationWarnings says so).
@@ -211,11 +237,8 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 	// the capacity).
 	a100, err := engine.LookupProfile("llama3-8b-a100")
 	require.NoError(t, err)
-	exactProf := truth
-	exactProf.MaxTotalTokens = capacity
 	blind := fit
 	blind.MaxTotalTokens = a100.MaxTotalTokens
-	cluster := sim.Cluster{Prefill: 2, Decode: 2, NetLatency: 250 * time.Microsecond}
 	simRC := router.DefaultConfig()
 	simRC.PDDisaggregation = true
 	errPct := func(s, m float64) float64 { return (s - m) / m * 100 }
@@ -223,7 +246,7 @@ func TestIntegrationCalibrationReadsKVCapacity(t *testing.T) {
 		r, err := readCalibrationRun(d)
 		require.NoError(t, err)
 		live := r.Measured[0]
-		predict := func(p engine.Profile) reports.Level { return predictRun(t, cluster, simRC, p, r) }
+		predict := func(p engine.Profile) reports.Level { return predictRun(t, liveCluster, simRC, p, r) }
 		cal, exact, unaware, base := predict(fit), predict(exactProf), predict(blind), predict(a100)
 		line := func(what string, lv reports.Level) string {
 			return fmt.Sprintf("%s TTFT p50 %.1f (%+.1f%%), TPOT p50 %.2f (%+.1f%%)", what,
