@@ -14,15 +14,15 @@ import (
 )
 
 // linearModel is a cost model of round numbers: 1 µs a prefill token (cached ones free), 1 µs
-// a queued token, 1 ms + 1 µs a token of transfer, and a decode step of 10 ms + 1 ms a request
-// + 1 µs a context token.
+// a queued token plus one step of the batch decoding on the rank, 1 ms + 1 µs a token of
+// transfer, and a decode step of 10 ms + 1 ms a request + 1 µs a context token.
 type linearModel struct{ maxRun, maxTok int }
 
 func (linearModel) PrefillTime(uncached, _ int) time.Duration {
 	return time.Duration(uncached) * time.Microsecond
 }
-func (linearModel) QueueTime(tokens int) time.Duration {
-	return time.Duration(tokens) * time.Microsecond
+func (linearModel) QueueTime(tokens int, step time.Duration) time.Duration {
+	return time.Duration(tokens)*time.Microsecond + step
 }
 func (linearModel) TransferTime(tokens int) time.Duration {
 	return time.Millisecond + time.Duration(tokens)*time.Microsecond
@@ -67,25 +67,26 @@ func latencyRouter(t *testing.T, pd bool, tweak func(*Config)) (*Router, *testut
 func text(prefix string, n int) string { return (prefix + strings.Repeat("x", 4*n))[:4*n] }
 
 // The prediction is the model's, term by term: queue ahead (the engine's queued uncached
-// tokens while its report is fresh) plus the request's own prefill, then its decode step on
-// the same worker; the lower predicted TTFT wins.
+// tokens while its report is fresh, and the step of its running batch) plus the request's own
+// prefill, then its decode step on the same worker; the lower predicted TTFT wins.
 func TestPredictedLatencyPredictsFromTheModel(t *testing.T) {
 	t.Parallel()
 	r, clk := latencyRouter(t, false, nil)
 	report(t, r, clk.Now(), map[string]EngineLoad{
-		"http://a": {WaitingUncachedTokens: 5000, RunningReqs: 2, UsedTokens: 3000},
+		"http://a": {WaitingUncachedTokens: 20000, RunningReqs: 2, UsedTokens: 3000},
 		"http://b": {WaitingUncachedTokens: 1000, RunningReqs: 4, UsedTokens: 4000},
 	})
 	d, err := r.Route(&Request{Text: text("q", 1000)})
 	require.NoError(t, err)
-	assert.Equal(t, "http://b", d.Regular.URL(), "1000 queued tokens beat 5000")
+	assert.Equal(t, "http://b", d.Regular.URL(), "1000 queued tokens beat 20000")
 	assert.Equal(t, ReasonPredictedLatency, d.Reason)
 	p, ok := d.Prediction()
 	require.True(t, ok)
-	// TTFT: queue 1000 µs + prefill 1000 µs, then one decode step of 5 requests and 5,000
-	// context tokens (admission): 22 ms against a's 5 + 1 + 17 ms; TPOT: that step.
+	// TTFT: queue 1000 µs + a step of the 4 requests running (18 ms) + prefill 1000 µs, then
+	// one decode step of 5 requests and 5,000 context tokens (admission): 40 ms against a's 20
+	// + 15 + 1 + 17 ms; TPOT: that step.
 	step := 10*time.Millisecond + 5*time.Millisecond + 5000*time.Microsecond
-	assert.Equal(t, 2*time.Millisecond+step, p.TTFT)
+	assert.Equal(t, 2*time.Millisecond+18*time.Millisecond+step, p.TTFT)
 	assert.Equal(t, step, p.TPOT)
 	assert.Equal(t, 1.0, p.CorrectionTTFT)
 	leg, _ := d.Leg(Regular)
@@ -121,6 +122,48 @@ func TestPredictedLatencyOwnViewAndCacheMatch(t *testing.T) {
 	for _, tg := range r.targets[Regular] {
 		assert.Zero(t, tg.latency.pending, tg.name)
 		assert.Zero(t, tg.latency.context, tg.name)
+	}
+}
+
+// A regular worker decoding a batch makes a new prompt wait for its step in flight (and, with
+// the overlap scheduler, the next): the router counts the requests it sent there that are past
+// their first token (or the engine's running batch, when its fresh report says more) and asks
+// the model for their step. Requests still queued for prefill are the queue, not the batch.
+func TestPredictedLatencyWaitsForTheRunningBatch(t *testing.T) {
+	t.Parallel()
+	r, clk := latencyRouter(t, false, nil)
+	d1, err := r.Route(&Request{Text: text("one ", 1000)})
+	require.NoError(t, err)
+	require.Equal(t, "http://a", d1.Regular.URL(), "a tie: the lowest index")
+	p, _ := d1.Prediction()
+	clk.Advance(p.TTFT)
+	d1.ObserveFirstToken(clk.Now()) // as predicted (the correction stays 1): decoding on a now
+
+	d2, err := r.Route(&Request{Text: text("two ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d2.Regular.URL(), "a runs a decode step the prompt waits for")
+	p, _ = d2.Prediction()
+	assert.Equal(t, 100*time.Microsecond+11*time.Millisecond+100*time.Microsecond, p.TTFT, "b is idle: prefill, then its first decode step")
+
+	// b has a prompt queued, not a batch: 100 µs queued + 100 µs prefill + admission (a
+	// step of 2 requests, 200 context tokens: 12.2 ms), below a's running step of 1 request
+	// and 1,000 tokens (12 ms) + 100 µs + admission (13.1 ms).
+	d3, err := r.Route(&Request{Text: text("six ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d3.Regular.URL())
+	p, _ = d3.Prediction()
+	assert.Equal(t, 200*time.Microsecond+12200*time.Microsecond, p.TTFT)
+
+	// A fresh report of 8 requests running on b (other routers'): its step (26 ms) is waited
+	// for now, and a's 25.2 ms wins.
+	report(t, r, clk.Now(), map[string]EngineLoad{"http://a": {RunningReqs: 1, UsedTokens: 1000}, "http://b": {RunningReqs: 8, UsedTokens: 8000}})
+	d4, err := r.Route(&Request{Text: text("ten ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://a", d4.Regular.URL())
+	p, _ = d4.Prediction()
+	assert.Equal(t, 12*time.Millisecond+100*time.Microsecond+13100*time.Microsecond, p.TTFT)
+	for _, d := range []*Decision{d1, d2, d3, d4} {
+		d.Done(Regular, Success)
 	}
 }
 
