@@ -99,7 +99,8 @@ type PredictedLatencyConfig struct {
 // are its engine report's (running and waiting requests, KV tokens in use) when fresh, else
 // this router's in-flight requests on it and their prompts. D's admission is one decode step,
 // or, when its batch is full, the wait for a slot. In regular mode P and D are the same
-// worker and the transfer is zero.
+// worker, the transfer is zero and so is the admission step (the first token comes out of
+// the prefill step), but not the wait for a slot.
 //
 // c_P and c_D are per-target corrections learned online: the mean of log(observed ÷
 // predicted) of the target's requests, each weighted 2^(−age/HalfLife), beside a prior of
@@ -385,7 +386,12 @@ func (p *PredictedLatency) predictDecode(now time.Time, req *Request, ts []*Targ
 				running = m.DecodeStepTime(int(n), int(context))
 			}
 		}
+		// A decode server admits the request into its batch with a decode step; a regular
+		// worker's first token comes out of the prefill step itself.
 		admit := step
+		if regular {
+			admit = 0
+		}
 		// A full batch (or KV) admits the request once enough running requests finish: a
 		// request runs about avgOutput steps, so slots free at maxRun ÷ avgOutput per step.
 		over := batch + 1 - int64(maxRun)
