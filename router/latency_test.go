@@ -24,6 +24,7 @@ func (linearModel) PrefillTime(uncached, _ int) time.Duration {
 
 // hostOverhead is linearModel's fixed part of a prefill (the engine's tokenizer and HTTP path).
 const hostOverhead = 10 * time.Millisecond
+
 func (linearModel) QueueTime(tokens int, step time.Duration) time.Duration {
 	return time.Duration(tokens)*time.Microsecond + step
 }
