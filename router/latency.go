@@ -16,9 +16,10 @@ type LatencyModel interface {
 	// the rank's cache, chunk by chunk (--chunked-prefill-size), alone on the rank.
 	PrefillTime(uncached, cached int) time.Duration
 	// QueueTime is the time a prompt waits behind tokens queued uncached prompt tokens of other
-	// requests on a rank (0 for none: an idle rank takes it at once): their chunks, and the
-	// step in flight when it arrives.
-	QueueTime(tokens int) time.Duration
+	// requests on a rank whose running decode batch takes step a step (0: none runs; an idle
+	// rank, nothing queued or running, takes it at once): their chunks, and the step in flight
+	// when it arrives (with the overlap scheduler the batch formed at its start too).
+	QueueTime(tokens int, step time.Duration) time.Duration
 	// TransferTime is the KV transfer of a prompt of tokens from a prefill to a decode rank,
 	// its fixed costs (bootstrap, transfer setup) included.
 	TransferTime(tokens int) time.Duration
@@ -91,12 +92,15 @@ type PredictedLatencyConfig struct {
 //
 // The queue ahead on P is its engine-reported queued uncached tokens (plus those routed since
 // the report) when the report is fresh, else the uncached tokens this router sent it that are
-// not prefilled yet. The uncached prefill is the prompt less the prefix the KV-event index
+// not prefilled yet; in regular mode, also the decode steps of the batch running on the
+// worker that the prompt waits for (LatencyModel.QueueTime): this router's requests there past
+// their first token, or the engine's running batch when its fresh report says more. The uncached prefill is the prompt less the prefix the KV-event index
 // (or, without one, the approximate tree) predicts the target caches. D's batch and context
 // are its engine report's (running and waiting requests, KV tokens in use) when fresh, else
 // this router's in-flight requests on it and their prompts. D's admission is one decode step,
 // or, when its batch is full, the wait for a slot. In regular mode P and D are the same
-// worker and the transfer is zero.
+// worker, the transfer is zero and so is the admission step (the first token comes out of
+// the prefill step), but not the wait for a slot.
 //
 // c_P and c_D are per-target corrections learned online: the mean of log(observed ÷
 // predicted) of the target's requests, each weighted 2^(−age/HalfLife), beside a prior of
@@ -132,6 +136,7 @@ type prediction struct {
 	context int           // D: the request's context added (prompt tokens)
 	engine  bool          // the engine report decided (fresh)
 	work    time.Duration // P: the request's own prefill, corrected, times prefillWorkWeight and 1 + the requests queued
+	running time.Duration // D in regular mode: a decode step of the batch running now (0: none)
 }
 
 // prefillWorkWeight is how much of a candidate's prefill of this request the choice adds to its
@@ -175,8 +180,8 @@ func (p *PredictedLatency) Pick(now time.Time, req *Request, ts []*Target) (Pick
 	if p.model == nil {
 		return Pick{}, fmt.Errorf("no latency model (cmd/router wires the engine model in: --latency-profile, or the simulated cluster's)")
 	}
-	p.predictPrefill(now, req, ts)
-	p.predictDecode(now, req, ts, p.model)
+	p.predictDecode(now, req, ts, p.model, true)
+	p.predictPrefill(now, req, ts, true)
 	ttftSLO, tpotSLO := p.slos(req)
 	best, meets := p.choose(len(ts), 1, func(i, _ int) (time.Duration, time.Duration, time.Duration) {
 		ttft := p.pre[i].ttft + p.dec[i].ttft
@@ -194,9 +199,9 @@ func (p *PredictedLatency) PickPair(now time.Time, req *Request, pre, dec []*Tar
 		return Pick{}, Pick{}, fmt.Errorf("no latency model for prefill and decode workers (cmd/router wires the engine model in: --latency-profile, or the simulated cluster's)")
 	}
 	preLoads := req.loads
-	p.predictPrefill(now, req, pre)
+	p.predictPrefill(now, req, pre, false)
 	req.loads = decLoads
-	p.predictDecode(now, req, dec, p.decodeModel)
+	p.predictDecode(now, req, dec, p.decodeModel, false)
 	req.loads = preLoads
 	transfer := p.decodeModel.TransferTime(req.promptTokens())
 	p.transfer = transfer
@@ -319,8 +324,9 @@ func (p *PredictedLatency) fresh(now time.Time, t *Target) bool {
 	return p.cfg.MaxAge > 0 && !t.engine.at.IsZero() && now.Sub(t.engine.at) <= p.cfg.MaxAge
 }
 
-// predictPrefill fills p.pre (and p.rates) for the prefill or regular candidates ts.
-func (p *PredictedLatency) predictPrefill(now time.Time, req *Request, ts []*Target) {
+// predictPrefill fills p.pre (and p.rates) for the prefill or regular candidates ts; regular:
+// they decode too, and p.dec holds their running batches (predictDecode ran first).
+func (p *PredictedLatency) predictPrefill(now time.Time, req *Request, ts []*Target, regular bool) {
 	p.rates = p.ca.matchRates(now, req, ts, p.rates[:0])
 	p.pre = p.pre[:0]
 	prompt := req.promptTokens()
@@ -336,15 +342,20 @@ func (p *PredictedLatency) predictPrefill(now time.Time, req *Request, ts []*Tar
 			behind = int64(t.engine.load.WaitingReqs) + t.engine.sentReqs
 		}
 		own := p.model.PrefillTime(prompt-cached, cached)
-		raw := p.model.QueueTime(int(queued)) + own
+		var step time.Duration
+		if regular {
+			step = p.dec[i].running
+		}
+		raw := p.model.QueueTime(int(queued), step) + own
 		c := t.latency.ttft.value(now, p.cfg.HalfLife)
 		p.pre = append(p.pre, prediction{raw: raw, ttft: scale(raw, c), work: scale(own, c*prefillWorkWeight*float64(1+max(behind, 0))),
 			corr: c, cached: cached, engine: engine})
 	}
 }
 
-// predictDecode fills p.dec for the decode or regular candidates ts under model m.
-func (p *PredictedLatency) predictDecode(now time.Time, req *Request, ts []*Target, m LatencyModel) {
+// predictDecode fills p.dec for the decode or regular candidates ts under model m; regular:
+// with the step of the batch running on each (prediction.running).
+func (p *PredictedLatency) predictDecode(now time.Time, req *Request, ts []*Target, m LatencyModel, regular bool) {
 	p.dec = p.dec[:0]
 	prompt := req.promptTokens()
 	maxRun, maxTok := m.MaxRunningRequests(), m.MaxTotalTokens()
@@ -363,7 +374,24 @@ func (p *PredictedLatency) predictDecode(now time.Time, req *Request, ts []*Targ
 			}
 		}
 		step := m.DecodeStepTime(int(batch)+1, int(context)+prompt)
+		var running time.Duration
+		if regular {
+			// The requests decoding now: this router's past their prefill, or the engine's
+			// running batch when its fresh report says more (other routers').
+			n := t.Load() - t.latency.pendingReqs
+			if engine {
+				n = max(n, int64(t.engine.load.RunningReqs))
+			}
+			if n > 0 {
+				running = m.DecodeStepTime(int(n), int(context))
+			}
+		}
+		// A decode server admits the request into its batch with a decode step; a regular
+		// worker's first token comes out of the prefill step itself.
 		admit := step
+		if regular {
+			admit = 0
+		}
 		// A full batch (or KV) admits the request once enough running requests finish: a
 		// request runs about avgOutput steps, so slots free at maxRun ÷ avgOutput per step.
 		over := batch + 1 - int64(maxRun)
@@ -374,7 +402,7 @@ func (p *PredictedLatency) predictDecode(now time.Time, req *Request, ts []*Targ
 			admit += time.Duration(float64(over) * max(p.avgOutput, 1) / float64(maxRun) * float64(step))
 		}
 		c := t.latency.tpot.value(now, p.cfg.HalfLife)
-		p.dec = append(p.dec, prediction{raw: step, ttft: admit, tpot: scale(step, c), corr: c, context: prompt, engine: engine})
+		p.dec = append(p.dec, prediction{raw: step, ttft: admit, tpot: scale(step, c), corr: c, context: prompt, engine: engine, running: running})
 	}
 }
 

@@ -13,16 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// linearModel is a cost model of round numbers: 1 µs a prefill token (cached ones free), 1 µs
-// a queued token, 1 ms + 1 µs a token of transfer, and a decode step of 10 ms + 1 ms a request
-// + 1 µs a context token.
+// linearModel is a cost model of round numbers: 10 ms + 1 µs a prefill token (cached ones free), 1 µs
+// a queued token plus one step of the batch decoding on the rank, 1 ms + 1 µs a token of
+// transfer, and a decode step of 10 ms + 1 ms a request + 1 µs a context token.
 type linearModel struct{ maxRun, maxTok int }
 
 func (linearModel) PrefillTime(uncached, _ int) time.Duration {
-	return time.Duration(uncached) * time.Microsecond
+	return hostOverhead + time.Duration(uncached)*time.Microsecond
 }
-func (linearModel) QueueTime(tokens int) time.Duration {
-	return time.Duration(tokens) * time.Microsecond
+
+// hostOverhead is linearModel's fixed part of a prefill (the engine's tokenizer and HTTP path).
+const hostOverhead = 10 * time.Millisecond
+
+func (linearModel) QueueTime(tokens int, step time.Duration) time.Duration {
+	return time.Duration(tokens)*time.Microsecond + step
 }
 func (linearModel) TransferTime(tokens int) time.Duration {
 	return time.Millisecond + time.Duration(tokens)*time.Microsecond
@@ -67,25 +71,27 @@ func latencyRouter(t *testing.T, pd bool, tweak func(*Config)) (*Router, *testut
 func text(prefix string, n int) string { return (prefix + strings.Repeat("x", 4*n))[:4*n] }
 
 // The prediction is the model's, term by term: queue ahead (the engine's queued uncached
-// tokens while its report is fresh) plus the request's own prefill, then its decode step on
-// the same worker; the lower predicted TTFT wins.
+// tokens while its report is fresh, and the step of its running batch) plus the request's own
+// prefill, then its decode step on the same worker; the lower predicted TTFT wins.
 func TestPredictedLatencyPredictsFromTheModel(t *testing.T) {
 	t.Parallel()
 	r, clk := latencyRouter(t, false, nil)
 	report(t, r, clk.Now(), map[string]EngineLoad{
-		"http://a": {WaitingUncachedTokens: 5000, RunningReqs: 2, UsedTokens: 3000},
+		"http://a": {WaitingUncachedTokens: 20000, RunningReqs: 2, UsedTokens: 3000},
 		"http://b": {WaitingUncachedTokens: 1000, RunningReqs: 4, UsedTokens: 4000},
 	})
 	d, err := r.Route(&Request{Text: text("q", 1000)})
 	require.NoError(t, err)
-	assert.Equal(t, "http://b", d.Regular.URL(), "1000 queued tokens beat 5000")
+	assert.Equal(t, "http://b", d.Regular.URL(), "1000 queued tokens beat 20000")
 	assert.Equal(t, ReasonPredictedLatency, d.Reason)
 	p, ok := d.Prediction()
 	require.True(t, ok)
-	// TTFT: queue 1000 µs + prefill 1000 µs, then one decode step of 5 requests and 5,000
-	// context tokens (admission): 22 ms against a's 5 + 1 + 17 ms; TPOT: that step.
+	// TTFT: queue 1000 µs + a step of the 4 requests running (18 ms) + prefill 11 ms, whose
+	// step gives the first token (a regular worker admits it into its batch with no step of
+	// its own): 30 ms against a's 20 + 15 + 11 ms; TPOT: one decode step of 5 requests and
+	// 5,000 context tokens.
 	step := 10*time.Millisecond + 5*time.Millisecond + 5000*time.Microsecond
-	assert.Equal(t, 2*time.Millisecond+step, p.TTFT)
+	assert.Equal(t, 30*time.Millisecond, p.TTFT)
 	assert.Equal(t, step, p.TPOT)
 	assert.Equal(t, 1.0, p.CorrectionTTFT)
 	leg, _ := d.Leg(Regular)
@@ -124,6 +130,47 @@ func TestPredictedLatencyOwnViewAndCacheMatch(t *testing.T) {
 	}
 }
 
+// A regular worker decoding a batch makes a new prompt wait for its step in flight (and, with
+// the overlap scheduler, the next): the router counts the requests it sent there that are past
+// their first token (or the engine's running batch, when its fresh report says more) and asks
+// the model for their step. Requests still queued for prefill are the queue, not the batch.
+func TestPredictedLatencyWaitsForTheRunningBatch(t *testing.T) {
+	t.Parallel()
+	r, clk := latencyRouter(t, false, nil)
+	d1, err := r.Route(&Request{Text: text("one ", 1000)})
+	require.NoError(t, err)
+	require.Equal(t, "http://a", d1.Regular.URL(), "a tie: the lowest index")
+	p, _ := d1.Prediction()
+	clk.Advance(p.TTFT)
+	d1.ObserveFirstToken(clk.Now()) // as predicted (the correction stays 1): decoding on a now
+
+	d2, err := r.Route(&Request{Text: text("two ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d2.Regular.URL(), "a runs a decode step the prompt waits for")
+	p, _ = d2.Prediction()
+	assert.Equal(t, hostOverhead+100*time.Microsecond, p.TTFT, "b is idle: the prefill alone")
+
+	// b has a prompt queued, not a batch: 100 µs queued + 10.1 ms prefill, below a's running
+	// step of 1 request and 1,000 tokens (12 ms) + 10.1 ms.
+	d3, err := r.Route(&Request{Text: text("six ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://b", d3.Regular.URL())
+	p, _ = d3.Prediction()
+	assert.Equal(t, hostOverhead+200*time.Microsecond, p.TTFT)
+
+	// A fresh report of 8 requests running on b (other routers'): its step (26 ms) is waited
+	// for now, and a's 22.1 ms wins.
+	report(t, r, clk.Now(), map[string]EngineLoad{"http://a": {RunningReqs: 1, UsedTokens: 1000}, "http://b": {RunningReqs: 8, UsedTokens: 8000}})
+	d4, err := r.Route(&Request{Text: text("ten ", 100)})
+	require.NoError(t, err)
+	assert.Equal(t, "http://a", d4.Regular.URL())
+	p, _ = d4.Prediction()
+	assert.Equal(t, 12*time.Millisecond+hostOverhead+100*time.Microsecond, p.TTFT)
+	for _, d := range []*Decision{d1, d2, d3, d4} {
+		d.Done(Regular, Success)
+	}
+}
+
 // In PD mode the pair is chosen together: the decode worker whose predicted TPOT breaks the
 // TPOT SLO is passed over though its admission is as quick; with --slo-miss shed a request no
 // pair can serve within its TTFT SLO is shed with Retry-After, naming the SLOs.
@@ -142,8 +189,8 @@ func TestPredictedLatencyPairWithinTPOTSLO(t *testing.T) {
 	assert.Equal(t, "http://d1", d.Decode.URL())
 	p, _ := d.Prediction()
 	assert.Equal(t, 32*time.Millisecond, p.TPOT)
-	// prefill 1 ms + transfer 2 ms + admission one step.
-	assert.Equal(t, 3*time.Millisecond+32*time.Millisecond, p.TTFT)
+	// prefill 11 ms + transfer 2 ms + admission one step.
+	assert.Equal(t, 13*time.Millisecond+32*time.Millisecond, p.TTFT)
 
 	_, err = r.Route(&Request{Text: text("b", 1000), TTFTSLO: 30 * time.Millisecond})
 	var ov *OverloadError
@@ -167,6 +214,8 @@ func TestPredictedLatencyCorrectionLearnsAndForgets(t *testing.T) {
 	t.Parallel()
 	r, clk := latencyRouter(t, false, func(c *Config) { c.LatencyCorrectionHalfLifeMs = 1000 })
 	a := r.targets[Regular][0]
+	// b queues 15 ms of prompts, so a keeps the traffic until its correction passes ~2.4.
+	report(t, r, clk.Now(), map[string]EngineLoad{"http://b": {WaitingUncachedTokens: 15000}})
 	for i := range 40 {
 		d, err := r.Route(&Request{Text: text(fmt.Sprint(i), 1000)})
 		require.NoError(t, err)
@@ -175,7 +224,7 @@ func TestPredictedLatencyCorrectionLearnsAndForgets(t *testing.T) {
 		start := clk.Now().Add(-5 * time.Millisecond)
 		obs := p.TTFT // on time on b
 		if d.Regular == a {
-			obs = 3 * p.TTFT // a is three times slower
+			obs = 3 * time.Duration(float64(p.TTFT)/p.CorrectionTTFT) // a is three times slower than the model
 		}
 		d.ObserveFirstToken(start.Add(obs))
 		d.ObserveEnd(start.Add(obs+10*p.TPOT), 11)

@@ -77,7 +77,7 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 
 	// The decision log: a routing line with the prediction, then a line with the observation.
 	type figures struct{ TTFTMs, TPOTMs float64 }
-	var routed []string
+	var routed, routedIDs []string // workers and request ids in routing order
 	obs := map[string][2]figures{}
 	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		var line struct {
@@ -95,7 +95,7 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(l), &line), l)
 		require.NotNil(t, line.Predicted, l)
 		if line.Observed == nil {
-			routed = append(routed, line.Regular.Worker)
+			routed, routedIDs = append(routed, line.Regular.Worker), append(routedIDs, line.ID)
 			continue
 		}
 		obs[line.ID] = [2]figures{{line.Predicted.TTFTMs, line.Predicted.TPOTMs}, {line.Observed.TTFTMs, line.Observed.TPOTMs}}
@@ -121,17 +121,30 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 	t.Logf("second half: %d of %d requests to the slow worker", n1, len(late))
 	assert.Less(t, n1, len(late)/2, "the slow worker gets less than half")
 
-	// The corrected predictions against the router's own timings, after the first half.
-	var eTTFT, eTPOT []float64
-	for i := clients * perClient / 2; i < clients*perClient; i++ {
-		o := obs[fmt.Sprintf("req-%d", i)]
-		eTTFT = append(eTTFT, math.Abs(o[0].TTFTMs-o[1].TTFTMs)/o[1].TTFTMs)
-		eTPOT = append(eTPOT, math.Abs(o[0].TPOTMs-o[1].TPOTMs)/o[1].TPOTMs)
+	// The corrected predictions against the router's own timings: over the requests routed in
+	// the second half (after warm-up), and over clients 3–5's (half the requests too, but their
+	// first ones were routed before any correction), which the TPOT bound is checked on. The
+	// TTFT's is logged, not asserted: it spreads 5–16 % from run to run (docs/predicted-latency.md).
+	medians := func(ids []string) (ttft, tpot float64) {
+		var eTTFT, eTPOT []float64
+		for _, id := range ids {
+			o := obs[id]
+			eTTFT = append(eTTFT, math.Abs(o[0].TTFTMs-o[1].TTFTMs)/o[1].TTFTMs)
+			eTPOT = append(eTPOT, math.Abs(o[0].TPOTMs-o[1].TPOTMs)/o[1].TPOTMs)
+		}
+		slices.Sort(eTTFT)
+		slices.Sort(eTPOT)
+		return eTTFT[len(eTTFT)/2], eTPOT[len(eTPOT)/2]
 	}
-	slices.Sort(eTTFT)
-	slices.Sort(eTPOT)
-	t.Logf("median |predicted − observed| ÷ observed: TTFT %.1f %%, TPOT %.1f %%", 100*eTTFT[len(eTTFT)/2], 100*eTPOT[len(eTPOT)/2])
-	assert.Less(t, eTPOT[len(eTPOT)/2], 0.3)
+	var clients35 []string
+	for i := clients * perClient / 2; i < clients*perClient; i++ {
+		clients35 = append(clients35, fmt.Sprintf("req-%d", i))
+	}
+	eTTFT, eTPOT := medians(routedIDs[len(routedIDs)/2:])
+	oTTFT, oTPOT := medians(clients35)
+	t.Logf("median |predicted − observed| ÷ observed, second half: TTFT %.1f %%, TPOT %.1f %% (clients 3–5: %.1f %%, %.1f %%)",
+		100*eTTFT, 100*eTPOT, 100*oTTFT, 100*oTPOT)
+	assert.Less(t, oTPOT, 0.3)
 
 	rec := httptest.NewRecorder()
 	srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

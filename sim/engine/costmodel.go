@@ -54,23 +54,36 @@ func (m *CostModel) PrefillTime(uncached, cached int) time.Duration {
 }
 
 // QueueTime is the time a prompt waits behind tokens queued uncached tokens of other prompts
-// (a Constant profile queues nothing: every request runs at once): the queue as full chunks
-// of fresh prompts, plus, when anything is queued, the rest of the step in flight — half a
-// step of min(tokens, chunk) fresh tokens. A rank with a queue is stepping, and a prompt
-// reaching it mid-step waits for that step to end, under the overlap scheduler (the default)
-// for the batch formed at its start too (which the queue holds); an idle rank (nothing
-// queued) takes it at once, so a lone request's TTFT stays PrefillTime. Under Poisson arrivals
-// at 30, 60 and 85 % of a llama3-8b-h100 rank's prefill capacity, the requests that found a
-// queue waited on average 47, 109 and 154 ms longer than its chunks alone, and −5, 37 and 47
-// ms longer than QueueTime (TestCostModelQueueTimeUnderLoad).
-func (m *CostModel) QueueTime(tokens int) time.Duration {
+// on a rank whose running decode batch takes step a step (0: none runs, as on a prefill
+// server; a Constant profile queues nothing: every request runs at once): the queue as full
+// chunks of fresh prompts, plus the rest of the step in flight. A rank with a queue or a
+// running batch is stepping, and a prompt reaching it mid-step waits for that step to end,
+// under the overlap scheduler (the default) for the batch formed at its start too; an idle
+// rank (nothing queued or running) takes it at once, so a lone request's TTFT stays
+// PrefillTime. With only a queue the step in flight is a prefill step of min(tokens, chunk)
+// fresh tokens, half of it left on average, and the batch formed at its start is the queue's
+// (its chunks). With a running batch (regular workers) the step in flight is a decode step,
+// half of it left, and the batch formed at its start, which the prompt missed, is another
+// decode step when nothing was queued then, so the prompt waits 1.5 steps besides the queue's
+// chunks (half a step without the overlap scheduler). Under Poisson arrivals at 30, 60 and 85
+// % of a llama3-8b-h100 rank's prefill capacity, the requests that found a queue waited on
+// average 47, 109 and 154 ms longer than its chunks alone, and −5, 37 and 47 ms longer than
+// QueueTime (TestCostModelQueueTimeUnderLoad); prompts reaching ranks decoding batches of 1–32
+// requests are predicted within ±XX (TestCostModelQueueTimeDecoding).
+func (m *CostModel) QueueTime(tokens int, step time.Duration) time.Duration {
 	s := m.s
-	if tokens <= 0 || s.cfg.Profile.Constant {
+	if tokens <= 0 && step <= 0 || s.cfg.Profile.Constant {
 		return 0
 	}
 	chunk := max(s.cfg.ChunkedPrefillSize, 1)
-	full := m.prefillStep(chunk, 0)
-	return m.prefillStep(min(tokens, chunk), 0)/2 + time.Duration(float64(full)*float64(tokens)/float64(chunk))
+	queue := time.Duration(float64(m.prefillStep(chunk, 0)) * float64(max(tokens, 0)) / float64(chunk))
+	if step <= 0 {
+		return m.prefillStep(min(tokens, chunk), 0)/2 + queue
+	}
+	if s.cfg.DisableOverlap {
+		return step/2 + queue
+	}
+	return step + step/2 + queue
 }
 
 // TransferTime is a prompt of tokens' KV transfer on an idle link: T0 + PDOverhead +
