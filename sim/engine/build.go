@@ -999,7 +999,7 @@ var (
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 65e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): DeepSeek-R1 TP8 (9.2 ms a step at concurrency 1), Kimi-K2, gpt-oss TP8
 		EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.094, PrefillExpertEfficiencyBF16: 0.43} // fitted likewise: 6 sets (DeepSeek-R1 and Kimi-K2: FP8; gpt-oss at TP8: BF16, weakly pinned)
+		PrefillExpertEfficiency: 0.094, PrefillExpertEfficiencyBF16: 0.40} // fitted likewise: 6 sets (DeepSeek-R1 and Kimi-K2: FP8; gpt-oss at TP8: BF16, weakly pinned)
 	// GB200: GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, 2.5 PFLOP/s BF16, 5 FP8, 10 FP4 dense,
 	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. ComputeEfficiency 0.32 and
 	// LowPrecisionEfficiency 0.29 from the GB200 decode sets, compute-bound at 931–1408 requests

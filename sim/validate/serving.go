@@ -304,44 +304,54 @@ func runServing(s Set, lv Level, svs []server, conv *sim.Conversations, notes *[
 	return figs, nil
 }
 
-// pinTokens makes a random workload's prompt and output lengths add up to the level's
-// published totals when its load gives them: output_tokens, the output tokens its completed
-// requests generated in all, and input_tokens, their prompt tokens ("Total input tokens" and
-// "Total generated tokens" of a bench_serving block). A run without --ignore-eos stops a
-// request at the model's end-of-sequence token, well before output_len (the dstack PD sets:
-// ~620 of 2,048, ~62 of 128), and the simulator, which has no EOS, would otherwise generate
-// output_len every time; and a level of a few prompts (bench_serving's 10 at concurrency 1)
-// draws lengths whose sum is its own, not the sim's draw of the same distribution (the
+// pinTokens makes a workload's prompt and output lengths add up to the level's published
+// totals when its load gives them: output_tokens, the output tokens its completed requests
+// generated in all, and input_tokens, their prompt tokens ("Total input tokens" and "Total
+// generated tokens" of a bench_serving block). A run without --ignore-eos stops a request at
+// the model's end-of-sequence token, well before output_len (the dstack PD sets: ~620 of
+// 2,048, ~62 of 128), and the simulator, which has no EOS, would otherwise generate
+// output_len every time; a level of a few prompts (bench_serving's 10 at concurrency 1) draws
+// lengths whose sum is its own, not the sim's draw of the same distribution (the
 // sgl-cookbook's 10 random prompts of up to 8,000 tokens: 4,194 on average in theirs, 4,482
-// in the sim's). Lengths stay uniform in [L·r, L] (bench_serving's --random-range-ratio r);
-// L is chosen so that the level's own draw (workloads.RandomLengths with the level's seed)
-// sums to the total, to within rounding.
+// in the sim's); and ShareGPT through another tokenizer, or a bench_serving without the
+// 1,024-token prompt filter (sglang's since 2025), sends other lengths than the generated
+// ShareGPT's (the cookbook's gpt-oss and Kimi-K2 sets: 297 prompt tokens on average, not 224).
+// The level's own draw (workloads.RandomLengths or ShareGPTScaled, with the level's seed) is
+// made to sum to the totals, to within rounding: a random workload's lengths stay uniform in
+// [L·r, L] (bench_serving's --random-range-ratio r) with L chosen; a generated ShareGPT's are
+// scaled (--sharegpt-prompt-scale, --sharegpt-output-scale).
 func pinTokens(w *workloads.Params, lv Level, notes *[]string) error {
 	in, pinIn := Num(lv.Load["input_tokens"])
 	out, pinOut := Num(lv.Load["output_tokens"])
 	if !pinIn && !pinOut {
 		return nil
 	}
+	sharegpt := w.Workload == workloads.WorkloadShareGPT && w.DatasetPath == ""
 	for _, t := range []struct {
 		name  string
 		total float64
 		pin   bool
 	}{{"input_tokens", in, pinIn}, {"output_tokens", out, pinOut}} {
-		if t.pin && (w.Workload != workloads.WorkloadRandom || t.total < float64(w.NumPrompts)) {
-			return fmt.Errorf("load.%s %g: only for a random workload, at least one token per prompt (%d)", t.name, t.total, w.NumPrompts)
+		if t.pin && (w.Workload != workloads.WorkloadRandom && !sharegpt || t.total < float64(w.NumPrompts)) {
+			return fmt.Errorf("load.%s %g: only for a random or generated sharegpt workload, at least one token per prompt (%d)", t.name, t.total, w.NumPrompts)
 		}
 	}
 	p := workloads.DefaultLoadParams().LevelParams(*w, 0) // the level's seed, as sim.Run draws it
+	lengths := workloads.RandomLengths
+	if sharegpt {
+		lengths = workloads.ShareGPTScaled
+	}
 	sums := func(p workloads.Params) (float64, float64) {
 		var a, b float64
 		for i := range p.NumPrompts {
-			x, y := workloads.RandomLengths(p, i)
+			x, y := lengths(p, i)
 			a, b = a+float64(x), b+float64(y)
 		}
 		return a, b
 	}
-	// The draw's sum grows about linearly with L (a fixed uniform variate scaled to [L·r, L]):
-	// a few proportional steps, the closest point kept.
+	// The draw's sum grows about linearly with L or the scale (a fixed uniform variate scaled
+	// to [L·r, L]; a fixed ShareGPT length times the scale): a few proportional steps, the
+	// closest point kept.
 	best, bestErr := p, math.Inf(1)
 	for range 8 {
 		a, b := sums(p)
@@ -358,14 +368,25 @@ func pinTokens(w *workloads.Params, lv Level, notes *[]string) error {
 		if e < 1e-4 {
 			break
 		}
-		if pinIn {
-			p.InputLen = max(int(math.Round(float64(p.InputLen)*in/a)), 1)
-		}
-		if pinOut {
-			p.OutputLen = max(int(math.Round(float64(p.OutputLen)*out/b)), 1)
+		switch {
+		case sharegpt:
+			if pinIn {
+				p.ShareGPTPromptScale *= in / a
+			}
+			if pinOut {
+				p.ShareGPTOutputScale *= out / b
+			}
+		default:
+			if pinIn {
+				p.InputLen = max(int(math.Round(float64(p.InputLen)*in/a)), 1)
+			}
+			if pinOut {
+				p.OutputLen = max(int(math.Round(float64(p.OutputLen)*out/b)), 1)
+			}
 		}
 	}
 	w.InputLen, w.OutputLen = best.InputLen, best.OutputLen
+	w.ShareGPTPromptScale, w.ShareGPTOutputScale = best.ShareGPTPromptScale, best.ShareGPTOutputScale
 	n := float64(w.NumPrompts)
 	if pinIn {
 		*notes = append(*notes, fmt.Sprintf("%s: prompt lengths at the published mean %.0f tokens", levelLabel(lv), in/n))

@@ -102,9 +102,22 @@ func TestOutputTokensPinTheMeanOutputLength(t *testing.T) {
 	require.NoError(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 41941.0, "output_tokens": 4220.0}}, &notes))
 	assert.InEpsilon(t, 41941, drawn(w, true), 2e-3)
 	assert.InEpsilon(t, 4220, drawn(w, false), 2e-3)
-	w.Workload = workloads.WorkloadShareGPT
-	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes), "only the random workload has output_len")
-	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 310000.0}}, &notes), "only the random workload has input_len")
+	// A generated ShareGPT level's lengths are scaled to the totals.
+	w = workloads.DefaultParams()
+	w.Workload, w.NumPrompts = workloads.WorkloadShareGPT, 100
+	require.NoError(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 33179.0, "output_tokens": 21249.0}}, &notes))
+	var in, out float64
+	p := workloads.DefaultLoadParams().LevelParams(w, 0)
+	for i := range p.NumPrompts {
+		a, b := workloads.ShareGPTScaled(p, i)
+		in, out = in+float64(a), out+float64(b)
+	}
+	assert.InEpsilon(t, 33179, in, 2e-3)
+	assert.InEpsilon(t, 21249, out, 2e-3)
+	w.Workload = workloads.WorkloadMultiTurn
+	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes), "multiturn has no pinned lengths")
+	w.Workload, w.DatasetPath = workloads.WorkloadShareGPT, "sharegpt.json"
+	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 310000.0}}, &notes), "a dataset's lengths are its own")
 }
 
 func TestServerArgsFollowSGLangUnderDPAttention(t *testing.T) {
