@@ -53,6 +53,10 @@ type Params struct {
 	InputLen   int // --input-len: prompt tokens; default 1024
 	NumPrompts int // --num-prompts: number of requests; default 1000
 
+	// sharegpt (generated, without --dataset-path): each drawn length times these; default 1
+	// (--sharegpt-prompt-scale, --sharegpt-output-scale)
+	ShareGPTPromptScale, ShareGPTOutputScale float64
+
 	// gsp (sglang generated-shared-prefix)
 	GSPNumGroups       int  // --gsp-num-groups: default 64
 	GSPPromptsPerGroup int  // --gsp-prompts-per-group: default 16
@@ -93,7 +97,7 @@ func DefaultParams() Params {
 		TimeScale:     1,
 		Conversations: 64, Turns: 4, SystemPromptLen: 1024, SharedSystemPrompts: 8, QuestionLen: 128,
 		OutputLen: 256, RangeRatio: 1,
-		InputLen: 1024, NumPrompts: 1000,
+		InputLen: 1024, NumPrompts: 1000, ShareGPTPromptScale: 1, ShareGPTOutputScale: 1,
 		GSPNumGroups: 64, GSPPromptsPerGroup: 16, GSPSystemPromptLen: 2048, GSPQuestionLen: 128,
 		GSPOutputLen: 256,
 		LSPPrompts:   1024, LSPSystemPromptLen: 16384, LSPQuestionLen: 32, LSPOutputLen: 128,
@@ -140,6 +144,9 @@ func (p Params) Validate() error {
 	}
 	if !(p.TimeScale > 0) {
 		return fmt.Errorf("workloads: --time-scale %g must be > 0", p.TimeScale)
+	}
+	if !(p.ShareGPTPromptScale > 0) || !(p.ShareGPTOutputScale > 0) {
+		return fmt.Errorf("workloads: --sharegpt-prompt-scale %g and --sharegpt-output-scale %g must be > 0", p.ShareGPTPromptScale, p.ShareGPTOutputScale)
 	}
 	if !(p.RangeRatio >= 0 && p.RangeRatio <= 1) {
 		return fmt.Errorf("workloads: --range-ratio %g is outside [0,1]", p.RangeRatio)

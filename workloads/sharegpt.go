@@ -63,11 +63,20 @@ func shareGPTDraw(r *rand.Rand) (int, int) {
 	}
 }
 
+// ShareGPTScaled is ShareGPTLengths times p's --sharegpt-prompt-scale and
+// --sharegpt-output-scale (rounded, at least 1): the lengths of request i of p's generated
+// sharegpt workload.
+func ShareGPTScaled(p Params, i int) (prompt, output int) {
+	in, out := ShareGPTLengths(p.Seed, i)
+	scale := func(n int, f float64) int { return max(int(math.Round(float64(n)*f)), 1) }
+	return scale(in, p.ShareGPTPromptScale), scale(out, p.ShareGPTOutputScale)
+}
+
 // newShareGPT: --num-prompts single-turn sessions of generated text with ShareGPT-like prompt
-// and output lengths (ShareGPTLengths); no system prompt, so no two prompts share a prefix.
+// and output lengths (ShareGPTScaled); no system prompt, so no two prompts share a prefix.
 func newShareGPT(p Params) Source {
 	return &genSource{n: p.NumPrompts, make: func(i int) *Session {
-		in, out := ShareGPTLengths(p.Seed, i)
+		in, out := ShareGPTScaled(p, i)
 		q := genText(p.Seed, domShareGPT, uint64(i), 0, in)
 		return newSession("sharegpt-"+strconv.Itoa(i), p.form(), nil, 1, singleTurn(q, in, out))
 	}}

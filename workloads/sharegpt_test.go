@@ -2,6 +2,7 @@ package workloads
 
 import (
 	"io"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -66,4 +67,25 @@ func testShareGPTSource(t *testing.T, api API) {
 	}
 	assert.Equal(t, 20, p.ConversationCount())
 	assert.Equal(t, 20, p.Summary()["num_prompts"])
+}
+
+// --sharegpt-prompt-scale and --sharegpt-output-scale multiply the drawn lengths (rounded, at
+// least 1), and must be positive.
+func TestShareGPTScaledMultipliesTheDrawnLengths(t *testing.T) {
+	t.Parallel()
+	p := DefaultParams()
+	p.Workload = WorkloadShareGPT
+	for i := range 50 {
+		in, out := ShareGPTLengths(p.Seed, i)
+		a, b := ShareGPTScaled(p, i)
+		assert.Equal(t, [2]int{in, out}, [2]int{a, b}, "scale 1: the drawn lengths")
+	}
+	p.ShareGPTPromptScale, p.ShareGPTOutputScale = 1.5, 0.001
+	in, out := ShareGPTLengths(p.Seed, 3)
+	a, b := ShareGPTScaled(p, 3)
+	assert.Equal(t, int(math.Round(1.5*float64(in))), a)
+	assert.Equal(t, max(int(math.Round(0.001*float64(out))), 1), b)
+	assert.NoError(t, p.Validate())
+	p.ShareGPTOutputScale = 0
+	assert.ErrorContains(t, p.Validate(), "--sharegpt-output-scale")
 }

@@ -230,14 +230,20 @@ func newLongSystemPrompt(p Params) Source {
 	}}
 }
 
+// RandomLengths returns the prompt and output lengths of request i of p's random workload
+// (deterministic in p.Seed, p.InputLen, p.OutputLen and p.RangeRatio).
+func RandomLengths(p Params, i int) (prompt, output int) {
+	r := lengthRand(p.Seed, uint64(i), 1<<32)
+	prompt = sampleLen(r, p.InputLen, p.RangeRatio)
+	return prompt, sampleLen(r, p.OutputLen, p.RangeRatio)
+}
+
 // newRandom: --num-prompts single-turn sessions of random text, --input-len prompt tokens and
 // --output-len output tokens, both scaled by --range-ratio (sglang's random dataset); no system
 // prompt.
 func newRandom(p Params) Source {
 	return &genSource{n: p.NumPrompts, make: func(i int) *Session {
-		r := lengthRand(p.Seed, uint64(i), 1<<32)
-		in := sampleLen(r, p.InputLen, p.RangeRatio)
-		out := sampleLen(r, p.OutputLen, p.RangeRatio)
+		in, out := RandomLengths(p, i)
 		q := genText(p.Seed, domRandom, uint64(i), 0, in)
 		return newSession("random-"+strconv.Itoa(i), p.form(), nil, 1, singleTurn(q, in, out))
 	}}

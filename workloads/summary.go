@@ -24,6 +24,8 @@ func (p Params) Summary() map[string]any {
 		m["num_prompts"] = p.NumPrompts
 		if p.DatasetPath != "" {
 			m["dataset_path"], m["output_len"] = p.DatasetPath, p.OutputLen
+		} else if p.Workload == WorkloadShareGPT && (p.ShareGPTPromptScale != 1 || p.ShareGPTOutputScale != 1) {
+			m["sharegpt_prompt_scale"], m["sharegpt_output_scale"] = p.ShareGPTPromptScale, p.ShareGPTOutputScale
 		}
 	case WorkloadCachePressure:
 		m["cp_groups"], m["cp_prompts_per_group"] = p.CPGroups, p.CPPromptsPerGroup

@@ -38,6 +38,9 @@ func addWorkloadFlags(fs *pflag.FlagSet, p *workloads.Params, l *workloads.LoadP
 	// datasets
 	fs.StringVar(&p.DatasetPath, "dataset-path", p.DatasetPath, "prompts from a file, one single-turn request per record: --workload sharegpt reads ShareGPT JSON ([{\"conversations\": [{\"from\": \"human\", \"value\": PROMPT}, {\"from\": \"gpt\", \"value\": REPLY}]}, …]; the reply's length is the output length); --workload custom reads JSON Lines of {\"prompt\": PROMPT, \"output_len\": N} (N defaults to --output-len); either file may use either form")
 
+	fs.Float64Var(&p.ShareGPTPromptScale, "sharegpt-prompt-scale", p.ShareGPTPromptScale, "sharegpt without --dataset-path: multiply each generated prompt length by this (the lengths follow bench_serving's ShareGPT sample with a Llama-3 tokenizer and its <= 1,024-token prompt filter; another tokenizer, or a bench_serving without that filter, sends other lengths)")
+	fs.Float64Var(&p.ShareGPTOutputScale, "sharegpt-output-scale", p.ShareGPTOutputScale, "sharegpt without --dataset-path: multiply each generated output length by this")
+
 	// multiturn
 	fs.IntVar(&p.Conversations, "conversations", p.Conversations, "multiturn: number of conversations")
 	fs.IntVar(&p.Turns, "turns", p.Turns, "multiturn: turns per conversation; each turn resends the whole history")

@@ -69,8 +69,9 @@ func TestRooflineNumbers(t *testing.T) {
 	require.NotNil(t, q.DPAttn)
 	assert.Equal(t, 8, q.DPAttn.GPUs)
 	assert.Greater(t, q.MaxTotalTokens, 600_000)
-	// At batch 1 few experts are read: ITL well under the whole-weights read of one H20 (19 ms).
-	assert.Less(t, q.ITLAt(1), 10*time.Millisecond)
+	// At batch 1 few experts are read: ITL well under the whole-weights read of one H20 (19 ms),
+	// of which H20's fitted per-MoE-layer fixed time (MoELayerOverhead, 48 layers) is ~6 ms.
+	assert.Less(t, q.ITLAt(1), 12*time.Millisecond)
 	assert.Greater(t, q.ITLAt(64), q.ITLAt(1), "more tokens route to more experts")
 	_, err := roofline("x", Llama3Dense70B, H100SXM, 1)
 	require.Error(t, err, "70B BF16 does not fit on one H100")

@@ -43,6 +43,13 @@ var FitFields = []FitField{
 	{"MemoryEfficiency", 0.4, 0.95, func(g engine.GPU) float64 { return g.MemoryEfficiency }, func(g *engine.GPU, v float64) { g.MemoryEfficiency = v }, nil},
 	{"PrefillOverhead", 0.1e-3, 50e-3, func(g engine.GPU) float64 { return g.PrefillOverhead }, func(g *engine.GPU, v float64) { g.PrefillOverhead = v }, nil},
 	{"DecodeOverhead", 0.05e-3, 20e-3, func(g engine.GPU) float64 { return g.DecodeOverhead }, func(g *engine.GPU, v float64) { g.DecodeOverhead = v }, nil},
+	// A decode step's fixed time per MoE layer (routing, expert dispatch and combine kernels);
+	// its prior is the 40 µs the table assumed for every GPU before any fit.
+	{"MoELayerOverhead", 5e-6, 300e-6, func(g engine.GPU) float64 { return g.MoELayerOverhead }, func(g *engine.GPU, v float64) { g.MoELayerOverhead = v },
+		func(engine.GPU) float64 { return 40e-6 }},
+	// The latency of one small all-reduce; its prior is the built-in value (H100's 40 µs from
+	// llama31-70b-h100-tp4-sharegpt-v030's ITL, A10's 60 µs over PCIe from its set).
+	{"AllReduceLatency", 5e-6, 200e-6, func(g engine.GPU) float64 { return g.AllReduceLatency }, func(g *engine.GPU, v float64) { g.AllReduceLatency = v }, nil},
 	{"PrefillExpertEfficiency", 0.02, 0.95, func(g engine.GPU) float64 {
 		if g.PrefillExpertEfficiency > 0 {
 			return g.PrefillExpertEfficiency

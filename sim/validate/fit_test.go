@@ -94,11 +94,14 @@ func embeddedSet(t *testing.T, name string) Set {
 
 // Issue 40's headline, kept by make test (NORACE_TESTS): fitted by code to the embedded and
 // held-out sets (but the two single-GPU gpt-oss ones, whose error is the KV pool), the
-// prefill expert-read shares come out where the built-in GPUs have them (they are the fit), the
-// embedded suite keeps its bands, and the held-out sets' cross-validated (leave-one-set-out)
-// median error and TTFT ratio stay within their bounds: 14.9 % and ×0.90 when written (21.3 %
-// and ×0.99 before the dstack sets' published output totals, the overlap scheduler's hidden
-// step time and held arrivals, the robust loss and the BF16 experts' own prefill share).
+// prefill expert-read shares and the decode step's per-MoE-layer fixed time come out where the
+// built-in GPUs have them (they are the fit), the embedded suite keeps its bands, and the
+// held-out sets' cross-validated (leave-one-set-out) median error, TPOT/ITL median error and
+// TTFT ratio stay within their bounds: 11.8 %, 9.4 % (throughput 9.9 %) and ×0.92 when
+// written (14.9 %, 12.3 % and ×0.90 before the levels' own prompt totals, the fitted MoE layer
+// time and the ShareGPT sets' own lengths; 21.3 % and
+// ×0.99 before the dstack sets' published output totals, the overlap scheduler's hidden step
+// time and held arrivals, the robust loss and the BF16 experts' own prefill share).
 func TestHeldOutCrossValidated(t *testing.T) {
 	skipUnderRace(t)
 	sets, err := Embedded()
@@ -113,7 +116,7 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	require.Len(t, files, 40)
 	more, err := Load(files...)
 	require.NoError(t, err)
-	rep, err := Fit(append(sets, more...), []string{"PrefillExpertEfficiency", "PrefillExpertEfficiencyBF16"}, true, nil)
+	rep, err := Fit(append(sets, more...), []string{"PrefillExpertEfficiency", "PrefillExpertEfficiencyBF16", "MoELayerOverhead"}, true, nil)
 	require.NoError(t, err)
 	// 10 %: a share the sets hardly pin (B200's BF16 one rests on one gpt-oss set) creeps
 	// toward its prior by a few % per fit without moving a figure.
@@ -126,7 +129,10 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	m := Medians(rep.Cross, held)
 	t.Logf("held out, cross-validated: median |error| %.1f %%, TTFT %.1f %% (ratio %.2f), TPOT/ITL %.1f %%, throughput %.1f %%, E2E %.1f %%",
 		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
-	assert.LessOrEqual(t, m.All, 0.16, "cross-validated median |error| over the held-out sets")
+	assert.LessOrEqual(t, m.All, 0.125, "cross-validated median |error| over the held-out sets")
+	assert.LessOrEqual(t, m.TPOT, 0.10, "cross-validated TPOT/ITL median |error| (issue 40: ≤ 10 %)")
+	// 9.9 % when written: on issue 40's line, so the bound leaves half a point.
+	assert.LessOrEqual(t, m.Throughput, 0.105, "cross-validated throughput median |error|")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
 }
 

@@ -219,7 +219,7 @@ func runServing(s Set, lv Level, svs []server, conv *sim.Conversations, notes *[
 		*notes = append(*notes, fmt.Sprintf("num_prompts not stated: bench_serving's default %d", n))
 	}
 	w.NumPrompts = n
-	if err := pinOutputTokens(&w, lv, notes); err != nil {
+	if err := pinTokens(&w, lv, notes); err != nil {
 		return nil, err
 	}
 
@@ -304,23 +304,95 @@ func runServing(s Set, lv Level, svs []server, conv *sim.Conversations, notes *[
 	return figs, nil
 }
 
-// pinOutputTokens makes a random workload's mean output length the published one when the
-// level's load gives output_tokens, the total output tokens of its completed requests: a run
-// without --ignore-eos stops a request at the model's end-of-sequence token, well before
-// output_len (the dstack PD sets: ~620 of 2,048, ~62 of 128), and the simulator, which has no
-// EOS, would otherwise generate output_len every time. With lengths uniform in [L·r, L]
-// (bench_serving's --random-range-ratio r), L becomes 2·mean/(1 + r); at r = 1 every request
-// generates the mean.
-func pinOutputTokens(w *workloads.Params, lv Level, notes *[]string) error {
-	total, ok := Num(lv.Load["output_tokens"])
-	if !ok {
+// pinTokens makes a workload's prompt and output lengths add up to the level's published
+// totals when its load gives them: output_tokens, the output tokens its completed requests
+// generated in all, and input_tokens, their prompt tokens ("Total input tokens" and "Total
+// generated tokens" of a bench_serving block). A run without --ignore-eos stops a request at
+// the model's end-of-sequence token, well before output_len (the dstack PD sets: ~620 of
+// 2,048, ~62 of 128), and the simulator, which has no EOS, would otherwise generate
+// output_len every time; a level of a few prompts (bench_serving's 10 at concurrency 1) draws
+// lengths whose sum is its own, not the sim's draw of the same distribution (the
+// sgl-cookbook's 10 random prompts of up to 8,000 tokens: 4,194 on average in theirs, 4,482
+// in the sim's); and ShareGPT through another tokenizer, or a bench_serving without the
+// 1,024-token prompt filter (sglang's since 2025), sends other lengths than the generated
+// ShareGPT's (the cookbook's gpt-oss and Kimi-K2 sets: 297 prompt tokens on average, not 224).
+// The level's own draw (workloads.RandomLengths or ShareGPTScaled, with the level's seed) is
+// made to sum to the totals, to within rounding: a random workload's lengths stay uniform in
+// [L·r, L] (bench_serving's --random-range-ratio r) with L chosen; a generated ShareGPT's are
+// scaled (--sharegpt-prompt-scale, --sharegpt-output-scale).
+func pinTokens(w *workloads.Params, lv Level, notes *[]string) error {
+	in, pinIn := Num(lv.Load["input_tokens"])
+	out, pinOut := Num(lv.Load["output_tokens"])
+	if !pinIn && !pinOut {
 		return nil
 	}
-	if w.Workload != workloads.WorkloadRandom || total < float64(w.NumPrompts) {
-		return fmt.Errorf("load.output_tokens %g: only for a random workload, at least one token per prompt (%d)", total, w.NumPrompts)
+	sharegpt := w.Workload == workloads.WorkloadShareGPT && w.DatasetPath == ""
+	for _, t := range []struct {
+		name  string
+		total float64
+		pin   bool
+	}{{"input_tokens", in, pinIn}, {"output_tokens", out, pinOut}} {
+		if t.pin && (w.Workload != workloads.WorkloadRandom && !sharegpt || t.total < float64(w.NumPrompts)) {
+			return fmt.Errorf("load.%s %g: only for a random or generated sharegpt workload, at least one token per prompt (%d)", t.name, t.total, w.NumPrompts)
+		}
 	}
-	mean := total / float64(w.NumPrompts)
-	w.OutputLen = max(int(math.Round(2*mean/(1+w.RangeRatio))), 1)
-	*notes = append(*notes, fmt.Sprintf("%s: output lengths at the published mean %.0f tokens (EOS not ignored)", levelLabel(lv), mean))
+	p := workloads.DefaultLoadParams().LevelParams(*w, 0) // the level's seed, as sim.Run draws it
+	lengths := workloads.RandomLengths
+	if sharegpt {
+		lengths = workloads.ShareGPTScaled
+	}
+	sums := func(p workloads.Params) (float64, float64) {
+		var a, b float64
+		for i := range p.NumPrompts {
+			x, y := lengths(p, i)
+			a, b = a+float64(x), b+float64(y)
+		}
+		return a, b
+	}
+	// The draw's sum grows about linearly with L or the scale (a fixed uniform variate scaled
+	// to [L·r, L]; a fixed ShareGPT length times the scale): a few proportional steps, the
+	// closest point kept.
+	best, bestErr := p, math.Inf(1)
+	for range 8 {
+		a, b := sums(p)
+		e := 0.0
+		if pinIn {
+			e += math.Abs(a/in - 1)
+		}
+		if pinOut {
+			e += math.Abs(b/out - 1)
+		}
+		if e < bestErr {
+			best, bestErr = p, e
+		}
+		if e < 1e-4 {
+			break
+		}
+		switch {
+		case sharegpt:
+			if pinIn {
+				p.ShareGPTPromptScale *= in / a
+			}
+			if pinOut {
+				p.ShareGPTOutputScale *= out / b
+			}
+		default:
+			if pinIn {
+				p.InputLen = max(int(math.Round(float64(p.InputLen)*in/a)), 1)
+			}
+			if pinOut {
+				p.OutputLen = max(int(math.Round(float64(p.OutputLen)*out/b)), 1)
+			}
+		}
+	}
+	w.InputLen, w.OutputLen = best.InputLen, best.OutputLen
+	w.ShareGPTPromptScale, w.ShareGPTOutputScale = best.ShareGPTPromptScale, best.ShareGPTOutputScale
+	n := float64(w.NumPrompts)
+	if pinIn {
+		*notes = append(*notes, fmt.Sprintf("%s: prompt lengths at the published mean %.0f tokens", levelLabel(lv), in/n))
+	}
+	if pinOut {
+		*notes = append(*notes, fmt.Sprintf("%s: output lengths at the published mean %.0f tokens", levelLabel(lv), out/n))
+	}
 	return nil
 }

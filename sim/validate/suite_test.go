@@ -93,11 +93,31 @@ func TestOutputTokensPinTheMeanOutputLength(t *testing.T) {
 
 	w := workloads.Params{Workload: workloads.WorkloadRandom, OutputLen: 1000, NumPrompts: 500}
 	var notes []string
-	require.NoError(t, pinOutputTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes))
-	assert.Equal(t, 1240, w.OutputLen, "uniform in [1, 1240]: mean 620")
+	require.NoError(t, pinTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes))
+	assert.InDelta(t, 1240, w.OutputLen, 40, "uniform in [1, ~1240]: mean ~620")
+	assert.InEpsilon(t, 310000, drawn(w, false), 1e-3, "the level's own draw sums to the total")
 	assert.Len(t, notes, 1)
-	w.Workload = workloads.WorkloadShareGPT
-	assert.Error(t, pinOutputTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes), "only the random workload has output_len")
+	// Ten prompts (a concurrency-1 level): the draw's sum, not the distribution's mean, is pinned.
+	w = workloads.Params{Workload: workloads.WorkloadRandom, Seed: 1, InputLen: 8000, OutputLen: 1000, NumPrompts: 10}
+	require.NoError(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 41941.0, "output_tokens": 4220.0}}, &notes))
+	assert.InEpsilon(t, 41941, drawn(w, true), 2e-3)
+	assert.InEpsilon(t, 4220, drawn(w, false), 2e-3)
+	// A generated ShareGPT level's lengths are scaled to the totals.
+	w = workloads.DefaultParams()
+	w.Workload, w.NumPrompts = workloads.WorkloadShareGPT, 100
+	require.NoError(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 33179.0, "output_tokens": 21249.0}}, &notes))
+	var in, out float64
+	p := workloads.DefaultLoadParams().LevelParams(w, 0)
+	for i := range p.NumPrompts {
+		a, b := workloads.ShareGPTScaled(p, i)
+		in, out = in+float64(a), out+float64(b)
+	}
+	assert.InEpsilon(t, 33179, in, 2e-3)
+	assert.InEpsilon(t, 21249, out, 2e-3)
+	w.Workload = workloads.WorkloadMultiTurn
+	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"output_tokens": 310000.0}}, &notes), "multiturn has no pinned lengths")
+	w.Workload, w.DatasetPath = workloads.WorkloadShareGPT, "sharegpt.json"
+	assert.Error(t, pinTokens(&w, Level{Load: map[string]any{"input_tokens": 310000.0}}, &notes), "a dataset's lengths are its own")
 }
 
 func TestServerArgsFollowSGLangUnderDPAttention(t *testing.T) {
@@ -294,4 +314,19 @@ func TestEPPrefillPerGPUHoldsFrom16To32(t *testing.T) {
 	}
 	t.Logf("prefill tok/s per GPU: EP16 %.0f, EP32 %.0f", perGPU[16], perGPU[32])
 	assert.InEpsilon(t, perGPU[16], perGPU[32], 0.15, "per-GPU prefill throughput EP16 vs EP32")
+}
+
+// drawn is the sum of the prompt (input) or output lengths a level of w draws in the sim.
+func drawn(w workloads.Params, input bool) float64 {
+	p := workloads.DefaultLoadParams().LevelParams(w, 0)
+	sum := 0.0
+	for i := range p.NumPrompts {
+		a, b := workloads.RandomLengths(p, i)
+		if input {
+			sum += float64(a)
+		} else {
+			sum += float64(b)
+		}
+	}
+	return sum
 }
