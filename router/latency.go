@@ -94,8 +94,9 @@ type PredictedLatencyConfig struct {
 // the report) when the report is fresh, else the uncached tokens this router sent it that are
 // not prefilled yet; in regular mode, also the decode steps of the batch running on the
 // worker that the prompt waits for (LatencyModel.QueueTime): this router's requests there past
-// their first token, or the engine's running batch when its fresh report says more. The uncached prefill is the prompt less the prefix the KV-event index
-// (or, without one, the approximate tree) predicts the target caches. D's batch and context
+// their first token, or the engine's running batch when its fresh report says more. The
+// uncached prefill is the prompt less the prefix the KV-event index (or, without one, the
+// approximate tree) predicts the target caches. D's batch and context
 // are its engine report's (running and waiting requests, KV tokens in use) when fresh, else
 // this router's in-flight requests on it and their prompts. D's admission is one decode step,
 // or, when its batch is full, the wait for a slot. In regular mode P and D are the same

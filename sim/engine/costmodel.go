@@ -69,7 +69,8 @@ func (m *CostModel) PrefillTime(uncached, cached int) time.Duration {
 // % of a llama3-8b-h100 rank's prefill capacity, the requests that found a queue waited on
 // average 47, 109 and 154 ms longer than its chunks alone, and −5, 37 and 47 ms longer than
 // QueueTime (TestCostModelQueueTimeUnderLoad); prompts reaching ranks decoding batches of 1–32
-// requests are predicted within ±XX (TestCostModelQueueTimeDecoding).
+// requests at random phases are predicted within 0.42 ms on average, where PrefillTime alone
+// misses by 8.8–11.1 ms (TestCostModelQueueTimeDecoding).
 func (m *CostModel) QueueTime(tokens int, step time.Duration) time.Duration {
 	s := m.s
 	if tokens <= 0 && step <= 0 || s.cfg.Profile.Constant {
