@@ -67,6 +67,12 @@ type Level struct {
 	// reported as a known gap, not a failure; inside its band it fails until the entry is
 	// removed, so the list says what is still missing and nothing more.
 	KnownGaps map[string]string
+	// Beyond2x is why any figure of this level that lies more than 2× from its published value
+	// is that far off (the file's "beyond_2x": evidence from the source, e.g. a published number
+	// below a physical bound), "" if nothing documents it. Unlike KnownGaps it changes nothing
+	// the suite computes: the figures stay in the fit and the medians, and FarOff lists them
+	// with this reason beside the ones nothing explains.
+	Beyond2x string
 }
 
 // Figure is one published number.
@@ -148,7 +154,7 @@ func Parse(data []byte, file string) (Set, error) {
 			p.note(fmt.Sprintf("levels[%d] is not an object: skipped", i))
 			continue
 		}
-		lv := Level{Notes: str(lm["notes"])}
+		lv := Level{Notes: str(lm["notes"]), Beyond2x: str(lm["beyond_2x"])}
 		lv.Load, _ = lm["load"].(map[string]any)
 		figs, _ := lm["figures"].(map[string]any)
 		for name, v := range figs {

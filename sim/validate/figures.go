@@ -41,6 +41,8 @@ type Result struct {
 	Note      string  `json:"note,omitempty"`
 	// Gap is why the model is known to miss this figure (the level's known_gaps), "" if not.
 	Gap string `json:"gap,omitempty"`
+	// Explained is why the figure may lie more than 2× off (the level's beyond_2x), "" if not.
+	Explained string `json:"explained,omitempty"`
 	// Model and GPU are the catalog names the set ran with ("" when not resolved); validated.json
 	// matches them to the presets.
 	Model string `json:"model,omitempty"`

@@ -644,6 +644,39 @@ func Medians(rs []Result, keep func(set string) bool) MedianErrors {
 	return m
 }
 
+// FarOff are the figures of rs (sets passing keep; P99s and known gaps left out, as in
+// Medians) whose sim ÷ published lies beyond 2× either way, issue 40's limit: each with its
+// level's beyond_2x reason in Explained, or "" when nothing documents it (a misprediction).
+// Sorted by set, then by how far off.
+func FarOff(rs []Result, keep func(set string) bool) []Result {
+	var out []Result
+	for _, r := range rs {
+		if !keep(r.Set) || math.IsNaN(r.Ratio) || r.Ratio <= 0 || r.Gap != "" || strings.HasSuffix(r.Figure, "_p99") {
+			continue
+		}
+		if math.Abs(math.Log(r.Ratio)) > math.Ln2 {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Result) int {
+		if c := strings.Compare(a.Set, b.Set); c != 0 {
+			return c
+		}
+		return -cmpFloat(math.Abs(math.Log(a.Ratio)), math.Abs(math.Log(b.Ratio)))
+	})
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()

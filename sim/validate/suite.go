@@ -87,7 +87,7 @@ func runSet(s Set, gpus map[string]engine.GPU, conv *sim.Conversations) SetRepor
 				continue
 			}
 			r := Compare(s.Name, levelLabel(lv), f.Name, f.Value, v)
-			r.Model, r.GPU, r.Gap = card.Name, gpu.Name, lv.KnownGaps[f.Name]
+			r.Model, r.GPU, r.Gap, r.Explained = card.Name, gpu.Name, lv.KnownGaps[f.Name], lv.Beyond2x
 			rep.Results = append(rep.Results, r)
 		}
 	}
