@@ -662,19 +662,9 @@ func FarOff(rs []Result, keep func(set string) bool) []Result {
 		if c := strings.Compare(a.Set, b.Set); c != 0 {
 			return c
 		}
-		return -cmpFloat(math.Abs(math.Log(a.Ratio)), math.Abs(math.Log(b.Ratio)))
+		return cmp.Compare(math.Abs(math.Log(b.Ratio)), math.Abs(math.Log(a.Ratio)))
 	})
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func median(v []float64) float64 {
