@@ -238,7 +238,6 @@ func (x *sim) clientEnd(r *request) {
 			return
 		}
 	}
-	x.kv.release(x.reps, r.turn.PromptIDs) // the conversation's last prompt
 	if c.client {
 		x.nextSession(c)
 		return

@@ -103,20 +103,6 @@ func newKVFeed(reps []*replica) *kvFeed {
 	return &kvFeed{clear: []kvindex.PathEvent{{Kind: kvindex.AllBlocksCleared}}}
 }
 
-// release hands a conversation's last prompt back to every replica's index when the
-// conversation ends (its earlier prompts are prefixes of the same array): the index copies the
-// runs it keeps of it, so the arrays of ended conversations do not stay alive as long as the
-// engines cache them (a third of the live heap of a million-request run). Nothing without KV
-// events.
-func (f *kvFeed) release(reps []*replica, prompt []uint32) {
-	if f == nil {
-		return
-	}
-	for _, rep := range reps {
-		rep.ix.Release(prompt)
-	}
-}
-
 // publish is engine.Config.KVEvents of server sv: copy the batch (the engine's paths are only
 // valid during the call, but for views of a prompt, which never changes: those are kept, and
 // an index compares its own views of the prompt with them at once) and schedule its delivery

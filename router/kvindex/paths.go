@@ -207,43 +207,9 @@ type PathEvent struct {
 // memory) instead of copying them. Only for a caller whose token slices never change once
 // routed (the simulator's prompts): it saves a copy per request, and a later match of tokens
 // in the same memory (a conversation's next turn, which extends the same array) compares those
-// runs in one step.
+// runs in one step. The index keeps each array alive while a node views it (the simulator's
+// engines keep views of the same prompts in their caches as long).
 func (x *PathIndex) KeepTokens() { x.keep = true }
-
-// Release gives back tokens, a slice given to AddPending under KeepTokens, or the longest of
-// several that share one array (a conversation's last prompt, of which every earlier turn's is
-// a prefix): the nodes whose runs are views of its array get copies of them, so the index no
-// longer keeps the array alive (the engines' caches hold a conversation's runs long after it
-// ended, and each kept a whole prompt array). Nothing the index answers changes; a later match
-// of tokens in that memory compares the copies token by token. The nodes are found by walking
-// tokens down every tree, so a view of the array that tokens does not reach (a turn whose prompt
-// was reallocated before the last) stays a view.
-//
-// The walk follows first pages without comparing the rest of each node: a node whose key lies
-// in the array spells the array's tokens from its depth on, so its parent does too, and a walk
-// that strays below a node of other tokens meets no node of the array.
-func (x *PathIndex) Release(tokens []uint32) {
-	if !x.keep || len(tokens) == 0 {
-		return
-	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(tokens)))
-	hi := lo + uintptr(len(tokens))*unsafe.Sizeof(tokens[0])
-	for k, nd := range x.roots {
-		page := k.page
-		n := len(tokens) / page * page
-		for i := 0; i < n; {
-			c := nd.child(tokens[i : i+page])
-			if c == nil {
-				break
-			}
-			if p := uintptr(unsafe.Pointer(unsafe.SliceData(c.key))); p >= lo && p < hi {
-				c.key = append([]uint32(nil), c.key...)
-			}
-			i += len(c.key)
-			nd = c
-		}
-	}
-}
 
 // NewPathIndex returns an empty path index (cfg.PendingTTL as for [New]).
 func NewPathIndex(cfg Config) *PathIndex {

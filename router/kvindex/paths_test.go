@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -99,8 +98,6 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 			st := rng.IntN(3) == 0
 			hx.SetStale(id, st)
 			px.SetStale(id, st)
-		case op < 11 && seed%2 == 1 && len(seen) > 0: // hand a kept path back: no answer changes
-			px.Release(seen[rng.IntN(len(seen))])
 		case op < 13:
 			p, s := path(), salt()
 			hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
@@ -140,58 +137,6 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 	}
 	require.Greater(t, deep, 25)
 	require.Greater(t, deepHost, 5)
-}
-
-// TestPathIndexReleaseCopiesTheKeptRuns checks that Release leaves no node viewing the
-// released array, copies only those nodes, and changes no answer.
-func TestPathIndexReleaseCopiesTheKeptRuns(t *testing.T) {
-	t.Parallel()
-	x := NewPathIndex(Config{PendingTTL: time.Minute})
-	x.KeepTokens()
-	a, b := x.Target("a"), x.Target("b")
-	x.SetStale(a, false)
-	x.SetStale(b, false)
-	conv := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	other := []uint32{1, 2, 3, 4, 11, 12}
-	x.AddPending(a, conv[:6], 2, "", t0) // an earlier turn: a prefix of the same array
-	x.AddPending(a, conv, 2, "", t0)
-	x.AddPending(b, other, 2, "", t0)
-	x.AddPending(b, conv[:4], 1, "", t0) // another page size: another tree
-	views := func(arr []uint32) (n int) {
-		lo := uintptr(unsafe.Pointer(&arr[0]))
-		hi := lo + uintptr(4*len(arr))
-		var visit func(nd *pathNode)
-		visit = func(nd *pathNode) {
-			if len(nd.key) > 0 {
-				if p := uintptr(unsafe.Pointer(&nd.key[0])); p >= lo && p < hi {
-					n++
-				}
-			}
-			for _, c := range nd.children.all() {
-				for ; c != nil; c = c.next {
-					visit(c)
-				}
-			}
-		}
-		for _, r := range x.roots {
-			visit(r)
-		}
-		return n
-	}
-	ids := []TargetID{a, b}
-	before := [][]int{x.MatchOrStale(nil, conv, 2, "", ids, t0), x.MatchOrStale(nil, other, 2, "", ids, t0),
-		x.MatchOrStale(nil, conv, 1, "", ids, t0)}
-	require.Equal(t, 4, views(conv), "[1 2 3 4] [5 6] [7 8 9 10] at page 2, [1 2 3 4] at page 1")
-	require.Equal(t, 1, views(other))
-	x.Release(conv[:4]) // a shorter view of the array reaches the nodes it covers, in every tree
-	require.Equal(t, 2, views(conv), "the runs past the released prefix stay views")
-	x.Release(conv)
-	require.Zero(t, views(conv))
-	require.Equal(t, 1, views(other), "another array's nodes are not copied")
-	after := [][]int{x.MatchOrStale(nil, conv, 2, "", ids, t0), x.MatchOrStale(nil, other, 2, "", ids, t0),
-		x.MatchOrStale(nil, conv, 1, "", ids, t0)}
-	require.Equal(t, before, after)
-	require.Equal(t, []int{5, 2}, after[0])
 }
 
 func TestPathIndexSplitsAndPrunes(t *testing.T) {

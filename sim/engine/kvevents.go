@@ -57,9 +57,10 @@ type KVEvent struct {
 	// (so a consumer hashes the page chain from Path). Nil for KVCleared. Path is only valid
 	// during the Config.KVEvents call (copy what you keep) unless PromptView.
 	Path []uint32
-	// PromptView says Path is a view of the Req.Prompt whose caching stored the run, not of
-	// the engine's scratch: it stays valid as long as the caller leaves that prompt unchanged
-	// (the simulator's prompts never change, so it keeps the view instead of a copy).
+	// PromptView says Path is a view of the Req.Prompt whose caching stored the run (for a
+	// store, or the removal of a run so stored), not of the engine's scratch: it stays valid
+	// as long as the caller leaves that prompt unchanged, as Req asks (the simulator keeps the
+	// view instead of a copy).
 	PromptView bool
 	// New is the number of trailing tokens of Path stored or removed (a multiple of the page
 	// size, ≥ 1 page); 0 for KVCleared.

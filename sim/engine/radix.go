@@ -19,6 +19,7 @@ type node struct {
 	parent   *node
 	children []kid  // sorted by key (childKey of the first page); nil when empty
 	lock     int32  // running requests referencing this node or a descendant
+	pre      int32  // ≥ 0: key is a view of a prompt (insertPrompt), after pre tokens that spell the path above it; -1: the tree's own copy
 	last     uint64 // access counter at the last match or insert through this node
 	id       uint64 // creation order, for deterministic ties
 	heapIdx  int    // position in radix.heap, -1 when not an evictable leaf (kept by heap.Moved)
@@ -84,7 +85,7 @@ func newRadix(page int) *radix {
 // reset empties the cache (flush_cache, or a server restart).
 func (c *radix) reset() {
 	c.gen++
-	c.root = &node{heapIdx: -1}
+	c.root = &node{heapIdx: -1, pre: -1}
 	c.size, c.evictable, c.nodes = 0, 0, 0
 	c.heap.Clear()
 	if c.log != nil {
@@ -177,9 +178,11 @@ func (c *radix) insertBelow(tok []uint32, from *node) (*node, int) {
 	return c.insertFrom(tok, from, false)
 }
 
-// insertPrompt is insertBelow of a request's prompt (Req.Prompt): the event of a run it stores
-// has a view of the prompt as its path (KVEvent.PromptView: valid while the caller leaves the
-// prompt unchanged) instead of a copy built from the run's ancestors.
+// insertPrompt is insertBelow of a request's prompt (Req.Prompt, which never changes): the
+// leaf it adds keeps a view of the prompt as its key instead of a copy (a copy per prefill
+// was 3 GB of a million-request run's allocations), and the events of its run, the store and
+// a later removal, have a view of the prompt as their path (KVEvent.PromptView) instead of a
+// copy built from the run's ancestors.
 func (c *radix) insertPrompt(prompt []uint32, from *node) (*node, int) {
 	return c.insertFrom(prompt, from, true)
 }
@@ -231,12 +234,17 @@ func (c *radix) insertFrom(tok []uint32, from *node, view bool) (*node, int) {
 	return x, 0
 }
 
-// newLeaf adds a leaf of key below parent; path, if not nil, is its path from the root in
-// memory that outlives the event (see insertPrompt).
+// newLeaf adds a leaf of key below parent; path, if not nil, is its path from the root in a
+// prompt that never changes, ending with key: the leaf keeps key as a view (see insertPrompt).
 func (c *radix) newLeaf(parent *node, key, path []uint32) *node {
 	c.nextID++
 	c.nodes++
-	leaf := &node{key: append([]uint32(nil), key...), parent: parent, last: c.tick, id: c.nextID, heapIdx: -1}
+	leaf := &node{parent: parent, last: c.tick, id: c.nextID, heapIdx: -1, pre: -1}
+	if path != nil {
+		leaf.key, leaf.pre = key[:len(key):len(key)], int32(len(path)-len(key))
+	} else {
+		leaf.key = append([]uint32(nil), key...)
+	}
 	k := c.childKey(key)
 	i, _ := parent.find(k)
 	parent.children = slices.Insert(parent.children, i, kid{k, leaf})
@@ -260,7 +268,10 @@ func (c *radix) newLeaf(parent *node, key, path []uint32) *node {
 func (c *radix) split(ch *node, l int) *node {
 	c.nextID++
 	c.nodes++
-	up := &node{key: ch.key[:l:l], parent: ch.parent, lock: ch.lock, last: ch.last, id: c.nextID, heapIdx: -1}
+	up := &node{key: ch.key[:l:l], parent: ch.parent, lock: ch.lock, pre: ch.pre, last: ch.last, id: c.nextID, heapIdx: -1}
+	if ch.pre >= 0 {
+		ch.pre += int32(l)
+	}
 	i, _ := ch.parent.find(c.childKey(ch.key))
 	ch.parent.children[i].n = up // same first page, same key
 	ch.key = ch.key[l:]
@@ -311,7 +322,11 @@ func (c *radix) evict(need int) int {
 	for freed < need && c.heap.Len() > 0 {
 		x := c.heap.Pop().V
 		if c.log != nil {
-			c.log.record(KVRemoved, x, c.medium)
+			if x.pre >= 0 {
+				c.log.recordView(KVRemoved, x, x.promptPath(), c.medium)
+			} else {
+				c.log.record(KVRemoved, x, c.medium)
+			}
 		}
 		if c.spill != nil {
 			c.spill.put(c.path(x))
@@ -349,6 +364,13 @@ func (c *radix) path(x *node) []uint32 {
 		copy(p[n:], y.key)
 	}
 	return p
+}
+
+// promptPath is the path from the root to the end of x, whose key is a view of a prompt
+// (x.pre ≥ 0): the view of that prompt's first pre+len(key) tokens.
+func (x *node) promptPath() []uint32 {
+	n := int(x.pre) + len(x.key)
+	return unsafe.Slice((*uint32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(x.key)), -4*int(x.pre))), n)[:n:n]
 }
 
 // heapPush makes x an evictable leaf, ordered by (last, id): least recently used first, the

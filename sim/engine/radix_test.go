@@ -35,6 +35,9 @@ func checkRadix(c *radix) error {
 			if ch.lock == 0 {
 				evictable += len(ch.key)
 			}
+			if ch.pre >= 0 && !slices.Equal(ch.promptPath(), c.path(ch)) {
+				return fmt.Errorf("a node's prompt path is not its path from the root")
+			}
 			if want := ch.lock == 0 && len(ch.children) == 0; (ch.heapIdx >= 0) != want {
 				return fmt.Errorf("heap membership %v, want %v", ch.heapIdx >= 0, want)
 			}
@@ -239,6 +242,25 @@ func radixDump(c *radix) string {
 // insertBelow from the node a prompt's match locked leaves the cache exactly as insert from the
 // root does, through random matches, inserts and evictions of prompts sharing prefixes, at page
 // sizes 1 and 4, and so does a stale from (after a reset).
+// logged returns the events l recorded, their paths copied, and forgets them.
+func logged(l *kvLog) []KVEvent {
+	var evs []KVEvent
+	for _, r := range l.recs {
+		ev := KVEvent{Kind: r.kind, New: r.new, Medium: r.medium}
+		if r.view != nil {
+			ev.Path = slices.Clone(r.view)
+		} else if r.kind != KVCleared {
+			ev.Path = slices.Clone(l.buf[r.start:r.end])
+		}
+		evs = append(evs, ev)
+	}
+	l.drop()
+	return evs
+}
+
+// insertPrompt (the node a prompt's run gets is a view of it, and so are the paths of its
+// events, stores and removals) and insertBelow (copies) keep the same tree and record the same
+// events; the views stay views of the paths from the root through splits and evictions.
 func TestInsertBelowTheMatchedNodeAsInsert(t *testing.T) {
 	t.Parallel()
 	for _, page := range []int{1, 4} {
@@ -254,6 +276,7 @@ func TestInsertBelowTheMatchedNodeAsInsert(t *testing.T) {
 			return p
 		}
 		a, b := newRadix(page), newRadix(page)
+		a.log, b.log = &kvLog{}, &kvLog{}
 		type held struct {
 			p      []uint32
 			na, nb *node
@@ -273,9 +296,12 @@ func TestInsertBelowTheMatchedNodeAsInsert(t *testing.T) {
 				i := rng.IntN(len(locked))
 				h := locked[i]
 				locked = slices.Delete(locked, i, i+1)
-				nda, adda := a.insertBelow(h.p, h.na)
+				nda, adda := a.insertPrompt(h.p, h.na)
 				ndb, addb := b.insert(h.p)
 				require.Equal(t, addb, adda)
+				if adda > 0 {
+					require.Same(t, &h.p[len(h.p)/page*page-adda], &nda.key[0], "the new leaf is a view of the prompt")
+				}
 				a.unlockPath(h.na)
 				b.unlockPath(h.nb)
 				a.lockPath(nda)
@@ -303,6 +329,7 @@ func TestInsertBelowTheMatchedNodeAsInsert(t *testing.T) {
 			}
 			require.NoError(t, checkRadix(a), "step %d", step)
 			require.Equal(t, radixDump(b), radixDump(a), "page %d step %d", page, step)
+			require.Equal(t, logged(b.log), logged(a.log), "page %d step %d", page, step)
 		}
 		var order []string
 		for a.heap.Len() > 0 {

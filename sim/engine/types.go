@@ -41,8 +41,9 @@ func ParseRole(s string) (Role, error) {
 	return 0, fmt.Errorf("engine: role %q is not one of prefill, decode, unified", s)
 }
 
-// Req is one request submitted to a server. The server keeps Prompt (it must not be modified
-// after Submit) and copies only the tokens it caches.
+// Req is one request submitted to a server. The server keeps Prompt, and its prefix cache
+// keeps views of it (the runs the prompt adds, and the paths of their KV events), so it must
+// not be modified after Submit.
 type Req struct {
 	Room   uint64   // bootstrap room (PD) or any unique request id (unified); unique among live requests of a server
 	Rank   int      // DP rank, 0..DPSize-1; negative: the server picks (room % dp_size in PD, round-robin in unified)
