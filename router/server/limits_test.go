@@ -161,6 +161,34 @@ func TestHeldReplyOverBudgetNotRetried(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status, msg)
 }
 
+// A prefill answer counts against the budget only when the router keeps it, to merge its
+// logprobs: one it reads through and drops holds nothing, whatever its size. Kept and over
+// the budget, it is answered 503 with Retry-After, as a held decode reply is. (Decode answers
+// once prefill's worker has written its answer, which it can only when the router has read
+// most of it: more than the budget, beyond what the sockets buffer.)
+func TestPrefillAnswerChargedOnlyWhenKept(t *testing.T) {
+	t.Parallel()
+	big := `{"meta_info":{"input_token_logprobs":[[-1,1]]},"text":"` + strings.Repeat("x", 16<<20) + `"}`
+	written := make(chan struct{})
+	var once sync.Once
+	pw := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		jsonReply(big)(w, r, c)
+		once.Do(func() { close(written) })
+	})
+	dw := newWorker(t, after(written, jsonReply(`{"text":"ok","meta_info":{"input_token_logprobs":[[-3,3]]}}`)))
+	cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+	cfg.BodyMemoryBudget = 200 << 10
+	tr := startRouter(t, cfg)
+	status, _, msg := tr.post(t, "/generate", `{"text":"hi"}`, nil)
+	assert.Equal(t, http.StatusOK, status, msg)
+	status, hdr, msg := tr.post(t, "/generate", `{"text":"hi","return_logprob":true}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, msg)
+	assert.Equal(t, "1", hdr.Get("Retry-After"))
+	assert.Contains(t, msg, "memory budget")
+	tr.requireLoadsZero(t)
+	waitFor(t, func() bool { return tr.s.budget.used.Load() == 0 })
+}
+
 func TestBudgetReserveRelease(t *testing.T) {
 	t.Parallel()
 	b := newBudget(1000)

@@ -178,7 +178,7 @@ func (s *Server) startPD(ctx context.Context, x *exchange, d *router.Decision) p
 	path := x.route.String()
 	s.logDecision(wire.DecisionLine{ID: x.id, RID: legs.RIDs[0], Room: legs.Rooms[0], Route: path}, d)
 	p := &pdShared{s: s, d: d, keepPrefill: x.body.Logprobs,
-		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline}}
+		prefill: upstreamRequest{method: http.MethodPost, worker: pt.URL(), path: path, pieces: legs.Prefill, hdr: x.hdr, role: "prefill", deadline: x.deadline, noHeader: true}}
 	decode := upstreamRequest{method: http.MethodPost, worker: dt.URL(), path: path, pieces: legs.Decode, hdr: x.hdr, role: "decode", deadline: x.deadline}
 	if s.tr != nil { // (decode, not a.decode: startLeg's r would take a, and x with it, to the heap)
 		p.spans = &legSpans{prefill: s.tr.startLeg(x, &p.prefill, d, router.Prefill), decode: s.tr.startLeg(x, &decode, d, router.Decode)}
@@ -309,10 +309,15 @@ func (a *pdAttempt) answered() {
 }
 
 // sendPrefill sends the prefill leg and reads its answer, within maxPrefillBody. The answer
-// is kept only when the client asked for logprobs (merged into decode's); otherwise it is
-// read through and dropped (nil).
+// is kept only when the client asked for logprobs (merged into decode's), and then charged to
+// the memory budget; otherwise it is read through and dropped (nil). Its header is not read
+// (upstreamRequest.noHeader).
 func (a *pdShared) sendPrefill() ([]byte, *upstreamError) {
-	resp, ue := send(a.legs, a.s.upstream(router.Prefill), &a.prefill, a.s.budget)
+	var b *budget
+	if a.keepPrefill {
+		b = a.s.budget
+	}
+	resp, ue := send(a.legs, a.s.upstream(router.Prefill), &a.prefill, b)
 	if a.spans != nil {
 		traceSent(a.spans.prefill, resp, ue)
 	}

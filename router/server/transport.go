@@ -34,7 +34,7 @@ func newLegClient(idle time.Duration, tc *tls.Config) *legClient {
 }
 
 func (c *legClient) roundTrip(ctx context.Context, r upstreamRequest) (*http.Response, bool, error) {
-	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr, Deadline: r.deadline})
+	return c.h1.Do(ctx, &h1.Request{Method: r.method, URL: r.worker, Path: r.path, Body: r.body, Pieces: r.pieces, Header: r.hdr, Deadline: r.deadline, NoHeader: r.noHeader})
 }
 
 // CloseIdleConnections closes both transports' idle connections (Server.Wait).

@@ -89,6 +89,10 @@ type upstreamRequest struct {
 	// deadline, when not zero, ends the exchange then (--request-timeout-secs): h1's
 	// Request.Deadline, a context deadline on net/http's path.
 	deadline time.Time
+	// noHeader: the caller reads the answer's status and body, not its header (a prefill
+	// leg's answer is never relayed), so h1 builds no header map for it (h1.Request.NoHeader;
+	// the response's Header may be nil).
+	noHeader bool
 }
 
 // clientError is the error answered to the client for a failed attempt that is not retried.
@@ -174,10 +178,17 @@ func send(ctx context.Context, d doer, r *upstreamRequest, b *budget) (*http.Res
 }
 
 // heldWhole reports whether the router holds a worker's reply whole before relaying it, so it
-// counts against the memory budget: a prefill leg's answer, and a decode leg's reply that is
+// counts against the memory budget: a prefill leg's answer (sendPrefill passes a budget only
+// for one it keeps; one it drops is read through, not held), and a decode leg's reply that is
 // not an event stream. A regular reply is relayed as it arrives, and a stream event by event.
 func heldWhole(role string, resp *http.Response) bool {
-	return (role == "prefill" || role == "decode") && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	switch role {
+	case "prefill":
+		return true
+	case "decode":
+		return !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	}
+	return false
 }
 
 // copyResponseHeaders copies a worker's response headers to the client, minus hop-by-hop ones.

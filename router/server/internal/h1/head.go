@@ -5,10 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
-	"strconv"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -47,8 +47,9 @@ var commonKeys = func() map[string]string {
 const maxFastHeaders = 32
 
 // fastHead parses the response head buffered in c.br if it is one the fast path takes
-// (see response), consuming it; nil leaves c.br untouched for http.ReadResponse.
-func (c *conn) fastHead(method string) *response {
+// (see response), consuming it; nil leaves c.br untouched for http.ReadResponse. Without
+// header, the response gets no Header (Request.NoHeader): its lines are checked all the same.
+func (c *conn) fastHead(method string, header bool) *response {
 	if method == http.MethodHead {
 		return nil
 	}
@@ -89,25 +90,22 @@ func (c *conn) fastHead(method string) *response {
 	// The header lines, twice: first checked, with the framing read from them; then, once the
 	// fast path takes the head, kept. (Not gathered into an array on the way: fastHead's frame
 	// is on the stack of every prefill leg's goroutine, which starts small and grows by copying.)
-	head := string(buf[:end]) // the one copy: status and values are substrings of it
-	var cl, te string
+	var cl, te []byte
 	nf, ncl, nte := 0, 0, 0
 	for l, r, _ := crlfLine(rest); len(l) > 0; l, r, _ = crlfLine(r) {
 		name, vs, ve, ok := field(l)
 		if !ok {
 			return nil
 		}
-		at := len(buf) - len(r) - len(l) - 2 // the line's offset in head
-		v := head[at+vs : at+ve]
 		switch known, ok := commonKey(name); {
 		case !ok:
 			return nil
 		case known == "Connection", known == "Pragma", known == "Trailer":
 			return nil // ReadResponse's rules (close, Cache-Control, trailers)
 		case known == "Content-Length":
-			cl, ncl = v, ncl+1
+			cl, ncl = l[vs:ve], ncl+1
 		case known == "Transfer-Encoding":
-			te, nte = v, nte+1
+			te, nte = l[vs:ve], nte+1
 			continue // not kept in Header, as net/http does
 		}
 		nf++
@@ -130,6 +128,14 @@ func (c *conn) fastHead(method string) *response {
 	default:
 		return nil // a body to the connection's close, or framing ReadResponse judges
 	}
+	x.resp.StatusCode = code
+	x.resp.Proto, x.resp.ProtoMajor, x.resp.ProtoMinor = "HTTP/1.1", 1, 1
+	if !header {
+		x.resp.Status = string(sc)
+		_, _ = c.br.Discard(end)
+		return x
+	}
+	head := string(buf[:end]) // the one copy: status and values are substrings of it
 	h := make(http.Header, nf)
 	slab := make([]string, nf)
 	for l, r, _ := crlfLine(rest); len(l) > 0; l, r, _ = crlfLine(r) {
@@ -149,8 +155,7 @@ func (c *conn) fastHead(method string) *response {
 			h[key] = append(vv, val)
 		}
 	}
-	x.resp.Status, x.resp.StatusCode, x.resp.Header = head[len(proto):len(line)], code, h
-	x.resp.Proto, x.resp.ProtoMajor, x.resp.ProtoMinor = "HTTP/1.1", 1, 1
+	x.resp.Status, x.resp.Header = head[len(proto):len(line)], h
 	_, _ = c.br.Discard(end)
 	return x
 }
@@ -250,7 +255,7 @@ func canonicalKey(name []byte) (string, bool) {
 }
 
 // asciiEqualFold reports whether s equals t ignoring ASCII case.
-func asciiEqualFold(s, t string) bool {
+func asciiEqualFold(s []byte, t string) bool {
 	if len(s) != len(t) {
 		return false
 	}
@@ -269,13 +274,20 @@ func asciiEqualFold(s, t string) bool {
 	return true
 }
 
-// parseLength parses a Content-Length value: digits only, as net/http accepts it.
-func parseLength(s string) (int64, bool) {
-	if s == "" {
+// parseLength parses a Content-Length value: digits only, at most 2^63-1, as net/http
+// accepts it (strconv.ParseUint(s, 10, 63)).
+func parseLength(s []byte) (int64, bool) {
+	if len(s) == 0 {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(s, 10, 63)
-	return int64(n), err == nil
+	var n int64
+	for _, b := range s {
+		if !isDigit(b) || n > (math.MaxInt64-int64(b-'0'))/10 {
+			return 0, false
+		}
+		n = n*10 + int64(b-'0')
+	}
+	return n, true
 }
 
 // framedBody reads a body as the head fastHead read frames it: a Content-Length body (cr nil)

@@ -36,6 +36,11 @@ type Request struct {
 	// request costs a timer, a context and its registration with its parent), and a read or
 	// write cut by it fails with context.DeadlineExceeded. ctx still cancels the exchange.
 	Deadline time.Time
+	// NoHeader says the caller reads no field of the response's head but its status and
+	// framing (a PD prefill leg, whose head is never relayed): a head the fast path parses
+	// (head.go) then gets no Header map (nil), which costs a map and its entries per
+	// response. A head net/http parses, and the fallback's, still have theirs.
+	NoHeader bool
 }
 
 // bodyLen is the length of r's body.
@@ -299,7 +304,7 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 	}
 	// A worker may answer before it has read the whole body (413, 400) and close: the write
 	// then fails, but its response is there to read, as net/http reads it.
-	x, err := c.readHead(r.Method)
+	x, err := c.readHead(r.Method, !r.NoHeader)
 	if werr != nil && err != nil {
 		return fail(werr)
 	}
@@ -316,12 +321,13 @@ func (t *Transport) exchange(ctx context.Context, r *Request, tg *target) (*http
 
 // readHead reads the final response head, skipping informational ones (100 Continue, 103
 // Early Hints), within MaxResponseHead bytes in all. The returned response's Body reads the
-// body as its framing says (exchange wraps it).
-func (c *conn) readHead(method string) (*response, error) {
+// body as its framing says (exchange wraps it). Without header, a head the fast path parses
+// gets no Header (Request.NoHeader).
+func (c *conn) readHead(method string, header bool) (*response, error) {
 	c.head.armed, c.head.left = true, MaxResponseHead
 	defer func() { c.head.armed = false }()
 	for {
-		if x := c.fastHead(method); x != nil {
+		if x := c.fastHead(method, header); x != nil {
 			return x, nil
 		}
 		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})

@@ -393,6 +393,31 @@ func TestH1DoSendsJSONAndReportsReuse(t *testing.T) {
 	assert.Equal(t, seen{"GET", "/", "", "", "", ""}, <-got)
 }
 
+// With NoHeader, a worker's usual head (chunked, a few common fields) gives a response with its
+// status and body but no Header map; the next exchange on the connection still gets one.
+func TestH1NoHeader(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"a":1}`)
+		w.(http.Flusher).Flush() // chunked
+	})
+	tr := newTransport(3 * time.Second)
+	resp, _, err := tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL, Body: []byte("{}"), NoHeader: true})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, resp.StatusCode)
+	assert.Equal(t, "201 Created", resp.Status)
+	assert.Nil(t, resp.Header)
+	assert.Equal(t, `{"a":1}`, testutil.ReadAll(t, resp))
+
+	resp, reused, err := tr.Do(context.Background(), &Request{Method: http.MethodPost, URL: srv.URL, Body: []byte("{}")})
+	require.NoError(t, err)
+	assert.True(t, reused)
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	assert.Equal(t, `{"a":1}`, testutil.ReadAll(t, resp))
+	assert.Equal(t, int32(1), conns.Load())
+}
+
 // rawHeadWorker hands each connection to serve after reading only the request head (the body
 // is left unread); the connection closes when serve returns.
 func rawHeadWorker(t *testing.T, serve func(c net.Conn)) string {
