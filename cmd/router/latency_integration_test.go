@@ -123,8 +123,11 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 
 	// The corrected predictions against the router's own timings: over the requests routed in
 	// the second half (after warm-up), and over clients 3–5's (half the requests too, but their
-	// first ones were routed before any correction), which the TPOT bound is checked on. The
-	// TTFT's is logged, not asserted: it spreads 5–16 % from run to run (docs/predicted-latency.md).
+	// first ones were routed before any correction), which the bounds are checked on. Quietly
+	// TTFT comes out 5–9 % and TPOT 4–5 % (docs/predicted-latency.md); the bounds are loose, as
+	// under other work on the machine TTFT has reached 22 %, and catch a model gone wrong (the
+	// regular worker's admission step counted, or the running batch's step missed: 14–21 %
+	// under load).
 	medians := func(ids []string) (ttft, tpot float64) {
 		var eTTFT, eTPOT []float64
 		for _, id := range ids {
@@ -144,6 +147,7 @@ func TestIntegrationPredictedLatency(t *testing.T) {
 	oTTFT, oTPOT := medians(clients35)
 	t.Logf("median |predicted − observed| ÷ observed, second half: TTFT %.1f %%, TPOT %.1f %% (clients 3–5: %.1f %%, %.1f %%)",
 		100*eTTFT, 100*eTPOT, 100*oTTFT, 100*oTPOT)
+	assert.Less(t, oTTFT, 0.3)
 	assert.Less(t, oTPOT, 0.3)
 
 	rec := httptest.NewRecorder()
