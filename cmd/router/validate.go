@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -85,13 +86,17 @@ func newSimValidateCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
 	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (--fit-fields) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
-	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): ComputeEfficiency, LowPrecisionEfficiency, MemoryEfficiency, PrefillOverhead, DecodeOverhead, PrefillExpertEfficiency, PrefillExpertEfficiencyBF16")
+	var names []string
+	for _, f := range validate.FitFields {
+		names = append(names, f.Name)
+	}
+	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): "+strings.Join(names, ", "))
 	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out, one Gauss-Newton step from the full fit) and print those errors too (implies --fit)")
 	return cmd
 }
 
-// writeFarOff lists the cross-validated figures beyond 2×, each with its level's beyond_2x
-// reason or as unexplained, and how many of each.
+// writeFarOff lists the cross-validated figures beyond 2×, level by level, each level with its
+// beyond_2x reason (once) or as unexplained, and how many of each.
 func writeFarOff(out io.Writer, far []validate.Result) {
 	explained := 0
 	for _, r := range far {
@@ -101,12 +106,15 @@ func writeFarOff(out io.Writer, far []validate.Result) {
 	}
 	fmt.Fprintf(out, "\ncross-validated figures beyond 2× (P99s and known gaps left out): %d, %d with a documented cause (the level's beyond_2x), %d mispredicted\n",
 		len(far), explained, len(far)-explained)
-	for _, r := range far {
-		why := "mispredicted: nothing in the source explains it"
-		if r.Explained != "" {
-			why = r.Explained
+	for i, r := range far {
+		if i == 0 || r.Set != far[i-1].Set || r.Level != far[i-1].Level {
+			why := "mispredicted: nothing in the source explains it"
+			if r.Explained != "" {
+				why = r.Explained
+			}
+			fmt.Fprintf(out, "  %s | %s — %s\n", r.Set, r.Level, why)
 		}
-		fmt.Fprintf(out, "  %s | %s | %s: published %.4g, sim %.4g, ×%.2f — %s\n", r.Set, r.Level, r.Figure, r.Published, r.Simulated, r.Ratio, why)
+		fmt.Fprintf(out, "      %s: published %.4g, sim %.4g, ×%.2f\n", r.Figure, r.Published, r.Simulated, r.Ratio)
 	}
 }
 
