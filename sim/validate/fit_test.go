@@ -64,6 +64,8 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	assert.Equal(t, []bool{true, true}, reach["ComputeEfficiency"])
 	assert.Equal(t, []bool{false, true}, reach["LowPrecisionEfficiency"])
 	assert.Equal(t, []bool{false, true}, reach["PrefillExpertEfficiency"])
+	assert.Equal(t, []bool{true, true}, reach["HostOverhead"])
+	assert.Equal(t, []bool{false, true}, reach["PDOverhead"], "the disaggregation cost reaches the PD set only")
 	rs := grp.eval(grp.x0)
 	res := grp.residuals(rs, grp.x0)
 	skipping := grp.jacobian(grp.x0, rs, res)
@@ -134,6 +136,10 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	// 9.9 % when written: on issue 40's line, so the bound leaves half a point.
 	assert.LessOrEqual(t, m.Throughput, 0.105, "cross-validated throughput median |error|")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
+	// 22.1 % when written, issue 40 asks ≤ 10 %: the bound keeps what there is (a fitted host
+	// overhead, per-token tokenizer time or every constant fitted did not lower it:
+	// docs/validation.md).
+	assert.LessOrEqual(t, m.TTFT, 0.225, "cross-validated TTFT median |error|")
 	// Issue 40: no figure beyond 2× unless the set's notes say why. 67 beyond 2× when written,
 	// 26 of them on levels whose beyond_2x gives the evidence; the 41 others are mispredictions,
 	// and a change that adds one fails here. A level's beyond_2x with no figure beyond 2× left is
