@@ -655,6 +655,30 @@ func Medians(rs []Result, keep func(set string) bool) MedianErrors {
 	return m
 }
 
+// SetMedians is one set's Medians with the built-in constants and cross-validated (issue 40:
+// validate shows, per set, in-sample and cross-validated ratios).
+type SetMedians struct {
+	Set            string
+	Builtin, Cross MedianErrors
+}
+
+// PerSet summarises each set of builtin (in its order) with its figures there and in cross,
+// leaving out sets with no figure Medians counts.
+func PerSet(builtin, cross []Result) []SetMedians {
+	var out []SetMedians
+	for i, r := range builtin {
+		if i > 0 && builtin[i-1].Set == r.Set {
+			continue
+		}
+		one := func(s string) bool { return s == r.Set }
+		m := SetMedians{Set: r.Set, Builtin: Medians(builtin, one), Cross: Medians(cross, one)}
+		if m.Builtin.N > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // FarOff are the figures of rs (sets passing keep; P99s and known gaps left out, as in
 // Medians) whose sim ÷ published lies beyond 2× either way, issue 40's limit: each with its
 // level's beyond_2x reason in Explained, or "" when nothing documents it (a misprediction).

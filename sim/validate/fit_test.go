@@ -225,3 +225,30 @@ func TestFarOffListsFiguresBeyondTwiceWithTheirReason(t *testing.T) {
 		t.Fatalf("FarOff = %+v, want tpot (explained) then ttft (mispredicted)", far)
 	}
 }
+
+// PerSet gives each set, in the built-in results' order, its own medians there and
+// cross-validated; a set with only P99s or known gaps has no line.
+func TestPerSetSummarisesEachSetBuiltinAndCrossValidated(t *testing.T) {
+	r := func(set, fig string, ratio float64, gap string) Result {
+		return Result{Set: set, Figure: fig, Ratio: ratio, Gap: gap, Band: Band(fig), Pass: InBand(ratio, Band(fig))}
+	}
+	builtin := []Result{
+		r("b", "ttft_ms_median", 0.5, ""), r("b", "tpot_ms_median", 1.1, ""),
+		r("a", "ttft_ms_mean", 1.2, ""), r("a", "ttft_ms_median", 1.4, ""),
+		r("c", "ttft_ms_p99", 3, ""), r("c", "output_tok_s", 2, "known"),
+	}
+	cross := []Result{
+		r("a", "ttft_ms_mean", 1.1, ""), r("a", "ttft_ms_median", 1.3, ""),
+		r("b", "ttft_ms_median", 0.6, ""), r("b", "tpot_ms_median", 1.2, ""),
+	}
+	got := PerSet(builtin, cross)
+	require.Len(t, got, 2)
+	assert.Equal(t, "b", got[0].Set)
+	assert.Equal(t, 2, got[0].Builtin.N)
+	assert.InDelta(t, 0.5, got[0].Builtin.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.6, got[0].Cross.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.3, got[0].Builtin.All, 1e-12) // |0.5−1| and |1.1−1|: median 0.3
+	assert.Equal(t, "a", got[1].Set)
+	assert.InDelta(t, 1.3, got[1].Builtin.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.2, got[1].Cross.TTFT, 1e-12)
+}
