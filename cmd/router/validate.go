@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -95,6 +96,29 @@ func newSimValidateCmd() *cobra.Command {
 	return cmd
 }
 
+// writePerSet is one line a set: its median |error| and TTFT ratio with the built-in
+// constants and cross-validated (where TTFT's error comes from, set by set).
+func writePerSet(out io.Writer, sets []validate.SetMedians) {
+	fmt.Fprintf(out, "\nper set, built-in → cross-validated: median |sim ÷ published − 1| and median TTFT sim ÷ published (P99s and known gaps left out)\n")
+	fmt.Fprintf(out, "%-58s %4s %16s %16s %14s\n", "set", "n", "all", "TTFT", "TTFT ratio")
+	pct := func(v float64) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", 100*v)
+	}
+	ratio := func(v float64) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	for _, m := range sets {
+		fmt.Fprintf(out, "%-58s %4d %16s %16s %14s\n", m.Set, m.Builtin.N,
+			pct(m.Builtin.All)+" → "+pct(m.Cross.All), pct(m.Builtin.TTFT)+" → "+pct(m.Cross.TTFT), ratio(m.Builtin.TTFTRatio)+" → "+ratio(m.Cross.TTFTRatio))
+	}
+}
+
 // writeFarOff lists the cross-validated figures beyond 2×, level by level, each level with its
 // beyond_2x reason (once) or as unexplained, and how many of each.
 func writeFarOff(out io.Writer, far []validate.Result) {
@@ -168,6 +192,7 @@ func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) erro
 		}
 	}
 	if cross {
+		writePerSet(out, validate.PerSet(rep.Before, rep.Cross))
 		writeFarOff(out, validate.FarOff(rep.Cross, func(string) bool { return true }))
 	}
 	fmt.Fprintf(stderr, "validate: fit of %d sets in %.1f s of wall time (%d runs of a GPU's sets: %d set runs, %d more the same as an earlier one)\n",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pdrouter/pdrouter/sim/validate"
 )
 
 func TestSimValidateGatesOnBands(t *testing.T) {
@@ -41,4 +44,19 @@ func TestSimValidateGatesOnBands(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 0, execute([]string{"sim", "validate", "--help"}, &out, &errOut))
 	assert.Contains(t, out.String(), "Adding a set")
+}
+
+// The per-set lines of validate --cross: a set's medians built-in → cross-validated, "-" where
+// it has no TTFT figure.
+func TestWritePerSetShowsBuiltinAndCrossValidated(t *testing.T) {
+	t.Parallel()
+	nan := math.NaN()
+	var out bytes.Buffer
+	writePerSet(&out, []validate.SetMedians{
+		{Set: "dstack-x", Builtin: validate.MedianErrors{N: 30, All: 0.065, TTFT: 0.24, TTFTRatio: 1.09}, Cross: validate.MedianErrors{N: 30, All: 0.081, TTFT: 0.254, TTFTRatio: 1.1}},
+		{Set: "ep-phase", Builtin: validate.MedianErrors{N: 4, All: 0.032, TTFT: nan, TTFTRatio: nan}, Cross: validate.MedianErrors{N: 4, All: 0.032, TTFT: nan, TTFTRatio: nan}},
+	})
+	assert.Contains(t, out.String(), "built-in → cross-validated")
+	assert.Regexp(t, `dstack-x +30 +6\.5% → 8\.1% +24\.0% → 25\.4% +1\.09 → 1\.10`, out.String())
+	assert.Regexp(t, `ep-phase +4 +3\.2% → 3\.2% +- → - +- → -`, out.String())
 }

@@ -223,7 +223,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 		C1:              lin,
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
-		PDOverhead:      DefaultPDOverhead,
+		PDOverhead:      cmp.Or(g.PDOverhead, DefaultPDOverhead),
 		KVBytesPerToken: m.kvBytesPerToken(),
 		MaxTotalTokens:  int(capacity),
 		Source:          fmt.Sprintf("roofline: %s on %s", m.Name, par.describe(g)),
@@ -346,7 +346,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		C1:              attnLin + sharedLin/(af*sharedRate),
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
-		PDOverhead:      DefaultPDOverhead,
+		PDOverhead:      cmp.Or(g.PDOverhead, DefaultPDOverhead),
 		DPAttn:          d,
 		KVBytesPerToken: m.kvBytesPerToken(),
 		MaxTotalTokens:  int(capacity),
@@ -757,7 +757,18 @@ type GPU struct {
 	// HostLinkBandwidth is the bytes/s one GPU reads host memory at (per direction), for
 	// weight offloading (Parallelism.WeightOffload); 0: offloading not modelled on this GPU.
 	HostLinkBandwidth float64
+	// HostOverhead is the seconds a request spends outside the GPU's steps on a server of this
+	// GPU's nodes (Profile.HostOverhead: HTTP, tokenizer and detokenizer processes, scheduler
+	// polling), and PDOverhead the fixed cost of disaggregation per request (Profile.PDOverhead);
+	// 0: DefaultHostOverhead, DefaultPDOverhead. Per GPU because the host is the node's: a GPU
+	// generation comes in servers of its CPU generation, and the fit (sim/validate) chooses
+	// them per GPU like the shares.
+	HostOverhead float64
+	PDOverhead   float64
 }
+
+// hostOverhead is g's HostOverhead, DefaultHostOverhead when unset.
+func (g GPU) hostOverhead() float64 { return cmp.Or(g.HostOverhead, DefaultHostOverhead) }
 
 func (g GPU) rate(p Precision) float64 {
 	eff := g.LowPrecisionEfficiency
@@ -796,9 +807,11 @@ func (g GPU) check(name string) error {
 	return nil
 }
 
-// DefaultPDOverhead is the presets' PDOverhead: 20 ms per request. An assumption in the range
-// public SGLang PD measurements show (tens of ms added to TTFT by the bootstrap handshake,
-// transfer setup and the router's two legs, on top of the transfer itself); calibrate it.
+// DefaultPDOverhead is the presets' PDOverhead (a GPU's PDOverhead when unset): 20 ms per
+// request. An assumption in the range public SGLang PD measurements show (tens of ms added to
+// TTFT by the bootstrap handshake, transfer setup and the router's two legs, on top of the
+// transfer itself); sim/validate's fit chooses it per GPU (FitFields "PDOverhead", bounds
+// 1-100 ms, this as its prior).
 const DefaultPDOverhead = 0.020
 
 // Communication constants of Build, each from a published measurement (change them here).

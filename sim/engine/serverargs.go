@@ -231,7 +231,7 @@ func ContextLen(m ModelCard) int {
 //     --max-total-tokens; a larger value is ignored with a warning), then rounded down to
 //     whole pages;
 //   - max_running_requests: MaxRunningRequestsFor on that pool;
-//   - HostOverhead: DefaultHostOverhead, as the presets.
+//   - HostOverhead: g's (DefaultHostOverhead when unset), as the presets.
 //
 // name names the profile; "" gives "MODEL-GPU-tpN" (with "-dpN" and "-epN" when above 1).
 func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs) (Profile, ServerArgs, error) {
@@ -263,7 +263,7 @@ func BuildServer(name string, m ModelCard, g GPU, par Parallelism, a ServerArgs)
 	if err != nil {
 		return Profile{}, ServerArgs{}, err
 	}
-	p.HostOverhead = DefaultHostOverhead // as the presets: a server has its tokenizer and HTTP path
+	p.HostOverhead = g.hostOverhead() // as the presets: a server has its tokenizer and HTTP path
 	if r.Spec.On() {
 		r.Spec = r.Spec.WithDefaults(m.Architecture)
 		if err := r.Spec.check(); err != nil {

@@ -137,6 +137,24 @@ func TestBuildServer(t *testing.T) {
 	assert.ErrorContains(t, err, "--dp-size")
 }
 
+// A GPU's host and disaggregation overheads (fitted per GPU by sim/validate) reach the server's
+// profile; unset, the defaults do, and nothing else in the profile moves with them.
+func TestBuildServerHostAndPDOverheadFromTheGPU(t *testing.T) {
+	par := Parallelism{TP: 1}
+	p, _, err := BuildServer("x", Llama3Dense8B, H100SXM, par, ServerArgs{})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultHostOverhead, p.HostOverhead)
+	assert.Equal(t, DefaultPDOverhead, p.PDOverhead)
+	g := H100SXM
+	g.HostOverhead, g.PDOverhead = 0.025, 0.004
+	q, _, err := BuildServer("x", Llama3Dense8B, g, par, ServerArgs{})
+	require.NoError(t, err)
+	assert.Equal(t, 0.025, q.HostOverhead)
+	assert.Equal(t, 0.004, q.PDOverhead)
+	q.HostOverhead, q.PDOverhead = p.HostOverhead, p.PDOverhead
+	assert.Equal(t, p, q)
+}
+
 // --kv-cache-dtype fp8_e4m3 stores the KV in one byte: the pool holds twice the tokens, a
 // long-context decode step reads half the KV, and the engine is otherwise the same.
 func TestBuildServerFP8KVCache(t *testing.T) {

@@ -50,6 +50,13 @@ var FitFields = []FitField{
 	// The latency of one small all-reduce; its prior is the built-in value (H100's 40 µs from
 	// llama31-70b-h100-tp4-sharegpt-v030's ITL, A10's 60 µs over PCIe from its set).
 	{"AllReduceLatency", 5e-6, 200e-6, func(g engine.GPU) float64 { return g.AllReduceLatency }, func(g *engine.GPU, v float64) { g.AllReduceLatency = v }, nil},
+	// A request's seconds outside the GPU's steps (HTTP, tokenizer, detokenizer, scheduler
+	// polling) and the fixed cost of disaggregation per request; their priors are the
+	// defaults the engine assumed before any fit.
+	{"HostOverhead", 1e-3, 60e-3, func(g engine.GPU) float64 { return cmp.Or(g.HostOverhead, engine.DefaultHostOverhead) }, func(g *engine.GPU, v float64) { g.HostOverhead = v },
+		func(engine.GPU) float64 { return engine.DefaultHostOverhead }},
+	{"PDOverhead", 1e-3, 100e-3, func(g engine.GPU) float64 { return cmp.Or(g.PDOverhead, engine.DefaultPDOverhead) }, func(g *engine.GPU, v float64) { g.PDOverhead = v },
+		func(engine.GPU) float64 { return engine.DefaultPDOverhead }},
 	{"PrefillExpertEfficiency", 0.02, 0.95, func(g engine.GPU) float64 {
 		if g.PrefillExpertEfficiency > 0 {
 			return g.PrefillExpertEfficiency
@@ -207,7 +214,8 @@ func (rn *runner) run(j runJob) SetReport {
 }
 
 // setProfiles is what a set's run takes from its GPU: the profiles of every server of every
-// level (engine.BuildServer), as JSON. Two GPU tables that give a set the same profiles give it
+// level (engine.BuildServer), as JSON (a regular server's without the KV transfer's constants,
+// which only a PD layout uses). Two GPU tables that give a set the same profiles give it
 // the same results, so the fit need not run it for a constant that does not reach them.
 func setProfiles(s Set, g engine.GPU) string {
 	model, err := resolveModel(s)
@@ -227,6 +235,9 @@ func setProfiles(s Set, g engine.GPU) string {
 			continue
 		}
 		for _, sv := range svs {
+			if sv.role == "" { // no disaggregation: the transfer's constants reach nothing
+				sv.profile.T0, sv.profile.PDOverhead = 0, 0
+			}
 			j, _ := json.Marshal(sv.profile)
 			b.Write(j)
 		}
@@ -642,6 +653,30 @@ func Medians(rs []Result, keep func(set string) bool) MedianErrors {
 	m.N = len(all)
 	m.All, m.TTFT, m.TPOT, m.Throughput, m.E2E, m.TTFTRatio = median(all), median(ttft), median(tpot), median(thr), median(e2e), median(ttftR)
 	return m
+}
+
+// SetMedians is one set's Medians with the built-in constants and cross-validated (issue 40:
+// validate shows, per set, in-sample and cross-validated ratios).
+type SetMedians struct {
+	Set            string
+	Builtin, Cross MedianErrors
+}
+
+// PerSet summarises each set of builtin (in its order) with its figures there and in cross,
+// leaving out sets with no figure Medians counts.
+func PerSet(builtin, cross []Result) []SetMedians {
+	var out []SetMedians
+	for i, r := range builtin {
+		if i > 0 && builtin[i-1].Set == r.Set {
+			continue
+		}
+		one := func(s string) bool { return s == r.Set }
+		m := SetMedians{Set: r.Set, Builtin: Medians(builtin, one), Cross: Medians(cross, one)}
+		if m.Builtin.N > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // FarOff are the figures of rs (sets passing keep; P99s and known gaps left out, as in

@@ -64,6 +64,8 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	assert.Equal(t, []bool{true, true}, reach["ComputeEfficiency"])
 	assert.Equal(t, []bool{false, true}, reach["LowPrecisionEfficiency"])
 	assert.Equal(t, []bool{false, true}, reach["PrefillExpertEfficiency"])
+	assert.Equal(t, []bool{true, true}, reach["HostOverhead"])
+	assert.Equal(t, []bool{false, true}, reach["PDOverhead"], "the disaggregation cost reaches the PD set only")
 	rs := grp.eval(grp.x0)
 	res := grp.residuals(rs, grp.x0)
 	skipping := grp.jacobian(grp.x0, rs, res)
@@ -134,6 +136,10 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	// 9.9 % when written: on issue 40's line, so the bound leaves half a point.
 	assert.LessOrEqual(t, m.Throughput, 0.105, "cross-validated throughput median |error|")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
+	// 22.1 % when written, issue 40 asks ≤ 10 %: the bound keeps what there is (a fitted host
+	// overhead, per-token tokenizer time or every constant fitted did not lower it:
+	// docs/validation.md).
+	assert.LessOrEqual(t, m.TTFT, 0.225, "cross-validated TTFT median |error|")
 	// Issue 40: no figure beyond 2× unless the set's notes say why. 67 beyond 2× when written,
 	// 26 of them on levels whose beyond_2x gives the evidence; the 41 others are mispredictions,
 	// and a change that adds one fails here. A level's beyond_2x with no figure beyond 2× left is
@@ -218,4 +224,31 @@ func TestFarOffListsFiguresBeyondTwiceWithTheirReason(t *testing.T) {
 	if len(far) != 2 || far[0].Figure != "tpot_ms_median" || far[0].Explained != "a bound" || far[1].Figure != "ttft_ms_mean" || far[1].Explained != "" {
 		t.Fatalf("FarOff = %+v, want tpot (explained) then ttft (mispredicted)", far)
 	}
+}
+
+// PerSet gives each set, in the built-in results' order, its own medians there and
+// cross-validated; a set with only P99s or known gaps has no line.
+func TestPerSetSummarisesEachSetBuiltinAndCrossValidated(t *testing.T) {
+	r := func(set, fig string, ratio float64, gap string) Result {
+		return Result{Set: set, Figure: fig, Ratio: ratio, Gap: gap, Band: Band(fig), Pass: InBand(ratio, Band(fig))}
+	}
+	builtin := []Result{
+		r("b", "ttft_ms_median", 0.5, ""), r("b", "tpot_ms_median", 1.1, ""),
+		r("a", "ttft_ms_mean", 1.2, ""), r("a", "ttft_ms_median", 1.4, ""),
+		r("c", "ttft_ms_p99", 3, ""), r("c", "output_tok_s", 2, "known"),
+	}
+	cross := []Result{
+		r("a", "ttft_ms_mean", 1.1, ""), r("a", "ttft_ms_median", 1.3, ""),
+		r("b", "ttft_ms_median", 0.6, ""), r("b", "tpot_ms_median", 1.2, ""),
+	}
+	got := PerSet(builtin, cross)
+	require.Len(t, got, 2)
+	assert.Equal(t, "b", got[0].Set)
+	assert.Equal(t, 2, got[0].Builtin.N)
+	assert.InDelta(t, 0.5, got[0].Builtin.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.6, got[0].Cross.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.3, got[0].Builtin.All, 1e-12) // |0.5−1| and |1.1−1|: median 0.3
+	assert.Equal(t, "a", got[1].Set)
+	assert.InDelta(t, 1.3, got[1].Builtin.TTFTRatio, 1e-12)
+	assert.InDelta(t, 0.2, got[1].Cross.TTFT, 1e-12)
 }
