@@ -99,9 +99,11 @@ func embeddedSet(t *testing.T, name string) Set {
 // prefill expert-read shares and the decode step's per-MoE-layer fixed time come out where the
 // built-in GPUs have them (they are the fit), the embedded suite keeps its bands, and the
 // held-out sets' cross-validated (leave-one-set-out) median error, TPOT/ITL median error and
-// TTFT ratio stay within their bounds: 11.8 %, 9.4 % (throughput 9.9 %) and ×0.92 when
-// written (14.9 %, 12.3 % and ×0.90 before the levels' own prompt totals, the fitted MoE layer
-// time and the ShareGPT sets' own lengths; 21.3 % and
+// TTFT ratio stay within their bounds: 12.0 %, 8.8 % (throughput 10.2 %, TTFT 22.1 %) and
+// ×0.91 when written (11.8 %, 9.4 %, 9.9 %, 22.1 % and ×0.92 before GPUStack's five "dpattn"
+// sets ran without DP attention, DataCrunch's on their image's defaults and H200's MoE
+// constants were refitted, 7a1a9f2; 14.9 %, 12.3 % and ×0.90 before the levels' own prompt
+// totals, the fitted MoE layer time and the ShareGPT sets' own lengths; 21.3 % and
 // ×0.99 before the dstack sets' published output totals, the overlap scheduler's hidden step
 // time and held arrivals, the robust loss and the BF16 experts' own prefill share).
 func TestHeldOutCrossValidated(t *testing.T) {
@@ -133,16 +135,18 @@ func TestHeldOutCrossValidated(t *testing.T) {
 		100*m.All, 100*m.TTFT, m.TTFTRatio, 100*m.TPOT, 100*m.Throughput, 100*m.E2E)
 	assert.LessOrEqual(t, m.All, 0.125, "cross-validated median |error| over the held-out sets")
 	assert.LessOrEqual(t, m.TPOT, 0.10, "cross-validated TPOT/ITL median |error| (issue 40: ≤ 10 %)")
-	// 9.9 % when written: on issue 40's line, so the bound leaves half a point.
+	// 10.2 % when written (9.9 % before the sets said what their sources ran, 7a1a9f2): over
+	// issue 40's 10 %, and the bound leaves 0.3 points.
 	assert.LessOrEqual(t, m.Throughput, 0.105, "cross-validated throughput median |error|")
 	assert.InDelta(t, 1, m.TTFTRatio, 0.15, "cross-validated TTFT ratio (issue 40: within 0.85-1.15)")
-	// 22.1 % when written, issue 40 asks ≤ 10 %: the bound keeps what there is (a fitted host
+	// 22.1 % when written (before and after 7a1a9f2), issue 40 asks ≤ 10 %: the bound keeps what there is (a fitted host
 	// overhead, per-token tokenizer time or every constant fitted did not lower it:
 	// docs/validation.md).
 	assert.LessOrEqual(t, m.TTFT, 0.225, "cross-validated TTFT median |error|")
-	// Issue 40: no figure beyond 2× unless the set's notes say why. 67 beyond 2× when written,
-	// 26 of them on levels whose beyond_2x gives the evidence; the 41 others are mispredictions,
-	// and a change that adds one fails here. A level's beyond_2x with no figure beyond 2× left is
+	// Issue 40: no figure beyond 2× unless the set's notes say why. 69 beyond 2× when written,
+	// 30 of them on levels whose beyond_2x gives the evidence; the 39 others are mispredictions
+	// (41 of 67 before the held-out notes and set fixes of 7a1a9f2), and a change that adds one
+	// fails here. A level's beyond_2x with no figure beyond 2× left is
 	// stale.
 	far := FarOff(rep.Cross, held)
 	farLevels := map[string]bool{}
@@ -154,7 +158,7 @@ func TestHeldOutCrossValidated(t *testing.T) {
 		}
 	}
 	t.Logf("held out, cross-validated: %d figures beyond 2×, %d of them mispredicted", len(far), unexplained)
-	assert.LessOrEqual(t, unexplained, 41, "cross-validated figures beyond 2× that no level's beyond_2x explains")
+	assert.LessOrEqual(t, unexplained, 39, "cross-validated figures beyond 2× that no level's beyond_2x explains")
 	for _, r := range rep.Cross {
 		if r.Explained != "" && held(r.Set) {
 			assert.True(t, farLevels[r.Set+" | "+r.Level], "%s %s: beyond_2x is stale (no figure of the level beyond 2× cross-validated)", r.Set, r.Level)
