@@ -978,9 +978,9 @@ var (
 	H200SXM = GPU{Name: "h200-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 4.8e12, MemoryBytes: 141e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 53e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): DeepSeek-R1/V3 TP8 and DP attention, gpt-oss TP2 decode
+		MoELayerOverhead: 53e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): DeepSeek-R1 TP8 without DP attention (GPUStack's six sets, the five "dpattn" ones included: SGLang v0.5.3 drops DP attention at dp_size 1; InferenceX), DeepSeek-V3 TP8 with DP attention (sglang v0.4.1), Kimi-K2 PD EP decode, gpt-oss TP2 PD (dstack); 48 µs before those five sets lost DP attention (7a1a9f2)
 		EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.048, PrefillExpertEfficiencyBF16: 0.136} // fitted (docs/validation.md, TestHeldOutCrossValidated): router sim validate --cross --fit-fields PrefillExpertEfficiency,PrefillExpertEfficiencyBF16,MoELayerOverhead on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 sets, DeepSeek-R1/V3 (FP8 share) and the dstack gpt-oss PD sets (BF16 share)
+		PrefillExpertEfficiency: 0.048, PrefillExpertEfficiencyBF16: 0.136} // fitted (docs/validation.md, TestHeldOutCrossValidated): router sim validate --cross --fit-fields PrefillExpertEfficiency,PrefillExpertEfficiencyBF16,MoELayerOverhead on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 H200 sets, of which the FP8 share reaches DeepSeek-R1/V3's (GPUStack's six TP8 sets, InferenceX's, the v0.4.1 DP-attention one; 0.06 before 7a1a9f2) and the BF16 share the nine dstack gpt-oss PD sets; the other eight are dense Llama (DataCrunch)
 	// H20: H20 96 GB: 148 TFLOP/s BF16 and 296 FP8 dense, 4.0 TB/s HBM3, NVLink 900 GB/s
 	// bidirectional. Efficiencies as H100's (assumed).
 	H20 = GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
