@@ -943,20 +943,23 @@ var (
 // i.e. half the "with sparsity" figure; HBM capacity and bandwidth; NVLink bandwidth per
 // direction, half the bidirectional figure). The achieved shares and overheads say beside each
 // which published set fixed them (sim/testdata/published); "assumed" ones no set pins yet.
+// The constants the headline fit chooses (MoELayerOverhead, PrefillExpertEfficiency,
+// PrefillExpertEfficiencyBF16) are not typed here: each card passes through fitted, generated
+// in fitted.go with the fit's inputs (go test ./sim/validate -run TestHeldOutCrossValidated -update).
 var (
 	// A100SXM: A100 SXM4 80 GB: 312 TFLOP/s BF16 dense, no FP8, 2.039 TB/s HBM2e, NVLink 600 GB/s
 	// bidirectional.
-	A100SXM = GPU{Name: "a100-sxm", PeakFLOPS: 312e12, HBMBandwidth: 2.039e12,
+	A100SXM = fitted(GPU{Name: "a100-sxm", PeakFLOPS: 312e12, HBMBandwidth: 2.039e12,
 		MemoryBytes:     81920 << 20, // the 81,920 MiB the device reports (nvidia-smi, torch.cuda.mem_get_info), which SGLang sizes from
 		NVLinkBandwidth: 300e9, NVLinkDomain: 8, NICBandwidth: 25e9,
 		ComputeEfficiency: 0.5, // assumed (as H100's, fixed by llama31-8b-h100-random8k-pr1060)
 		MemoryEfficiency:  0.8, // llama31-8b-a100-sharegpt-v030 median ITL 11.93 ms at 4 req/s, with DecodeOverhead
 		MemFractionStatic: 0.88, PrefillOverhead: 0.002,
 		DecodeOverhead:   0.0019, // llama31-8b-a100-sharegpt-v030: 11.93 ms − 9.85 ms weights − 0.2 ms KV at batch ~6
-		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
+		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6})
 	// H100SXM: H100 SXM5 80 GB: 989 TFLOP/s BF16 and 1,979 FP8 dense, 3.35 TB/s HBM3, NVLink
 	// 900 GB/s bidirectional, one 400 Gb/s NIC per GPU.
-	H100SXM = GPU{Name: "h100-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 3.35e12,
+	H100SXM = fitted(GPU{Name: "h100-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 3.35e12,
 		MemoryBytes:     81559 << 20, // the 81,559 MiB the device reports (nvidia-smi, torch.cuda.mem_get_info), which SGLang sizes from
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, // llama31-8b-h100-random8k-pr1060: 27,670 input tok/s at 8,192-token steps (Triton attention folded in)
@@ -968,30 +971,32 @@ var (
 		MemoryEfficiency:       0.8, // assumed as A100's; with AllReduceLatency it meets llama31-70b-h100-tp4 ITL
 		MemFractionStatic:      0.88, PrefillOverhead: 0.002,
 		DecodeOverhead:   0.0019, // as A100 (the scheduler's per-step CPU time; same SGLang)
-		MoELayerOverhead: 40e-6,  // assumed
 		AllReduceLatency: 40e-6,  // llama31-70b-h100-tp4-sharegpt-v030: median ITL 21.67 ms ≈ 13.2 weights + 1.9 overhead + 0.3 KV + 160 all-reduces
 		EPNormalLatency:  60e-6,  // assumed: DeepEP normal waits on a CPU-side count per dispatch (docs/legacy.md)
-		EPLowLatency:     15e-6}  // assumed: DeepEP LL 77 µs at EP8 is mostly bandwidth (docs/legacy.md)
+		EPLowLatency:     15e-6}) // assumed: DeepEP LL 77 µs at EP8 is mostly bandwidth (docs/legacy.md)
 	// H200SXM: H200 SXM 141 GB: 989 TFLOP/s BF16 and 1,979 FP8 dense, 4.8 TB/s HBM3e, NVLink
 	// 900 GB/s bidirectional. Efficiencies as H100's (same compute die); the FP8 share is fitted
 	// on both (see H100SXM), kimi-k2-h200-pd-ep-128gpu being this GPU's set.
-	H200SXM = GPU{Name: "h200-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 4.8e12, MemoryBytes: 141e9,
+	H200SXM = fitted(GPU{Name: "h200-sxm", PeakFLOPS: 989e12, PeakFLOPSFP8: 1979e12, HBMBandwidth: 4.8e12, MemoryBytes: 141e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 53e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): DeepSeek-R1 TP8 without DP attention (GPUStack's six sets, the five "dpattn" ones included: SGLang v0.5.3 drops DP attention at dp_size 1; InferenceX), DeepSeek-V3 TP8 with DP attention (sglang v0.4.1), Kimi-K2 PD EP decode, gpt-oss TP2 PD (dstack); 48 µs before those five sets lost DP attention (7a1a9f2)
-		EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.048, PrefillExpertEfficiencyBF16: 0.136} // fitted (docs/validation.md, TestHeldOutCrossValidated): router sim validate --cross --fit-fields PrefillExpertEfficiency,PrefillExpertEfficiencyBF16,MoELayerOverhead on sim/validate/heldout but the two single-GPU gpt-oss sets; 26 H200 sets, of which the FP8 share reaches DeepSeek-R1/V3's (GPUStack's six TP8 sets, InferenceX's, the v0.4.1 DP-attention one; 0.06 before 7a1a9f2) and the BF16 share the nine dstack gpt-oss PD sets; the other eight are dense Llama (DataCrunch)
+		AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6})
+	// (MoELayerOverhead and the prefill expert-read shares: fitted.go, the fit of 26 H200 sets:
+	// DeepSeek-R1/V3 TP8 (GPUStack's six, InferenceX's, the v0.4.1 DP-attention one) pin the
+	// FP8 share and the MoE layer time, the nine dstack gpt-oss PD sets the BF16 share; the
+	// other eight are dense Llama (DataCrunch).)
 	// H20: H20 96 GB: 148 TFLOP/s BF16 and 296 FP8 dense, 4.0 TB/s HBM3, NVLink 900 GB/s
 	// bidirectional. Efficiencies as H100's (assumed).
-	H20 = GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
+	H20 = fitted(GPU{Name: "h20", PeakFLOPS: 148e12, PeakFLOPSFP8: 296e12, HBMBandwidth: 4.0e12, MemoryBytes: 96e9,
 		NVLinkBandwidth: 450e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.5, LowPrecisionEfficiency: 0.30, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 123e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): Qwen3-30B-A3B at batch 1 and DeepSeek-V3 TP8 decode
-		EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.745} // fitted likewise: 7 sets (DeepSeek-V3 TP8 for this share; Qwen3-30B-A3B batch 1 leaves the BF16 share at the decode share). 0.146 while MoELayerOverhead was 40 µs: the share stood in for the decode steps a prompt waits behind
+		AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6})
+	// (MoELayerOverhead and the prefill expert-read shares: fitted.go, from Qwen3-30B-A3B at
+	// batch 1 and DeepSeek-V3 TP8; the FP8 share was 0.146 while MoELayerOverhead was 40 µs:
+	// it stood in for the decode steps a prompt waits behind.)
 	// A10: A10 24 GB (PCIe): 125 TFLOP/s FP16 dense, no FP8, 600 GB/s GDDR6, no NVLink: PCIe
 	// Gen4 x16 (~32 GB/s per direction) between GPUs. Memory efficiency as A100's (assumed).
-	A10 = GPU{Name: "a10", PeakFLOPS: 125e12, HBMBandwidth: 600e9, MemoryBytes: 24e9,
+	A10 = fitted(GPU{Name: "a10", PeakFLOPS: 125e12, HBMBandwidth: 600e9, MemoryBytes: 24e9,
 		NVLinkBandwidth: 32e9, NVLinkDomain: 8, NICBandwidth: 12.5e9,
 		// qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean TTFT 733 ms at 1 req/s on ~6,600-token prompts
 		// (output 407.6 of 512 → lengths ~0.6–1× of 8,192) is one prefill S plus M/G/1 queueing
@@ -1001,18 +1006,19 @@ var (
 		ComputeEfficiency: 0.7, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
 		MoELayerOverhead: 40e-6,
 		AllReduceLatency: 60e-6, // qwen25-7b-gptq-a10-pd-1p1d-pr4880: mean ITL 7.23 ms ≈ 2.9 weights + ~1 KV + 56 all-reduces over PCIe (25 µs until the overlap scheduler hid DecodeOverhead: Profile.DecodeHost)
-		EPNormalLatency:  60e-6, EPLowLatency: 15e-6}
+		EPNormalLatency:  60e-6, EPLowLatency: 15e-6})
 	// B200: HGX B200 180 GB: 2.25 PFLOP/s BF16, 4.5 FP8, 9 FP4 dense, 7.7–8 TB/s HBM3e, NVLink 5
 	// 1.8 TB/s bidirectional (8 per node), 400 Gb/s NIC. Compute efficiencies as GB200's (the same
 	// Blackwell die and SGLang kernels; fitted by the GB200 sets): with H100's 0.5 / 0.33
 	// gpt-oss-120b-b200-dp4-ep4-pr9359 ran ×1.47, with these ×1.26 (what else that set lacks: its
 	// notes and the fit helper's report). Memory efficiency as H100's (assumed).
-	B200 = GPU{Name: "b200", PeakFLOPS: 2.25e15, PeakFLOPSFP8: 4.5e15, PeakFLOPSFP4: 9e15, HBMBandwidth: 8e12, MemoryBytes: 180e9,
+	B200 = fitted(GPU{Name: "b200", PeakFLOPS: 2.25e15, PeakFLOPSFP8: 4.5e15, PeakFLOPSFP4: 9e15, HBMBandwidth: 8e12, MemoryBytes: 180e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 8, NICBandwidth: 50e9,
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 65e-6, AllReduceLatency: 40e-6, // MoE: fitted (TestHeldOutCrossValidated): DeepSeek-R1 TP8 (9.2 ms a step at concurrency 1), Kimi-K2, gpt-oss TP8
-		EPNormalLatency: 60e-6, EPLowLatency: 15e-6,
-		PrefillExpertEfficiency: 0.094, PrefillExpertEfficiencyBF16: 0.40} // fitted likewise: 6 sets (DeepSeek-R1 and Kimi-K2: FP8; gpt-oss at TP8: BF16, weakly pinned)
+		AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6})
+	// (MoELayerOverhead and the prefill expert-read shares: fitted.go, from DeepSeek-R1 TP8
+	// (9.2 ms a step at concurrency 1) and Kimi-K2 for FP8, gpt-oss at TP8 for BF16, weakly
+	// pinned.)
 	// GB200: GB200 NVL72, per GPU: 186 GB HBM3e, 8 TB/s, 2.5 PFLOP/s BF16, 5 FP8, 10 FP4 dense,
 	// NVLink 5 1.8 TB/s bidirectional across the 72-GPU domain. ComputeEfficiency 0.32 and
 	// LowPrecisionEfficiency 0.29 from the GB200 decode sets, compute-bound at 931–1408 requests
@@ -1022,9 +1028,9 @@ var (
 	// ×0.90) sets the FP8/FP4 share, and 2·0.29/0.32 = 1.8 is part II's "attention is 1.8x
 	// faster" for FP8 over BF16 attention. Part I: "many kernels have yet to fully saturate the
 	// GB200's memory bandwidth or computational capabilities". Memory efficiency as H100's.
-	GB200 = GPU{Name: "gb200", PeakFLOPS: 2.5e15, PeakFLOPSFP8: 5e15, PeakFLOPSFP4: 10e15, HBMBandwidth: 8e12, MemoryBytes: 186e9,
+	GB200 = fitted(GPU{Name: "gb200", PeakFLOPS: 2.5e15, PeakFLOPSFP8: 5e15, PeakFLOPSFP4: 10e15, HBMBandwidth: 8e12, MemoryBytes: 186e9,
 		NVLinkBandwidth: 900e9, NVLinkDomain: 72, NICBandwidth: 50e9,
 		HostLinkBandwidth: 450e9, // NVLink-C2C to the Grace CPU: "900GB/s, bidirectional" (GB200 part II blog)
 		ComputeEfficiency: 0.32, LowPrecisionEfficiency: 0.29, MemoryEfficiency: 0.8, MemFractionStatic: 0.88, PrefillOverhead: 0.002, DecodeOverhead: 0.0019,
-		MoELayerOverhead: 40e-6, AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}
+		AllReduceLatency: 40e-6, EPNormalLatency: 60e-6, EPLowLatency: 15e-6}) // MoELayerOverhead: fitted.go
 )

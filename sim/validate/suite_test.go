@@ -19,7 +19,7 @@ import (
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/validation.md's published-results table from the suite")
+var update = flag.Bool("update", false, "rewrite docs/validation.md's published-results table from the suite (TestREADMETable) and sim/engine/fitted.go from the headline fit (TestHeldOutCrossValidated)")
 
 // suite runs the embedded suite once for every test that needs it.
 var suite = sync.OnceValues(func() ([]SetReport, error) {
