@@ -558,11 +558,12 @@ func step(J *mat.Dense, res []float64, keep func(i int) bool, lambda float64) ([
 // fitMaxIter bounds the Levenberg–Marquardt iterations of a group's fit.
 const fitMaxIter = 12
 
-// fitStepTol is the stopping rule: the search stops after an accepted step that moves no
-// constant by more than 0.2 % (in its logarithm), so that a fit started from its own result
-// lands there again (sim/engine/fitted.go is such a result, checked at 1 % by
-// TestHeldOutCrossValidated). A rule on the cost alone stopped where a flat direction (a
-// constant few figures see) still moved the constant by 5 % a step.
+// fitStepTol is the stopping rule: the search stops, without taking it, at a step that moves
+// no constant by more than 0.2 % (in its logarithm; after a rejected step, with the larger
+// damping's smaller step), so that a fit started from its own result ends there unchanged
+// (sim/engine/fitted.go is such a result, checked at 1 % by TestHeldOutCrossValidated). A rule
+// on the cost alone stopped where a flat direction (a constant few figures see) still moved
+// the constant by 5 % a step.
 const fitStepTol = 0.002
 
 // fit runs Levenberg–Marquardt from the current values and returns the fitted x, the runs it
@@ -594,6 +595,14 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 				xn[i] += d[i]
 			}
 			grp.clamp(xn)
+			converged = true
+			for i := range xn {
+				converged = converged && math.Abs(xn[i]-x[i]) <= fitStepTol
+			}
+			if converged { // not taken: x is where the fit ends, so one started there stays
+				progress(fmt.Sprintf("  iteration %d: step within %.1f %%: converged", it+1, 100*fitStepTol))
+				break
+			}
 			rn := grp.eval(xn)
 			evals++
 			resn := grp.residuals(rn, xn)
@@ -603,10 +612,6 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 				continue
 			}
 			progress(fmt.Sprintf("  iteration %d: cost %.2f → %.2f", it+1, c, cn))
-			converged = true
-			for i := range xn {
-				converged = converged && math.Abs(xn[i]-x[i]) <= fitStepTol
-			}
 			x, rs, res, c = xn, rn, resn, cn
 			grp.costs[1], grp.iters = cn, it+1
 			lambda /= 3
