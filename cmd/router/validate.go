@@ -86,7 +86,7 @@ func newSimValidateCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table as markdown, as docs/validation.md holds it (with the summary line)")
 	cmd.Flags().BoolVar(&noFail, "no-fail", false, "exit 0 even when figures are outside their band")
-	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (--fit-fields) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed)")
+	cmd.Flags().BoolVar(&fit, "fit", false, "fit every GPU's achieved shares and per-step overheads (--fit-fields) to the embedded suite and the FILEs together, within physical bounds, and print the constants and the median errors before and after (the built-in constants are not changed: the headline fit's are sim/engine/fitted.go, which go test ./sim/validate -run TestHeldOutCrossValidated -update rewrites)")
 	var names []string
 	for _, f := range validate.FitFields {
 		names = append(names, f.Name)
