@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"iter"
+	"slices"
 	"time"
 	"unsafe"
 )
@@ -23,12 +24,34 @@ type PathIndex struct {
 	names    map[string]TargetID
 	stale    []bool // by TargetID
 	roots    map[pathRoot]*pathNode
-	nodes    []*pathNode  // scratch: the nodes a walk covered
-	expiries []pathExpiry // nodes given a pending entry, in the order they expire (FIFO)
-	expHead  int          // expiries[:expHead] are done
-	gen      uint64       // counts changes of the tree (a remembered walk is valid within one)
-	last     lastWalk     // where the latest MatchOrStale's walk ended
-	keep     bool         // KeepTokens
+	nodes    []*pathNode             // scratch: the nodes a walk covered
+	expiries []pathExpiry            // nodes given a pending entry, in the order they expire (FIFO)
+	expHead  int                     // expiries[:expHead] are done
+	gen      uint64                  // counts changes of the tree (a remembered walk is valid within one)
+	last     lastWalk                // where the latest MatchOrStale's walk ended
+	keep     bool                    // KeepTokens
+	routed   map[routedKey]routedEnd // KeepTokens: the node where each routed path ends, while pending
+	routedQ  []routedExpiry          // routed's entries in the order they expire (FIFO)
+	routedHd int                     // routedQ[:routedHd] are done
+}
+
+// routedKey is a routed request's path under KeepTokens (tokens that never change): its
+// memory and length.
+type routedKey struct {
+	data *uint32
+	n    int
+}
+
+// routedEnd is the node an AddPending walk of a path ended at, the root of its tree, and when
+// its pending entries expire.
+type routedEnd struct {
+	nd, root *pathNode
+	exp      int64
+}
+
+type routedExpiry struct {
+	k   routedKey
+	exp int64
 }
 
 // pathExpiry is a node whose pending entries may expire at exp.
@@ -208,8 +231,16 @@ type PathEvent struct {
 // routed (the simulator's prompts): it saves a copy per request, and a later match of tokens
 // in the same memory (a conversation's next turn, which extends the same array) compares those
 // runs in one step. The index keeps each array alive while a node views it (the simulator's
-// engines keep views of the same prompts in their caches as long).
-func (x *PathIndex) KeepTokens() { x.keep = true }
+// engines keep views of the same prompts in their caches as long). And while a routed path's
+// entries are pending, a store whose path is that very memory (the engine's view of the prompt
+// it cached) finds the nodes of its run from the node the path ends at, up, instead of walking
+// down from the root and comparing the prompt with the runs other prompts left there (the
+// shared system prompt's, above all): those walks were a tenth of the event loop of a
+// million-request simulation.
+func (x *PathIndex) KeepTokens() {
+	x.keep = true
+	x.routed = map[routedKey]routedEnd{}
+}
 
 // NewPathIndex returns an empty path index (cfg.PendingTTL as for [New]).
 func NewPathIndex(cfg Config) *PathIndex {
@@ -284,8 +315,15 @@ func (x *PathIndex) change(id TargetID, store bool, tiers uint8, root *pathNode,
 		return
 	}
 	x.gen++
-	nodes, _ := x.walk(root, path, from, page, store)
-	off := 0
+	var nodes []*pathNode
+	off := from // where nodes start
+	if store {
+		nodes = x.routedWalk(root, path, from, page)
+	}
+	if nodes == nil {
+		nodes, _ = x.walk(root, path, from, page, store)
+		off = 0
+	}
 	w, bit := int(id)>>6, uint64(1)<<(id&63)
 	for _, nd := range nodes {
 		at := off
@@ -503,6 +541,38 @@ func (x *PathIndex) walkFrom(nd *pathNode, i int, nodes []*pathNode, path []uint
 	return nodes, true
 }
 
+// routedWalk returns the nodes that cover path[cut:], in order, for a path AddPending was
+// given under KeepTokens (the very memory: routed's key keeps it alive, so no other path has
+// it), found from the node its walk ended at, up, the node across cut split there as walk
+// splits it; nil when path is not in routed or its node has left root's tree. A node's path
+// from its root never changes while it is attached (a split puts the new head above it), so
+// these are the nodes walk would reach, having compared the runs above them with path only to
+// find them equal; and a node is attached while it has a parent (one is detached only once
+// childless, and a detached node gets no child).
+func (x *PathIndex) routedWalk(root *pathNode, path []uint32, cut, page int) []*pathNode {
+	if len(x.routed) == 0 || len(path) == 0 {
+		return nil
+	}
+	e, ok := x.routed[routedKey{unsafe.SliceData(path), len(path)}]
+	if !ok || e.root != root || e.nd.parent == nil {
+		return nil
+	}
+	nodes := x.nodes[:0]
+	end := len(path)
+	for nd := e.nd; end > cut && nd != root; nd = nd.parent {
+		start := end - len(nd.key)
+		if start < cut {
+			x.split(nd, cut-start, page) // nd keeps path[cut:end]
+			start = cut
+		}
+		nodes = append(nodes, nd)
+		end = start
+	}
+	slices.Reverse(nodes)
+	x.nodes = nodes
+	return nodes
+}
+
 // prune detaches nd, and then its ancestors, while they hold nothing for anyone.
 func (x *PathIndex) prune(nd *pathNode) {
 	for nd.parent != nil && nd.children.len() == 0 && len(nd.pending) == 0 && !nd.anyHeld() {
@@ -640,6 +710,19 @@ func (x *PathIndex) expire(nowNs int64) {
 	if n > len(q)/2 { // compact once the expired front outweighs the rest
 		x.expiries = append(q[:0], q[n:]...)
 		x.expHead = 0
+	}
+	rq, rn := x.routedQ, x.routedHd
+	for rn < len(rq) && rq[rn].exp <= nowNs {
+		if e, ok := x.routed[rq[rn].k]; ok && e.exp == rq[rn].exp { // not routed again since
+			delete(x.routed, rq[rn].k)
+		}
+		rq[rn] = routedExpiry{}
+		rn++
+	}
+	x.routedHd = rn
+	if rn > len(rq)/2 {
+		x.routedQ = append(rq[:0], rq[rn:]...)
+		x.routedHd = 0
 	}
 }
 
@@ -803,6 +886,11 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 			nd.setPending(id, exp)
 			x.expiries = append(x.expiries, pathExpiry{nd, exp})
 		}
+	}
+	if x.keep && len(nodes) > 0 {
+		k := routedKey{unsafe.SliceData(path), len(path)}
+		x.routed[k] = routedEnd{nodes[len(nodes)-1], root, exp}
+		x.routedQ = append(x.routedQ, routedExpiry{k, exp})
 	}
 }
 

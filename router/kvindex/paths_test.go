@@ -68,6 +68,18 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 	ids := []TargetID{0, 1, 2, 64, 65, 3, 1, 99}
 	deep := 0     // matches of two pages or more: the comparison is not between empty answers
 	deepHost := 0 // likewise for host-tier matches beyond the GPU's
+	// Paths given to AddPending, whole pages, unsalted: a change of the very same memory (as the
+	// simulator's engines report the prompts routed to them) is found from where the path ends
+	// under KeepTokens; routedHits counts the changes that were.
+	var routed [][]uint32
+	routedHits := 0
+	addPending := func(id TargetID, p []uint32, s string) {
+		hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
+		px.AddPending(id, p, page, s, now)
+		if s == "" && len(p) >= page {
+			routed = append(routed, p[:len(p)/page*page])
+		}
+	}
 	for step := range 3000 {
 		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
 		id := TargetID(rng.IntN(4))
@@ -77,6 +89,12 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 		switch op := rng.IntN(20); {
 		case op < 8: // store or remove the tail of a path
 			p := path()
+			if len(routed) > 0 && rng.IntN(2) == 0 {
+				p = routed[len(routed)-1-rng.IntN(min(len(routed), 3))] // a recent one: still pending
+				if _, ok := px.routed[routedKey{&p[0], len(p)}]; ok {
+					routedHits++
+				}
+			}
 			if len(p) == 0 {
 				continue
 			}
@@ -99,9 +117,7 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 			hx.SetStale(id, st)
 			px.SetStale(id, st)
 		case op < 13:
-			p, s := path(), salt()
-			hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
-			px.AddPending(id, p, page, s, now)
+			addPending(id, path(), salt())
 		default:
 			p, s := path(), salt()
 			p = append(p, 7) // a partial last page counts for nothing
@@ -123,8 +139,7 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 				}
 			}
 			if rng.IntN(2) == 0 { // the router's order: match, then pending for the chosen target
-				hx.AddPending(id, AppendBlockHashes(nil, p, page, s), now)
-				px.AddPending(id, p, page, s, now)
+				addPending(id, p, s)
 			}
 		}
 		if step%500 == 499 {
@@ -137,6 +152,9 @@ func comparePathIndex(t *testing.T, page int, seed uint64) {
 	}
 	require.Greater(t, deep, 25)
 	require.Greater(t, deepHost, 5)
+	if px.keep {
+		require.Greater(t, routedHits, 50, "changes found from a routed path's end")
+	}
 }
 
 func TestPathIndexSplitsAndPrunes(t *testing.T) {
