@@ -526,6 +526,13 @@ func TestServeGCMinHeap(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		assert.GreaterOrEqual(t, gcSetting(goal), cfg.GCMinHeap)
+		for range 2 { // every collection tunes it again
+			debug.SetGCPercent(goDefaultGCPercent)
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				runtime.GC()
+				return gcSetting(gogc) > goDefaultGCPercent
+			}, "GOGC tuned again after a collection")
+		}
 		stop()
 		require.NoError(t, <-done)
 		testutil.Eventually(t, 10*time.Second, func() bool {
