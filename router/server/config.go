@@ -55,6 +55,14 @@ type Config struct {
 	// 503 with Retry-After. 0 (the default) means a quarter of the container's memory limit
 	// (cgroup), or 2 GiB when there is none.
 	BodyMemoryBudget int64 `json:"body_memory_budget" yaml:"body_memory_budget" help:"bytes of request bodies and held replies in flight across all requests (over it: 503 with Retry-After); 0: a quarter of the container's memory limit, or 2 GiB without one"`
+	// GCMinHeap is the heap size below which the Go collector does not run
+	// (--gc-min-heap, default 32 MiB; 0: Go's own pacing): serve raises GOGC while what is live
+	// is under half of it and leaves Go's default (100) above, so it costs at most this much
+	// more memory, and a large live heap (the cache-aware trees) is paced as Go paces it. A
+	// proxy's live heap is a few MiB, which Go's default collects every 2 MiB allocated
+	// (about 300 PD requests): those collections made most of the added TTFT tail at an open
+	// loop of 1,000 req/s (docs/performance.md). GOGC, when set, wins.
+	GCMinHeap int64 `json:"gc_min_heap" yaml:"gc_min_heap" help:"bytes the Go heap may grow to before a collection while little of it is live (fewer collections, a shorter latency tail; Go's default pacing, GOGC=100, once half of it is live); 0: Go's default throughout; GOGC, when set, wins"`
 	// MaxConnections caps the client connections open at once (--max-connections, default
 	// 10000); a connection over it is closed as soon as it is accepted. 0 means no cap.
 	MaxConnections int `json:"max_connections" yaml:"max_connections" help:"client connections open at once; one over the cap is closed on accept (0: no cap)"`
@@ -165,6 +173,7 @@ func DefaultConfig() Config {
 		BodyReadTimeoutSecs:        60,
 		MaxBatchSize:               1024,
 		MaxConnections:             10000,
+		GCMinHeap:                  32 << 20,
 		UpstreamIdleTimeoutMs:      3000,
 		LoadPollIntervalMs:         500,
 		TenantHeaderName:           "x-smg-tenant-id",
@@ -282,6 +291,8 @@ func (c Config) validateLimits() error {
 		return router.SettingErrorf("body_memory_budget", "--body-memory-budget %d must be ≥ 0 (0: from the container's memory limit)", c.BodyMemoryBudget)
 	case c.MaxConnections < 0:
 		return router.SettingErrorf("max_connections", "--max-connections %d must be ≥ 0 (0: no cap)", c.MaxConnections)
+	case c.GCMinHeap < 0:
+		return router.SettingErrorf("gc_min_heap", "--gc-min-heap %d must be ≥ 0 (0: Go's default pacing)", c.GCMinHeap)
 	}
 	if c.UpstreamIdleTimeoutMs < 0 {
 		return router.SettingErrorf("upstream_idle_timeout_ms", "--upstream-idle-timeout-ms %d must be ≥ 0", c.UpstreamIdleTimeoutMs)

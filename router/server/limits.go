@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
 )
 
 // initLimits sets up what bounds the cost of hostile or excessive clients: the memory budget
@@ -34,3 +38,84 @@ func (s *Server) setMemoryLimit() {
 	debug.SetMemoryLimit(limit)
 	s.log.Debug("Go memory limit set from --body-memory-budget", "bytes", limit)
 }
+
+// keepMinHeap keeps the collector from running before the heap reaches --gc-min-heap bytes,
+// until ctx ends, unless GOGC is set (the operator's pacing wins) or the setting is 0. After
+// each collection it sets GOGC to gcMinHeapPercent of what that collection found live: above
+// 100 only while less than half the floor is live, so the heap is at most the floor where Go's
+// default would keep it smaller, and paced as Go's default paces it above. The memory limit
+// (setMemoryLimit) still bounds it. Once ctx has ended, the next collection puts Go's default
+// back and the tuning stops. The collector is the process's: of several Servers serving in one
+// process (tests), the last one started sets it.
+func (s *Server) keepMinHeap(ctx context.Context) {
+	floor := s.cfg.GCMinHeap
+	if floor <= 0 {
+		return
+	}
+	if v := os.Getenv("GOGC"); v != "" {
+		s.log.Debug("GOGC is set: --gc-min-heap left alone", "GOGC", v)
+		return
+	}
+	t := &minHeapTuner{ctx: ctx, floor: uint64(floor),
+		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
+	minHeapTuning.Store(t)
+	t.tune()
+	s.log.Debug("Go collector: heap floor from --gc-min-heap", "bytes", floor)
+}
+
+// minHeapTuning is the tuning the collector follows (keepMinHeap's latest); nil: none.
+var minHeapTuning atomic.Pointer[minHeapTuner]
+
+// minHeapTuner is one Serve's keepMinHeap.
+type minHeapTuner struct {
+	ctx     context.Context
+	floor   uint64
+	samples []metrics.Sample // the live heap, stacks and globals of the last collection
+}
+
+// tune sets GOGC for the floor from what the last collection found, and runs again after the
+// next collection, while it is the tuning the collector follows and its Serve is serving.
+func (t *minHeapTuner) tune() {
+	if minHeapTuning.Load() != t { // a later Serve's took over
+		return
+	}
+	if t.ctx.Err() != nil {
+		minHeapTuning.CompareAndSwap(t, nil)
+		debug.SetGCPercent(goDefaultGCPercent)
+		return
+	}
+	metrics.Read(t.samples)
+	live, scan := t.samples[0].Value.Uint64(), t.samples[1].Value.Uint64()+t.samples[2].Value.Uint64()
+	debug.SetGCPercent(gcMinHeapPercent(t.floor, live, scan))
+	// The cleanup of an object nothing refers to runs after the collection that finds it so:
+	// the next one.
+	runtime.AddCleanup(new(gcCycle), (*minHeapTuner).tune, t)
+}
+
+// gcCycle is the object whose cleanup runs keepMinHeap's tuning once per collection (it holds
+// a pointer so that it is not a tiny allocation, whose cleanup may never run).
+type gcCycle struct{ _ *gcCycle }
+
+// goDefaultGCPercent is GOGC's default, and the runtime's heap minimum at it.
+const (
+	goDefaultGCPercent = 100
+	goHeapMinimum      = 4 << 20
+)
+
+// gcMinHeapPercent returns the smallest GOGC percent, at least Go's default, at which the
+// collector's next heap goal is at least floor bytes, when the last collection found live bytes
+// live and scanned scan bytes of stacks and globals. At percent p the runtime's goal is
+// live + (live+scan)·p/100, and never below its heap minimum, 4 MiB·p/100.
+func gcMinHeapPercent(floor, live, scan uint64) int {
+	if live+(live+scan)*goDefaultGCPercent/100 >= floor {
+		return goDefaultGCPercent
+	}
+	floor = min(floor, 1<<40)              // (a TiB: no overflow below, and GOGC fits an int32)
+	p := ceilDiv(100*floor, goHeapMinimum) // the heap minimum reaches the floor
+	if work := live + scan; work > 0 {
+		p = min(p, ceilDiv(100*(floor-live), work)) // the goal proper does
+	}
+	return int(max(p, goDefaultGCPercent))
+}
+
+func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }

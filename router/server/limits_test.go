@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -455,4 +458,87 @@ func TestReadChunked(t *testing.T) {
 	assert.ErrorIs(t, err, errBodyOverBudget)
 	ch.release()
 	assert.Zero(t, b.used.Load())
+}
+
+// gcMinHeapPercent raises GOGC only as far as the floor needs, from whichever of the runtime's
+// two bounds (the goal proper, the heap minimum) reaches it first, and never below Go's default.
+func TestGCMinHeapPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name              string
+		floor, live, scan uint64
+		want              int
+	}{
+		{"before any collection: the heap minimum reaches it", 32 * mib, 0, 0, 800},
+		{"a proxy's few live MiB: the heap minimum reaches it first", 32 * mib, 2 * mib, 0, 800},
+		{"more live: the goal proper reaches it first", 32 * mib, 10 * mib, 0, 220},
+		{"stacks and globals count in the goal", 32 * mib, 10 * mib, 6 * mib, 138},
+		{"half the floor live: Go's default reaches it", 32 * mib, 16 * mib, 0, 100},
+		{"more than the floor live: Go's default", 32 * mib, 600 * mib, 0, 100},
+		{"a floor under Go's own minimum", 2 * mib, 0, 0, 100},
+		{"an outsized floor stays within an int32", 1 << 62, 0, 0, 100 << 18},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := gcMinHeapPercent(c.floor, c.live, c.scan)
+			assert.Equal(t, c.want, p)
+			// The runtime's goal at p reaches the floor (bounded as gcMinHeapPercent bounds it).
+			goal := max(c.live+(c.live+c.scan)*uint64(p)/100, goHeapMinimum*uint64(p)/100)
+			assert.GreaterOrEqual(t, goal, min(c.floor, 1<<40))
+		})
+	}
+}
+
+// gcSetting reads one of the runtime's uint64 metrics.
+func gcSetting(name string) int64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// Serve keeps the collector's heap goal at --gc-min-heap while it serves, and puts Go's default
+// pacing back at the first collection after it stopped; GOGC, when set, wins. (Not parallel:
+// GOGC is the process's.)
+func TestServeGCMinHeap(t *testing.T) {
+	t.Cleanup(func() { debug.SetGCPercent(goDefaultGCPercent) })
+	w := newWorker(t, jsonReply(genReply))
+	cfg := regularConfig(w)
+	cfg.GCMinHeap = 256 << 20      // well above what this test binary has live
+	cfg.BodyMemoryBudget = 1 << 30 // the memory limit Serve sets (2 GiB + 64 MiB) is above it
+	const goal, gogc = "/gc/heap/goal:bytes", "/gc/gogc:percent"
+
+	t.Run("GOGC set", func(t *testing.T) {
+		t.Setenv("GOGC", "100")
+		base, stop, _ := serveOn(t, startServer(t, cfg))
+		defer stop()
+		resp, err := http.Get(base + "/liveness") // Serve has decided by now
+		require.NoError(t, err)
+		resp.Body.Close()
+		runtime.GC()
+		assert.EqualValues(t, goDefaultGCPercent, gcSetting(gogc))
+		assert.Less(t, gcSetting(goal), cfg.GCMinHeap)
+	})
+	t.Run("GOGC unset", func(t *testing.T) {
+		base, stop, done := serveOn(t, startServer(t, cfg))
+		testutil.Eventually(t, 10*time.Second, func() bool { return gcSetting(goal) >= cfg.GCMinHeap }, "the heap goal at the floor")
+		assert.Greater(t, gcSetting(gogc), int64(goDefaultGCPercent))
+		runtime.GC() // a collection, and the tuning after it, keep it there
+		resp, err := http.Get(base + "/liveness")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.GreaterOrEqual(t, gcSetting(goal), cfg.GCMinHeap)
+		for range 2 { // every collection tunes it again
+			debug.SetGCPercent(goDefaultGCPercent)
+			testutil.Eventually(t, 10*time.Second, func() bool {
+				runtime.GC()
+				return gcSetting(gogc) > goDefaultGCPercent
+			}, "GOGC tuned again after a collection")
+		}
+		stop()
+		require.NoError(t, <-done)
+		testutil.Eventually(t, 10*time.Second, func() bool {
+			runtime.GC()
+			return gcSetting(gogc) == goDefaultGCPercent
+		}, "Go's default pacing back")
+		assert.Less(t, gcSetting(goal), cfg.GCMinHeap)
+	})
 }

@@ -133,11 +133,16 @@ func (p proc) cpu(tb testing.TB) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
-// goAllocs returns the router's heap allocations so far, objects and bytes, from its /metrics
-// (go_memstats_mallocs_total, go_memstats_alloc_bytes_total); ok is false for nginx.
-func (p proc) goAllocs(tb testing.TB) (objects, bytes float64, ok bool) {
+// goStats is what a router's Go runtime did so far, from its /metrics.
+type goStats struct {
+	objects, bytes float64 // heap allocations (go_memstats_mallocs_total, go_memstats_alloc_bytes_total)
+	gcs            float64 // collections (go_gc_duration_seconds_count)
+}
+
+// goStats returns the router's goStats; ok is false for nginx.
+func (p proc) goStats(tb testing.TB) (st goStats, ok bool) {
 	if p.metrics == "" {
-		return 0, 0, false
+		return st, false
 	}
 	resp, err := http.Get(p.metrics)
 	if err != nil {
@@ -150,12 +155,14 @@ func (p proc) goAllocs(tb testing.TB) (objects, bytes float64, ok bool) {
 		name, v, _ := strings.Cut(sc.Text(), " ")
 		switch name {
 		case "go_memstats_mallocs_total":
-			objects, _ = strconv.ParseFloat(v, 64)
+			st.objects, _ = strconv.ParseFloat(v, 64)
 		case "go_memstats_alloc_bytes_total":
-			bytes, _ = strconv.ParseFloat(v, 64)
+			st.bytes, _ = strconv.ParseFloat(v, 64)
+		case "go_gc_duration_seconds_count":
+			st.gcs, _ = strconv.ParseFloat(v, 64)
 		}
 	}
-	return objects, bytes, true
+	return st, true
 }
 
 // perfCounter counts a process's system calls and context switches over a load phase with
@@ -479,7 +486,9 @@ type target struct {
 // 1,000 req/s, and reports TTFT P50/P99, TTFT added versus direct, proxy CPU per request,
 // system calls and context switches per request (perf stat, the same way for every proxy;
 // left out where perf cannot count), the router's heap allocations per request (its
-// go_memstats), throughput and memory per held stream.
+// go_memstats) and its collections during the phase (gcs: on one core each holds up the
+// requests arriving during it, the added TTFT tail's main part at the open loop), throughput
+// and memory per held stream.
 //
 // Like is compared with like: each proxy runs at procs=1 (nginx: one worker process; the
 // router: GOMAXPROCS=1) and procs=2 (two workers; GOMAXPROCS=2). Select a subset with the
@@ -537,12 +546,12 @@ func BenchmarkProxy(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				var cpu0 time.Duration
-				var allocs0, bytes0 float64
+				var go0 goStats
 				var perf *perfCounter
 				if t.proc != nil {
 					perf = startPerf(b, *t.proc)
 					cpu0 = t.proc.cpu(b)
-					allocs0, bytes0, _ = t.proc.goAllocs(b)
+					go0, _ = t.proc.goStats(b)
 				}
 				r := ph.run(t.url)
 				if t.name == "direct" {
@@ -560,9 +569,10 @@ func BenchmarkProxy(b *testing.B) {
 				if t.proc != nil && r.requests > 0 {
 					n := float64(r.requests)
 					b.ReportMetric(float64((t.proc.cpu(b)-cpu0).Microseconds())/n, "cpu-µs/req")
-					if allocs, bytes, ok := t.proc.goAllocs(b); ok {
-						b.ReportMetric((allocs-allocs0)/n, "allocs/req")
-						b.ReportMetric((bytes-bytes0)/n, "B/req")
+					if st, ok := t.proc.goStats(b); ok {
+						b.ReportMetric((st.objects-go0.objects)/n, "allocs/req")
+						b.ReportMetric((st.bytes-go0.bytes)/n, "B/req")
+						b.ReportMetric(st.gcs-go0.gcs, "gcs")
 					}
 					if perf != nil {
 						sys, cs := perf.stop(b)
