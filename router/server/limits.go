@@ -1,11 +1,11 @@
 package server
 
 import (
-	"context"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 )
 
@@ -40,48 +40,64 @@ func (s *Server) setMemoryLimit() {
 }
 
 // keepMinHeap keeps the collector from running before the heap reaches --gc-min-heap bytes,
-// until ctx ends, unless GOGC is set (the operator's pacing wins) or the setting is 0. After
-// each collection it sets GOGC to gcMinHeapPercent of what that collection found live: above
-// 100 only while less than half the floor is live, so the heap is at most the floor where Go's
-// default would keep it smaller, and paced as Go's default paces it above. The memory limit
-// (setMemoryLimit) still bounds it. Once ctx has ended, the next collection puts Go's default
-// back and the tuning stops. The collector is the process's: of several Servers serving in one
-// process (tests), the last one started sets it.
-func (s *Server) keepMinHeap(ctx context.Context) {
+// until the returned stop is called (Serve defers it), unless GOGC is set (the operator's
+// pacing wins) or the setting is 0. After each collection it sets GOGC to gcMinHeapPercent of
+// what that collection found live: above 100 only while less than half the floor is live, so
+// the heap is at most the floor where Go's default would keep it smaller, and paced as Go's
+// default paces it above. The memory limit (setMemoryLimit) still bounds it. stop puts back
+// the GOGC percent the process had before, at once. The collector is the process's: of several
+// Servers serving in one process (tests), the last one started sets it, and the tuning ends
+// when that one stops.
+func (s *Server) keepMinHeap() (stop func()) {
 	floor := s.cfg.GCMinHeap
 	if floor <= 0 {
-		return
+		return func() {}
 	}
 	if v := os.Getenv("GOGC"); v != "" {
 		s.log.Debug("GOGC is set: --gc-min-heap left alone", "GOGC", v)
-		return
+		return func() {}
 	}
-	t := &minHeapTuner{ctx: ctx, floor: uint64(floor),
+	t := &minHeapTuner{floor: uint64(floor),
 		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
-	minHeapTuning.Store(t)
+	minHeapMu.Lock()
+	if prev := minHeapTuning.Swap(t); prev != nil {
+		t.before = prev.before // what the process had before any tuning
+	} else {
+		t.before = debug.SetGCPercent(goDefaultGCPercent)
+	}
+	minHeapMu.Unlock()
 	t.tune()
 	s.log.Debug("Go collector: heap floor from --gc-min-heap", "bytes", floor)
+	return func() {
+		minHeapMu.Lock()
+		defer minHeapMu.Unlock()
+		if minHeapTuning.CompareAndSwap(t, nil) {
+			debug.SetGCPercent(t.before)
+		}
+	}
 }
 
 // minHeapTuning is the tuning the collector follows (keepMinHeap's latest); nil: none.
-var minHeapTuning atomic.Pointer[minHeapTuner]
+// minHeapMu orders a tuning step against stop, so that a step never sets GOGC after stop put
+// it back.
+var (
+	minHeapTuning atomic.Pointer[minHeapTuner]
+	minHeapMu     sync.Mutex
+)
 
 // minHeapTuner is one Serve's keepMinHeap.
 type minHeapTuner struct {
-	ctx     context.Context
 	floor   uint64
+	before  int              // the GOGC percent before the tuning began, put back by stop
 	samples []metrics.Sample // the live heap, stacks and globals of the last collection
 }
 
 // tune sets GOGC for the floor from what the last collection found, and runs again after the
-// next collection, while it is the tuning the collector follows and its Serve is serving.
+// next collection, while it is the tuning the collector follows.
 func (t *minHeapTuner) tune() {
-	if minHeapTuning.Load() != t { // a later Serve's took over
-		return
-	}
-	if t.ctx.Err() != nil {
-		minHeapTuning.CompareAndSwap(t, nil)
-		debug.SetGCPercent(goDefaultGCPercent)
+	minHeapMu.Lock()
+	defer minHeapMu.Unlock()
+	if minHeapTuning.Load() != t { // stopped, or a later Serve's took over
 		return
 	}
 	metrics.Read(t.samples)
@@ -107,10 +123,10 @@ const (
 // live and scanned scan bytes of stacks and globals. At percent p the runtime's goal is
 // live + (live+scan)·p/100, and never below its heap minimum, 4 MiB·p/100.
 func gcMinHeapPercent(floor, live, scan uint64) int {
+	floor = min(floor, 1<<40) // (a TiB: no overflow below, and GOGC fits an int32)
 	if live+(live+scan)*goDefaultGCPercent/100 >= floor {
 		return goDefaultGCPercent
 	}
-	floor = min(floor, 1<<40)              // (a TiB: no overflow below, and GOGC fits an int32)
 	p := ceilDiv(100*floor, goHeapMinimum) // the heap minimum reaches the floor
 	if work := live + scan; work > 0 {
 		p = min(p, ceilDiv(100*(floor-live), work)) // the goal proper does

@@ -25,7 +25,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// after that (readBody); at most --max-connections are open at once (capListener).
 	ln = s.capConns(h1.RawListener(ln)) // client connections' reads and writes as raw system calls (h1.Raw)
 	s.setMemoryLimit()
-	s.keepMinHeap(ctx)
+	defer s.keepMinHeap()()
 	var stopping atomic.Bool
 	h := s.Handler()
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
