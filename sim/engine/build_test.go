@@ -50,6 +50,12 @@ func TestCatalogLookups(t *testing.T) {
 		_, err := LookupGPU(g)
 		assert.NoError(t, err, g)
 	}
+	// Every GPU has a per-MoE-layer decode time, from sim/engine/fitted.go or its card: a GPU the
+	// generated file stops naming (its sets gone) would otherwise decode MoE layers for free,
+	// and the fit, which skips a constant at 0, would never give it one again.
+	for _, g := range GPUs() {
+		assert.Positive(t, g.MoELayerOverhead, "%s: MoELayerOverhead (sim/engine/fitted.go or the card)", g.Name)
+	}
 	_, err := LookupModel("gpt-5")
 	assert.ErrorContains(t, err, "kimi-k2")
 	// Every card builds on a GPU big enough at some parallelism, and its parameter split adds up.
