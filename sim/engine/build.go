@@ -223,7 +223,7 @@ func buildReplicas(name string, m ModelCard, g GPU, par Parallelism) (Profile, e
 		C1:              lin,
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
-		PDOverhead:      cmp.Or(g.PDOverhead, DefaultPDOverhead),
+		PDOverhead:      g.pdOverhead(),
 		KVBytesPerToken: m.kvBytesPerToken(),
 		MaxTotalTokens:  int(capacity),
 		Source:          fmt.Sprintf("roofline: %s on %s", m.Name, par.describe(g)),
@@ -346,7 +346,7 @@ func buildDPAttention(name string, m ModelCard, g GPU, par Parallelism) (Profile
 		C1:              attnLin + sharedLin/(af*sharedRate),
 		C2:              m.attnPairFLOPs(false) / (af * r.attn),
 		T0:              0.001,
-		PDOverhead:      cmp.Or(g.PDOverhead, DefaultPDOverhead),
+		PDOverhead:      g.pdOverhead(),
 		DPAttn:          d,
 		KVBytesPerToken: m.kvBytesPerToken(),
 		MaxTotalTokens:  int(capacity),
@@ -767,8 +767,9 @@ type GPU struct {
 	PDOverhead   float64
 }
 
-// hostOverhead is g's HostOverhead, DefaultHostOverhead when unset.
+// hostOverhead and pdOverhead are g's HostOverhead and PDOverhead, the defaults when unset.
 func (g GPU) hostOverhead() float64 { return cmp.Or(g.HostOverhead, DefaultHostOverhead) }
+func (g GPU) pdOverhead() float64   { return cmp.Or(g.PDOverhead, DefaultPDOverhead) }
 
 func (g GPU) rate(p Precision) float64 {
 	eff := g.LowPrecisionEfficiency

@@ -74,11 +74,12 @@ var FitFields = []FitField{
 // from its current value costs as much as one figure off by its whole band.
 var FitPriorWidth = math.Log(1.5)
 
-// FitParam is one fitted constant: its GPU, field, current and fitted values, and where
-// its prior pulls.
+// FitParam is one fitted constant: its GPU, field, current and fitted values, where its
+// prior pulls, and its bounds (FitField's).
 type FitParam struct {
 	GPU, Field           string
 	Before, After, Prior float64
+	Lo, Hi               float64
 }
 
 // FitGroup is one GPU's fit: the sets it used, its cost (Σ of the squared residuals, the
@@ -334,8 +335,6 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	type outcome struct {
 		x     []float64
 		evals int
-		costs [2]float64
-		iters int
 		cross map[string][]Result
 		err   error
 		msgs  chan string
@@ -353,7 +352,6 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 			grp.init(fields)
 			o.msgs <- fmt.Sprintf("fit %s: %d constants on %d sets", n, len(grp.fields), len(grp.sets))
 			o.x, o.evals, o.cross, o.err = grp.fit(cross, func(m string) { o.msgs <- m })
-			o.costs, o.iters = grp.costs, grp.iters
 		}()
 	}
 	for k := range outs {
@@ -376,10 +374,10 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 			for i, s := range grp.sets {
 				sets[i] = s.Name
 			}
-			rep.Groups = append(rep.Groups, FitGroup{GPU: n, Sets: sets, Before: o.costs[0], After: o.costs[1], Iterations: o.iters})
+			rep.Groups = append(rep.Groups, FitGroup{GPU: n, Sets: sets, Before: grp.costs[0], After: grp.costs[1], Iterations: grp.iters})
 		}
 		for i, f := range grp.fields {
-			rep.Params = append(rep.Params, FitParam{GPU: n, Field: f.Name, Before: math.Exp(grp.x0[i]), After: math.Exp(o.x[i]), Prior: math.Exp(grp.prior[i])})
+			rep.Params = append(rep.Params, FitParam{GPU: n, Field: f.Name, Before: math.Exp(grp.x0[i]), After: math.Exp(o.x[i]), Prior: math.Exp(grp.prior[i]), Lo: f.Lo, Hi: f.Hi})
 		}
 		for s, rs := range o.cross {
 			cross1[s] = rs

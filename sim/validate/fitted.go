@@ -35,13 +35,7 @@ func FittedGo(rep FitReport, generator, command string, fields []string) ([]byte
 			if prm.GPU != grp.GPU {
 				continue
 			}
-			var lo, hi float64
-			for _, f := range FitFields {
-				if f.Name == prm.Field {
-					lo, hi = f.Lo, f.Hi
-				}
-			}
-			p("\t\tg.%s = %s // from %s; prior %s; bounds [%s, %s]\n", prm.Field, g4(prm.After), g4(prm.Before), g4(prm.Prior), g4(lo), g4(hi))
+			p("\t\tg.%s = %s // from %s; prior %s; bounds [%s, %s]\n", prm.Field, g4(prm.After), g4(prm.Before), g4(prm.Prior), g4(prm.Lo), g4(prm.Hi))
 		}
 	}
 	p("\t}\n\treturn g\n}\n")

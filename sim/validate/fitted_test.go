@@ -9,14 +9,14 @@ import (
 )
 
 // FittedGo writes, per fitted GPU, its sets and costs and one assignment per constant to 4
-// significant digits with its start, prior and bounds (FitFields'), and a GPU no constant
+// significant digits with its start, prior and bounds (the fit's), and a GPU no constant
 // was fitted on falls through unchanged.
 func TestFittedGoWritesEachGPUsConstantsWithTheFitsInputs(t *testing.T) {
 	rep := FitReport{
 		Groups: []FitGroup{{GPU: "h200-sxm", Sets: []string{"b-set", "a-set"}, Before: 12.345, After: 10.5, Iterations: 2}},
 		Params: []FitParam{
-			{GPU: "h200-sxm", Field: "MoELayerOverhead", Before: 53e-6, After: 53.5432e-6, Prior: 40e-6},
-			{GPU: "h200-sxm", Field: "PrefillExpertEfficiency", Before: 0.048, After: 0.048281, Prior: 0.8},
+			{GPU: "h200-sxm", Field: "MoELayerOverhead", Before: 53e-6, After: 53.5432e-6, Prior: 40e-6, Lo: 5e-6, Hi: 300e-6},
+			{GPU: "h200-sxm", Field: "PrefillExpertEfficiency", Before: 0.048, After: 0.048281, Prior: 0.8, Lo: 0.02, Hi: 0.95},
 		},
 	}
 	src, err := FittedGo(rep, "go generate-ish", "router sim validate --cross x.json", []string{"MoELayerOverhead", "PrefillExpertEfficiency"})
