@@ -60,8 +60,9 @@ type Config struct {
 	// is under half of it and leaves Go's default (100) above, so it costs at most this much
 	// more memory, and a large live heap (the cache-aware trees) is paced as Go paces it. A
 	// proxy's live heap is a few MiB, which Go's default collects every 2 MiB allocated
-	// (about 300 PD requests): those collections made most of the added TTFT tail at an open
-	// loop of 1,000 req/s (docs/performance.md). GOGC, when set, wins.
+	// (about 300 PD requests): under load those collections were much of the added TTFT tail
+	// at an open loop of 1,000 req/s, though not all of it on a quiet machine
+	// (docs/performance.md). GOGC, when set, wins.
 	GCMinHeap int64 `json:"gc_min_heap" yaml:"gc_min_heap" help:"bytes the Go heap may grow to before a collection while little of it is live (fewer collections, a shorter latency tail; Go's default pacing, GOGC=100, once half of it is live); 0: Go's default throughout; GOGC, when set, wins"`
 	// MaxConnections caps the client connections open at once (--max-connections, default
 	// 10000); a connection over it is closed as soon as it is accepted. 0 means no cap.

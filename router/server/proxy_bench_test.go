@@ -487,7 +487,7 @@ type target struct {
 // system calls and context switches per request (perf stat, the same way for every proxy;
 // left out where perf cannot count), the router's heap allocations per request (its
 // go_memstats) and its collections during the phase (gcs: on one core each holds up the
-// requests arriving during it, the added TTFT tail's main part at the open loop), throughput
+// requests arriving during it, part of the added TTFT tail at the open loop), throughput
 // and memory per held stream.
 //
 // Like is compared with like: each proxy runs at procs=1 (nginx: one worker process; the
