@@ -16,12 +16,29 @@ BENCHTIME ?= 1s
 # (golang/go#75804). A duration such as FUZZTIME=5m still works.
 FUZZTIME  ?= 1000000x
 
-.PHONY: all build image kustomize demo engine-load-tables jq kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak soak-acceptance stress-ng test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
+.PHONY: all build pgo image kustomize demo engine-load-tables jq kvevents-python tokenizer-oracle test test-unit test-integration test-imports test-published test-k8s test-soak soak-acceptance stress-ng test-browser chromium uvicorn nginx bench fuzz fmt vet tidy clean
 
 all: build
 
 build: ## build bin/router
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/router
+
+# Profile-guided optimisation. `go build ./cmd/router` (and go install, go run, the Dockerfile)
+# applies cmd/router/default.pgo, a CPU profile of the simulator's scale benchmark (100k
+# requests, KV events on, pages 1 and 16) merged with serve's request path (BenchmarkHotPath,
+# regular and PD): the compiler inlines and devirtualises the calls the profile finds hot.
+# Regenerate it after large changes to those paths (about a minute; docs/performance.md has
+# what it bought). make bench applies it too, so the benchmarks measure the code as shipped.
+pgo:
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
+	$(GO) test -pgo=off -run '^$$' -bench 'BenchmarkRunScale/requests=100000/kv-events=on$$' -benchtime 1x \
+		-o $$d/sim.test -cpuprofile $$d/sim1.pprof ./sim >/dev/null && \
+	$(GO) test -pgo=off -run '^$$' -bench 'BenchmarkRunScale/requests=100000/page=16/kv-events=on$$' -benchtime 1x \
+		-o $$d/sim.test -cpuprofile $$d/sim16.pprof ./sim >/dev/null && \
+	$(GO) test -pgo=off -run '^$$' -bench 'BenchmarkHotPath/mode=(regular|pd)$$' -benchtime 5s \
+		-o $$d/server.test -cpuprofile $$d/serve.pprof ./router/server >/dev/null && \
+	$(GO) tool pprof -proto $$d/sim1.pprof $$d/sim16.pprof $$d/serve.pprof > cmd/router/default.pgo 2>/dev/null && \
+	echo "cmd/router/default.pgo: $$(wc -c < cmd/router/default.pgo) bytes"
 
 # The container image of deploy/k8s (the router binary as entrypoint; Dockerfile), tagged
 # IMAGE, built with docker or podman, whichever has a running engine. Without one it prints the
@@ -116,9 +133,10 @@ test-k8s:
 # The published-results suite (sim/validate/published/*.json): prints sim ÷ published per
 # figure and fails when one lies outside its band or cannot be computed (router sim validate
 # --help). Its table in docs/validation.md is checked by a unit test of sim/validate
-# (TestREADMETable, which -update rewrites).
+# (TestREADMETable, which -update rewrites). It runs without default.pgo (-pgo=off): the same
+# program, from the package builds the tests already made.
 test-published:
-	$(GO) run ./cmd/router sim validate
+	$(GO) run -pgo=off ./cmd/router sim validate
 
 test-imports: ## ARCHITECTURE §2: who may import whom
 	$(GO) test -count=1 -run '^TestImportBoundaries$$' ./cmd/router
@@ -182,8 +200,10 @@ BENCHTABLE = /^pkg: / { printf "\n%s\n", $$2; next } \
 		for (i = 3; i < NF; i += 2) l = l sprintf("  %14s %-10s", $$i, $$(i+1)); print l; next } \
 	/^(FAIL|--- FAIL|panic:)/ { print; f = 1 } END { exit f }
 # BenchmarkProxy (router vs direct vs nginx, as separate processes) runs each experiment once.
+# The in-process benchmarks run with cmd/router/default.pgo, as the shipped binary is built;
+# BenchmarkProxy's router comes from go build, which applies it by itself.
 bench: nginx
-	$(GO) test -run '^$$' -bench '$(BENCH)' -skip 'BenchmarkProxy' -benchtime $(BENCHTIME) -benchmem -count=1 $(PKGS) | tee bench.txt | awk '$(BENCHTABLE)'
+	$(GO) test -pgo=$(CURDIR)/cmd/router/default.pgo -run '^$$' -bench '$(BENCH)' -skip 'BenchmarkProxy' -benchtime $(BENCHTIME) -benchmem -count=1 $(PKGS) | tee bench.txt | awk '$(BENCHTABLE)'
 	$(GO) test -run '^$$' -bench 'BenchmarkProxy' -benchtime 1x -count=1 ./router/server | tee -a bench.txt | awk '$(BENCHTABLE)'
 
 # Debian's nginx, the reference proxy of BenchmarkProxy, installed once (needs root).
