@@ -45,7 +45,8 @@ type pdShared struct {
 	s           *Server
 	d           *router.Decision
 	prefill     upstreamRequest
-	keepPrefill bool // the client asked for logprobs: prefill's answer is kept (legResult.body)
+	keepPrefill bool             // the client asked for logprobs: prefill's answer is kept (legResult.body)
+	lr          io.LimitedReader // sendPrefill's bound on prefill's answer (here, not one more allocation)
 
 	// Both legs run on legs, which cancel ends: when either leg fails before the commit (the
 	// other is of no use then), when the request ends (the client went away: the request
@@ -101,8 +102,7 @@ func (s *Server) attemptPD(ctx context.Context, x *exchange, d *router.Decision)
 	stream := isEventStream(resp, x.body)
 	bp := relayBufs.Get().(*[]byte) // held, then the relay's reads, until the attempt returns
 	defer relayBufs.Put(bp)
-	held, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize, *bp)
-	sawEvent := end == nil
+	held, sawEvent, end := readFirst(resp.Body, stream, s.cfg.MaxPayloadSize, *bp)
 	if end != nil && end != io.EOF { // before its first event: nothing reached the client, so retry
 		res, decode = a.failed(ctx, x, &upstreamError{Worker: a.decode.worker, Role: "decode", Err: end})
 		return res
@@ -328,12 +328,12 @@ func (a *pdShared) sendPrefill() ([]byte, *upstreamError) {
 	var body []byte
 	var n int64
 	var err error
-	lr := io.LimitReader(resp.Body, maxPrefillBody+1)
+	a.lr = io.LimitedReader{R: resp.Body, N: maxPrefillBody + 1}
 	if a.keepPrefill {
-		body, err = io.ReadAll(lr)
+		body, err = io.ReadAll(&a.lr)
 		n = int64(len(body))
 	} else {
-		n, err = io.Copy(io.Discard, lr)
+		n, err = io.Copy(io.Discard, &a.lr)
 	}
 	if err == nil && n > maxPrefillBody {
 		err = fmt.Errorf("answer exceeds %d bytes", maxPrefillBody)

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -171,6 +172,40 @@ func TestPDNeedsPrefill(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, needsPrefill(tc.stream, tc.sawEvent, tc.logprobs), tc.name)
 	}
+}
+
+// A decode stream that arrives whole, its events with the end of its body (here a
+// Content-Length body, whose last read brings io.EOF with the bytes), is answered at once
+// while prefill is still silent (SPEC §1.4: the head is held until prefill succeeded or
+// decode's first data event arrived), and prefill's leg still ends with its Done.
+func TestPDWholeStreamDoesNotWaitForPrefill(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var answered atomic.Bool
+	pw := newWorker(t, func(w http.ResponseWriter, r *http.Request, c call) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		answered.Store(true)
+		jsonReply(genReply)(w, r, c)
+	})
+	const stream = "data: {\"text\":\"a\"}\n\ndata: [DONE]\n\n"
+	dw := newWorker(t, func(w http.ResponseWriter, _ *http.Request, _ call) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Length", fmt.Sprint(len(stream)))
+		_, _ = io.WriteString(w, stream)
+	})
+	cfg := pdConfig([]*testWorker{pw}, []*testWorker{dw}, nil)
+	cfg.RequestTimeoutSecs = 5 // a hold that waits for prefill ends here, not with the answer
+	tr := startRouter(t, cfg)
+	status, _, body := tr.post(t, "/generate", `{"text":"x","stream":true}`, nil)
+	assert.False(t, answered.Load(), "answered before prefill did")
+	close(release)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, stream, body)
+	tr.requireLoadsZero(t)
 }
 
 // An attempt that fails before its commit leaves no field of decode's held head behind, neither

@@ -30,11 +30,13 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 
 // readFirst reads the part of decode's reply that the PD path holds before it commits the
 // head: for a stream, up to its first complete event with data; otherwise all of it, failing
-// past limit bytes. end is nil when it stopped after the first event, io.EOF when the body
-// ended, or the error that broke it.
+// past limit bytes. first reports that held has a stream's first complete event with data,
+// even when the read that brought it also ended the body (a short stream often arrives whole
+// in one read). end is nil when it stopped after the first event, io.EOF when the body ended,
+// or the error that broke it.
 //
 // held is read into buf (emptied) while it fits, then into a buffer of its own.
-func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byte, end error) {
+func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byte, first bool, end error) {
 	held = buf[:0]
 	var probe wire.Parser
 	for {
@@ -47,7 +49,6 @@ func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byt
 		if int64(len(held)) > limit && err == nil {
 			err = fmt.Errorf("reply exceeds %d bytes (--max-payload-size)", limit)
 		}
-		first := false
 		if n > 0 && stream {
 			// Parsed in place (the events are only looked at); what the parser holds of an
 			// event not complete yet is copied before it is fed more.
@@ -66,10 +67,10 @@ func readFirst(body io.Reader, stream bool, limit int64, buf []byte) (held []byt
 			}
 		}
 		if err != nil {
-			return held, err
+			return held, first, err
 		}
 		if first {
-			return held, nil
+			return held, true, nil
 		}
 	}
 }

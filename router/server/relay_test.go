@@ -99,7 +99,7 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 	assert.NotContains(t, rec.Body.String(), "aaaa", "nothing of the unended event was relayed")
 
 	// The first-event probe of the PD path stops at the same bound.
-	_, end := readFirst(&endlessEvent{}, true, 1<<40, make([]byte, relayBufSize))
+	_, _, end := readFirst(&endlessEvent{}, true, 1<<40, make([]byte, relayBufSize))
 	require.ErrorIs(t, end, errSSEEventTooLarge)
 }
 
@@ -107,15 +107,31 @@ func TestRelayBoundsAnUnendedEvent(t *testing.T) {
 // across reads of any size.
 func TestReadFirstHolds(t *testing.T) {
 	event := "data: {\"text\":\"a\"}\n\n"
-	held, end := readFirst(iotest.OneByteReader(strings.NewReader(event+event)), true, 1<<20, make([]byte, relayBufSize))
+	held, _, end := readFirst(iotest.OneByteReader(strings.NewReader(event+event)), true, 1<<20, make([]byte, relayBufSize))
 	require.NoError(t, end)
 	assert.Equal(t, event, string(held), "held up to the first event with data")
 
 	long := strings.Repeat("x", 3*relayBufSize+17)
-	held, end = readFirst(iotest.HalfReader(strings.NewReader(long)), false, 1<<20, make([]byte, relayBufSize))
+	held, _, end = readFirst(iotest.HalfReader(strings.NewReader(long)), false, 1<<20, make([]byte, relayBufSize))
 	require.ErrorIs(t, end, io.EOF)
 	assert.Equal(t, long, string(held))
 
-	_, end = readFirst(strings.NewReader(long), false, relayBufSize, make([]byte, relayBufSize))
+	_, _, end = readFirst(strings.NewReader(long), false, relayBufSize, make([]byte, relayBufSize))
 	require.ErrorContains(t, end, "--max-payload-size")
+}
+
+// A stream that arrives whole in one read has its first event all the same: the PD hold does
+// not wait for prefill's answer then (needsPrefill), as it does for a stream with no event.
+func TestReadFirstWholeStream(t *testing.T) {
+	event := "data: {\"text\":\"a\"}\n\n"
+	held, first, end := readFirst(iotest.DataErrReader(strings.NewReader(event+"data: [DONE]\n\n")), true, 1<<20, make([]byte, relayBufSize))
+	require.ErrorIs(t, end, io.EOF)
+	assert.True(t, first, "the event came with the body's end")
+	assert.Equal(t, event+"data: [DONE]\n\n", string(held))
+	assert.False(t, needsPrefill(true, first, false))
+
+	_, first, end = readFirst(iotest.DataErrReader(strings.NewReader(": comment\n\n")), true, 1<<20, make([]byte, relayBufSize))
+	require.ErrorIs(t, end, io.EOF)
+	assert.False(t, first, "no event with data")
+	assert.True(t, needsPrefill(true, first, false))
 }

@@ -25,6 +25,10 @@ type response struct {
 	framed framedBody // the body as its framing says (fast path)
 }
 
+// statusOK is Response.Status of a head read without its header (Request.NoHeader) that says
+// "200 OK", as workers do.
+const statusOK = "200 OK"
+
 // chunkedTE is Response.TransferEncoding of a chunked response (shared: nobody modifies it).
 var chunkedTE = []string{"chunked"}
 
@@ -131,7 +135,9 @@ func (c *conn) fastHead(method string, header bool) *response {
 	x.resp.StatusCode = code
 	x.resp.Proto, x.resp.ProtoMajor, x.resp.ProtoMinor = "HTTP/1.1", 1, 1
 	if !header {
-		x.resp.Status = string(sc)
+		if x.resp.Status = statusOK; string(sc) != statusOK { // a worker's usual answer costs no copy
+			x.resp.Status = string(sc)
+		}
 		_, _ = c.br.Discard(end)
 		return x
 	}
