@@ -1,6 +1,10 @@
 package sim
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/pdrouter/pdrouter/sim/internal/heapq"
+)
 
 // evKind says what an event does when it fires.
 type evKind uint8
@@ -52,3 +56,57 @@ func (e *event) req() *request { return (*request)(e.p) }
 
 // att is the attempt of an evSubmit, evHandshake, evKVArrived or evLegEnd.
 func (e *event) att() *attempt { return (*attempt)(e.p) }
+
+// queue is the event queue, by (time, push order): a heap, and beside it a FIFO for the events
+// a network hop away (pushHop: now + the fixed latency), which are pushed in time order and so
+// need no heap. A third of the events are such hops; sparing them the heap's sift up and down
+// matters in a loop of millions of events. Both share one push counter, and Pop takes the
+// earlier of the two heads, so the order is the heap's alone would have been.
+type queue struct {
+	h    heapq.Heap[event]
+	fifo []heapq.Entry[event] // in (At, Seq) order from head on
+	head int
+	seq  uint64 // the last Seq stamped
+}
+
+// Push schedules e at at.
+func (q *queue) Push(at int64, e event) {
+	q.seq++
+	q.h.PushSeq(at, q.seq, e)
+}
+
+// pushHop schedules e at at, which is usually no earlier than the last event pushHop queued
+// (else it goes to the heap).
+func (q *queue) pushHop(at int64, e event) {
+	q.seq++
+	if n := len(q.fifo); n > q.head && at < q.fifo[n-1].At {
+		q.h.PushSeq(at, q.seq, e)
+		return
+	}
+	if q.head == len(q.fifo) {
+		q.fifo, q.head = q.fifo[:0], 0
+	} else if q.head >= 1024 && 2*q.head >= len(q.fifo) { // move the live part down
+		n := copy(q.fifo, q.fifo[q.head:])
+		clear(q.fifo[n:])
+		q.fifo, q.head = q.fifo[:n], 0
+	}
+	q.fifo = append(q.fifo, heapq.Entry[event]{At: at, Seq: q.seq, V: e})
+}
+
+// Len is the number of events queued.
+func (q *queue) Len() int { return q.h.Len() + len(q.fifo) - q.head }
+
+// Pop removes and returns the earliest event (by time, then push order). The queue must not be
+// empty.
+func (q *queue) Pop() heapq.Entry[event] {
+	if q.head < len(q.fifo) {
+		f := &q.fifo[q.head]
+		if q.h.Len() == 0 || f.At < q.h.Min().At || f.At == q.h.Min().At && f.Seq < q.h.Min().Seq {
+			e := *f
+			*f = heapq.Entry[event]{} // drop the pointer for the GC
+			q.head++
+			return e
+		}
+	}
+	return q.h.Pop()
+}

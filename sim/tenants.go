@@ -170,7 +170,7 @@ func (x *sim) admit(r *request) {
 func (x *sim) refuse(r *request, status int, reason, msg string) {
 	r.ticket, r.refused = nil, reason
 	r.errMsg = reports.FormatError(reports.HTTPErrorKind(status), msg)
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: unsafe.Pointer(r)})
+	x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(r)})
 }
 
 // queueTimeout ends r if it still waits in the admission queue.
