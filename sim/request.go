@@ -96,7 +96,7 @@ func (x *sim) send(c *conv) {
 		lv.prompt0, lv.cached0, lv.host0, _ = x.tierCounters()
 	}
 	lv.issued++
-	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, p: unsafe.Pointer(r)})
+	x.push(x.arriveAt(sc.jitter), event{kind: evArrive, p: unsafe.Pointer(r)})
 }
 
 // arriveAt is when a request sent now with jitter reaches the router. Requests sent at one
