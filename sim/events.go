@@ -61,9 +61,11 @@ func (e *event) att() *attempt { return (*attempt)(e.p) }
 // keeps two cheaper lines, for the two kinds that are most of a run's events: a FIFO for the
 // events a network hop away (pushHop: now + the fixed latency, pushed in time order, so they
 // need no sift), a third of all events; and a heap of their own for the servers' wake-ups
-// (pushWake), over half, with entries a server index wide: a small heap, which stays in the
-// cache, where the main heap holds every conversation's next turn. All share one push
-// counter, and Pop takes the earliest of the three heads, so the order is the single heap's.
+// (Push of an evWake, which carries only its server), over half, with entries a server index
+// wide: a small heap, which stays in the cache, where the main heap holds every
+// conversation's next turn. All share one push counter, and Pop takes the earliest of the
+// three heads, so the order is the single heap's (a 1M-request run's event loop spent about
+// 2 s pushing and popping the single heap, and about 1 s in the queue).
 type queue struct {
 	h     heapq.Heap[event]
 	wakes heapq.Heap[int32]    // evWake events by server index
