@@ -60,89 +60,44 @@ func (e *event) att() *attempt { return (*attempt)(e.p) }
 // queue is the event queue, by (time, push order). Beside the heap of events at any time it
 // keeps two cheaper lines, for the two kinds that are most of a run's events: a FIFO for the
 // events a network hop away (pushHop: now + the fixed latency, pushed in time order, so they
-// need no sift), a third of all events; and a heap of their own for the servers' wake-ups
-// (Push of an evWake, which carries only its server), over half, with entries a server index
-// wide: a small heap, which stays in the cache, where the main heap holds every
-// conversation's next turn. All share one push counter, and Pop takes the earliest of the
-// three heads, so the order is the single heap's (a 1M-request run's event loop spent about
-// 2 s pushing and popping the single heap, and about 1 s in the queue).
+// need no sift: heapq.Queue), a third of all events; and a heap of their own for the servers'
+// wake-ups (Push of an evWake, which carries only its server), over half, with entries a
+// server index wide: a small heap, which stays in the cache, where the main heap holds every
+// conversation's next turn. All share one push counter, and Pop takes the earlier of the two
+// heads, so the order is the single heap's (a 1M-request run's event loop spent about 2 s
+// pushing and popping the single heap, and about 1 s in the queue).
 type queue struct {
-	h     heapq.Heap[event]
-	wakes heapq.Heap[int32]    // evWake events by server index
-	fifo  []heapq.Entry[event] // in (At, Seq) order from head on
-	head  int
-	seq   uint64 // the last Seq stamped
+	q     heapq.Queue[event]
+	wakes heapq.Heap[int32] // evWake events by server index, under q's sequence
 }
 
 // Push schedules e at at.
 func (q *queue) Push(at int64, e event) {
-	q.seq++
 	if e.kind == evWake {
-		q.wakes.PushSeq(at, q.seq, e.srv)
+		q.wakes.PushSeq(at, q.q.Next(), e.srv)
 		return
 	}
-	q.h.PushSeq(at, q.seq, e)
+	q.q.Push(at, e)
 }
 
 // pushHop schedules e at at, which is usually no earlier than the last event pushHop queued
 // (else it goes to the heap).
-func (q *queue) pushHop(at int64, e event) {
-	if n := len(q.fifo); n > q.head && at < q.fifo[n-1].At {
-		q.Push(at, e)
-		return
-	}
-	q.seq++
-	if q.head == len(q.fifo) {
-		q.fifo, q.head = q.fifo[:0], 0
-	} else if q.head >= 1024 && 2*q.head >= len(q.fifo) { // move the live part down
-		n := copy(q.fifo, q.fifo[q.head:])
-		clear(q.fifo[n:])
-		q.fifo, q.head = q.fifo[:n], 0
-	}
-	q.fifo = append(q.fifo, heapq.Entry[event]{At: at, Seq: q.seq, V: e})
-}
+func (q *queue) pushHop(at int64, e event) { q.q.PushLate(at, e) }
 
 // Len is the number of events queued.
-func (q *queue) Len() int { return q.h.Len() + q.wakes.Len() + len(q.fifo) - q.head }
-
-// before reports whether the entry at (at, seq) comes before the one at (at2, seq2).
-func before(at int64, seq uint64, at2 int64, seq2 uint64) bool {
-	return at < at2 || at == at2 && seq < seq2
-}
+func (q *queue) Len() int { return q.q.Len() + q.wakes.Len() }
 
 // Pop removes and returns the earliest event (by time, then push order). The queue must not be
 // empty.
 func (q *queue) Pop() heapq.Entry[event] {
-	const (
-		heap = iota
-		wake
-		fifo
-	)
-	from, at, seq := -1, int64(0), uint64(0)
-	if q.h.Len() > 0 {
-		m := q.h.Min()
-		from, at, seq = heap, m.At, m.Seq
-	}
-	if q.wakes.Len() > 0 {
-		if m := q.wakes.Min(); from < 0 || before(m.At, m.Seq, at, seq) {
-			from, at, seq = wake, m.At, m.Seq
-		}
-	}
-	if q.head < len(q.fifo) {
-		if f := &q.fifo[q.head]; from < 0 || before(f.At, f.Seq, at, seq) {
-			from = fifo
-		}
-	}
-	switch from {
-	case wake:
+	if q.wakes.Len() > 0 && (q.q.Len() == 0 || wakeFirst(q.wakes.Min(), q.q.Min())) {
 		w := q.wakes.Pop()
 		return heapq.Entry[event]{At: w.At, Seq: w.Seq, V: event{kind: evWake, srv: w.V}}
-	case fifo:
-		f := &q.fifo[q.head]
-		e := *f
-		*f = heapq.Entry[event]{} // drop the pointer for the GC
-		q.head++
-		return e
 	}
-	return q.h.Pop()
+	return q.q.Pop()
+}
+
+// wakeFirst reports whether wake-up w comes before event e.
+func wakeFirst(w *heapq.Entry[int32], e *heapq.Entry[event]) bool {
+	return w.At < e.At || w.At == e.At && w.Seq < e.Seq
 }
