@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
@@ -155,7 +156,7 @@ func (x *sim) begin(c *conv, sc *script) {
 		x.endConv(c)
 		return
 	}
-	x.push(x.clock.now, event{kind: evSend, p: c})
+	x.push(x.clock.now, event{kind: evSend, p: unsafe.Pointer(c)})
 }
 
 // endConv retires c; the level ends with its last conversation.
@@ -234,7 +235,7 @@ func (x *sim) clientEnd(r *request) {
 	c := r.conv
 	if r.errMsg == nil {
 		if c.sc.next() {
-			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, p: c})
+			x.push(x.clock.now+int64(c.sc.turn.ThinkTime), event{kind: evSend, p: unsafe.Pointer(c)})
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/kvindex"
@@ -162,7 +163,7 @@ func (x *sim) publish(sv *server, at time.Time, rank int, evs []engine.KVEvent) 
 		deliver := max(pub+d, now, sub.lastAt)
 		sub.lastAt = deliver
 		b.left++
-		x.push(deliver, event{kind: evKVBatch, srv: int32(r), p: b})
+		x.push(deliver, event{kind: evKVBatch, srv: int32(r), p: unsafe.Pointer(b)})
 	}
 	if b.left == 0 {
 		clear(b.events)

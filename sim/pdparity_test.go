@@ -3,6 +3,7 @@ package sim
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -41,7 +42,7 @@ func TestPDScriptsParity(t *testing.T) {
 				}
 				switch {
 				case st.Answers && role == router.Prefill:
-					x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(role), p: a})
+					x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(role), p: unsafe.Pointer(a)})
 				case st.Answers:
 					a.started, a.startedAt = true, x.clock.now // its first token reaches the router
 				case st.Status == 0:
@@ -52,7 +53,7 @@ func TestPDScriptsParity(t *testing.T) {
 			}
 			if !a.over && a.started { // decode's stream goes on to its end
 				x.clock.now += 1000
-				x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(router.Decode), p: a})
+				x.legEnd(&event{kind: evLegEnd, ok: true, role: uint8(router.Decode), p: unsafe.Pointer(a)})
 			}
 			require.True(t, a.over, "the attempt ended")
 

@@ -17,21 +17,23 @@ import (
 // workloads.ReplyText, so each reply, and with it the next turn, is known before the turn is
 // sent; a failed turn ends its conversation and the turns built after it are dropped.
 type script struct {
-	turns []plannedTurn
-	k     int            // the pending turn's index
-	turn  workloads.Turn // the pending turn, when has
-	has   bool
-	route wire.Route
-	id    string   // the pending turn's request id, "session/turn"
-	reply []uint32 // regular mode: the pending turn's reply ids (the server caches them)
+	turns  []plannedTurn
+	k      int            // the pending turn's index
+	turn   workloads.Turn // the pending turn, when has
+	has    bool
+	route  wire.Route
+	id     string   // the pending turn's request id, "session/turn"
+	jitter int64    // arrivalJitter(id)
+	reply  []uint32 // regular mode: the pending turn's reply ids (the server caches them)
 }
 
 // plannedTurn is one turn of a script.
 type plannedTurn struct {
-	turn  workloads.Turn
-	route wire.Route
-	id    string
-	reply []uint32 // regular mode only
+	turn   workloads.Turn
+	route  wire.Route
+	id     string
+	jitter int64    // arrivalJitter(id), hashed here on the prefetcher's goroutine, not on the loop's
+	reply  []uint32 // regular mode only
 }
 
 // newScript builds every turn of s and makes the first one pending.
@@ -50,6 +52,7 @@ func newScript(s *workloads.Session, regular bool) (*script, error) {
 			return nil, errors.New("sim: workload turn has no inference path")
 		}
 		p := plannedTurn{turn: t, route: route, id: t.Session + "/" + strconv.Itoa(t.Index)}
+		p.jitter = arrivalJitter(p.id)
 		// The reply makes the next turn's prompt and, in regular mode, is what the server
 		// caches; a PD conversation's last reply is neither (generating replies was 9 % of a
 		// whole-suite validate --fit's CPU, mostly last turns of single-turn workloads).
@@ -77,7 +80,7 @@ func (sc *script) set(k int) {
 		return
 	}
 	p := &sc.turns[k]
-	sc.turn, sc.route, sc.id, sc.reply = p.turn, p.route, p.id, p.reply
+	sc.turn, sc.route, sc.id, sc.jitter, sc.reply = p.turn, p.route, p.id, p.jitter, p.reply
 	*p = plannedTurn{} // the script no longer holds what the request now does
 }
 

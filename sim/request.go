@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
@@ -95,7 +96,7 @@ func (x *sim) send(c *conv) {
 		lv.prompt0, lv.cached0, lv.host0, _ = x.tierCounters()
 	}
 	lv.issued++
-	x.push(x.arriveAt(arrivalJitter(r.id)), event{kind: evArrive, p: r})
+	x.push(x.arriveAt(sc.jitter), event{kind: evArrive, p: unsafe.Pointer(r)})
 }
 
 // arriveAt is when a request sent now with jitter reaches the router. Requests sent at one
@@ -146,7 +147,7 @@ func (x *sim) route(r *request) {
 			x.shed(r, ov)
 		case errors.As(err, &nt):
 			r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), err.Error())
-			x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
+			x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(r)})
 		default:
 			x.err = err
 		}
@@ -186,7 +187,7 @@ func (x *sim) route(r *request) {
 			x.err = err
 		}
 	}
-	x.push(x.clock.now+x.lat, event{kind: evSubmit, p: a})
+	x.pushHop(x.clock.now, event{kind: evSubmit, p: unsafe.Pointer(a)})
 }
 
 // shed is the router shedding r because every available target of a role is overloaded, as
@@ -205,7 +206,7 @@ func (x *sim) shed(r *request, ov *router.OverloadError) {
 		}
 	}
 	r.errMsg = reports.FormatError(reports.HTTPErrorKind(503), ov.Error())
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
+	x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(r)})
 }
 
 // reasonOverloaded is the decision-log reason of a shed request: serve's (router/server/
@@ -282,12 +283,12 @@ func (x *sim) output(sv *server, o *engine.Output) {
 			if !a.decEnded {
 				// The KV "transfer done" signal crosses the network like the live bootstrap
 				// transport's (ARCHITECTURE §4): one hop.
-				x.push(at+x.lat, event{kind: evKVArrived, p: a})
+				x.pushHop(at, event{kind: evKVArrived, p: unsafe.Pointer(a)})
 			}
-			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(router.Prefill), p: a})
+			x.pushHop(at, event{kind: evLegEnd, ok: true, role: uint8(router.Prefill), p: unsafe.Pointer(a)})
 		case engine.KindFailed:
 			a.preEnded, a.preWhy = true, o.Reason
-			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(router.Prefill), p: a})
+			x.pushHop(at, event{kind: evLegEnd, role: uint8(router.Prefill), p: unsafe.Pointer(a)})
 		}
 	default: // decode or regular
 		if a.decEnded {
@@ -296,7 +297,7 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		switch o.Kind {
 		case engine.KindPreallocated:
 			a.decCached = o.CachedTokens
-			x.push(at+x.lat, event{kind: evHandshake, p: a})
+			x.pushHop(at, event{kind: evHandshake, p: unsafe.Pointer(a)})
 		case engine.KindToken:
 			if !x.pd && o.Index == 0 {
 				a.engFirst = at
@@ -305,10 +306,10 @@ func (x *sim) output(sv *server, o *engine.Output) {
 		case engine.KindFinished:
 			a.decEnded = true
 			a.req.usage = o.Usage
-			x.push(at+x.lat, event{kind: evLegEnd, ok: true, role: uint8(sv.role), p: a})
+			x.pushHop(at, event{kind: evLegEnd, ok: true, role: uint8(sv.role), p: unsafe.Pointer(a)})
 		case engine.KindFailed:
 			a.decEnded, a.decWhy = true, o.Reason
-			x.push(at+x.lat, event{kind: evLegEnd, role: uint8(sv.role), p: a})
+			x.pushHop(at, event{kind: evLegEnd, role: uint8(sv.role), p: unsafe.Pointer(a)})
 		}
 	}
 }
@@ -374,7 +375,7 @@ func (x *sim) legEnd(ev *event) {
 		}
 		a.over = true
 		delete(x.rooms, a.room)
-		x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: a.req})
+		x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(a.req)})
 		return
 	}
 	// As the worker answers: a dead server sends nothing (a transport error); a live one
@@ -436,7 +437,7 @@ func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, wh
 	fail.Attempt.Started = a.started && a.startedAt <= x.clock.now
 	wait, retry := r.retrier.Next(fail.Attempt)
 	if retry {
-		x.push(x.clock.now+int64(wait), event{kind: evRetry, p: r})
+		x.push(x.clock.now+int64(wait), event{kind: evRetry, p: unsafe.Pointer(r)})
 		return
 	}
 	if r.retrier.OverBudget() {
@@ -460,7 +461,7 @@ func (x *sim) legFailed(a *attempt, role router.Role, outcome router.Attempt, wh
 	} else {
 		r.errMsg = reports.FormatError(reports.HTTPErrorKind(status), msg)
 	}
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
+	x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(r)})
 }
 
 // pdFailure is how an attempt failed: router.PDFailureReport, which a regular attempt's

@@ -13,7 +13,6 @@ import (
 	"github.com/pdrouter/pdrouter/router"
 	"github.com/pdrouter/pdrouter/router/wire"
 	"github.com/pdrouter/pdrouter/sim/engine"
-	"github.com/pdrouter/pdrouter/sim/internal/heapq"
 	"github.com/pdrouter/pdrouter/workloads"
 )
 
@@ -107,12 +106,12 @@ type sim struct {
 	// so same-instant sends keep their order (arriveAt).
 	lastSend, lastArrival int64
 	clock                 vclock
-	q                     heapq.Heap[event] // the event queue, by (time, push order)
-	reps                  []*replica        // the router replicas (Routing.Replicas)
-	nextRep               int               // round-robin affinity: the next request's replica
-	kv                    *kvFeed           // nil without KV events
-	tn                    *tenancy          // tenants, priorities and each replica's admission
-	loads                 *loadFeed         // nil without engine load reports
+	q                     queue      // the event queue, by (time, push order)
+	reps                  []*replica // the router replicas (Routing.Replicas)
+	nextRep               int        // round-robin affinity: the next request's replica
+	kv                    *kvFeed    // nil without KV events
+	tn                    *tenancy   // tenants, priorities and each replica's admission
+	loads                 *loadFeed  // nil without engine load reports
 	ids                   *wire.IDGen
 	servers               []*server
 	byURL                 map[string]*server  // lookups only
@@ -300,6 +299,10 @@ func (x *sim) countBreakerOpens(ev router.WorkerEvent) {
 
 // push schedules e at virtual time at.
 func (x *sim) push(at int64, e event) { x.q.Push(at, e) }
+
+// pushHop schedules e a network hop after at (at + the one-way latency): usually no earlier
+// than the last hop scheduled, so these events skip the heap (queue).
+func (x *sim) pushHop(at int64, e event) { x.q.pushHop(at+x.lat, e) }
 
 // now is the virtual time as an engine time.
 func (x *sim) t() time.Time { return Epoch.Add(time.Duration(x.clock.now)) }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/pdrouter/pdrouter/reports"
 	"github.com/pdrouter/pdrouter/router"
@@ -161,7 +162,7 @@ func (x *sim) admit(r *request) {
 		x.route(r)
 	default:
 		tn.queued[r.ticket] = r
-		x.push(x.clock.now+tn.timeout, event{kind: evQueueTimeout, p: r})
+		x.push(x.clock.now+tn.timeout, event{kind: evQueueTimeout, p: unsafe.Pointer(r)})
 	}
 }
 
@@ -169,7 +170,7 @@ func (x *sim) admit(r *request) {
 func (x *sim) refuse(r *request, status int, reason, msg string) {
 	r.ticket, r.refused = nil, reason
 	r.errMsg = reports.FormatError(reports.HTTPErrorKind(status), msg)
-	x.push(x.clock.now+x.lat, event{kind: evClientEnd, p: r})
+	x.pushHop(x.clock.now, event{kind: evClientEnd, p: unsafe.Pointer(r)})
 }
 
 // queueTimeout ends r if it still waits in the admission queue.

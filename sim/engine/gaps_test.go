@@ -129,3 +129,28 @@ func TestRequestRecordIsLineAligned(t *testing.T) {
 		assert.LessOrEqual(t, end, uintptr(64), "%s ends at byte %d", name, end)
 	}
 }
+
+// nopSink is a value GapSink (no pointer in the interface's data word).
+type nopSink struct{}
+
+func (nopSink) AddN(int64, int64) {}
+
+// sameSink says two sinks are the same exactly when == does, for the sinks in use: pointers
+// (one object or two) and an empty value.
+func TestSameSink(t *testing.T) {
+	t.Parallel()
+	a, b := &gapCounts{}, &gapCounts{}
+	for _, tc := range []struct {
+		name string
+		x, y GapSink
+	}{
+		{"one pointer", a, a},
+		{"two pointers", a, b},
+		{"pointer and nil", a, nil},
+		{"nil and nil", nil, nil},
+		{"empty values", nopSink{}, nopSink{}},
+		{"value and pointer", nopSink{}, a},
+	} {
+		assert.Equal(t, tc.x == tc.y, sameSink(&tc.x, &tc.y), tc.name)
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // The event loop: at each model instant, step ends (rank order), then timers (time, push order),
@@ -396,13 +397,22 @@ func (s *Server) token(r *request, t time.Time) {
 		tn := t.UnixNano()
 		g := tn - r.lastTok
 		r.lastTok = tn
-		if r.gaps != s.gapSink || g != s.gapNS {
+		if g != s.gapNS || !sameSink(&r.gaps, &s.gapSink) {
 			s.flushGaps()
 			s.gapSink, s.gapNS = r.gaps, g
 		}
 		s.gapN++
 	}
 	r.generated++
+}
+
+// sameSink reports whether a and b hold the same dynamic type and data word, which for the
+// pointer sinks in use is a == b without the runtime call an interface comparison makes (0.4 s
+// of a 1M-request run, once per token). Equal words imply a == b; a value sink boxed twice
+// may compare unequal, which only ends a run of gaps early (flushGaps: the counts are the
+// same).
+func sameSink(a, b *GapSink) bool {
+	return *(*[2]uintptr)(unsafe.Pointer(a)) == *(*[2]uintptr)(unsafe.Pointer(b))
 }
 
 // chunkToken is a further output token of the step that produced r's last one (speculative

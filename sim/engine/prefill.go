@@ -386,7 +386,7 @@ func (s *Server) startTransfer(r *request, now, done time.Time) {
 	s.setQueue(r, QueueInflight)
 	if s.neverKV {
 		if s.cfg.BootstrapTimeout > 0 {
-			s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
+			s.timers.pushDeadline(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
 		}
 		return
 	}
@@ -468,7 +468,7 @@ func (s *Server) lastChunkSent(rk *rank, r *request, t time.Time) {
 	if s.neverKV {
 		s.linkDrop(rk, r, t)
 		if s.cfg.BootstrapTimeout > 0 {
-			s.timers.push(timer{at: t.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
+			s.timers.pushDeadline(timer{at: t.Add(s.cfg.BootstrapTimeout), kind: tStuck, r: r})
 		}
 		return
 	}

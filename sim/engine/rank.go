@@ -179,9 +179,15 @@ type timer struct {
 // timerHeap orders timers by time, then by push order, so equal times fire deterministically.
 // The key is the time in Unix nanoseconds: the order of Before for the engine's times
 // (1678–2262), on the wall clock when a real-time driver's times carry a monotonic reading.
-type timerHeap struct{ heapq.Heap[timer] }
+// The deadlines BootstrapTimeout after now (pushDeadline: one or two a request, nearly all
+// dropped unfired when they come up) arrive in time order and queue without a sift
+// (heapq.Queue).
+type timerHeap struct{ heapq.Queue[timer] }
 
 func (h *timerHeap) push(t timer) { h.Push(t.at.UnixNano(), t) }
+
+// pushDeadline is push of a timer BootstrapTimeout after the server's current time.
+func (h *timerHeap) pushDeadline(t timer) { h.PushLate(t.at.UnixNano(), t) }
 
 func (h *timerHeap) pop() timer { return h.Pop().V }
 

@@ -255,7 +255,7 @@ func (s *Server) Submit(now time.Time, req Req) {
 
 func (s *Server) armTimeout(r *request, now time.Time) {
 	if s.cfg.BootstrapTimeout > 0 {
-		s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tTimeout, r: r})
+		s.timers.pushDeadline(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tTimeout, r: r})
 	}
 }
 
@@ -278,7 +278,7 @@ func (s *Server) HandshakeCached(now time.Time, room uint64, decodeCached int) {
 		s.earlyCached[room] = decodeCached
 		s.early[room] = now.Add(s.cfg.BootstrapTimeout)
 		if s.cfg.BootstrapTimeout > 0 {
-			s.timers.push(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tEarly, room: room})
+			s.timers.pushDeadline(timer{at: now.Add(s.cfg.BootstrapTimeout), kind: tEarly, room: room})
 		}
 		return
 	}
