@@ -46,7 +46,7 @@ func (q *Queue[T]) Len() int { return q.h.Len() + len(q.fifo) - q.head }
 // Min returns the earliest entry, valid until the queue changes; the queue must not be
 // empty.
 func (q *Queue[T]) Min() *Entry[T] {
-	if q.head < len(q.fifo) && (q.h.Len() == 0 || q.fifo[q.head].before(q.h.Min())) {
+	if q.fifoFirst() {
 		return &q.fifo[q.head]
 	}
 	return q.h.Min()
@@ -54,13 +54,18 @@ func (q *Queue[T]) Min() *Entry[T] {
 
 // Pop removes and returns the earliest entry; the queue must not be empty.
 func (q *Queue[T]) Pop() Entry[T] {
-	if q.head < len(q.fifo) && (q.h.Len() == 0 || q.fifo[q.head].before(q.h.Min())) {
+	if q.fifoFirst() {
 		e := q.fifo[q.head]
 		q.fifo[q.head] = Entry[T]{} // drop pointers for the GC
 		q.head++
 		return e
 	}
 	return q.h.Pop()
+}
+
+// fifoFirst reports whether the earliest entry is the FIFO's head (else the heap's).
+func (q *Queue[T]) fifoFirst() bool {
+	return q.head < len(q.fifo) && (q.h.Len() == 0 || q.fifo[q.head].before(q.h.Min()))
 }
 
 // Clear removes every entry, keeping the capacity; the sequence goes on.
