@@ -286,7 +286,7 @@ func (kr *kvRank) run(ctx context.Context) {
 	}
 }
 
-// send publishes one payload with the next sequence number and keeps it for replay.
+// send keeps one payload for replay with the next sequence number, then publishes it.
 func (kr *kvRank) send(payload []byte) {
 	if kr.reset.Swap(false) {
 		kr.bufMu.Lock()
@@ -297,14 +297,8 @@ func (kr *kvRank) send(payload []byte) {
 	kr.seq++
 	var sb [8]byte
 	binary.BigEndian.PutUint64(sb[:], seq)
-	msg := zmq4.NewMsgFrom([]byte(kr.p.cfg.Topic), sb[:], payload)
-	if kr.drop.Load() > 0 {
-		kr.drop.Add(-1) // lost on the way: a gap the subscriber sees at the next batch
-	} else if err := kr.pub.SendMulti(msg); err != nil {
-		kr.p.log.Warn("fakeworker: kv events: publish", "rank", kr.rank, "seq", seq, "err", err)
-	} else {
-		kr.p.published.Add(1)
-	}
+	// Buffered before it is sent: a subscriber that asks for a replay as soon as it sees
+	// the message must find it (the replay goroutine answers concurrently).
 	kr.bufMu.Lock()
 	if len(kr.buf) < kr.p.cfg.BufferSteps {
 		kr.buf = append(kr.buf, kvSent{seq, payload})
@@ -313,6 +307,14 @@ func (kr *kvRank) send(payload []byte) {
 		kr.next = (kr.next + 1) % len(kr.buf)
 	}
 	kr.bufMu.Unlock()
+	msg := zmq4.NewMsgFrom([]byte(kr.p.cfg.Topic), sb[:], payload)
+	if kr.drop.Load() > 0 {
+		kr.drop.Add(-1) // lost on the way: a gap the subscriber sees at the next batch
+	} else if err := kr.pub.SendMulti(msg); err != nil {
+		kr.p.log.Warn("fakeworker: kv events: publish", "rank", kr.rank, "seq", seq, "err", err)
+	} else {
+		kr.p.published.Add(1)
+	}
 }
 
 // replayFrom returns the buffered messages with seq ≥ start, oldest first.
