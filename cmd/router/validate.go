@@ -92,7 +92,7 @@ func newSimValidateCmd() *cobra.Command {
 		names = append(names, f.Name)
 	}
 	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): "+strings.Join(names, ", "))
-	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out, one Gauss-Newton step from the full fit) and print those errors too (implies --fit)")
+	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out: one Gauss-Newton step from the full fit) and from the fit run again without its whole source, the repository or site that published it (leave-one-source-out), and print those errors too, per source and per set (implies --fit)")
 	return cmd
 }
 
@@ -101,22 +101,41 @@ func newSimValidateCmd() *cobra.Command {
 func writePerSet(out io.Writer, sets []validate.SetMedians) {
 	fmt.Fprintf(out, "\nper set, built-in → cross-validated: median |sim ÷ published − 1| and median TTFT sim ÷ published (P99s and known gaps left out)\n")
 	fmt.Fprintf(out, "%-58s %4s %16s %16s %14s\n", "set", "n", "all", "TTFT", "TTFT ratio")
-	pct := func(v float64) string {
-		if math.IsNaN(v) {
-			return "-"
-		}
-		return fmt.Sprintf("%.1f%%", 100*v)
-	}
-	ratio := func(v float64) string {
-		if math.IsNaN(v) {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", v)
-	}
+	pct, ratio := pctNaN, ratioNaN
 	for _, m := range sets {
 		fmt.Fprintf(out, "%-58s %4d %16s %16s %14s\n", m.Set, m.Builtin.N,
 			pct(m.Builtin.All)+" → "+pct(m.Cross.All), pct(m.Builtin.TTFT)+" → "+pct(m.Cross.TTFT), ratio(m.Builtin.TTFTRatio)+" → "+ratio(m.Cross.TTFTRatio))
 	}
+}
+
+// writePerSource is one line a source (Set.Source): its sets' median |error| and TTFT ratio
+// left out one set at a time → the whole source left out (how the model does on a
+// publication it has not seen).
+func writePerSource(out io.Writer, srcs []validate.SourceMedians) {
+	fmt.Fprintf(out, "\nper source, each set left out → the whole source left out: median |sim ÷ published − 1| and median TTFT sim ÷ published (P99s and known gaps left out)\n")
+	fmt.Fprintf(out, "%-36s %4s %4s %16s %16s %16s %16s %14s\n", "source", "sets", "n", "all", "TTFT", "TPOT/ITL", "thruput", "TTFT ratio")
+	for _, m := range srcs {
+		fmt.Fprintf(out, "%-36s %4d %4d %16s %16s %16s %16s %14s\n", m.Source, len(m.Sets), m.BySet.N,
+			pctNaN(m.BySet.All)+" → "+pctNaN(m.BySource.All), pctNaN(m.BySet.TTFT)+" → "+pctNaN(m.BySource.TTFT),
+			pctNaN(m.BySet.TPOT)+" → "+pctNaN(m.BySource.TPOT), pctNaN(m.BySet.Throughput)+" → "+pctNaN(m.BySource.Throughput),
+			ratioNaN(m.BySet.TTFTRatio)+" → "+ratioNaN(m.BySource.TTFTRatio))
+	}
+}
+
+// pctNaN prints an error as a percentage, "-" when there is none (NaN).
+func pctNaN(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// ratioNaN prints a ratio, "-" when there is none (NaN).
+func ratioNaN(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // writeFarOff lists the cross-validated figures beyond 2×, level by level, each level with its
@@ -183,15 +202,18 @@ func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) erro
 	row("embedded, fitted", rep.After, embedded)
 	if cross {
 		row("embedded, cross-validated", rep.Cross, embedded)
+		row("embedded, source left out", rep.CrossSource, embedded)
 	}
 	if len(files) > 0 {
 		row("files, built-in", rep.Before, others)
 		row("files, fitted", rep.After, others)
 		if cross {
 			row("files, cross-validated", rep.Cross, others)
+			row("files, source left out", rep.CrossSource, others)
 		}
 	}
 	if cross {
+		writePerSource(out, validate.PerSource(sets, rep.Cross, rep.CrossSource))
 		writePerSet(out, validate.PerSet(rep.Before, rep.Cross))
 		writeFarOff(out, validate.FarOff(rep.Cross, func(string) bool { return true }))
 	}

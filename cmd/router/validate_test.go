@@ -60,3 +60,20 @@ func TestWritePerSetShowsBuiltinAndCrossValidated(t *testing.T) {
 	assert.Regexp(t, `dstack-x +30 +6\.5% → 8\.1% +24\.0% → 25\.4% +1\.09 → 1\.10`, out.String())
 	assert.Regexp(t, `ep-phase +4 +3\.2% → 3\.2% +- → - +- → -`, out.String())
 }
+
+// The per-source lines of validate --cross: a source's sets and figures, its medians left out
+// set by set → as a whole, "-" where it has no TTFT figure.
+func TestWritePerSourceShowsSetAndSourceLeftOut(t *testing.T) {
+	t.Parallel()
+	nan := math.NaN()
+	var out bytes.Buffer
+	writePerSource(&out, []validate.SourceMedians{
+		{Source: "sgl-project/sgl-cookbook", Sets: make([]string, 8), BySet: validate.MedianErrors{N: 247, All: 0.098, TTFT: 0.227, TPOT: 0.079, Throughput: 0.083, TTFTRatio: 0.92},
+			BySource: validate.MedianErrors{N: 247, All: 0.231, TTFT: 0.59, TPOT: 0.193, Throughput: 0.213, TTFTRatio: 0.48}},
+		{Source: "lmsys.org", Sets: make([]string, 4), BySet: validate.MedianErrors{N: 13, All: 0.039, TTFT: nan, TPOT: nan, Throughput: 0.039, TTFTRatio: nan},
+			BySource: validate.MedianErrors{N: 13, All: 0.039, TTFT: nan, TPOT: nan, Throughput: 0.039, TTFTRatio: nan}},
+	})
+	assert.Contains(t, out.String(), "each set left out → the whole source left out")
+	assert.Regexp(t, `sgl-project/sgl-cookbook +8 +247 +9\.8% → 23\.1% +22\.7% → 59\.0% +7\.9% → 19\.3% +8\.3% → 21\.3% +0\.92 → 0\.48`, out.String())
+	assert.Regexp(t, `lmsys\.org +4 +13 +3\.9% → 3\.9% +- → - +- → - +3\.9% → 3\.9% +- → -`, out.String())
+}

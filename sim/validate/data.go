@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -43,6 +44,25 @@ type Set struct {
 	// Parse records how lenient fields were read (a string taken as a number, a null skipped),
 	// one line each.
 	Parse []string
+}
+
+// Source is the publication a set's figures come from, for leave-one-source-out validation:
+// the repository of a GitHub source_url ("sgl-project/sgl-cookbook", "dstackai/benchmarks";
+// every sglang README and PR is "sgl-project/sglang"), the site of any other
+// ("lmsys.org"), the set's own name when it has no URL. Sets of one source share what a
+// publication shares (its authors, client, hardware and habits), so leaving them out together
+// tests the model on a publication it has not seen.
+func (s Set) Source() string {
+	u, err := url.Parse(s.SourceURL)
+	if err != nil || u.Host == "" {
+		return s.Name
+	}
+	if u.Host == "github.com" {
+		if parts := strings.Split(strings.Trim(u.Path, "/"), "/"); len(parts) >= 2 {
+			return parts[0] + "/" + parts[1]
+		}
+	}
+	return u.Host
 }
 
 // PD is the layout of a disaggregated set.

@@ -92,3 +92,21 @@ func TestEmbeddedSetsAllParse(t *testing.T) {
 		assert.True(t, names[n], "issue 25's set %s", n)
 	}
 }
+
+// A set's source is the repository or site that published it: every page of one GitHub
+// repository (a README, a PR, a pinned blob) is one source, any other URL its host, and a set
+// without a URL is a source of its own.
+func TestSourceIsThePublishingRepositoryOrSite(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, want string }{
+		{"https://github.com/sgl-project/sglang/pull/4880", "sgl-project/sglang"},
+		{"https://github.com/sgl-project/sglang/blob/main/benchmark/benchmark_vllm_060/README.md", "sgl-project/sglang"},
+		{"https://github.com/dstackai/benchmarks/tree/06c957a/comparison/pd_ratio", "dstackai/benchmarks"},
+		{"https://lmsys.org/blog/2025-05-05-large-scale-ep/", "lmsys.org"},
+		{"https://github.com/sgl-project", "github.com"},
+		{"", "my-set"},
+		{"not a url", "my-set"},
+	} {
+		assert.Equal(t, c.want, Set{Name: "my-set", SourceURL: c.url}.Source(), "%q", c.url)
+	}
+}

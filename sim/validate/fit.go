@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -92,12 +93,14 @@ type FitGroup struct {
 }
 
 // FitReport is a fit's outcome: the constants, the GPU groups fitted, the sets' results before
-// and after, and (with cross) each set's results as predicted by a fit without it.
+// and after, and (with cross) each set's results as predicted by a fit without it and by a
+// fit without its whole source (Set.Source).
 type FitReport struct {
 	Params        []FitParam
 	Groups        []FitGroup
 	Before, After []Result
 	Cross         []Result
+	CrossSource   []Result
 	Evaluations   int // runs of a GPU's sets
 	// Runs are the set runs done, Reused the ones answered by an earlier identical run.
 	Runs, Reused int
@@ -285,7 +288,8 @@ func (grp *gpuGroup) runner() *runner {
 // Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
 // progress(msg) reports each step (nil: quiet). With cross, each set's figures are also
 // predicted by the fit without it (one Gauss–Newton step from the full fit with that set's
-// rows left out: leave-one-set-out, linearised).
+// rows left out: leave-one-set-out, linearised; Cross) and by the fit without every set of
+// its source (leave-one-source-out, the same step; CrossSource).
 func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitReport, error) {
 	for _, n := range fields {
 		if !slices.ContainsFunc(FitFields, func(f FitField) bool { return f.Name == n }) {
@@ -335,7 +339,7 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	type outcome struct {
 		x     []float64
 		evals int
-		cross map[string][]Result
+		cross crossResults
 		err   error
 		msgs  chan string
 	}
@@ -361,7 +365,7 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 	}
 	wg.Wait()
 	fitted := map[string]engine.GPU{}
-	cross1 := map[string][]Result{}
+	cross1 := crossResults{bySet: predicted{}, bySource: predicted{}}
 	for k, n := range names {
 		grp, o := byGPU[n], outs[k]
 		rep.Evaluations += o.evals
@@ -379,26 +383,47 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 		for i, f := range grp.fields {
 			rep.Params = append(rep.Params, FitParam{GPU: n, Field: f.Name, Before: math.Exp(grp.x0[i]), After: math.Exp(o.x[i]), Prior: math.Exp(grp.prior[i]), Lo: f.Lo, Hi: f.Hi})
 		}
-		for s, rs := range o.cross {
-			cross1[s] = rs
-		}
+		cross1.merge(o.cross)
 	}
 	rep.After = Results(runs.all(sets, fitted))
 	rep.Runs, rep.Reused = runs.ran, runs.hits
 	if cross {
-		for _, s := range sets {
-			if rs, ok := cross1[s.Name]; ok {
-				rep.Cross = append(rep.Cross, rs...)
-				continue
-			}
-			for _, r := range rep.After { // a set the fit did not use predicts itself
-				if r.Set == s.Name {
-					rep.Cross = append(rep.Cross, r)
-				}
+		rep.Cross = cross1.bySet.inOrder(sets, rep.After)
+		rep.CrossSource = cross1.bySource.inOrder(sets, rep.After)
+	}
+	return rep, nil
+}
+
+// predicted holds sets' results as a fit without them predicts them, by set name.
+type predicted map[string][]Result
+
+// inOrder lists p's results in the order of sets; a set the fit did not use (no figure it
+// could fit, or its GPU has no constant to fit) predicts itself: its results in after.
+func (p predicted) inOrder(sets []Set, after []Result) []Result {
+	var out []Result
+	for _, s := range sets {
+		if rs, ok := p[s.Name]; ok {
+			out = append(out, rs...)
+			continue
+		}
+		for _, r := range after {
+			if r.Set == s.Name {
+				out = append(out, r)
 			}
 		}
 	}
-	return rep, nil
+	return out
+}
+
+// crossResults are a fit's held-out predictions: each set without itself (leave-one-set-out)
+// and without its source (leave-one-source-out).
+type crossResults struct {
+	bySet, bySource predicted
+}
+
+func (c crossResults) merge(o crossResults) {
+	maps.Copy(c.bySet, o.bySet)
+	maps.Copy(c.bySource, o.bySource)
 }
 
 // init chooses the group's constants: the FitFields named by fields (none: all) its GPU has
@@ -565,11 +590,11 @@ const fitMaxIter = 12
 const fitStepTol = 0.002
 
 // fit runs Levenberg–Marquardt from the current values and returns the fitted x, the runs it
-// took and, with cross, each set's results predicted without it.
-func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map[string][]Result, error) {
+// took and, with cross, each set's results predicted without it and without its source.
+func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, crossResults, error) {
 	x := slices.Clone(grp.x0)
 	if len(x) == 0 { // no constant reaches the group's sets: nothing to fit, nothing to run
-		return x, 0, nil, nil
+		return x, 0, crossResults{}, nil
 	}
 	rs, evals := grp.start, 0 // the built-in constants' run, done once for every set
 	if rs == nil {
@@ -586,7 +611,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 		for try := 0; try < 4 && !accepted; try++ {
 			d, err := step(J, res, func(int) bool { return true }, lambda)
 			if err != nil {
-				return x, evals, nil, err
+				return x, evals, crossResults{}, err
 			}
 			xn := slices.Clone(x)
 			for i := range xn {
@@ -620,36 +645,108 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, map
 		}
 	}
 	if !cross {
-		return x, evals, nil, nil
+		return x, evals, crossResults{}, nil
 	}
 	J := grp.jacobian(x, rs, res)
 	evals += len(x)
-	out := map[string][]Result{}
+	out := crossResults{bySet: predicted{}, bySource: predicted{}}
+	var sources []string
+	sourceOf := map[string]string{}
 	for _, s := range grp.sets {
-		d, err := step(J, res, func(i int) bool { return i >= len(rs) || rs[i].Set != s.Name }, 0)
+		src := s.Source()
+		if !slices.Contains(sources, src) {
+			sources = append(sources, src)
+		}
+		sourceOf[s.Name] = src
+		p, err := leaveOut(J, res, rs, func(set string) bool { return set == s.Name })
 		if err != nil {
-			return x, evals, nil, err
+			return x, evals, crossResults{}, err
 		}
-		for i, r := range rs {
-			if r.Set != s.Name {
-				continue
-			}
-			if !math.IsNaN(r.Ratio) && r.Ratio > 0 {
-				shift := 0.0
-				for j := range d {
-					shift += J.At(i, j) * d[j]
-				}
-				// The row's residual moves by shift (in fitResidual's units): its error e to
-				// softL1Inv(softL1(e) + shift) bands, the ratio to exp(that·ln(1 + band)).
-				lb := math.Log(1 + r.Band)
-				r.Ratio = math.Exp(softL1Inv(softL1(math.Log(r.Ratio)/lb)+shift) * lb)
-				r.Simulated = r.Ratio * r.Published
-				r.Pass = InBand(r.Ratio, r.Band)
-			}
-			out[s.Name] = append(out[s.Name], r)
+		out.bySet[s.Name] = p[s.Name]
+	}
+	for _, src := range sources {
+		p, n, err := grp.refitWithout(x, func(set string) bool { return sourceOf[set] == src })
+		evals += n
+		if err != nil {
+			return x, evals, crossResults{}, err
 		}
+		maps.Copy(out.bySource, p)
 	}
 	return x, evals, out, nil
+}
+
+// refitWithout predicts the sets drop selects from a fit without them: the group's fit run
+// again on its other sets (started at x, the full fit's point), the constants none of those
+// reaches at their prior (nothing else informs them), and the dropped sets run at the
+// result. Unlike leaveOut it is not linearised: leaving out a whole source can move a
+// constant far (the sets of one source may be all that pins it), where one Gauss–Newton step
+// from the full fit is no guide.
+func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (predicted, int, error) {
+	sub := &gpuGroup{gpu: grp.gpu, runs: grp.runs}
+	var left []Set
+	for _, s := range grp.sets {
+		if drop(s.Name) {
+			left = append(left, s)
+		} else {
+			sub.sets = append(sub.sets, s)
+		}
+	}
+	names := make([]string, len(grp.fields))
+	for j, f := range grp.fields {
+		names[j] = f.Name
+	}
+	sub.init(names)
+	for i, f := range sub.fields {
+		sub.x0[i] = x[slices.IndexFunc(grp.fields, func(g FitField) bool { return g.Name == f.Name })]
+	}
+	xs, evals, _, err := sub.fit(false, func(string) {})
+	if err != nil {
+		return nil, evals, err
+	}
+	g := grp.gpu
+	for j, f := range grp.fields {
+		v := math.Exp(grp.prior[j])
+		if k := slices.IndexFunc(sub.fields, func(h FitField) bool { return h.Name == f.Name }); k >= 0 {
+			v = math.Exp(xs[k])
+		}
+		f.set(&g, v)
+	}
+	out := predicted{}
+	for _, r := range Results(grp.runner().all(left, map[string]engine.GPU{g.Name: g})) {
+		out[r.Set] = append(out[r.Set], r)
+	}
+	return out, evals + 1, nil
+}
+
+// leaveOut predicts the results of the sets drop selects from the fit without them: one
+// Gauss–Newton step from the fitted point (rows rs, residuals res, Jacobian J there; the
+// prior's rows are kept) with their rows left out, each of their figures moved by its row's
+// linearised shift.
+func leaveOut(J *mat.Dense, res []float64, rs []Result, drop func(set string) bool) (predicted, error) {
+	d, err := step(J, res, func(i int) bool { return i >= len(rs) || !drop(rs[i].Set) }, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := predicted{}
+	for i, r := range rs {
+		if !drop(r.Set) {
+			continue
+		}
+		if !math.IsNaN(r.Ratio) && r.Ratio > 0 {
+			shift := 0.0
+			for j := range d {
+				shift += J.At(i, j) * d[j]
+			}
+			// The row's residual moves by shift (in fitResidual's units): its error e to
+			// softL1Inv(softL1(e) + shift) bands, the ratio to exp(that·ln(1 + band)).
+			lb := math.Log(1 + r.Band)
+			r.Ratio = math.Exp(softL1Inv(softL1(math.Log(r.Ratio)/lb)+shift) * lb)
+			r.Simulated = r.Ratio * r.Published
+			r.Pass = InBand(r.Ratio, r.Band)
+		}
+		out[r.Set] = append(out[r.Set], r)
+	}
+	return out, nil
 }
 
 // MedianErrors are a results list's median |sim ÷ published − 1| per metric (P99s and known
@@ -716,6 +813,39 @@ func PerSet(builtin, cross []Result) []SetMedians {
 		}
 	}
 	return out
+}
+
+// SourceMedians is one source's Medians over its sets' figures, each set predicted by the
+// fit without it (BySet) and by the fit without the whole source (BySource).
+type SourceMedians struct {
+	Source          string
+	Sets            []string
+	BySet, BySource MedianErrors
+}
+
+// PerSource summarises cross and crossSource (Fit's Cross and CrossSource) source by source,
+// in the order the sources first appear in sets; a source with no figure is left out.
+func PerSource(sets []Set, cross, crossSource []Result) []SourceMedians {
+	var out []SourceMedians
+	at := map[string]int{}
+	for _, s := range sets {
+		k, ok := at[s.Source()]
+		if !ok {
+			k = len(out)
+			at[s.Source()] = k
+			out = append(out, SourceMedians{Source: s.Source()})
+		}
+		out[k].Sets = append(out[k].Sets, s.Name)
+	}
+	kept := out[:0]
+	for _, m := range out {
+		in := func(set string) bool { return slices.Contains(m.Sets, set) }
+		m.BySet, m.BySource = Medians(cross, in), Medians(crossSource, in)
+		if m.BySet.N > 0 {
+			kept = append(kept, m)
+		}
+	}
+	return kept
 }
 
 // FarOff are the figures of rs (sets passing keep; P99s and known gaps left out, as in
