@@ -155,10 +155,11 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	assert.LessOrEqual(t, ms.All, 0.20, "leave-one-source-out median |error| over the held-out sets")
 	assert.Equal(t, Medians(rep.Before, embedded).InBand, Medians(rep.CrossSource, embedded).InBand, "the embedded suite keeps its bands with each source left out")
 	// Issue 40: no figure beyond 2× unless the set's notes say why. 68 beyond 2× when written,
-	// 30 of them on levels whose beyond_2x gives the evidence; the 38 others are mispredictions
-	// (39 of 69 before the fit ran to its fixed point, sim/engine/fitted.go; 41 of 67 before the
-	// held-out notes and set fixes of 7a1a9f2), and a change that adds one
-	// fails here. A level's beyond_2x with no figure beyond 2× left is
+	// 31 of them on levels whose beyond_2x gives the evidence; the 37 others are mispredictions
+	// (38 before the Kimi-K2 concurrency-1 level's median E2E, a sample of 10 the page does not
+	// print, had its evidence; 39 of 69 before the fit ran to its fixed point,
+	// sim/engine/fitted.go; 41 of 67 before the held-out notes and set fixes of 7a1a9f2), and a
+	// change that adds one fails here. A level's beyond_2x with no figure beyond 2× left is
 	// stale.
 	far := FarOff(rep.Cross, held)
 	farLevels := map[string]bool{}
@@ -170,7 +171,7 @@ func TestHeldOutCrossValidated(t *testing.T) {
 		}
 	}
 	t.Logf("held out, cross-validated: %d figures beyond 2×, %d of them mispredicted", len(far), unexplained)
-	assert.LessOrEqual(t, unexplained, 38, "cross-validated figures beyond 2× that no level's beyond_2x explains")
+	assert.LessOrEqual(t, unexplained, 37, "cross-validated figures beyond 2× that no level's beyond_2x explains")
 	for _, r := range rep.Cross {
 		if r.Explained != "" && held(r.Set) {
 			assert.True(t, farLevels[r.Set+" | "+r.Level], "%s %s: beyond_2x is stale (no figure of the level beyond 2× cross-validated)", r.Set, r.Level)
