@@ -665,7 +665,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, cro
 		out.bySet[s.Name] = p[s.Name]
 	}
 	for _, src := range sources {
-		p, n, err := grp.refitWithout(x, func(set string) bool { return sourceOf[set] == src })
+		p, _, n, err := grp.refitWithout(x, func(set string) bool { return sourceOf[set] == src })
 		evals += n
 		if err != nil {
 			return x, evals, crossResults{}, err
@@ -678,10 +678,10 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, cro
 // refitWithout predicts the sets drop selects from a fit without them: the group's fit run
 // again on its other sets (started at x, the full fit's point), the constants none of those
 // reaches at their prior (nothing else informs them), and the dropped sets run at the
-// result. Unlike leaveOut it is not linearised: leaving out a whole source can move a
+// result (returned with the predictions). Unlike leaveOut it is not linearised: leaving out a whole source can move a
 // constant far (the sets of one source may be all that pins it), where one Gauss–Newton step
 // from the full fit is no guide.
-func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (predicted, int, error) {
+func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (predicted, engine.GPU, int, error) {
 	sub := &gpuGroup{gpu: grp.gpu, runs: grp.runs}
 	var left []Set
 	for _, s := range grp.sets {
@@ -701,7 +701,7 @@ func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (pred
 	}
 	xs, evals, _, err := sub.fit(false, func(string) {})
 	if err != nil {
-		return nil, evals, err
+		return nil, grp.gpu, evals, err
 	}
 	g := grp.gpu
 	for j, f := range grp.fields {
@@ -715,7 +715,7 @@ func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (pred
 	for _, r := range Results(grp.runner().all(left, map[string]engine.GPU{g.Name: g})) {
 		out[r.Set] = append(out[r.Set], r)
 	}
-	return out, evals + 1, nil
+	return out, g, evals + 1, nil
 }
 
 // leaveOut predicts the results of the sets drop selects from the fit without them: one

@@ -297,8 +297,8 @@ func TestPerSourceSummarisesEachSourceBySetAndBySource(t *testing.T) {
 // A source left out is refitted without, not extrapolated: with every set of the group left
 // out no constant is informed, so the sets run at the priors (the prefill expert share at the
 // decode share, the compute share at the group's own value); with the MoE set's source left
-// out, the dense set alone fits the compute share and the expert share, which it does not
-// reach, falls back to its prior.
+// out, the dense set alone fits the compute share (the refit ends where a fit of the dense set
+// alone does) and the expert share, which it does not reach, falls back to its prior.
 func TestRefitWithoutASourcePredictsFromTheRest(t *testing.T) {
 	skipUnderRace(t)
 	dense, moe := embeddedSet(t, "llama31-8b-h100-random8k-pr1060"), embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")
@@ -320,8 +320,9 @@ func TestRefitWithoutASourcePredictsFromTheRest(t *testing.T) {
 	}
 	atPrior := g
 	atPrior.PrefillExpertEfficiency = g.MemoryEfficiency
-	all, _, err := grp.refitWithout(grp.x0, func(string) bool { return true })
+	all, gAll, _, err := grp.refitWithout(grp.x0, func(string) bool { return true })
 	require.NoError(t, err)
+	assert.Equal(t, atPrior, gAll)
 	assert.Equal(t, run(moe, atPrior), ratios(all[moe.Name]))
 	assert.Equal(t, run(dense, atPrior), ratios(all[dense.Name]))
 
@@ -330,14 +331,14 @@ func TestRefitWithoutASourcePredictsFromTheRest(t *testing.T) {
 	require.Len(t, alone.fields, 1, "the expert share does not reach a dense set")
 	xa, _, _, err := alone.fit(false, func(string) {})
 	require.NoError(t, err)
-	want := atPrior
-	want.ComputeEfficiency = math.Exp(xa[0])
-	assert.Greater(t, want.ComputeEfficiency, 0.4, "the dense set pulls the compute share toward its 0.5")
-	noMoE, _, err := grp.refitWithout(grp.x0, func(set string) bool { return set == moe.Name })
+	assert.Greater(t, math.Exp(xa[0]), 0.4, "the dense set pulls the compute share toward its 0.5")
+	noMoE, gNoMoE, _, err := grp.refitWithout(grp.x0, func(set string) bool { return set == moe.Name })
 	require.NoError(t, err)
+	assert.InEpsilon(t, math.Exp(xa[0]), gNoMoE.ComputeEfficiency, 1e-9, "the refit is the dense set's own fit")
+	assert.Equal(t, g.MemoryEfficiency, gNoMoE.PrefillExpertEfficiency, "a constant only the left-out set reaches is at its prior")
 	require.Contains(t, noMoE, moe.Name)
 	assert.NotContains(t, noMoE, dense.Name, "only the left-out sets are predicted")
-	assert.Equal(t, run(moe, want), ratios(noMoE[moe.Name]))
+	assert.Equal(t, run(moe, gNoMoE), ratios(noMoE[moe.Name]))
 }
 
 // fittedGo is the generated file that holds the fitted constants, and regenerate the command
