@@ -288,8 +288,8 @@ func (grp *gpuGroup) runner() *runner {
 // Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
 // progress(msg) reports each step (nil: quiet). With cross, each set's figures are also
 // predicted by the fit without it (one Gauss–Newton step from the full fit with that set's
-// rows left out: leave-one-set-out, linearised; Cross) and by the fit without every set of
-// its source (leave-one-source-out, the same step; CrossSource).
+// rows left out: leave-one-set-out, linearised; Cross) and by the fit run again without every
+// set of its source (leave-one-source-out; CrossSource).
 func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitReport, error) {
 	for _, n := range fields {
 		if !slices.ContainsFunc(FitFields, func(f FitField) bool { return f.Name == n }) {
@@ -677,10 +677,10 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, cro
 
 // refitWithout predicts the sets drop selects from a fit without them: the group's fit run
 // again on its other sets (started at x, the full fit's point), the constants none of those
-// reaches at their prior (nothing else informs them), and the dropped sets run at the
-// result (returned with the predictions). Unlike leaveOut it is not linearised: leaving out a whole source can move a
-// constant far (the sets of one source may be all that pins it), where one Gauss–Newton step
-// from the full fit is no guide.
+// reaches at their prior (nothing else informs them), and the dropped sets run at the result,
+// which it returns with the predictions. Unlike leaveOut it is not linearised: leaving out a
+// whole source can move a constant far (the sets of one source may be all that pins it),
+// where one Gauss–Newton step from the full fit is no guide.
 func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (predicted, engine.GPU, int, error) {
 	sub := &gpuGroup{gpu: grp.gpu, runs: grp.runs}
 	var left []Set
