@@ -101,10 +101,9 @@ func newSimValidateCmd() *cobra.Command {
 func writePerSet(out io.Writer, sets []validate.SetMedians) {
 	fmt.Fprintf(out, "\nper set, built-in → cross-validated: median |sim ÷ published − 1| and median TTFT sim ÷ published (P99s and known gaps left out)\n")
 	fmt.Fprintf(out, "%-58s %4s %16s %16s %14s\n", "set", "n", "all", "TTFT", "TTFT ratio")
-	pct, ratio := pctNaN, ratioNaN
 	for _, m := range sets {
 		fmt.Fprintf(out, "%-58s %4d %16s %16s %14s\n", m.Set, m.Builtin.N,
-			pct(m.Builtin.All)+" → "+pct(m.Cross.All), pct(m.Builtin.TTFT)+" → "+pct(m.Cross.TTFT), ratio(m.Builtin.TTFTRatio)+" → "+ratio(m.Cross.TTFTRatio))
+			pctNaN(m.Builtin.All)+" → "+pctNaN(m.Cross.All), pctNaN(m.Builtin.TTFT)+" → "+pctNaN(m.Cross.TTFT), ratioNaN(m.Builtin.TTFTRatio)+" → "+ratioNaN(m.Cross.TTFTRatio))
 	}
 }
 
