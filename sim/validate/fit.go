@@ -662,7 +662,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, cro
 		if err != nil {
 			return x, evals, crossResults{}, err
 		}
-		out.bySet[s.Name] = p[s.Name]
+		maps.Copy(out.bySet, p)
 	}
 	for _, src := range sources {
 		p, _, n, err := grp.refitWithout(x, func(set string) bool { return sourceOf[set] == src })
