@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,17 +44,18 @@ move it into sim/validate/published/, and refresh the table of docs/validation.m
 
 func newSimValidateCmd() *cobra.Command {
 	var markdown, noFail, fit, cross bool
-	var fitFields []string
+	var fitFields, fitMetrics []string
 	cmd := &cobra.Command{
 		Use:   "validate [FILE...]",
 		Short: "Compare the simulator with published SGLang measurements (sim ÷ published per figure)",
 		Long:  simValidateLong,
 		Example: `  router sim validate                       # the embedded suite, table and summary
   router sim validate --markdown --no-fail  # the table of docs/validation.md
-  router sim validate my-cluster.json       # a data file of your own`,
+  router sim validate my-cluster.json       # a data file of your own
+  router sim validate --fit --fit-metrics ttft my-cluster.json  # the GPU constants that predict its TTFT best`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			if fit || cross || len(fitFields) > 0 {
-				return runValidateFit(cmd, files, fitFields, cross)
+			if fit || cross || len(fitFields) > 0 || len(fitMetrics) > 0 {
+				return runValidateFit(cmd, files, fitFields, fitMetrics, cross)
 			}
 			sets, err := validate.Embedded()
 			if len(files) > 0 {
@@ -92,6 +94,7 @@ func newSimValidateCmd() *cobra.Command {
 		names = append(names, f.Name)
 	}
 	cmd.Flags().StringSliceVar(&fitFields, "fit-fields", nil, "the constants --fit chooses (default all): "+strings.Join(names, ", "))
+	cmd.Flags().StringSliceVar(&fitMetrics, "fit-metrics", nil, "the figures whose errors --fit minimises (default all): "+strings.Join(validate.FitMetrics, ", ")+" (tpot: TPOT and ITL; throughput: the rates and duration); e.g. ttft chooses the constants that predict TTFT best, whatever that costs the other figures")
 	cmd.Flags().BoolVar(&cross, "cross", false, "with the fit, predict each set from a fit without it (leave-one-set-out: one Gauss-Newton step from the full fit) and from the fit run again without its whole source, the repository or site that published it (leave-one-source-out), and print those errors too, per source and per set (implies --fit)")
 	return cmd
 }
@@ -161,7 +164,17 @@ func writeFarOff(out io.Writer, far []validate.Result) {
 }
 
 // runValidateFit is validate --fit [--cross]: the embedded suite and files fitted together.
-func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) error {
+func runValidateFit(cmd *cobra.Command, files, fields, metrics []string, cross bool) error {
+	for _, f := range fields {
+		if !slices.ContainsFunc(validate.FitFields, func(g validate.FitField) bool { return g.Name == f }) {
+			return fmt.Errorf("--fit-fields: no constant %q (see --help)", f)
+		}
+	}
+	for _, m := range metrics {
+		if !slices.Contains(validate.FitMetrics, m) {
+			return fmt.Errorf("--fit-metrics: no metric %q (one of %s)", m, strings.Join(validate.FitMetrics, ", "))
+		}
+	}
 	sets, err := validate.Embedded()
 	if err != nil {
 		return err
@@ -179,7 +192,8 @@ func runValidateFit(cmd *cobra.Command, files, fields []string, cross bool) erro
 	}
 	start := time.Now()
 	stderr := cmd.ErrOrStderr()
-	rep, err := validate.Fit(sets, fields, cross, func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) })
+	rep, err := validate.Fit(sets, validate.FitOptions{Fields: fields, Metrics: metrics, Cross: cross,
+		Progress: func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) }})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,17 @@ func TestSimValidateGatesOnBands(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 0, execute([]string{"sim", "validate", "--help"}, &out, &errOut))
 	assert.Contains(t, out.String(), "Adding a set")
+	assert.Contains(t, out.String(), "--fit-metrics")
+
+	// A fit flag with an unknown value fails before anything runs, naming the flag.
+	for flag, want := range map[string]string{
+		"--fit-metrics=latency": `--fit-metrics: no metric "latency" (one of ttft, tpot, throughput, e2e)`,
+		"--fit-fields=Warp":     `--fit-fields: no constant "Warp"`,
+	} {
+		errOut.Reset()
+		assert.Equal(t, 1, execute([]string{"sim", "validate", flag, known}, &out, &errOut), flag)
+		assert.Contains(t, errOut.String(), want, flag)
+	}
 }
 
 // The per-set lines of validate --cross: a set's medians built-in → cross-validated, "-" where

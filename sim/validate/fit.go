@@ -124,6 +124,36 @@ func (r FitReport) Fitted() map[string]engine.GPU {
 	return gpus
 }
 
+// FitMetrics are the classes of figures a fit's cost can count (FitOptions.Metrics), as the
+// median tables group them: TTFT, TPOT and ITL, throughput (rates and duration), E2E.
+var FitMetrics = []string{"ttft", "tpot", "throughput", "e2e"}
+
+// metricOf is the class of FitMetrics a figure belongs to.
+func metricOf(figure string) string {
+	switch {
+	case strings.HasPrefix(figure, "ttft"):
+		return "ttft"
+	case strings.HasPrefix(figure, "tpot"), strings.HasPrefix(figure, "itl"):
+		return "tpot"
+	case strings.HasPrefix(figure, "e2e"):
+		return "e2e"
+	}
+	return "throughput"
+}
+
+// FitOptions are what Fit fits and reports.
+type FitOptions struct {
+	// Fields are the constants chosen (FitFields' names; none: all).
+	Fields []string
+	// Metrics are the classes of figures the cost counts (FitMetrics; none: all): a fit to
+	// TTFT alone chooses the constants that serve TTFT best, whatever they do to the rest.
+	Metrics []string
+	// Cross also predicts each set from the fit without it and without its source.
+	Cross bool
+	// Progress reports each step (nil: quiet).
+	Progress func(string)
+}
+
 // fitResidual is one figure's residual: e = ln(sim ÷ published) over ln(1 + band), so a
 // figure at the edge of its band has e = 1, under a robust loss — soft-L1, ρ(e) =
 // 2(√(1 + e²) − 1), returned as sign(e)·√ρ(e) so that least squares minimises Σρ: quadratic
@@ -271,10 +301,19 @@ type gpuGroup struct {
 	// reaches[j][i]: field j changes set i's profiles (setProfiles), so its results; a set a
 	// field does not reach has a zero derivative in it and is not run for it.
 	reaches [][]bool
-	runs    *runner // shared by the fit's groups (nil: the group's own, made on first use)
+	runs    *runner  // shared by the fit's groups (nil: the group's own, made on first use)
+	metrics []string // the classes of figures the cost counts (FitOptions.Metrics; nil: all)
 	// costs are the cost at x0 and at the fitted x, iters the accepted iterations (fit's).
 	costs [2]float64
 	iters int
+}
+
+// residual is fitResidual for a figure of the group's metrics; ok is false for the others.
+func (grp *gpuGroup) residual(r Result) (float64, bool) {
+	if len(grp.metrics) > 0 && !slices.Contains(grp.metrics, metricOf(r.Figure)) {
+		return 0, false
+	}
+	return fitResidual(r)
 }
 
 // runner is the group's runner.
@@ -285,15 +324,21 @@ func (grp *gpuGroup) runner() *runner {
 	return grp.runs
 }
 
-// Fit fits the GPU constants named by fields (FitFields' names; none: all) to sets;
-// progress(msg) reports each step (nil: quiet). With cross, each set's figures are also
-// predicted by the fit without it (one Gauss–Newton step from the full fit with that set's
-// rows left out: leave-one-set-out, linearised; Cross) and by the fit run again without every
-// set of its source (leave-one-source-out; CrossSource).
-func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitReport, error) {
+// Fit fits the GPU constants opt.Fields names to sets, on the figures of opt.Metrics. With
+// opt.Cross, each set's figures are also predicted by the fit without it (one Gauss–Newton
+// step from the full fit with that set's rows left out: leave-one-set-out, linearised; Cross)
+// and by the fit run again without every set of its source (leave-one-source-out;
+// CrossSource).
+func Fit(sets []Set, opt FitOptions) (FitReport, error) {
+	fields, cross, progress := opt.Fields, opt.Cross, opt.Progress
 	for _, n := range fields {
 		if !slices.ContainsFunc(FitFields, func(f FitField) bool { return f.Name == n }) {
 			return FitReport{}, fmt.Errorf("fit: no constant %q (%s)", n, fitFieldNames())
+		}
+	}
+	for _, m := range opt.Metrics {
+		if !slices.Contains(FitMetrics, m) {
+			return FitReport{}, fmt.Errorf("fit: no metric %q (%s)", m, strings.Join(FitMetrics, ", "))
 		}
 	}
 	if progress == nil {
@@ -313,17 +358,12 @@ func Fit(sets []Set, fields []string, cross bool, progress func(string)) (FitRep
 		if err != nil {
 			continue
 		}
-		usable := false
-		for _, r := range base[i].Results {
-			if _, ok := fitResidual(r); ok {
-				usable = true
-			}
-		}
-		if !usable {
+		probe := gpuGroup{metrics: opt.Metrics}
+		if !slices.ContainsFunc(base[i].Results, func(r Result) bool { _, ok := probe.residual(r); return ok }) {
 			continue
 		}
 		if byGPU[g.Name] == nil {
-			byGPU[g.Name] = &gpuGroup{gpu: g, runs: runs}
+			byGPU[g.Name] = &gpuGroup{gpu: g, runs: runs, metrics: opt.Metrics}
 		}
 		byGPU[g.Name].sets = append(byGPU[g.Name].sets, s)
 		byGPU[g.Name].start = append(byGPU[g.Name].start, base[i].Results...)
@@ -487,7 +527,7 @@ func (grp *gpuGroup) eval(x []float64) []Result {
 func (grp *gpuGroup) residuals(rs []Result, x []float64) []float64 {
 	out := make([]float64, 0, len(rs)+len(x))
 	for _, r := range rs {
-		v, ok := fitResidual(r)
+		v, ok := grp.residual(r)
 		if !ok {
 			v = math.NaN()
 		}
@@ -538,9 +578,12 @@ func (grp *gpuGroup) jacobian(x []float64, rs []Result, res []float64) *mat.Dens
 	}
 	for k, c := range cells {
 		for n, r := range reps[k].Results {
+			// Every figure's row, those the cost leaves out (FitOptions.Metrics) included: the
+			// step skips them (their residuals are NaN), leaveOut moves them too.
 			i := rows[grp.sets[c.set].Name] + n
 			v, ok := fitResidual(r)
-			if d := (v - res[i]) / jacobianStep; ok && !math.IsNaN(d) {
+			v0, _ := fitResidual(rs[i])
+			if d := (v - v0) / jacobianStep; ok && !math.IsNaN(d) {
 				J.Set(i, c.col, d)
 			}
 		}
@@ -682,7 +725,7 @@ func (grp *gpuGroup) fit(cross bool, progress func(string)) ([]float64, int, cro
 // whole source can move a constant far (the sets of one source may be all that pins it),
 // where one Gauss–Newton step from the full fit is no guide.
 func (grp *gpuGroup) refitWithout(x []float64, drop func(set string) bool) (predicted, engine.GPU, int, error) {
-	sub := &gpuGroup{gpu: grp.gpu, runs: grp.runs}
+	sub := &gpuGroup{gpu: grp.gpu, runs: grp.runs, metrics: grp.metrics}
 	var left []Set
 	for _, s := range grp.sets {
 		if drop(s.Name) {
@@ -775,12 +818,12 @@ func Medians(rs []Result, keep func(set string) bool) MedianErrors {
 		}
 		e := math.Abs(r.Ratio - 1)
 		all = append(all, e)
-		switch f := r.Figure; {
-		case strings.HasPrefix(f, "ttft"):
+		switch metricOf(r.Figure) {
+		case "ttft":
 			ttft, ttftR = append(ttft, e), append(ttftR, r.Ratio)
-		case strings.HasPrefix(f, "tpot"), strings.HasPrefix(f, "itl"):
+		case "tpot":
 			tpot = append(tpot, e)
-		case strings.HasPrefix(f, "e2e"):
+		case "e2e":
 			e2e = append(e2e, e)
 		default:
 			thr = append(thr, e)

@@ -86,6 +86,54 @@ func TestFitRunsOnlyWhatAConstantReaches(t *testing.T) {
 	assert.Zero(t, evals)
 }
 
+// A fit on one metric (FitOptions.Metrics) counts only that metric's figures in its cost (the
+// others' residuals are NaN) but keeps every figure's row in the Jacobian, so that leaving a
+// set out moves its other figures too; an unknown metric is refused with the known ones; and
+// fitted to TTFT alone, the set's TTFT comes out no worse than fitted to every figure.
+func TestFitOnOneMetricCountsOnlyItsFigures(t *testing.T) {
+	skipUnderRace(t)
+	set := embeddedSet(t, "llama31-8b-h100-random8k-pr1060")
+	grp := &gpuGroup{gpu: engine.H100SXM, sets: []Set{set}, metrics: []string{"ttft"}}
+	grp.init([]string{"ComputeEfficiency", "HostOverhead"})
+	require.Len(t, grp.fields, 2)
+	rs := grp.eval(grp.x0)
+	res := grp.residuals(rs, grp.x0)
+	J := grp.jacobian(grp.x0, rs, res)
+	var ttft, others, moved int
+	for i, r := range rs {
+		if _, ok := fitResidual(r); !ok {
+			continue
+		}
+		if metricOf(r.Figure) == "ttft" {
+			ttft++
+			assert.False(t, math.IsNaN(res[i]), r.Figure)
+			continue
+		}
+		others++
+		assert.True(t, math.IsNaN(res[i]), "%s is left out of the cost", r.Figure)
+		if J.At(i, 0) != 0 {
+			moved++
+		}
+	}
+	require.Positive(t, ttft)
+	require.Positive(t, others)
+	assert.Positive(t, moved, "the compute share's derivative is kept for the figures the cost leaves out")
+
+	_, err := Fit([]Set{set}, FitOptions{Metrics: []string{"latency"}})
+	require.ErrorContains(t, err, `"latency"`)
+	assert.ErrorContains(t, err, "ttft, tpot, throughput, e2e")
+
+	fields := []string{"ComputeEfficiency", "HostOverhead"}
+	onTTFT, err := Fit([]Set{set}, FitOptions{Fields: fields, Metrics: []string{"ttft"}})
+	require.NoError(t, err)
+	onAll, err := Fit([]Set{set}, FitOptions{Fields: fields})
+	require.NoError(t, err)
+	keep := func(string) bool { return true }
+	a, b := Medians(onTTFT.After, keep).TTFT, Medians(onAll.After, keep).TTFT
+	t.Logf("TTFT median |error|: fitted to TTFT %.2f %%, to every figure %.2f %%", 100*a, 100*b)
+	assert.LessOrEqual(t, a, b+1e-9)
+}
+
 // embeddedSet is the embedded set called name.
 func embeddedSet(t *testing.T, name string) Set {
 	t.Helper()
@@ -124,7 +172,7 @@ func TestHeldOutCrossValidated(t *testing.T) {
 	more, err := Load(files...)
 	require.NoError(t, err)
 	fields := []string{"PrefillExpertEfficiency", "PrefillExpertEfficiencyBF16", "MoELayerOverhead"}
-	rep, err := Fit(append(sets, more...), fields, true, func(m string) { t.Log(m) })
+	rep, err := Fit(append(sets, more...), FitOptions{Fields: fields, Cross: true, Progress: func(m string) { t.Log(m) }})
 	require.NoError(t, err)
 	checkFitted(t, rep, fields)
 	embedded := func(s string) bool { return inSample[s] }
@@ -208,11 +256,11 @@ func TestFitGroupsAreIndependent(t *testing.T) {
 	require.NoError(t, err)
 	h100, h20 := []Set{embeddedSet(t, "deepseek-v3-h100-pd-ep-96gpu")}, more
 	fields := []string{"LowPrecisionEfficiency", "MemoryEfficiency", "PrefillExpertEfficiency"}
-	both, err := Fit(append(slices.Clone(h100), h20...), fields, true, nil)
+	both, err := Fit(append(slices.Clone(h100), h20...), FitOptions{Fields: fields, Cross: true})
 	require.NoError(t, err)
-	alone1, err := Fit(h100, fields, true, nil)
+	alone1, err := Fit(h100, FitOptions{Fields: fields, Cross: true})
 	require.NoError(t, err)
-	alone2, err := Fit(h20, fields, true, nil)
+	alone2, err := Fit(h20, FitOptions{Fields: fields, Cross: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, alone1.Params)
 	require.NotEmpty(t, alone2.Params)
