@@ -25,14 +25,12 @@ type PathIndex struct {
 	stale    []bool // by TargetID
 	roots    map[pathRoot]*pathNode
 	nodes    []*pathNode             // scratch: the nodes a walk covered
-	expiries []pathExpiry            // nodes given a pending entry, in the order they expire (FIFO)
-	expHead  int                     // expiries[:expHead] are done
+	expiries expiryQueue[*pathNode]  // nodes given a pending entry, in the order they expire
 	gen      uint64                  // counts changes of the tree (a remembered walk is valid within one)
 	last     lastWalk                // where the latest MatchOrStale's walk ended
 	keep     bool                    // KeepTokens
 	routed   map[routedKey]routedEnd // KeepTokens: the node where each routed path ends, while pending
-	routedQ  []routedExpiry          // routed's entries in the order they expire (FIFO)
-	routedHd int                     // routedQ[:routedHd] are done
+	routedQ  expiryQueue[routedKey]  // routed's entries in the order they expire
 }
 
 // routedKey is a routed request's path under KeepTokens (tokens that never change): its
@@ -49,15 +47,34 @@ type routedEnd struct {
 	exp      int64
 }
 
-type routedExpiry struct {
-	k   routedKey
+// expiryQueue is a FIFO of entries in the order they expire: every pending entry lives the
+// same TTL, so they are pushed in the order of their expiry and taken from the front.
+type expiryQueue[T any] struct {
+	items []expiring[T]
+	head  int // items[:head] are taken
+}
+
+type expiring[T any] struct {
+	v   T
 	exp int64
 }
 
-// pathExpiry is a node whose pending entries may expire at exp.
-type pathExpiry struct {
-	nd  *pathNode
-	exp int64
+func (q *expiryQueue[T]) push(v T, exp int64) { q.items = append(q.items, expiring[T]{v, exp}) }
+
+// pop takes the front entry if it expires at or before now (ok false: none does). The taken
+// front is dropped once it outweighs the rest, so the queue's memory follows what is live.
+func (q *expiryQueue[T]) pop(now int64) (v T, exp int64, ok bool) {
+	if q.head == len(q.items) || q.items[q.head].exp > now {
+		return v, 0, false
+	}
+	e := q.items[q.head]
+	q.items[q.head] = expiring[T]{}
+	q.head++
+	if q.head > len(q.items)/2 {
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	return e.v, e.exp, true
 }
 
 // lastWalk is where MatchOrStale's walk of a request ended, so that the AddPending of the same
@@ -488,7 +505,7 @@ func (x *PathIndex) split(nd *pathNode, k, page int) *pathNode {
 		for _, p := range h.pending {
 			exp = max(exp, p.exp)
 		}
-		x.expiries = append(x.expiries, pathExpiry{h, exp})
+		x.expiries.push(h, exp)
 	}
 	return h
 }
@@ -684,12 +701,11 @@ func (x *PathIndex) pruneTree(r *pathNode) {
 // depends on it) and the nodes only they kept, taking the nodes from the front of the FIFO of
 // pending entries set.
 func (x *PathIndex) expire(nowNs int64) {
-	q := x.expiries
-	n := x.expHead
-	for n < len(q) && q[n].exp <= nowNs {
-		nd := q[n].nd
-		q[n] = pathExpiry{}
-		n++
+	for {
+		nd, _, ok := x.expiries.pop(nowNs)
+		if !ok {
+			break
+		}
 		if nd.parent == nil || len(nd.pending) == 0 {
 			continue // detached, or already swept
 		}
@@ -706,23 +722,14 @@ func (x *PathIndex) expire(nowNs int64) {
 			x.prune(nd)
 		}
 	}
-	x.expHead = n
-	if n > len(q)/2 { // compact once the expired front outweighs the rest
-		x.expiries = append(q[:0], q[n:]...)
-		x.expHead = 0
-	}
-	rq, rn := x.routedQ, x.routedHd
-	for rn < len(rq) && rq[rn].exp <= nowNs {
-		if e, ok := x.routed[rq[rn].k]; ok && e.exp == rq[rn].exp { // not routed again since
-			delete(x.routed, rq[rn].k)
+	for {
+		k, exp, ok := x.routedQ.pop(nowNs)
+		if !ok {
+			break
 		}
-		rq[rn] = routedExpiry{}
-		rn++
-	}
-	x.routedHd = rn
-	if rn > len(rq)/2 {
-		x.routedQ = append(rq[:0], rq[rn:]...)
-		x.routedHd = 0
+		if e, ok := x.routed[k]; ok && e.exp == exp { // not routed again since
+			delete(x.routed, k)
+		}
 	}
 }
 
@@ -884,13 +891,13 @@ func (x *PathIndex) AddPending(id TargetID, tokens []uint32, page int, salt stri
 	for _, nd := range nodes {
 		if !nd.holds(id) {
 			nd.setPending(id, exp)
-			x.expiries = append(x.expiries, pathExpiry{nd, exp})
+			x.expiries.push(nd, exp)
 		}
 	}
 	if x.keep && len(nodes) > 0 {
 		k := routedKey{unsafe.SliceData(path), len(path)}
 		x.routed[k] = routedEnd{nodes[len(nodes)-1], root, exp}
-		x.routedQ = append(x.routedQ, routedExpiry{k, exp})
+		x.routedQ.push(k, exp)
 	}
 }
 

@@ -279,3 +279,31 @@ func TestPathKidsFewAndMany(t *testing.T) {
 		require.Equal(t, n/2, seen, "%d children", n)
 	}
 }
+
+// The expiry FIFO gives its entries back in order, only once they are due, and drops the
+// taken front once it outweighs the rest: after a thousand entries pushed and taken in
+// bursts, what it holds is what is still live.
+func TestExpiryQueueTakesTheDueFrontInOrder(t *testing.T) {
+	var q expiryQueue[int]
+	next := 0 // the next entry pop must give
+	for burst := range 100 {
+		for i := range 10 {
+			v := 10*burst + i
+			q.push(v, int64(v))
+		}
+		// Everything up to the middle of this burst is due.
+		now := int64(10*burst + 5)
+		for {
+			v, exp, ok := q.pop(now)
+			if !ok {
+				break
+			}
+			require.Equal(t, next, v)
+			require.Equal(t, int64(v), exp)
+			next++
+		}
+		require.Equal(t, 10*burst+6, next, "burst %d: the due entries, no more", burst)
+		require.LessOrEqual(t, len(q.items), 2*(len(q.items)-q.head)+1, "burst %d: the taken front does not outweigh the live rest", burst)
+	}
+	require.Len(t, q.items[q.head:], 4)
+}
