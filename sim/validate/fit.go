@@ -582,8 +582,8 @@ func (grp *gpuGroup) jacobian(x []float64, rs []Result, res []float64) *mat.Dens
 			// step skips them (their residuals are NaN), leaveOut moves them too.
 			i := rows[grp.sets[c.set].Name] + n
 			v, ok := fitResidual(r)
-			v0, _ := fitResidual(rs[i])
-			if d := (v - v0) / jacobianStep; ok && !math.IsNaN(d) {
+			v0, ok0 := fitResidual(rs[i])
+			if d := (v - v0) / jacobianStep; ok && ok0 && !math.IsNaN(d) {
 				J.Set(i, c.col, d)
 			}
 		}
