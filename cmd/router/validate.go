@@ -1,10 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -165,16 +165,6 @@ func writeFarOff(out io.Writer, far []validate.Result) {
 
 // runValidateFit is validate --fit [--cross]: the embedded suite and files fitted together.
 func runValidateFit(cmd *cobra.Command, files, fields, metrics []string, cross bool) error {
-	for _, f := range fields {
-		if !slices.ContainsFunc(validate.FitFields, func(g validate.FitField) bool { return g.Name == f }) {
-			return fmt.Errorf("--fit-fields: no constant %q (see --help)", f)
-		}
-	}
-	for _, m := range metrics {
-		if !slices.Contains(validate.FitMetrics, m) {
-			return fmt.Errorf("--fit-metrics: no metric %q (one of %s)", m, strings.Join(validate.FitMetrics, ", "))
-		}
-	}
 	sets, err := validate.Embedded()
 	if err != nil {
 		return err
@@ -194,7 +184,12 @@ func runValidateFit(cmd *cobra.Command, files, fields, metrics []string, cross b
 	stderr := cmd.ErrOrStderr()
 	rep, err := validate.Fit(sets, validate.FitOptions{Fields: fields, Metrics: metrics, Cross: cross,
 		Progress: func(msg string) { fmt.Fprintln(stderr, "validate: "+msg) }})
-	if err != nil {
+	switch {
+	case errors.Is(err, validate.ErrUnknownField):
+		return fmt.Errorf("--fit-fields: %w", err)
+	case errors.Is(err, validate.ErrUnknownMetric):
+		return fmt.Errorf("--fit-metrics: %w", err)
+	case err != nil:
 		return err
 	}
 	out := cmd.OutOrStdout()

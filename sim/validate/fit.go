@@ -3,6 +3,7 @@ package validate
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -140,6 +141,13 @@ func metricOf(figure string) string {
 	}
 	return "throughput"
 }
+
+// ErrUnknownField and ErrUnknownMetric are Fit's errors for a name FitOptions.Fields or
+// FitOptions.Metrics does not know; Fit returns them before it runs anything.
+var (
+	ErrUnknownField  = errors.New("no constant")
+	ErrUnknownMetric = errors.New("no metric")
+)
 
 // FitOptions are what Fit fits and reports.
 type FitOptions struct {
@@ -309,8 +317,12 @@ type gpuGroup struct {
 }
 
 // residual is fitResidual for a figure of the group's metrics; ok is false for the others.
-func (grp *gpuGroup) residual(r Result) (float64, bool) {
-	if len(grp.metrics) > 0 && !slices.Contains(grp.metrics, metricOf(r.Figure)) {
+func (grp *gpuGroup) residual(r Result) (float64, bool) { return metricResidual(grp.metrics, r) }
+
+// metricResidual is fitResidual for a figure of metrics (FitOptions.Metrics; none: all); ok
+// is false for the others.
+func metricResidual(metrics []string, r Result) (float64, bool) {
+	if len(metrics) > 0 && !slices.Contains(metrics, metricOf(r.Figure)) {
 		return 0, false
 	}
 	return fitResidual(r)
@@ -333,12 +345,12 @@ func Fit(sets []Set, opt FitOptions) (FitReport, error) {
 	fields, cross, progress := opt.Fields, opt.Cross, opt.Progress
 	for _, n := range fields {
 		if !slices.ContainsFunc(FitFields, func(f FitField) bool { return f.Name == n }) {
-			return FitReport{}, fmt.Errorf("fit: no constant %q (%s)", n, fitFieldNames())
+			return FitReport{}, fmt.Errorf("%w %q (%s)", ErrUnknownField, n, fitFieldNames())
 		}
 	}
 	for _, m := range opt.Metrics {
 		if !slices.Contains(FitMetrics, m) {
-			return FitReport{}, fmt.Errorf("fit: no metric %q (%s)", m, strings.Join(FitMetrics, ", "))
+			return FitReport{}, fmt.Errorf("%w %q (one of %s)", ErrUnknownMetric, m, strings.Join(FitMetrics, ", "))
 		}
 	}
 	if progress == nil {
@@ -358,8 +370,7 @@ func Fit(sets []Set, opt FitOptions) (FitReport, error) {
 		if err != nil {
 			continue
 		}
-		probe := gpuGroup{metrics: opt.Metrics}
-		if !slices.ContainsFunc(base[i].Results, func(r Result) bool { _, ok := probe.residual(r); return ok }) {
+		if !slices.ContainsFunc(base[i].Results, func(r Result) bool { _, ok := metricResidual(opt.Metrics, r); return ok }) {
 			continue
 		}
 		if byGPU[g.Name] == nil {
@@ -576,14 +587,22 @@ func (grp *gpuGroup) jacobian(x []float64, rs []Result, res []float64) *mat.Dens
 	for i := len(rs) - 1; i >= 0; i-- {
 		rows[rs[i].Set] = i
 	}
+	// Every figure's row, those the cost leaves out (FitOptions.Metrics) included: the step
+	// skips them (their residuals in res are NaN), leaveOut moves them too. at are the
+	// figures' residuals at x, NaN for one with none there.
+	at := make([]float64, len(rs))
+	for i, r := range rs {
+		v, ok := fitResidual(r)
+		if !ok {
+			v = math.NaN()
+		}
+		at[i] = v
+	}
 	for k, c := range cells {
 		for n, r := range reps[k].Results {
-			// Every figure's row, those the cost leaves out (FitOptions.Metrics) included: the
-			// step skips them (their residuals are NaN), leaveOut moves them too.
 			i := rows[grp.sets[c.set].Name] + n
 			v, ok := fitResidual(r)
-			v0, ok0 := fitResidual(rs[i])
-			if d := (v - v0) / jacobianStep; ok && ok0 && !math.IsNaN(d) {
+			if d := (v - at[i]) / jacobianStep; ok && !math.IsNaN(d) {
 				J.Set(i, c.col, d)
 			}
 		}
